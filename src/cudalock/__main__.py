@@ -1,0 +1,13 @@
+"""Entry point for ``python -m cudalock`` and the ``cudalock`` console script."""
+
+from __future__ import annotations
+
+
+def main() -> None:
+    from cudalock.cli.app import run
+
+    run()
+
+
+if __name__ == "__main__":
+    main()

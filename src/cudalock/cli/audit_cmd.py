@@ -1,0 +1,12 @@
+"""`cudalock audit` (placeholder until its implementation lands)."""
+
+from __future__ import annotations
+
+from cudalock.cli.options import TargetOptions, target_options
+from cudalock.errors import UsageError
+
+
+@target_options
+def audit(target_opts: TargetOptions) -> None:
+    """Not available yet."""
+    raise UsageError("'audit' is not available yet")

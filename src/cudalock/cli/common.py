@@ -1,0 +1,22 @@
+"""Small helpers the command modules share (kept import-light)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cudalock.cli.options import TargetOptions
+    from cudalock.matrix import Matrix
+
+
+def emit_json(document: Any) -> None:
+    """Print one JSON document on stdout (sorted keys are not used: field order is documented)."""
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
+def load_matrix_for(options: TargetOptions) -> Matrix:
+    from cudalock.matrix import load_matrix
+
+    return load_matrix(options.matrix_dir)

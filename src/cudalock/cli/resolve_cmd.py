@@ -1,0 +1,12 @@
+"""`cudalock resolve` (placeholder until its implementation lands)."""
+
+from __future__ import annotations
+
+from cudalock.cli.options import TargetOptions, target_options
+from cudalock.errors import UsageError
+
+
+@target_options
+def resolve(target_opts: TargetOptions) -> None:
+    """Not available yet."""
+    raise UsageError("'resolve' is not available yet")

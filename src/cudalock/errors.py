@@ -1,0 +1,54 @@
+"""The errors cudalock reports to people, each with the exit status it maps to.
+
+0 success, 1 problems found / nothing satisfies, 2 usage error or bad input, 3 the environment
+failed (network, permissions, disk). The CLI turns these into one-line messages, no traceback.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_ENVIRONMENT = 3
+
+
+class CudalockError(Exception):
+    """Base class: ``str(err)`` is the message shown to the user."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class UsageError(CudalockError):
+    """A bad flag, a bad value or a bad input file (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class InputError(UsageError):
+    """An input file (probe JSON, report, matrix, spec) that cannot be used (exit 2)."""
+
+
+class Unsatisfiable(CudalockError):
+    """Nothing in the matrix satisfies the request on the target (exit 1).
+
+    ``rejected`` holds the nearest candidates (:class:`cudalock.model.Rejection`), each with the
+    reason it was rejected and what would fix it.
+    """
+
+    exit_code = EXIT_PROBLEMS
+
+    def __init__(self, message: str, *, rejected: tuple[object, ...] = (),
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.rejected = rejected
+
+
+class EnvironmentFailure(CudalockError):
+    """The machine or the network failed us: I/O, permissions, downloads (exit 3)."""
+
+    exit_code = EXIT_ENVIRONMENT

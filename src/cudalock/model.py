@@ -1,0 +1,242 @@
+"""The value types that flow between cudalock's parts (see DESIGN.md, "Flow of data").
+
+Target (the machine), Request (what the user asked for), Plan (what resolve chose, and why) and
+Finding (what audit and doctor report). Plain frozen dataclasses, serialisable to JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cudalock.versions import (
+    ComputeCapability,
+    CudaVersion,
+    DriverVersion,
+    format_cc,
+    format_cuda,
+)
+
+PLATFORMS = ("linux-x86_64", "linux-aarch64", "windows-x86_64", "macos-arm64")
+Platform = str
+Compat = Literal["strict", "minor"]
+Severity = Literal["error", "warning", "info"]
+
+#: Version of the probe/target JSON schema written by ``cudalock probe --json``.
+TARGET_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as the driver reports it."""
+
+    name: str
+    compute_capability: ComputeCapability | None
+    index: int | None = None
+    uuid: str | None = None
+    memory_total_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "uuid": self.uuid,
+            "compute_capability": (
+                format_cc(self.compute_capability) if self.compute_capability else None
+            ),
+            "memory_total_bytes": self.memory_total_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class Host:
+    """The host side of a Target: what environments and memory checks need to know."""
+
+    os: str | None = None
+    arch: str | None = None
+    glibc: str | None = None
+    memory_total_bytes: int | None = None
+    cgroup_memory_limit_bytes: int | None = None
+    hostname: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "os": self.os,
+            "arch": self.arch,
+            "glibc": self.glibc,
+            "memory_total_bytes": self.memory_total_bytes,
+            "cgroup_memory_limit_bytes": self.cgroup_memory_limit_bytes,
+            "hostname": self.hostname,
+        }
+
+
+@dataclass(frozen=True)
+class Target:
+    """The machine an environment is for.
+
+    ``driver_version`` None means no NVIDIA driver (a CPU-only target). ``driver_cuda`` is the
+    highest CUDA version the driver supports (NVML's ``nvmlSystemGetCudaDriverVersion``), or what
+    the matrix's CUDA table says for the driver version when NVML did not answer.
+    """
+
+    platform: Platform
+    driver_version: DriverVersion | None = None
+    driver_cuda: CudaVersion | None = None
+    gpus: tuple[Gpu, ...] = ()
+    host: Host = field(default_factory=Host)
+    name: str = "this machine"
+    #: Which source answered: "nvml", "procfs", "nvidia-smi", "override", "file:PATH", "none".
+    source: str = "none"
+    #: What went wrong while probing, in words (driver not loaded, NVML mismatch, ...).
+    notes: tuple[str, ...] = ()
+
+    @property
+    def has_driver(self) -> bool:
+        return self.driver_version is not None or self.driver_cuda is not None
+
+    @property
+    def compute_capabilities(self) -> tuple[ComputeCapability, ...]:
+        seen: list[ComputeCapability] = []
+        for gpu in self.gpus:
+            if gpu.compute_capability and gpu.compute_capability not in seen:
+                seen.append(gpu.compute_capability)
+        return tuple(sorted(seen))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": TARGET_SCHEMA_VERSION,
+            "name": self.name,
+            "platform": self.platform,
+            "driver_version": str(self.driver_version) if self.driver_version else None,
+            "driver_cuda": format_cuda(self.driver_cuda) if self.driver_cuda else None,
+            "gpus": [gpu.to_json() for gpu in self.gpus],
+            "host": self.host.to_json(),
+            "source": self.source,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for. Empty ``torch`` means "any release"."""
+
+    torch: str = ""
+    python: str | None = None
+    cuda: str | None = None
+    compat: Compat = "strict"
+    #: Companion packages, as requirement strings: "torchvision", "deepspeed>=0.15".
+    with_packages: tuple[str, ...] = ("torchvision",)
+    framework: str | None = None
+    pytorch_index: str = "https://download.pytorch.org/whl"
+    pypi_index: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "torch": self.torch,
+            "python": self.python,
+            "cuda": self.cuda,
+            "compat": self.compat,
+            "with": list(self.with_packages),
+            "framework": self.framework,
+            "pytorch_index": self.pytorch_index,
+            "pypi_index": self.pypi_index,
+        }
+
+
+@dataclass(frozen=True)
+class PackagePin:
+    """One exactly pinned package and the index it must come from (None: the default index)."""
+
+    name: str
+    version: str
+    index_url: str | None = None
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "index_url": self.index_url}
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A candidate build that was not chosen, why, and what would make it fit."""
+
+    torch: str
+    variant: str
+    reason: str
+    fix: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"torch": self.torch, "variant": self.variant, "reason": self.reason, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What resolve chose: every package pinned, with the evidence for the choice."""
+
+    matrix_version: str
+    python: str
+    platform: Platform
+    compat: Compat
+    torch_version: str
+    variant: str
+    cuda: CudaVersion | None
+    cudnn: str | None
+    index_url: str
+    packages: tuple[PackagePin, ...]
+    targets: tuple[Target, ...]
+    rejected: tuple[Rejection, ...] = ()
+    #: Sentences explaining the choice (which node constrained what, compat caveats, ...).
+    explanation: tuple[str, ...] = ()
+    #: Facts the choice rests on that the matrix marks unverified.
+    unverified: tuple[str, ...] = ()
+
+    @property
+    def torch_pin(self) -> PackagePin:
+        return next(p for p in self.packages if p.name == "torch")
+
+    def pin(self, name: str) -> PackagePin | None:
+        return next((p for p in self.packages if p.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "matrix_version": self.matrix_version,
+            "python": self.python,
+            "platform": self.platform,
+            "compat": self.compat,
+            "torch": {
+                "version": self.torch_version,
+                "variant": self.variant,
+                "cuda": format_cuda(self.cuda) if self.cuda else None,
+                "cudnn": self.cudnn,
+                "index_url": self.index_url,
+            },
+            "packages": [p.to_json() for p in self.packages],
+            "target": self.targets[0].to_json() if len(self.targets) == 1 else None,
+            "targets": [t.to_json() for t in self.targets],
+            "rejected": [r.to_json() for r in self.rejected],
+            "explanation": list(self.explanation),
+            "unverified": list(self.unverified),
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (or note) found by audit or doctor. ``code`` is part of the interface."""
+
+    code: str
+    severity: Severity
+    message: str
+    evidence: tuple[str, ...] = ()
+    fix: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "message": self.message,
+            "evidence": list(self.evidence),
+            "fix": list(self.fix),
+        }
