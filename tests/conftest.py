@@ -1,0 +1,33 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.support.index import IndexServer
+from tests.support.index import serve_indexes as _serve_indexes
+from tests.support.wheels import StandIn
+
+ServeIndexes = Callable[..., IndexServer]
+
+
+@pytest.fixture
+def serve_indexes(tmp_path: Path) -> Iterator[ServeIndexes]:
+    """Factory: ``serve_indexes(pytorch={"cu121": [...]}, pypi=[...]) -> IndexServer``.
+
+    The server listens on 127.0.0.1 until the test ends; ``pytorch_url, pypi_url = server``.
+    """
+    with ExitStack() as stack:
+        counter = iter(range(1_000_000))
+
+        def start(pytorch: Mapping[str, Sequence[StandIn]] | None = None,
+                  pypi: Sequence[StandIn] = (), *,
+                  auth: tuple[str, str] | None = None) -> IndexServer:
+            where = tmp_path / f"served-{next(counter)}"
+            return stack.enter_context(_serve_indexes(where, pytorch, pypi, auth=auth))
+
+        yield start

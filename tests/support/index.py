@@ -1,0 +1,408 @@
+"""A local package index on 127.0.0.1: PEP 503 (HTML) + PEP 691 (JSON) + PEP 658 metadata.
+
+Two indexes are served by one threaded HTTP server:
+
+- a PyTorch-like one laid out like download.pytorch.org: ``/whl/<variant>/<project>/`` with the
+  files at ``/whl/<variant>/<file name, "+" as %2B>`` (``pytorch_url`` is ``.../whl``, so
+  ``pytorch_url + "/cu121"`` is what ``pip --index-url`` takes);
+- a PyPI-like one at ``/pypi/simple/<project>/`` with the files under ``/pypi/files/``.
+
+Every file link carries ``#sha256=`` and a PEP 658 ``.metadata`` file next to it (announced with
+both ``data-dist-info-metadata`` and ``data-core-metadata``). Faults can be injected per path for
+the reliability tests: HTTP 500, a truncated body, tampered bytes (the index keeps advertising the
+original hash), a slow response, or a connection closed without an answer.
+
+Usage (see also the ``serve_indexes`` fixture in ``tests/conftest.py``)::
+
+    with serve_indexes(tmp_path, pytorch={"cu121": [torch_standin("2.1.0+cu121", "12.1")]},
+                       pypi=[StandIn("finetunekit", "1.0", requires_dist=["torch>=2.0"])]) as srv:
+        pytorch_base, pypi_url = srv            # ".../whl", ".../pypi/simple"
+        srv.fail("/whl/cu121/torch/", status=500, times=2)
+        srv.requests                            # [(method, path, status), ...]
+        subprocess.run([...pip...], env=offline_env())   # no pip.conf, no PIP_* find-links
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import hashlib
+import html
+import json
+import os
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Literal
+
+from tests.support.wheels import StandIn, build_wheel, metadata_of
+
+PEP691_JSON = "application/vnd.pypi.simple.v1+json"
+PEP691_HTML = "application/vnd.pypi.simple.v1+html"
+
+FaultKind = Literal["status", "truncate", "tamper", "slow", "drop"]
+
+
+def normalize(name: str) -> str:
+    """PEP 503 project name normalisation."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
+class Fault:
+    """Something to do wrong on requests whose path matches ``pattern`` (fnmatch)."""
+
+    pattern: str
+    kind: FaultKind
+    status: int = 500
+    delay: float = 0.0
+    #: How many matching requests to spoil; None: all of them.
+    times: int | None = None
+    hits: int = 0
+
+    def matches(self, path: str) -> bool:
+        if self.times is not None and self.hits >= self.times:
+            return False
+        return fnmatch.fnmatchcase(path, self.pattern)
+
+
+@dataclass
+class _File:
+    filename: str
+    data: bytes
+    sha256: str
+    metadata: bytes
+    metadata_sha256: str
+    requires_python: str | None
+    version: str
+
+
+@dataclass
+class _Index:
+    """One simple index: project pages at ``{prefix}/<project>/``, files at ``{files_prefix}``."""
+
+    prefix: str
+    files_prefix: str
+    projects: dict[str, list[_File]] = field(default_factory=dict)
+
+    def file_url(self, filename: str) -> str:
+        return f"{self.files_prefix}/{urllib.parse.quote(filename)}"
+
+
+class IndexServer:
+    """The running server. Iterate it for ``(pytorch_url, pypi_url)``."""
+
+    def __init__(self, wheel_dir: Path, pytorch: Mapping[str, Sequence[StandIn]],
+                 pypi: Sequence[StandIn], *, auth: tuple[str, str] | None = None) -> None:
+        self.wheel_dir = wheel_dir
+        self.auth = auth
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str, int]] = []
+        self._lock = threading.Lock()
+        self.indexes: list[_Index] = []
+        for variant, specs in pytorch.items():
+            index = _Index(prefix=f"/whl/{variant}", files_prefix=f"/whl/{variant}")
+            self._fill(index, specs, wheel_dir / "whl" / variant)
+            self.indexes.append(index)
+        pypi_index = _Index(prefix="/pypi/simple", files_prefix="/pypi/files")
+        self._fill(pypi_index, pypi, wheel_dir / "pypi")
+        self.indexes.append(pypi_index)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _fill(index: _Index, specs: Sequence[StandIn], directory: Path) -> None:
+        for spec in specs:
+            data = build_wheel(spec, directory).read_bytes()
+            metadata = metadata_of(spec).encode()
+            index.projects.setdefault(normalize(spec.name), []).append(_File(
+                filename=spec.filename,
+                data=data,
+                sha256=hashlib.sha256(data).hexdigest(),
+                metadata=metadata,
+                metadata_sha256=hashlib.sha256(metadata).hexdigest(),
+                requires_python=spec.requires_python,
+                version=spec.version,
+            ))
+
+    def start(self) -> IndexServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    # -- addresses ------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pytorch_url(self) -> str:
+        """The download.pytorch.org-like base: append ``/cu121`` for pip's ``--index-url``."""
+        return f"{self.base_url}/whl"
+
+    @property
+    def pypi_url(self) -> str:
+        return f"{self.base_url}/pypi/simple"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((self.pytorch_url, self.pypi_url))
+
+    def sha256(self, filename: str) -> str:
+        """The hash the index advertises for ``filename``."""
+        return self._find_file(filename).sha256
+
+    def file_path(self, filename: str) -> str:
+        """The URL path of ``filename`` (for fault patterns)."""
+        for index in self.indexes:
+            for files in index.projects.values():
+                if any(f.filename == filename for f in files):
+                    return index.file_url(filename)
+        raise KeyError(filename)
+
+    def _find_file(self, filename: str) -> _File:
+        for index in self.indexes:
+            for files in index.projects.values():
+                for entry in files:
+                    if entry.filename == filename:
+                        return entry
+        raise KeyError(filename)
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def fail(self, pattern: str, *, status: int = 500, times: int | None = None) -> Fault:
+        """Answer requests matching ``pattern`` with HTTP ``status``."""
+        return self._add(Fault(pattern, "status", status=status, times=times))
+
+    def truncate(self, pattern: str, *, times: int | None = None) -> Fault:
+        """Announce the full Content-Length, send half the body, close the connection."""
+        return self._add(Fault(pattern, "truncate", times=times))
+
+    def tamper(self, pattern: str, *, times: int | None = None) -> Fault:
+        """Serve altered bytes while the index keeps advertising the original sha256."""
+        return self._add(Fault(pattern, "tamper", times=times))
+
+    def slow(self, pattern: str, seconds: float, *, times: int | None = None) -> Fault:
+        """Wait ``seconds`` before answering."""
+        return self._add(Fault(pattern, "slow", delay=seconds, times=times))
+
+    def drop(self, pattern: str, *, times: int | None = None) -> Fault:
+        """Close the connection without any answer."""
+        return self._add(Fault(pattern, "drop", times=times))
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self.faults.clear()
+
+    def _add(self, fault: Fault) -> Fault:
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def _take_fault(self, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.matches(path):
+                    fault.hits += 1
+                    return fault
+        return None
+
+    def requested(self, pattern: str) -> list[str]:
+        """Paths requested so far that match ``pattern``."""
+        with self._lock:
+            return [p for _m, p, _s in self.requests if fnmatch.fnmatchcase(p, pattern)]
+
+    # -- routing --------------------------------------------------------------------------
+
+    def route(self, path: str, accept: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) for a GET of ``path``."""
+        for index in self.indexes:
+            if path.rstrip("/") == index.prefix:
+                return self._root_page(index, accept)
+            if path.startswith(index.prefix + "/") and path.endswith("/"):
+                project = path[len(index.prefix) + 1:-1]
+                if "/" not in project:
+                    files = index.projects.get(normalize(project))
+                    if files is None:
+                        return 404, "text/plain", b"no such project\n"
+                    return self._project_page(index, normalize(project), files, accept)
+            if path.startswith(index.files_prefix + "/"):
+                name = urllib.parse.unquote(path[len(index.files_prefix) + 1:])
+                want_metadata = name.endswith(".metadata")
+                filename = name.removesuffix(".metadata")
+                for files in index.projects.values():
+                    for entry in files:
+                        if entry.filename == filename:
+                            if want_metadata:
+                                return 200, "binary/octet-stream", entry.metadata
+                            return 200, "binary/octet-stream", entry.data
+        return 404, "text/plain", b"not found\n"
+
+    @staticmethod
+    def _wants_json(accept: str) -> bool:
+        return PEP691_JSON in accept
+
+    def _root_page(self, index: _Index, accept: str) -> tuple[int, str, bytes]:
+        names = sorted(index.projects)
+        if self._wants_json(accept):
+            document = {"meta": {"api-version": "1.1"},
+                        "projects": [{"name": name} for name in names]}
+            return 200, PEP691_JSON, json.dumps(document).encode()
+        links = "".join(f'<a href="{name}/">{name}</a>\n' for name in names)
+        page = f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n"
+        return 200, "text/html", page.encode()
+
+    def _project_page(self, index: _Index, project: str, files: list[_File],
+                      accept: str) -> tuple[int, str, bytes]:
+        ordered = sorted(files, key=lambda f: f.filename)
+        if self._wants_json(accept):
+            document = {
+                "meta": {"api-version": "1.1"},
+                "name": project,
+                "versions": sorted({f.version for f in ordered}),
+                "files": [
+                    {
+                        "filename": f.filename,
+                        "url": index.file_url(f.filename),
+                        "hashes": {"sha256": f.sha256},
+                        "requires-python": f.requires_python,
+                        "size": len(f.data),
+                        "core-metadata": {"sha256": f.metadata_sha256},
+                        "dist-info-metadata": {"sha256": f.metadata_sha256},
+                    }
+                    for f in ordered
+                ],
+            }
+            return 200, PEP691_JSON, json.dumps(document).encode()
+        links = []
+        for f in ordered:
+            attrs = [f'href="{index.file_url(f.filename)}#sha256={f.sha256}"']
+            if f.requires_python:
+                attrs.append(f'data-requires-python="{html.escape(f.requires_python)}"')
+            attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
+            attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
+            links.append(f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br/>\n")
+        page = (
+            "<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" "
+            f"content=\"1.1\"></head><body>\n<h1>Links for {project}</h1>\n"
+            + "".join(links) + "</body></html>\n"
+        )
+        return 200, "text/html", page.encode()
+
+
+def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # keep test output quiet; requests are recorded in server.requests
+
+        def _authorised(self) -> bool:
+            if server.auth is None:
+                return True
+            expected = base64.b64encode(":".join(server.auth).encode()).decode()
+            return self.headers.get("Authorization", "") == f"Basic {expected}"
+
+        def do_HEAD(self) -> None:
+            self._answer(head=True)
+
+        def do_GET(self) -> None:
+            self._answer(head=False)
+
+        def _answer(self, *, head: bool) -> None:
+            path = urllib.parse.urlsplit(self.path).path
+            if not self._authorised():
+                self._send(401, "text/plain", b"authentication required\n", head=head,
+                           extra={"WWW-Authenticate": 'Basic realm="cudalock-tests"'})
+                self._record(path, 401)
+                return
+            status, ctype, body = server.route(path, self.headers.get("Accept", ""))
+            fault = server._take_fault(path)
+            if fault is not None:
+                if fault.kind == "slow":
+                    time.sleep(fault.delay)
+                elif fault.kind == "status":
+                    status, ctype, body = fault.status, "text/plain", b"injected failure\n"
+                elif fault.kind == "drop":
+                    self._record(path, 0)
+                    self.close_connection = True
+                    return
+                elif fault.kind == "tamper" and status == 200:
+                    body = body[:-1] + bytes([body[-1] ^ 0xFF]) if body else b"x"
+                elif fault.kind == "truncate" and status == 200:
+                    self._record(path, status)
+                    self.send_response(status)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    if not head:
+                        self.wfile.write(body[: max(1, len(body) // 2)])
+                        self.wfile.flush()
+                    self.close_connection = True
+                    return
+            self._record(path, status)
+            self._send(status, ctype, body, head=head)
+
+        def _send(self, status: int, ctype: str, body: bytes, *, head: bool,
+                  extra: Mapping[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for key, value in (extra or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            if not head:
+                self.wfile.write(body)
+
+        def _record(self, path: str, status: int) -> None:
+            with server._lock:
+                server.requests.append((self.command, path, status))
+
+    return Handler
+
+
+@contextmanager
+def serve_indexes(tmp_path: Path, pytorch: Mapping[str, Sequence[StandIn]] | None = None,
+                  pypi: Sequence[StandIn] = (), *,
+                  auth: tuple[str, str] | None = None) -> Iterator[IndexServer]:
+    """Serve the given stand-ins until the block ends; wheels are built under ``tmp_path``."""
+    server = IndexServer(tmp_path / "index", pytorch or {}, pypi, auth=auth).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def offline_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) with pip and uv cut off from every configured index.
+
+    This machine's pip config and ``PIP_*`` variables add find-links, extra indexes and
+    constraints; tests must see only the indexes they pass on the command line.
+    """
+    env = {k: v for k, v in (base if base is not None else os.environ).items()
+           if not k.startswith(("PIP_", "UV_", "CUDALOCK_"))}
+    env.update({
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+        "PIP_DEFAULT_TIMEOUT": "15",
+        "UV_NO_CONFIG": "1",
+        "UV_NO_CACHE": "1",
+        "UV_PYTHON_DOWNLOADS": "never",
+    })
+    return env
