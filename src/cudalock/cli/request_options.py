@@ -1,0 +1,125 @@
+"""Options shared by every command that takes a Request, declared once.
+
+``@request_options`` adds ``--torch``, ``--python``, ``--cuda``, ``--compat``, ``--with``,
+``--framework``, ``--pytorch-index``, ``--pypi-index`` and ``--allow-insecure-index`` to a typer
+command and hands it one :class:`RequestOptions` value as its ``request_opts`` argument. Values
+not given are None, so a spec file (``cudalock.toml``) can fill them: see
+:meth:`RequestOptions.to_request`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+if TYPE_CHECKING:
+    from cudalock.model import Request
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+REQUEST_PANEL = "Request (what to install)"
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """The Request flags as given (None: not given)."""
+
+    torch: str | None = None
+    python: str | None = None
+    cuda: str | None = None
+    compat: str | None = None
+    with_packages: tuple[str, ...] | None = None
+    framework: str | None = None
+    pytorch_index: str | None = None
+    pypi_index: str | None = None
+    allow_insecure_index: bool = False
+
+    def to_request(self, base: Request | None = None) -> Request:
+        """``base`` (e.g. from ``cudalock.toml``) overridden by the flags given, validated."""
+        from cudalock.request import merge_request
+
+        return merge_request(
+            base,
+            allow_insecure_index=self.allow_insecure_index,
+            torch=self.torch,
+            python=self.python,
+            cuda=self.cuda,
+            compat=self.compat,
+            with_packages=self.with_packages,
+            framework=self.framework,
+            pytorch_index=self.pytorch_index,
+            pypi_index=self.pypi_index,
+        )
+
+
+def _opt(hint: Any, *names: str, help: str, envvar: str | None = None) -> Any:
+    return Annotated[hint, typer.Option(*names, help=help, envvar=envvar,
+                                        rich_help_panel=REQUEST_PANEL)]
+
+
+_PARAMETERS: dict[str, tuple[Any, Any]] = {
+    "torch": (_opt(str | None, "--torch", help="torch version or specifier: 2.1.0, "
+                   "'>=2.1,<2.4' (default: the newest that fits)."), None),
+    "python": (_opt(str | None, "--python", help="Python version of the environment, e.g. "
+                    "3.11 (default: the newest the chosen torch supports)."), None),
+    "cuda": (_opt(str | None, "--cuda", help="Pin the CUDA build, e.g. 12.1 (default: the "
+                  "newest the driver allows)."), None),
+    "compat": (_opt(str | None, "--compat", help="strict (default: CUDA build <= driver CUDA) "
+                    "or minor (NVIDIA minor-version compatibility)."), None),
+    "with_": (_opt(list[str] | None, "--with", help="Companion package, e.g. torchaudio or "
+                   "'deepspeed>=0.15' (repeatable; default: torchvision)."), None),
+    "framework": (_opt(str | None, "--framework", help="Fine-tuning framework: a requirement "
+                       "(llamafactory==0.9.5), a local path (installed editable) or a VCS URL."),
+                  None),
+    "pytorch_index": (_opt(str | None, "--pytorch-index", envvar="CUDALOCK_PYTORCH_INDEX",
+                           help="PyTorch index base URL (default https://download.pytorch.org/"
+                           "whl); the build variant (/cu121) is appended."), None),
+    "pypi_index": (_opt(str | None, "--pypi-index", envvar="CUDALOCK_PYPI_INDEX",
+                        help="PyPI-compatible simple index URL for everything else "
+                        "(default: pip's own)."), None),
+    "allow_insecure_index": (_opt(bool, "--allow-insecure-index", help="Accept plain http "
+                                  "index URLs to hosts other than loopback."), False),
+}
+
+
+def request_options(func: F) -> F:
+    """Add the Request flags to a command; it receives them as ``request_opts``."""
+    signature = inspect.signature(func)
+    kept = [p for name, p in signature.parameters.items() if name != "request_opts"]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
+        for name, (hint, default) in _PARAMETERS.items()
+    ]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with_packages = kwargs.pop("with_")
+        options = RequestOptions(
+            torch=kwargs.pop("torch"),
+            python=kwargs.pop("python"),
+            cuda=kwargs.pop("cuda"),
+            compat=kwargs.pop("compat"),
+            with_packages=tuple(with_packages) if with_packages else None,
+            framework=kwargs.pop("framework"),
+            pytorch_index=kwargs.pop("pytorch_index"),
+            pypi_index=kwargs.pop("pypi_index"),
+            allow_insecure_index=kwargs.pop("allow_insecure_index"),
+        )
+        return func(*args, request_opts=options, **kwargs)
+
+    positional = [p for p in kept if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    keyword = [p for p in kept if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*positional, *keyword, *added]
+    )
+    annotations = {k: v for k, v in getattr(func, "__annotations__", {}).items()
+                   if k != "request_opts"}
+    annotations.update({name: hint for name, (hint, _default) in _PARAMETERS.items()})
+    wrapper.__annotations__ = annotations
+    del wrapper.__wrapped__  # typer must see the new signature, not the wrapped one
+    return wrapper  # type: ignore[return-value]
