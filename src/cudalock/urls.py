@@ -58,3 +58,17 @@ def validate_index_url(url: str, *, flag: str, allow_insecure: bool = False) -> 
             hint="use https, or pass --allow-insecure-index if you trust this network",
         )
     return url.rstrip("/")
+
+
+def strip_credentials(url: str) -> str:
+    """``url`` without its ``user:password@`` part (for records that must not hold secrets)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=host))
+
+
+def check_index_url(url: str, *, option: str, allow_insecure: bool = False) -> str:
+    """:func:`validate_index_url` with the flag named ``option`` (the lock module's spelling)."""
+    return validate_index_url(url, flag=option, allow_insecure=allow_insecure)
