@@ -1,101 +1,69 @@
 """Building a :class:`Request` from flags and a spec file, validating every value.
 
-Flags win over the spec file (``cudalock.toml``), which wins over the defaults. Each bad value
-raises :class:`UsageError` naming it and what is expected.
+Flags win over the spec file (``cudalock.toml``), which wins over the defaults. The version
+fields follow :func:`cudalock.resolve.make_request` (``--with`` adds to the default torchvision,
+``--with none`` drops it); index URLs follow :mod:`cudalock.urls` (https, or loopback). Each bad
+value raises :class:`UsageError` naming it and what is expected.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Sequence
-from typing import Any
-
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from cudalock.errors import UsageError
 from cudalock.model import Request
 from cudalock.urls import validate_index_url
-from cudalock.versions import format_cuda, parse_cuda_version, parse_python_version
-
-COMPAT_POLICIES = ("strict", "minor")
-_BARE_VERSION_RE = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?$")
 
 
-def normalize_torch_spec(text: str) -> str:
-    """``"2.1.0"`` → ``"==2.1.0"``; ``">=2.1,<2.4"`` kept; ``""`` means any release."""
-    cleaned = text.strip()
-    if not cleaned:
-        return ""
-    if cleaned.lower().startswith("torch"):
-        cleaned = cleaned[len("torch"):].strip()
-    if _BARE_VERSION_RE.match(cleaned):
-        cleaned = f"=={cleaned}"
-    try:
-        SpecifierSet(cleaned)
-    except InvalidSpecifier:
-        raise UsageError(
-            f"invalid --torch {text!r}: expected a version like 2.1.0 or a specifier like "
-            "'>=2.1,<2.4'"
-        ) from None
-    return cleaned
+def merge_request(
+    base: Request | None,
+    *,
+    allow_insecure_index: bool = False,
+    torch: str | None = None,
+    python: str | None = None,
+    cuda: str | None = None,
+    compat: str | None = None,
+    with_packages: Sequence[str] | None = None,
+    framework: str | None = None,
+    pytorch_index: str | None = None,
+    pypi_index: str | None = None,
+) -> Request:
+    """``base`` (or the defaults) with every value given (not None) applied, validated."""
+    from cudalock.resolve import make_request
 
-
-def validate_with(packages: Sequence[str]) -> tuple[str, ...]:
-    """Companion packages as requirement strings (``torchvision``, ``deepspeed>=0.15``)."""
-    kept: list[str] = []
-    for text in packages:
-        if not text.strip():
-            continue
-        try:
-            Requirement(text)
-        except InvalidRequirement:
-            raise UsageError(
-                f"invalid --with {text!r}: expected a package name, optionally with a version "
-                "specifier, like deepspeed>=0.15"
-            ) from None
-        kept.append(text.strip())
-    return tuple(kept)
-
-
-def merge_request(base: Request | None, *, allow_insecure_index: bool = False,
-                  **given: Any) -> Request:
-    """``base`` (or the defaults) with every non-None value of ``given`` applied, validated.
-
-    ``given`` keys are :class:`Request` field names.
-    """
     current = base if base is not None else Request()
-    changes = {key: value for key, value in given.items() if value is not None}
-    unknown = set(changes) - {f.name for f in dataclasses.fields(Request)}
-    if unknown:
-        raise TypeError(f"unknown Request fields {sorted(unknown)}")
-    merged = dataclasses.replace(current, **changes)
-    return validate_request(merged, allow_insecure_index=allow_insecure_index)
-
-
-def validate_request(request: Request, *, allow_insecure_index: bool = False) -> Request:
-    """Normalise and check every field; raise :class:`UsageError` on the first bad one."""
-    python = parse_python_version(request.python) if request.python else None
-    cuda = format_cuda(parse_cuda_version(request.cuda)) if request.cuda else None
-    if request.compat not in COMPAT_POLICIES:
-        raise UsageError(f"invalid --compat {request.compat!r}: expected strict or minor")
-    framework = request.framework.strip() if request.framework else None
-    if framework is not None and (not framework or "\n" in framework or "\0" in framework):
-        raise UsageError(f"invalid --framework {request.framework!r}: expected a requirement, "
-                         "a local path or a VCS URL on one line")
-    return dataclasses.replace(
-        request,
-        torch=normalize_torch_spec(request.torch),
-        python=python,
-        cuda=cuda,
-        with_packages=validate_with(request.with_packages),
-        framework=framework,
-        pytorch_index=validate_index_url(request.pytorch_index, flag="--pytorch-index",
-                                         allow_insecure=allow_insecure_index),
-        pypi_index=(
-            validate_index_url(request.pypi_index, flag="--pypi-index",
-                               allow_insecure=allow_insecure_index)
-            if request.pypi_index else None
-        ),
+    if with_packages is None:
+        # The base list is complete as recorded: "none" first stops make_request re-adding
+        # the default torchvision when the user had dropped it.
+        with_packages = ["none", *current.with_packages]
+    request = make_request(
+        torch=torch if torch is not None else current.torch,
+        python=python if python is not None else current.python,
+        cuda=cuda if cuda is not None else current.cuda,
+        compat=compat if compat is not None else current.compat,
+        with_packages=list(with_packages),
+        framework=check_framework(framework if framework is not None else current.framework),
+        pytorch_index=validate_index_url(
+            pytorch_index if pytorch_index is not None else current.pytorch_index,
+            flag="--pytorch-index", allow_insecure=allow_insecure_index),
+        pypi_index=_optional_index(pypi_index if pypi_index is not None else current.pypi_index,
+                                   allow_insecure_index),
     )
+    return request
+
+
+def _optional_index(url: str | None, allow_insecure: bool) -> str | None:
+    if not url:
+        return None
+    return validate_index_url(url, flag="--pypi-index", allow_insecure=allow_insecure)
+
+
+def check_framework(text: str | None) -> str | None:
+    """A framework requirement, path or VCS URL on one line (shell quoting happens later)."""
+    if text is None:
+        return None
+    cleaned = text.strip()
+    if not cleaned or any(ch in cleaned for ch in "\n\r\0"):
+        raise UsageError(f"invalid --framework {text!r}: expected a requirement "
+                         "(llamafactory==0.9.5), a local path or a VCS URL, on one line")
+    return cleaned

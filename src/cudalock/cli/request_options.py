@@ -33,6 +33,7 @@ class RequestOptions:
     python: str | None = None
     cuda: str | None = None
     compat: str | None = None
+    #: As given: entries add to the default torchvision; "none" drops it.
     with_packages: tuple[str, ...] | None = None
     framework: str | None = None
     pytorch_index: str | None = None
@@ -72,7 +73,7 @@ _PARAMETERS: dict[str, tuple[Any, Any]] = {
     "compat": (_opt(str | None, "--compat", help="strict (default: CUDA build <= driver CUDA) "
                     "or minor (NVIDIA minor-version compatibility)."), None),
     "with_": (_opt(list[str] | None, "--with", help="Companion package, e.g. torchaudio or "
-                   "'deepspeed>=0.15' (repeatable; default: torchvision)."), None),
+                   "'deepspeed>=0.15' (repeatable; adds to torchvision; 'none' drops it)."), None),
     "framework": (_opt(str | None, "--framework", help="Fine-tuning framework: a requirement "
                        "(llamafactory==0.9.5), a local path (installed editable) or a VCS URL."),
                   None),
