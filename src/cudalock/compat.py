@@ -25,8 +25,8 @@ VerdictStatus = Literal["ok", "minor-compat", "too-old", "no-driver"]
 
 #: What minor-version compatibility gives up, said wherever a plan relies on it.
 MINOR_COMPAT_COST = (
-    "minor-version compatibility gives up PTX JIT for PTX newer than the driver, and features "
-    "that need a newer driver fail at run time"
+    "no PTX JIT for PTX newer than the driver, and features that need a newer driver fail "
+    "at run time"
 )
 
 
@@ -137,7 +137,7 @@ def driver_verdict(
             required,
             floor,
             f"{supports}; it runs {wanted} only through minor-version compatibility "
-            f"(CUDA {cuda[0]}.x floor {floor}): {MINOR_COMPAT_COST}",
+            f"(CUDA {cuda[0]}.x floor {floor}), at a cost: {MINOR_COMPAT_COST}",
             driver_cuda,
             minor_compat_possible=True,
         )
