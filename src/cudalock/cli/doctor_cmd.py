@@ -1,15 +1,226 @@
-"""`cudalock doctor` and `cudalock memory` (placeholder until their implementation lands)."""
+"""`cudalock doctor` (explain -9 / -11) and `cudalock memory` (host RAM for a ZeRO run)."""
 
 from __future__ import annotations
 
-from cudalock.errors import UsageError
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from cudalock.doctor import SetupHints
+
+MEMORY_PANEL = "The training run (memory check)"
+
+ParamsOpt = Annotated[str | None, typer.Option(
+    "--params", help="Model parameters: 7B, 7e9, 1.5T, 350M.", rich_help_panel=MEMORY_PANEL)]
+ModelOpt = Annotated[Path | None, typer.Option(
+    "--model", help="A Hugging Face config.json, model.safetensors.index.json, *.safetensors or "
+    "model directory to count parameters from.", rich_help_panel=MEMORY_PANEL)]
+LargestOpt = Annotated[str | None, typer.Option(
+    "--largest-layer-params", help="Parameters of the largest layer (ZeRO-3's GPU figure), "
+    "e.g. 131M.", rich_help_panel=MEMORY_PANEL)]
+ZeroOpt = Annotated[int | None, typer.Option(
+    "--zero", help="ZeRO stage: 2 or 3 (1 is checked with the ZeRO-2 formulas).",
+    rich_help_panel=MEMORY_PANEL)]
+GpusOpt = Annotated[int | None, typer.Option(
+    "--gpus-per-node", help="GPUs (ranks) per node; default: this machine's GPU count.",
+    rich_help_panel=MEMORY_PANEL)]
+NodesOpt = Annotated[int | None, typer.Option(
+    "--nodes", help="Number of nodes (default 1).", rich_help_panel=MEMORY_PANEL)]
+OffloadOptOpt = Annotated[str | None, typer.Option(
+    "--offload-optimizer", help="cpu or none (default none).", rich_help_panel=MEMORY_PANEL)]
+OffloadParamOpt = Annotated[str | None, typer.Option(
+    "--offload-param", help="cpu or none (default none; ZeRO-3 only).",
+    rich_help_panel=MEMORY_PANEL)]
+GatherOpt = Annotated[bool | None, typer.Option(
+    "--gather-16bit-weights/--no-gather-16bit-weights",
+    help="ZeRO-3: stage3_gather_16bit_weights_on_model_save (default: assumed true).",
+    rich_help_panel=MEMORY_PANEL)]
+HostMemOpt = Annotated[str | None, typer.Option(
+    "--host-memory", help="Host RAM to compare with instead of this machine's: 512GB, 64GiB, "
+    "64Gi, 2TiB.", rich_help_panel=MEMORY_PANEL)]
+DsConfigOpt = Annotated[Path | None, typer.Option(
+    "--deepspeed-config", help="The run's DeepSpeed config JSON (ZeRO stage, offload, "
+    "gathering).", rich_help_panel=MEMORY_PANEL)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 
 
-def doctor() -> None:
-    """Not available yet."""
-    raise UsageError("'doctor' is not available yet")
+def _offload(flag: str, value: str | None) -> bool | None:
+    from cudalock.errors import UsageError
+
+    if value is None:
+        return None
+    lowered = value.strip().lower()
+    if lowered in ("cpu", "none"):
+        return lowered == "cpu"
+    if lowered == "nvme":
+        raise UsageError(f"{flag} nvme is not modelled (DeepSpeed's estimator covers cpu and "
+                         "none); expected cpu or none")
+    raise UsageError(f"{flag} {value!r} is not understood; expected cpu or none")
 
 
-def memory() -> None:
-    """Not available yet."""
-    raise UsageError("'memory' is not available yet")
+def _hints(params: str | None, largest: str | None, zero: int | None, gpus: int | None,
+           nodes: int | None, offload_optimizer: str | None, offload_param: str | None,
+           gather: bool | None) -> SetupHints:
+    from cudalock.doctor import SetupHints
+    from cudalock.errors import UsageError
+    from cudalock.sizes import parse_param_count
+
+    if zero is not None and zero not in (1, 2, 3):
+        raise UsageError(f"--zero {zero} is not supported; expected 2 or 3")
+    if gpus is not None and gpus < 1:
+        raise UsageError(f"--gpus-per-node {gpus} must be at least 1")
+    if nodes is not None and nodes < 1:
+        raise UsageError(f"--nodes {nodes} must be at least 1")
+    count = parse_param_count(params) if params is not None else None
+    return SetupHints(
+        params=count,
+        params_source=f"--params {params}" if params is not None else None,
+        largest_layer_params=parse_param_count(largest) if largest is not None else None,
+        zero_stage=zero,
+        gpus_per_node=gpus,
+        nodes=nodes,
+        offload_optimizer=_offload("--offload-optimizer", offload_optimizer),
+        offload_param=_offload("--offload-param", offload_param),
+        gather_16bit_weights=gather,
+    )
+
+
+def doctor(
+    exit_code: Annotated[str, typer.Option(
+        "--exit-code", help="The return code as you saw it: -9, 137, 'exitcode: -9', -11, 139, "
+        "'exits with return code = -11'.")],
+    log: Annotated[Path | None, typer.Option(
+        "--log", help="The training log (torchrun / deepspeed / Trainer output).")] = None,
+    json_output: JsonOpt = False,
+    no_run: Annotated[bool, typer.Option(
+        "--no-run", help="For -11: audit without initialising CUDA in a child process.")] = False,
+    python: Annotated[Path | None, typer.Option(
+        "--python", help="For -11: the interpreter of the environment that crashed "
+        "(default: the active one).")] = None,
+    params: ParamsOpt = None,
+    model: ModelOpt = None,
+    largest_layer_params: LargestOpt = None,
+    zero: ZeroOpt = None,
+    gpus_per_node: GpusOpt = None,
+    nodes: NodesOpt = None,
+    offload_optimizer: OffloadOptOpt = None,
+    offload_param: OffloadParamOpt = None,
+    gather_16bit_weights: GatherOpt = None,
+    host_memory: HostMemOpt = None,
+    deepspeed_config: DsConfigOpt = None,
+) -> None:
+    """Explain why a run ended with -9/137 (SIGKILL) or -11/139 (SIGSEGV), from evidence.
+
+    -9: kernel OOM-killer lines (dmesg, journalctl -k, /var/log/kern.log), cgroup counters,
+    launcher lines in --log, and the host memory the ZeRO run needs. -11: the environment audit,
+    kernel segfault lines, /dev/shm. Exit 1 when a problem is found, 0 otherwise.
+    """
+    from cudalock.cli.common import emit_json
+    from cudalock.doctor import DoctorRequest, default_readers, render_report, run_doctor
+    from cudalock.sizes import parse_bytes
+
+    request = DoctorRequest(
+        exit_code=exit_code,
+        log_path=log,
+        flags=_hints(params, largest_layer_params, zero, gpus_per_node, nodes,
+                     offload_optimizer, offload_param, gather_16bit_weights),
+        model_path=model,
+        deepspeed_config=deepspeed_config,
+        host_memory_bytes=parse_bytes(host_memory) if host_memory is not None else None,
+        python=python,
+        no_run=no_run,
+    )
+    report = run_doctor(request, default_readers())
+    if json_output:
+        emit_json(report.to_json())
+    else:
+        typer.echo("\n".join(render_report(report)))
+    raise typer.Exit(report.exit_code)
+
+
+def memory(
+    params: ParamsOpt = None,
+    model: ModelOpt = None,
+    largest_layer_params: LargestOpt = None,
+    zero: ZeroOpt = None,
+    gpus_per_node: GpusOpt = None,
+    nodes: NodesOpt = None,
+    offload_optimizer: OffloadOptOpt = None,
+    offload_param: OffloadParamOpt = None,
+    gather_16bit_weights: GatherOpt = None,
+    host_memory: HostMemOpt = None,
+    deepspeed_config: DsConfigOpt = None,
+    probe_file: Annotated[Path | None, typer.Option(
+        "--probe", help="Compare with the host in this probe JSON ('cudalock probe --json' "
+        "written on the training node) instead of this machine.")] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Host RAM and GPU memory a DeepSpeed ZeRO run needs, and whether this host has it.
+
+    DeepSpeed's own estimator formulas (tables in GiB), plus the checkpoint-save spike (ZeRO-2:
+    every rank copies the 16-bit weights to host RAM) and the rule of thumb host RAM >= 1.5 x
+    16-bit weights x GPUs per node. Exit 0 when the host has enough, 1 when it falls short.
+    """
+    from cudalock.cli.common import emit_json
+    from cudalock.doctor import (
+        SetupHints,
+        build_setup,
+        host_memory_from,
+        merge_hints,
+        read_deepspeed_config,
+        smallest_gpu_memory,
+    )
+    from cudalock.errors import UsageError
+    from cudalock.memory import check_host_memory, memory_needs, render_verdict
+    from cudalock.sizes import parse_bytes
+
+    flags = _hints(params, largest_layer_params, zero, gpus_per_node, nodes,
+                   offload_optimizer, offload_param, gather_16bit_weights)
+    if params is not None and model is not None:
+        raise UsageError("give either --params or --model, not both")
+    sources = [flags]
+    if model is not None:
+        from cudalock.model_config import read_model_size
+
+        size = read_model_size(model)
+        sources.append(SetupHints(params=size.params, params_source=size.source,
+                                  largest_layer_params=size.largest_layer_params))
+    if deepspeed_config is not None:
+        sources.append(SetupHints.from_shape(read_deepspeed_config(deepspeed_config)))
+    hints = merge_hints(*sources)
+    if hints.params is None:
+        raise UsageError("the model size is missing; pass --params 7B (or 7e9) or --model PATH")
+    host_override = parse_bytes(host_memory) if host_memory is not None else None
+    target = None
+    if probe_file is not None:
+        from cudalock.targets import read_probe_file
+
+        target = read_probe_file(probe_file)
+    elif host_override is None or hints.gpus_per_node is None:
+        from cudalock.probe import probe_machine
+
+        target = probe_machine()
+    default_gpus = len(target.gpus) if target is not None and target.gpus else 1
+    setup, notes = build_setup(hints, default_gpus)
+    assert setup is not None
+    source = "--host-memory" if host_override is not None else (
+        f"probe file {probe_file}" if probe_file is not None else None)
+    host = host_memory_from(target.host if target else None, host_override)
+    if source and host_override is None:
+        host = type(host)(host.total_bytes, host.cgroup_limit_bytes, source)
+    verdict = check_host_memory(memory_needs(setup), host, smallest_gpu_memory(target))
+    if json_output:
+        document = verdict.to_json()
+        document["assumed"] = notes
+        emit_json(document)
+    else:
+        from cudalock.doctor import render_findings
+
+        lines = render_verdict(verdict)
+        lines.extend(f"Assumed: {note}" for note in notes)
+        lines.append("")
+        lines.extend(render_findings(verdict.findings))
+        typer.echo("\n".join(lines))
+    raise typer.Exit(1 if any(f.severity == "error" for f in verdict.findings) else 0)

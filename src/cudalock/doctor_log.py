@@ -1,0 +1,319 @@
+"""Reading return codes and training logs: what the launcher, DataLoader and DeepSpeed said.
+
+Pure functions over text. Forms understood:
+
+- return codes: ``-9``, ``137`` (shell 128+9), ``exitcode: -9``, ``exits with return code = -11``,
+  ``SIGKILL``, and 247/245 (the DeepSpeed launcher's ``sys.exit(-9)`` / ``sys.exit(-11)``);
+- torchrun: ``exitcode  : -9 (pid: 1234)``, ``failed (exitcode: -9) local_rank: 0 (pid: 1234)``,
+  ``Signal 9 (SIGKILL) received by PID 1234``;
+- DeepSpeed launcher: ``[…] exits with return code = -11``;
+- DataLoader: ``DataLoader worker (pid 77) is killed by signal: Killed.`` / ``… Bus error.``;
+- ``CUDA out of memory``, Slurm's OOM and time-limit lines, NCCL watchdog timeouts;
+- the run's shape: DeepSpeed config path, ZeRO stage, offload, GPUs per node, nodes, params.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from cudalock.errors import UsageError
+
+#: The DeepSpeed launcher ends with sys.exit(-N); a shell then shows 256-N.
+_LAUNCHER_WRAPPED = {256 - n: n for n in (6, 7, 9, 11)}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """A return code as the user gave it, and the signal it stands for (if any)."""
+
+    raw: str
+    signal: int | None
+    code: int | None
+    form: str
+
+    @property
+    def name(self) -> str:
+        return signal_name(self.signal) if self.signal is not None else f"exit status {self.code}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"raw": self.raw, "signal": self.signal,
+                "signal_name": signal_name(self.signal) if self.signal is not None else None,
+                "exit_code": self.code, "form": self.form}
+
+
+_NUMBER_IN = re.compile(r"(?<![\w.])([+-]?\d+)(?![\w.])")
+_SIGNAL_NAME = re.compile(r"\bSIG([A-Z]{2,6})\b")
+
+
+def _from_number(raw: str, value: int) -> ExitStatus:
+    if value < 0:
+        if -value > 64:
+            raise UsageError(f"exit code {raw!r}: signal {-value} does not exist; "
+                             "expected e.g. -9, 137, -11 or 139")
+        return ExitStatus(raw, -value, None, f"killed by signal {-value} (Python/launcher form)")
+    if 128 < value <= 128 + 64:
+        return ExitStatus(raw, value - 128, None, f"shell/container form 128+{value - 128}")
+    if value in _LAUNCHER_WRAPPED:
+        n = _LAUNCHER_WRAPPED[value]
+        return ExitStatus(raw, n, None, f"the DeepSpeed launcher's sys.exit(-{n}) seen by a shell")
+    if value > 255:
+        raise UsageError(f"exit code {raw!r} is out of range; expected e.g. -9, 137, -11 or 139")
+    return ExitStatus(raw, None, value, "plain exit status")
+
+
+def parse_exit_code(text: str) -> ExitStatus:
+    """``-9``, ``137``, ``exitcode: -9``, ``exits with return code = -11``, ``SIGSEGV``."""
+    raw = text.strip()
+    if not raw:
+        raise UsageError("--exit-code is empty; expected e.g. -9, 137, -11 or 139")
+    name = _SIGNAL_NAME.search(raw.upper())
+    if name:  # "Signal 9 (SIGKILL) received by PID 1234": the name is the signal
+        try:
+            number = int(signal.Signals[f"SIG{name.group(1)}"])
+        except KeyError:
+            raise UsageError(f"exit code {raw!r}: unknown signal name") from None
+        return ExitStatus(raw, number, None, "signal name")
+    numbers = _NUMBER_IN.findall(raw)
+    if numbers:
+        return _from_number(raw, int(numbers[0]))
+    raise UsageError(f"exit code {raw!r} is not understood; expected e.g. -9, 137, "
+                     "'exitcode: -9', -11 or 139")
+
+
+# --- training logs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One line of the training log that matters, and what kind of line it is."""
+
+    kind: str
+    line_no: int
+    line: str
+    signal: int | None = None
+    pid: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "line_no": self.line_no, "line": self.line,
+                "signal": self.signal, "pid": self.pid}
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What the log says about the run, each field None when it does not say."""
+
+    deepspeed_config: str | None = None
+    zero_stage: int | None = None
+    offload_optimizer: bool | None = None
+    offload_param: bool | None = None
+    gather_16bit_weights: bool | None = None
+    gpus_per_node: int | None = None
+    nodes: int | None = None
+    params: int | None = None
+    params_source: str | None = None
+    model: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    events: tuple[LogEvent, ...]
+    shape: RunShape
+
+    def of_kind(self, *kinds: str) -> tuple[LogEvent, ...]:
+        return tuple(event for event in self.events if event.kind in kinds)
+
+    @property
+    def reported_pids(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(e.pid for e in self.events if e.pid is not None))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"events": [event.to_json() for event in self.events],
+                "run": self.shape.to_json()}
+
+
+def _signal_from_code(value: int) -> int | None:
+    if value < 0:
+        return -value
+    if 128 < value <= 192:
+        return value - 128
+    return None
+
+
+# (kind, pattern); a pattern's "code" group is an exit code, "sig" a signal number, "pid" a PID.
+_EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("launcher-exit", re.compile(r"exitcode\s*:\s*(?P<code>-?\d+)\s*\(pid:\s*(?P<pid>\d+)\)")),
+    ("launcher-exit", re.compile(
+        r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: \d+ \(pid: (?P<pid>\d+)\)")),
+    ("launcher-signal", re.compile(r"Signal (?P<sig>\d+) \(SIG\w+\) received by PID (?P<pid>\d+)")),
+    ("launcher-exit", re.compile(r"exits with return code = (?P<code>-?\d+)")),
+    ("dataloader-killed", re.compile(
+        r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Killed")),
+    ("dataloader-bus-error", re.compile(
+        r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Bus error")),
+    ("dataloader-segfault", re.compile(
+        r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Segmentation fault")),
+    ("cuda-oom", re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError")),
+    ("slurm-oom", re.compile(r"Detected \d+ oom[-_]kill events?")),
+    ("slurm-time-limit", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT")),
+    ("slurm-cancelled", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT")),
+    ("kubernetes-oomkilled", re.compile(r"\bOOMKilled\b")),
+    ("nccl-timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*timed out")),
+    ("shell-killed", re.compile(r"^(?:\S+: line \d+: +\d+ )?Killed\b")),
+    ("shell-segfault", re.compile(r"Segmentation fault(?: \(core dumped\))?\s*$")),
+    ("shell-bus-error", re.compile(r"^(?:\S+: line \d+: +\d+ )?Bus error\b")),
+)
+
+
+def _events(text: str) -> list[LogEvent]:
+    events: list[LogEvent] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        for kind, pattern in _EVENT_PATTERNS:
+            match = pattern.search(line)
+            if match is None:
+                continue
+            groups = match.groupdict()
+            sig = int(groups["sig"]) if groups.get("sig") else None
+            if groups.get("code"):
+                sig = _signal_from_code(int(groups["code"]))
+            pid = int(groups["pid"]) if groups.get("pid") else None
+            events.append(LogEvent(kind, number, line[:500], sig, pid))
+            break
+    return events
+
+
+_CONFIG_PATH = re.compile(
+    r"""(?:--deepspeed(?:_config)?|deepspeed_config|"deepspeed")["'=:\s]+["']?(?P<path>[^\s"',]+\.json)""")
+_STAGE = (
+    re.compile(r"ZeRO stage (?P<n>[0-3])\b", re.IGNORECASE),
+    re.compile(r"zero_optimization_stage\W*(?P<n>[0-3])\b"),
+    re.compile(r"zero_optimization\.stage\W*(?P<n>[0-3])\b"),
+    re.compile(r""""zero_optimization"\s*:\s*\{[^{}]*?"stage"\s*:\s*(?P<n>[0-3])"""),
+    re.compile(r"""['"]zero_optimization['"]\s*:\s*\{[^{}]*?['"]stage['"]\s*:\s*(?P<n>[0-3])"""),
+    re.compile(r"zero_config\W.*?\bstage=(?P<n>[0-3])\b"),
+)
+_OFFLOAD = r"{what}\W{{0,60}}?device\W{{0,40}}?(?:OffloadDeviceEnum\.)?(?P<device>cpu|nvme|none)\b"
+_OFFLOAD_OPTIMIZER = re.compile(_OFFLOAD.format(what="offload_optimizer"))
+_OFFLOAD_PARAM = re.compile(_OFFLOAD.format(what="offload_param"))
+_GATHER = re.compile(
+    r"gather_16bit_weights_on_model_save\W{0,40}?(?P<value>true|false)\b", re.IGNORECASE)
+_NPROC = re.compile(r"--(?:nproc[_-]per[_-]node|num[_-]gpus)[= ](?P<n>\d+)")
+_NNODES = re.compile(r"--(?:nnodes|num[_-]nodes)[= ](?P<n>\d+)(?![:\d])")
+_WORLD_INFO = re.compile(r"WORLD INFO DICT: (?P<dict>\{.*\})")
+_ALL_PARAMS = re.compile(r"all params: (?P<n>[\d,]+)")
+_TRAINABLE = re.compile(r"Number of trainable parameters = (?P<n>[\d,]+)")
+_MODEL_ARG = re.compile(r"--model_name_or_path[= ](?P<name>\S+)|model_name_or_path[=:]\s*['\"]?"
+                        r"(?P<name2>[^\s'\",]+)")
+_SIZE_IN_NAME = re.compile(r"(?<![\dA-Za-z.])(?P<n>\d+(?:\.\d+)?)[bB](?![A-Za-z\d])")
+
+
+def params_from_model_name(name: str) -> int | None:
+    """``meta-llama/Llama-2-7b-hf`` → 7·10⁹ (a guess from the name; MoE names like 8x7B: none)."""
+    if re.search(r"\d+x\d+(?:\.\d+)?[bB]", name):
+        return None
+    found = _SIZE_IN_NAME.findall(name.rsplit("/", 1)[-1])
+    if len(found) != 1:
+        return None
+    return int(float(found[0]) * 10**9)
+
+
+def _last(patterns: tuple[re.Pattern[str], ...], text: str) -> re.Match[str] | None:
+    best: re.Match[str] | None = None
+    for pattern in patterns:
+        for match in pattern.finditer(text):
+            if best is None or match.start() > best.start():
+                best = match
+    return best
+
+
+def _world_info(text: str) -> tuple[int | None, int | None]:
+    matches = list(_WORLD_INFO.finditer(text))
+    if not matches:
+        return None, None
+    match = matches[-1]
+    try:
+        info = ast.literal_eval(match.group("dict"))
+    except (ValueError, SyntaxError):
+        return None, None
+    if not isinstance(info, dict) or not info:
+        return None, None
+    ranks = [len(v) for v in info.values() if isinstance(v, list)]
+    return (max(ranks) if ranks else None), len(info)
+
+
+def _shape(text: str) -> RunShape:
+    config = _CONFIG_PATH.search(text)
+    stage = _last(_STAGE, text)
+    opt = _last((_OFFLOAD_OPTIMIZER,), text)
+    par = _last((_OFFLOAD_PARAM,), text)
+    gather = _last((_GATHER,), text)
+    gpus, nodes = _world_info(text)
+    if gpus is None and (nproc := _NPROC.search(text)):
+        gpus = int(nproc.group("n"))
+    if nodes is None and (nnodes := _NNODES.search(text)):
+        nodes = int(nnodes.group("n"))
+    params: int | None = None
+    params_source: str | None = None
+    if (count := _last((_ALL_PARAMS,), text)) is not None:
+        params, params_source = int(count.group("n").replace(",", "")), "log: 'all params'"
+    elif (count := _last((_TRAINABLE,), text)) is not None:
+        params = int(count.group("n").replace(",", ""))
+        params_source = "log: 'Number of trainable parameters' (full fine-tuning assumed)"
+    model_match = _MODEL_ARG.search(text)
+    model = (model_match.group("name") or model_match.group("name2")) if model_match else None
+    if params is None and model and (guess := params_from_model_name(model)):
+        params, params_source = guess, f"the model name {model!r} (a guess)"
+    return RunShape(
+        deepspeed_config=config.group("path") if config else None,
+        zero_stage=int(stage.group("n")) if stage else None,
+        offload_optimizer=(opt.group("device") != "none") if opt else None,
+        offload_param=(par.group("device") != "none") if par else None,
+        gather_16bit_weights=(gather.group("value").lower() == "true") if gather else None,
+        gpus_per_node=gpus, nodes=nodes, params=params, params_source=params_source,
+        model=model,
+    )
+
+
+def scan_training_log(text: str) -> LogFacts:
+    """The crash lines and the run's shape found in a training log."""
+    return LogFacts(tuple(_events(text)), _shape(text))
+
+
+def shape_from_deepspeed_config(config: dict[str, Any]) -> RunShape:
+    """ZeRO stage, offload and gathering from a DeepSpeed config JSON ("auto" counts as unknown)."""
+    zero = config.get("zero_optimization")
+    if not isinstance(zero, dict):
+        return RunShape()
+    stage = zero.get("stage")
+
+    def device(key: str) -> bool | None:
+        section = zero.get(key)
+        if not isinstance(section, dict):
+            return False if section is None else None
+        value = section.get("device")
+        return None if value in (None, "auto") else value != "none"
+
+    gather = zero.get("stage3_gather_16bit_weights_on_model_save",
+                      zero.get("gather_16bit_weights_on_model_save"))
+    return RunShape(
+        zero_stage=stage if isinstance(stage, int) and 0 <= stage <= 3 else None,
+        offload_optimizer=device("offload_optimizer"),
+        offload_param=device("offload_param"),
+        gather_16bit_weights=gather if isinstance(gather, bool) else None,
+    )
