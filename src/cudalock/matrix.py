@@ -17,6 +17,7 @@ the file and the entry; ``cudalock matrix check`` adds the cross-file rules.
 
 from __future__ import annotations
 
+import builtins
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -202,9 +203,9 @@ class Matrix:
         best: CudaVersion | None = None
         for tk in self.toolkits:
             minimum = tk.driver_windows if windows else tk.driver_linux
-            if minimum is not None and minimum <= driver and tk.provenance.verified:
-                if best is None or tk.cuda > best:
-                    best = tk.cuda
+            if (minimum is not None and minimum <= driver and tk.provenance.verified
+                    and (best is None or tk.cuda > best)):
+                best = tk.cuda
         return best
 
     def gpu_by_name(self, name: str) -> GpuModel | None:
@@ -236,23 +237,121 @@ def matrix_dir_from(option: str | os.PathLike[str] | None) -> Path:
     return Path(chosen) if chosen else default_matrix_dir()
 
 
-def load_matrix(directory: str | os.PathLike[str] | None = None) -> Matrix:
-    """Load and type-check a matrix directory (the shipped one by default)."""
+def load_matrix(directory: str | os.PathLike[str] | None = None, *,
+                use_cache: bool = True) -> Matrix:
+    """Load and type-check a matrix directory (the shipped one by default).
+
+    Parsing the TOML costs ~100 ms, so the typed result is kept in the user's cache directory
+    (see :func:`_cache_key` for what makes an entry stale) and later loads take a few ms. Any
+    cache problem falls back silently to the TOML files.
+    """
     path = matrix_dir_from(directory)
     if not path.is_dir():
         raise InputError(f"matrix directory {str(path)!r} does not exist")
+    key = _cache_key(path) if use_cache else None
+    if key is not None:
+        cached = _cache_read(path, key)
+        if cached is not None:
+            return cached
     raw = {name: _read_toml(path / name) for name in MATRIX_FILES}
-    return build_matrix(raw, path)
+    matrix = build_matrix(raw, path)
+    if key is not None and _settled(key):
+        _cache_write(path, key, matrix)
+    return matrix
+
+
+# --------------------------------------------------------------------------------------------
+# Precompiled cache of loaded matrices
+
+_CACHE_FORMAT = 1
+#: Files written this recently may change again within the file system's timestamp
+#: granularity without a visible mtime change, so they are not cached yet (as git does).
+_RACY_SECONDS = 2.0
+
+
+def matrix_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cudalock"
+
+
+def _cache_key(path: Path) -> tuple[Any, ...] | None:
+    """What the cached Matrix depends on: the files' identity and the code that typed them."""
+    from cudalock import __version__, versions
+
+    try:
+        stats = [(name, (path / name).stat()) for name in MATRIX_FILES]
+        code = [Path(module).stat() for module in (__file__, versions.__file__)]
+        resolved = str(path.resolve())
+    except OSError:
+        return None  # a missing file: let the TOML path report it
+    return (
+        _CACHE_FORMAT, __version__, sys.version_info[:2], resolved,
+        tuple((c.st_mtime_ns, c.st_size) for c in code),
+        tuple((name, st.st_mtime_ns, st.st_size, st.st_ino) for name, st in stats),
+    )
+
+
+def _settled(key: tuple[Any, ...]) -> bool:
+    import time
+
+    newest = max(mtime for _name, mtime, _size, _ino in key[-1])
+    return bool(newest < (time.time() - _RACY_SECONDS) * 1e9)
+
+
+def _cache_file(path: Path) -> Path:
+    import hashlib
+
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:20]
+    return matrix_cache_dir() / f"matrix-{digest}.pickle"
+
+
+def _cache_read(path: Path, key: tuple[Any, ...]) -> Matrix | None:
+    import pickle
+
+    try:
+        target = _cache_file(path)
+        with target.open("rb") as handle:
+            st = os.fstat(handle.fileno())
+            # Only our own, not group/world-writable file is trusted to unpickle.
+            if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+                return None
+            stored_key, matrix = pickle.load(handle)
+    except Exception:  # any unreadable or foreign cache is simply not used
+        return None
+    if stored_key != key or not isinstance(matrix, Matrix):
+        return None
+    return matrix
+
+
+def _cache_write(path: Path, key: tuple[Any, ...], matrix: Matrix) -> None:
+    import pickle
+    import tempfile
+
+    try:
+        target = _cache_file(path)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".matrix-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                pickle.dump((key, matrix), handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(temp, target)
+        except BaseException:
+            os.unlink(temp)
+            raise
+    except Exception:  # a read-only home or a full disk only costs speed
+        pass
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
+            document: dict[str, Any] = tomllib.load(handle)
+            return document
     except FileNotFoundError:
         raise InputError(f"matrix file {str(path)!r} is missing") from None
     except tomllib.TOMLDecodeError as err:
@@ -272,7 +371,7 @@ class _Entry:
     def fail(self, problem: str) -> InputError:
         return InputError(f"{self.file}: {self.where}: {problem}")
 
-    def str(self, key: str, *, optional: bool = False) -> str | None:
+    def str(self, key: builtins.str, *, optional: bool = False) -> builtins.str | None:
         value = self.table.get(key)
         if value is None:
             if optional:
@@ -282,30 +381,30 @@ class _Entry:
             raise self.fail(f"{key!r} must be a string, got {value!r}")
         return value
 
-    def req(self, key: str) -> str:
+    def req(self, key: builtins.str) -> builtins.str:
         value = self.str(key)
         assert value is not None
         return value
 
-    def strs(self, key: str) -> tuple[str, ...]:
+    def strs(self, key: builtins.str) -> tuple[builtins.str, ...]:
         value = self.table.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.fail(f"{key!r} must be a list of strings")
         return tuple(value)
 
-    def int(self, key: str) -> int:
+    def int(self, key: builtins.str) -> builtins.int:
         value = self.table.get(key)
         if not isinstance(value, int) or isinstance(value, bool):
             raise self.fail(f"{key!r} must be an integer, got {value!r}")
         return value
 
-    def mapping(self, key: str) -> Mapping[str, Any]:
+    def mapping(self, key: builtins.str) -> Mapping[builtins.str, Any]:
         value = self.table.get(key, {})
         if not isinstance(value, Mapping):
             raise self.fail(f"{key!r} must be a table")
         return value
 
-    def driver(self, key: str) -> DriverVersion | None:
+    def driver(self, key: builtins.str) -> DriverVersion | None:
         text = self.str(key, optional=True)
         if text is None:
             return None
@@ -314,7 +413,7 @@ class _Entry:
         except InputError:
             raise self.fail(f"{key!r} is not a driver version: {text!r}") from None
 
-    def cuda(self, key: str, *, optional: bool = False) -> CudaVersion | None:
+    def cuda(self, key: builtins.str, *, optional: bool = False) -> CudaVersion | None:
         text = self.str(key, optional=optional)
         if text is None:
             return None
@@ -323,7 +422,7 @@ class _Entry:
         except InputError:
             raise self.fail(f"{key!r} is not a CUDA version: {text!r}") from None
 
-    def ccs(self, key: str) -> tuple[ComputeCapability, ...]:
+    def ccs(self, key: builtins.str) -> tuple[ComputeCapability, ...]:
         try:
             return tuple(parse_compute_capability(v) for v in self.strs(key))
         except InputError as err:
