@@ -13,13 +13,12 @@ name the node that constrained each choice.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from cudalock.compat import (
@@ -82,16 +81,37 @@ def parse_torch_spec(text: str) -> SpecifierSet:
         ) from None
 
 
-def parse_companion(text: str) -> Requirement:
-    """``"torchvision"``, ``"deepspeed>=0.15"`` → a Requirement naming a known companion."""
-    try:
-        requirement = Requirement(text.strip())
-    except InvalidRequirement:
+@dataclass(frozen=True)
+class Companion:
+    """A companion package request: ``deepspeed>=0.15`` → name and PEP 440 specifier."""
+
+    name: str
+    specifier: SpecifierSet
+
+    def __str__(self) -> str:
+        return f"{self.name}{self.specifier}"
+
+
+# A name and an optional specifier; the names are fixed, so packaging's full requirement
+# parser (markers, extras, URLs) is not needed, and not imported on the resolve path.
+_COMPANION_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*?)\s*$")
+
+
+def parse_companion(text: str) -> Companion:
+    """``"torchvision"``, ``"deepspeed>=0.15"`` → a :class:`Companion` cudalock pairs."""
+    match = _COMPANION_RE.match(text)
+    specifier: SpecifierSet | None = None
+    if match:
+        try:
+            specifier = SpecifierSet(match.group(2))
+        except InvalidSpecifier:
+            specifier = None
+    if match is None or specifier is None:
         raise InputError(
             f"invalid package {text!r}: expected a name with an optional PEP 440 spec, "
             "like 'deepspeed>=0.15'"
-        ) from None
-    name = canonicalize_name(requirement.name)
+        )
+    name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
     if name == "torch":
         raise InputError("'torch' is not a companion package: choose its version with --torch")
     if name not in COMPANIONS:
@@ -99,8 +119,7 @@ def parse_companion(text: str) -> Requirement:
             f"unknown companion package {text!r}: cudalock pairs {', '.join(COMPANIONS)} "
             "with torch (install frameworks with their own tools, under constraints.txt)"
         )
-    requirement.name = name
-    return requirement
+    return Companion(name, specifier)
 
 
 def make_request(
@@ -611,7 +630,7 @@ class _Search:
         return _Companions(tuple(pins), deepspeed)
 
     def _deepspeed(self, version: Version, release: TorchRelease, python: str,
-                   requirement: Requirement) -> DeepSpeedRelease | None:
+                   requirement: Companion) -> DeepSpeedRelease | None:
         py = Version(python.rstrip("t"))
         for ds_version, ds in self.deepspeed:
             if requirement.specifier and not requirement.specifier.contains(
