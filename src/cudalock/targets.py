@@ -1,0 +1,372 @@
+"""Building the Targets a command works for: probe files, overrides, or the live probe.
+
+``--probe FILE`` (repeatable) reads probe JSON written by ``cudalock probe --json`` elsewhere: one
+Target per file, a fleet when there are several. The override flags (``--driver-version``,
+``--driver-cuda``, ``--no-gpu``, ``--compute-capability``, ``--gpu``, ``--platform`` and the
+``CUDALOCK_DRIVER_VERSION`` / ``CUDALOCK_DRIVER_CUDA`` variables) replace fields of the live
+probe's Target, or of each file's Target. No flags: the live probe.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cudalock.errors import InputError, UsageError
+from cudalock.model import PLATFORMS, TARGET_SCHEMA_VERSION, Gpu, Host, Target
+from cudalock.versions import (
+    ComputeCapability,
+    CudaVersion,
+    DriverVersion,
+    format_cc,
+    format_cuda,
+    parse_compute_capability,
+    parse_cuda_version,
+    parse_driver_version,
+)
+
+if TYPE_CHECKING:
+    from cudalock.cli.options import TargetOptions
+    from cudalock.matrix import Matrix
+
+#: Platform strings a probe file may carry: the supported four, or another ``os-arch`` that a
+#: probe on an unusual machine writes (it round-trips; resolve has no builds for it).
+_PLATFORM_SHAPE = re.compile(r"^[a-z0-9]+-[a-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """The override flags, validated."""
+
+    driver_version: DriverVersion | None = None
+    driver_cuda: CudaVersion | None = None
+    no_gpu: bool = False
+    gpus: tuple[Gpu, ...] = ()
+    platform: str | None = None
+
+    @property
+    def given(self) -> bool:
+        return bool(self.driver_version or self.driver_cuda or self.no_gpu or self.gpus
+                    or self.platform)
+
+
+def targets_from_options(
+    options: TargetOptions,
+    matrix: Matrix,
+    *,
+    probe: Callable[[], Target] | None = None,
+) -> list[Target]:
+    """The Targets the flags describe (see the module docstring for the precedence)."""
+    overrides = overrides_from_options(options, matrix)
+    if options.probe_files:
+        targets = read_probe_files(options.probe_files)
+        return [apply_overrides(t, overrides, matrix) for t in targets]
+    live = probe() if probe is not None else _default_probe(matrix)
+    return [apply_overrides(live, overrides, matrix)]
+
+
+def _default_probe(matrix: Matrix) -> Target:
+    from cudalock.probe import probe_machine
+
+    return probe_machine(matrix=matrix)
+
+
+def overrides_from_options(options: TargetOptions, matrix: Matrix) -> Overrides:
+    """Parse and check the override flags; bad values are :class:`InputError` (exit 2)."""
+    driver_version = (parse_driver_version(options.driver_version)
+                      if options.driver_version is not None else None)
+    driver_cuda = (parse_cuda_version(options.driver_cuda)
+                   if options.driver_cuda is not None else None)
+    gpus = [
+        Gpu(name=f"GPU with compute capability {format_cc(cc)}", compute_capability=cc)
+        for cc in (parse_compute_capability(text) for text in options.compute_capabilities)
+    ]
+    gpus.extend(_gpu_from_name(name, matrix) for name in options.gpu_names)
+    platform = options.platform.strip() if options.platform is not None else None
+    if platform is not None and platform not in PLATFORMS:
+        raise InputError(f"unknown platform {options.platform!r}: expected one of "
+                         f"{', '.join(PLATFORMS)}")
+    if options.no_gpu:
+        clashing = [flag for flag, value in (
+            ("--driver-version", driver_version), ("--driver-cuda", driver_cuda),
+            ("--compute-capability", options.compute_capabilities),
+            ("--gpu", options.gpu_names)) if value]
+        if clashing:
+            raise UsageError(f"--no-gpu describes a machine without NVIDIA GPUs; it cannot be "
+                             f"combined with {', '.join(clashing)}")
+    return Overrides(driver_version=driver_version, driver_cuda=driver_cuda,
+                     no_gpu=options.no_gpu, gpus=tuple(gpus), platform=platform)
+
+
+#: Vendor prefixes NVML names carry and people leave out ("H100" for "NVIDIA H100 80GB HBM3").
+_NAME_PREFIXES = ("", "NVIDIA ", "Tesla ", "NVIDIA GeForce ")
+
+
+def _gpu_from_name(name: str, matrix: Matrix) -> Gpu:
+    # The GPU table matches NVML device names; try the name as NVML would spell it.
+    model = next((found for prefix in _NAME_PREFIXES
+                  if (found := matrix.gpu_by_name(prefix + name.strip())) is not None), None)
+    if model is None:
+        known = sorted({g.name for g in matrix.gpus} | {m for g in matrix.gpus for m in g.match})
+        nearest = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+        if not nearest:
+            lowered = name.lower()
+            nearest = [k for k in known if lowered and lowered in k.lower()][:3]
+        suggestion = f"; did you mean {', '.join(repr(n) for n in nearest)}?" if nearest else ""
+        raise UsageError(
+            f"unknown GPU {name!r}: not in the matrix's GPU table{suggestion}",
+            hint="give its compute capability instead, e.g. --compute-capability 8.6",
+        )
+    return Gpu(name=model.name, compute_capability=model.compute_capability)
+
+
+def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Target:
+    """``target`` with the given fields replaced; the rest stays as probed."""
+    if not overrides.given:
+        return target
+    notes: list[str] = []
+    platform = overrides.platform or target.platform
+    host = target.host
+    if platform != target.platform:
+        # The probed host details (glibc, RAM) belong to another OS/architecture.
+        system, _, arch = platform.partition("-")
+        host = Host(os=system, arch=arch)
+        notes.append(f"platform {platform} given; host details of {target.name} dropped")
+
+    if overrides.no_gpu:
+        name = "given by flags" if target.name == "this machine" else target.name
+        return replace(target, name=name, platform=platform, host=host, driver_version=None,
+                       driver_cuda=None, gpus=(), source="override",
+                       notes=("no NVIDIA GPU (--no-gpu): a CPU-only target", *notes))
+
+    driver_version, driver_cuda = target.driver_version, target.driver_cuda
+    # The driver's two fields are replaced together: a probed version next to a given CUDA
+    # version (or the reverse) would describe neither machine.
+    driver_given = overrides.driver_version is not None or overrides.driver_cuda is not None
+    if driver_given:
+        driver_version = overrides.driver_version
+        driver_cuda = overrides.driver_cuda
+    if overrides.driver_version is not None:
+        from_table = matrix.max_cuda_for_driver(overrides.driver_version, platform)
+        if driver_cuda is None:
+            driver_cuda = from_table
+            notes.append(_derived_note(overrides.driver_version, from_table))
+        elif from_table is not None and driver_cuda > from_table:
+            notes.append(f"--driver-cuda {format_cuda(driver_cuda)} is above the "
+                         f"{format_cuda(from_table)} the matrix lists for driver "
+                         f"{overrides.driver_version}; using the value given")
+    gpus = overrides.gpus or target.gpus
+    if gpus and driver_version is None and driver_cuda is None:
+        notes.append("GPUs given but no driver: add --driver-version or --driver-cuda, or the "
+                     "target is treated as CPU-only")
+
+    # Probe notes about the driver or GPUs no longer apply once both are replaced.
+    fully_replaced = driver_given and bool(overrides.gpus)
+    kept = () if fully_replaced else target.notes
+    # A live probe's "this machine" is no longer this machine once its driver is replaced.
+    name = "given by flags" if driver_given and target.name == "this machine" else target.name
+    return replace(
+        target,
+        name=name,
+        platform=platform,
+        host=host,
+        driver_version=driver_version,
+        driver_cuda=driver_cuda,
+        gpus=gpus,
+        source="override",
+        notes=(*notes, *kept),
+    )
+
+
+def _derived_note(driver: DriverVersion, cuda: CudaVersion | None) -> str:
+    if cuda is None:
+        return (f"driver {driver} is older than every CUDA release in the matrix: its maximum "
+                "CUDA version is unknown (give --driver-cuda)")
+    return f"maximum CUDA {format_cuda(cuda)} for driver {driver} from the matrix's driver table"
+
+
+# --------------------------------------------------------------------------------------------
+# Probe files
+
+
+def read_probe_files(paths: tuple[Path, ...] | list[Path]) -> list[Target]:
+    """One Target per file, named after its recorded hostname (or the file when absent)."""
+    targets = [read_probe_file(path) for path in paths]
+    counts: dict[str, int] = {}
+    for target in targets:
+        counts[target.name] = counts.get(target.name, 0) + 1
+    return [
+        replace(t, name=f"{t.name} ({path.name})") if counts[t.name] > 1 else t
+        for t, path in zip(targets, paths, strict=True)
+    ]
+
+
+def read_probe_file(path: Path) -> Target:
+    """A Target from a probe JSON file; any problem is an :class:`InputError` naming the file."""
+    shown = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"probe file {shown!r} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"probe file {shown!r} is a directory, not a JSON file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise InputError(f"probe file {shown!r} cannot be read: {reason}") from None
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as err:
+        detail = f"{err.msg} at line {err.lineno}" if isinstance(err, json.JSONDecodeError) \
+            else "nested too deeply"
+        raise InputError(f"probe file {shown!r} is not valid JSON: {detail}",
+                         hint="write it with 'cudalock probe --json > FILE'") from None
+    hostname = _recorded_hostname(data)
+    try:
+        target = target_from_json(data, hostname or path.stem)
+    except InputError as err:
+        raise InputError(f"probe file {shown!r}: {err.message}", hint=err.hint) from None
+    probed_by = target.source
+    return replace(target, source=f"file:{shown}",
+                   notes=(f"read from {shown} (probed there via {probed_by})", *target.notes))
+
+
+def _recorded_hostname(data: Any) -> str | None:
+    if isinstance(data, Mapping):
+        host = data.get("host")
+        if isinstance(host, Mapping):
+            name = host.get("hostname")
+            if isinstance(name, str) and name.strip():
+                return name.strip()
+    return None
+
+
+_TOP_KEYS = ("schema_version", "name", "platform", "driver_version", "driver_cuda", "gpus",
+             "host", "source", "notes")
+_GPU_KEYS = ("index", "name", "uuid", "compute_capability", "memory_total_bytes")
+_HOST_KEYS = ("os", "arch", "glibc", "memory_total_bytes", "cgroup_memory_limit_bytes",
+              "hostname")
+
+
+def target_from_json(data: Any, name: str | None = None) -> Target:
+    """The inverse of :meth:`Target.to_json`, validating every field (:class:`InputError`).
+
+    Only ``schema_version`` and ``platform`` are required, so a hand-written file for a
+    machine that cannot run cudalock can be short. ``name`` replaces the recorded name.
+    """
+    document = _object(data, "the document")
+    _no_unknown_keys(document, _TOP_KEYS, "the document")
+    version = document.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise InputError(f"'schema_version' must be the integer {TARGET_SCHEMA_VERSION}, "
+                         f"got {version!r}")
+    if version != TARGET_SCHEMA_VERSION:
+        raise InputError(f"schema_version {version} is not supported (this cudalock reads "
+                         f"{TARGET_SCHEMA_VERSION}): write the file with a matching cudalock")
+    platform = _string(document, "platform", required=True)
+    assert platform is not None
+    if not _PLATFORM_SHAPE.match(platform):
+        raise InputError(f"'platform' {platform!r} is not a platform: expected one of "
+                         f"{', '.join(PLATFORMS)}")
+    driver_text = _string(document, "driver_version")
+    cuda_text = _string(document, "driver_cuda")
+    gpus_raw = document.get("gpus", [])
+    if not isinstance(gpus_raw, list):
+        raise InputError(f"'gpus' must be a list, got {_kind(gpus_raw)}")
+    notes_raw = document.get("notes", [])
+    if not isinstance(notes_raw, list) or not all(isinstance(n, str) for n in notes_raw):
+        raise InputError("'notes' must be a list of strings")
+    recorded_name = _string(document, "name")
+    return Target(
+        platform=platform,
+        driver_version=parse_driver_version(driver_text) if driver_text is not None else None,
+        driver_cuda=parse_cuda_version(cuda_text) if cuda_text is not None else None,
+        gpus=tuple(_gpu_from_json(g, position) for position, g in enumerate(gpus_raw)),
+        host=_host_from_json(document.get("host")),
+        name=name or recorded_name or "this machine",
+        source=_string(document, "source") or "file",
+        notes=tuple(notes_raw),
+    )
+
+
+def _gpu_from_json(data: Any, position: int) -> Gpu:
+    where = f"gpus[{position}]"
+    entry = _object(data, where)
+    _no_unknown_keys(entry, _GPU_KEYS, where)
+    gpu_name = _string(entry, "name", required=True, where=where)
+    assert gpu_name is not None
+    cc_text = _string(entry, "compute_capability", where=where)
+    cc: ComputeCapability | None = None
+    if cc_text is not None:
+        try:
+            cc = parse_compute_capability(cc_text)
+        except InputError as err:
+            raise InputError(f"{where}: {err.message}") from None
+    return Gpu(
+        name=gpu_name,
+        compute_capability=cc,
+        index=_count(entry, "index", where),
+        uuid=_string(entry, "uuid", where=where),
+        memory_total_bytes=_count(entry, "memory_total_bytes", where),
+    )
+
+
+def _host_from_json(data: Any) -> Host:
+    if data is None:
+        return Host()
+    entry = _object(data, "host")
+    _no_unknown_keys(entry, _HOST_KEYS, "host")
+    return Host(
+        os=_string(entry, "os", where="host"),
+        arch=_string(entry, "arch", where="host"),
+        glibc=_string(entry, "glibc", where="host"),
+        memory_total_bytes=_count(entry, "memory_total_bytes", "host"),
+        cgroup_memory_limit_bytes=_count(entry, "cgroup_memory_limit_bytes", "host"),
+        hostname=_string(entry, "hostname", where="host"),
+    )
+
+
+def _object(data: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise InputError(f"{where} must be a JSON object, got {_kind(data)}")
+    return data
+
+
+def _no_unknown_keys(entry: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    unknown = [str(k) for k in entry if k not in known]
+    if unknown:
+        raise InputError(f"{where} has unknown field(s) {', '.join(map(repr, sorted(unknown)))}; "
+                         f"expected {', '.join(known)}")
+
+
+def _string(entry: Mapping[str, Any], key: str, *, required: bool = False,
+            where: str | None = None) -> str | None:
+    value = entry.get(key)
+    label = f"{where}.{key}" if where else key
+    if value is None:
+        if required:
+            raise InputError(f"{label!r} is missing")
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"{label!r} must be a string or null, got {_kind(value)}")
+    return value
+
+
+def _count(entry: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InputError(f"'{where}.{key}' must be a non-negative integer or null, "
+                         f"got {value!r}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            type(None): "null", int: "a number", float: "a number"}.get(type(value),
+                                                                          type(value).__name__)
