@@ -12,10 +12,12 @@ from functools import total_ordering
 
 from cudalock.errors import InputError
 
-_DRIVER_RE = re.compile(r"^\d{2,4}(\.\d{1,3}){0,2}$")
-_CUDA_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})(?:\.\d{1,4})?$")
-_CC_RE = re.compile(r"^(?:sm_|compute_)?(\d{1,2})(?:\.(\d)|(\d))?([af]?)$")
-_PY_RE = re.compile(r"^(3)\.(\d{1,2})(t?)$")
+# re.ASCII: \d would otherwise accept any Unicode digit ("٥٣٥.١"), which no tool writes.
+_DRIVER_RE = re.compile(r"^\d{2,4}(\.\d{1,3}){0,2}$", re.ASCII)
+_CUDA_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})(?:\.\d{1,4})?$", re.ASCII)
+_NVML_CUDA_RE = re.compile(r"^\d{4,5}$", re.ASCII)
+_CC_RE = re.compile(r"^(?:sm_|compute_)?(\d{1,2})(?:\.(\d)|(\d))?([af]?)$", re.ASCII)
+_PY_RE = re.compile(r"^(3)\.(\d{1,2})(t?)$", re.ASCII)
 
 
 @total_ordering
@@ -70,7 +72,8 @@ ComputeCapability = tuple[int, int]
 def parse_cuda_version(text: str) -> CudaVersion:
     """``"12.1"``, ``"12.1.105"`` or NVML's integer form ``"12010"`` → ``(12, 1)``."""
     cleaned = str(text).strip()
-    if cleaned.isdigit() and len(cleaned) in (4, 5):
+    # Not str.isdigit(): it accepts "¹²³⁴", which int() then rejects with ValueError.
+    if _NVML_CUDA_RE.match(cleaned):
         return cuda_from_nvml(int(cleaned))
     match = _CUDA_RE.match(cleaned)
     if not match:
@@ -129,7 +132,10 @@ def format_cc(cc: ComputeCapability) -> str:
 
 
 def parse_python_version(text: str) -> str:
-    """``"3.11"`` or ``"3.13t"`` (free-threaded) → the same, normalised; ``"3.11.7"`` → ``"3.11"``."""
+    """``"3.11"`` or ``"3.13t"`` (free-threaded) → the same, normalised.
+
+    ``"3.11.7"`` → ``"3.11"``.
+    """
     cleaned = str(text).strip()
     parts = cleaned.split(".")
     if len(parts) == 3 and parts[2].isdigit():
