@@ -31,7 +31,6 @@ from cudalock.compat import (
 from cudalock.errors import InputError, Unsatisfiable, UsageError
 from cudalock.matrix import DeepSpeedRelease, Matrix, TorchBuild, TorchRelease
 from cudalock.model import (
-    PLATFORMS,
     Compat,
     PackagePin,
     Plan,
@@ -256,9 +255,8 @@ def _reduce_fleet(matrix: Matrix, targets: Sequence[Target]) -> _Fleet:
             f"the targets are on different platforms: {named}; one environment cannot serve them",
             hint="resolve each platform separately (group the --probe files by platform)",
         )
+    # A platform without builds (a probe from an unusual machine) ends as Unsatisfiable below.
     platform = next(iter(platforms))
-    if platform not in PLATFORMS:
-        raise UsageError(f"unknown platform {platform!r}: expected one of {', '.join(PLATFORMS)}")
 
     derive = _DriverCudaTable(matrix, platform)
     # Driver level → lowest node at that level; a node's level is its maximum CUDA version.
