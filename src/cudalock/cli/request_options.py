@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -118,7 +119,9 @@ def request_options(func: F) -> F:
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[*positional, *keyword, *added]
     )
-    annotations = {k: v for k, v in getattr(func, "__annotations__", {}).items()
+    # Resolved in the command's own module: string annotations (PEP 563) would otherwise be
+    # evaluated later in this module's namespace, where the command's names do not exist.
+    annotations = {k: v for k, v in typing.get_type_hints(func, include_extras=True).items()
                    if k != "request_opts"}
     annotations.update({name: hint for name, (hint, _default) in _PARAMETERS.items()})
     wrapper.__annotations__ = annotations

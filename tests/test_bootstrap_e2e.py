@@ -1,0 +1,170 @@
+"""`cudalock bootstrap --format venv --create` end to end: real cudalock, pip, venv and bash,
+against PEP 503/691 indexes served on 127.0.0.1 (no internet).
+
+One virtual environment is built and then reused by the later scenarios (bootstrap reuses an
+existing --venv), in this order: the plan is installed; a hostile-but-valid framework path is
+installed without executing anything; a framework that needs an incompatible torch fails loudly
+and leaves torch alone.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.index import IndexServer, offline_env, serve_indexes
+from tests.support.localproject import make_local_project
+from tests.support.wheels import StandIn, torch_standin
+
+pytestmark = pytest.mark.slow
+
+CUDALOCK = [sys.executable, "-m", "cudalock"]
+PLANNED_TORCH = "2.1.0+cu121"
+
+PYTORCH_CU121 = [
+    torch_standin(PLANNED_TORCH, "12.1"),
+    StandIn("torchvision", "0.16.0+cu121", requires_dist=["torch==2.1.0"]),
+]
+PYPI = [
+    # What pip would otherwise take: a newer, unlabelled torch built for CUDA 13.2.
+    torch_standin("2.15.0", "13.2"),
+    StandIn("torchvision", "0.30.0", requires_dist=["torch==2.15.0"]),
+    StandIn("finetunekit", "1.0", requires_dist=["torch>=2.0", "helperlib>=1"]),
+    StandIn("helperlib", "1.2"),
+    StandIn("finetunekit-nightly", "3.0", requires_dist=["torch>=2.5"]),
+]
+
+
+@dataclass
+class Scene:
+    server: IndexServer
+    root: Path
+    out: Path
+    venv: Path
+
+    def base_args(self) -> list[str]:
+        pytorch, pypi = self.server
+        return [
+            "bootstrap", "-o", str(self.out), "--format", "venv",
+            "--driver-version", "535.104.05", "--compute-capability", "8.0",
+            "--torch", "==2.1.0", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}",
+            "--pytorch-index", pytorch, "--pypi-index", pypi,
+        ]
+
+    def cudalock(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*CUDALOCK, *args], capture_output=True, text=True,
+                              env=offline_env(), cwd=self.root, timeout=600, check=False)
+
+    def venv_python(self, code: str) -> str:
+        result = subprocess.run([str(self.venv / "bin" / "python"), "-c", code],
+                                capture_output=True, text=True, check=True, env=offline_env())
+        return result.stdout.strip()
+
+    def installed(self) -> dict[str, str]:
+        code = ("import importlib.metadata as m, json; print(json.dumps("
+                "{d.metadata['Name']: d.version for d in m.distributions()}))")
+        return dict(json.loads(self.venv_python(code)))
+
+    def torch_version_file(self) -> str:
+        code = ("import importlib.util, pathlib; s = importlib.util.find_spec('torch'); "
+                "print(pathlib.Path(s.submodule_search_locations[0], 'version.py').read_text())")
+        return self.venv_python(code)
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
+    root = tmp_path_factory.mktemp("bootstrap-e2e")
+    with serve_indexes(root, pytorch={"cu121": PYTORCH_CU121}, pypi=PYPI) as server:
+        yield Scene(server=server, root=root, out=root / "out", venv=root / "out" / ".venv")
+
+
+def _outputs(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())
+            if p.is_file() and p.name != "cudalock-bootstrap.log"}
+
+
+def test_create_installs_the_planned_torch_and_the_framework_cannot_replace_it(
+        scene: Scene) -> None:
+    done = scene.cudalock(*scene.base_args(), "--framework", "finetunekit", "--create")
+    assert done.returncode == 0, done.stderr + done.stdout
+
+    installed = scene.installed()
+    assert installed["torch"] == PLANNED_TORCH
+    assert installed["torchvision"] == "0.16.0+cu121"
+    assert installed["finetunekit"] == "1.0"
+    assert installed["helperlib"] == "1.2"  # the framework's own dependencies came in
+    version_file = scene.torch_version_file()
+    assert f"__version__ = '{PLANNED_TORCH}'" in version_file
+    assert "cuda: Optional[str] = '12.1'" in version_file
+    # The newer torch on the PyPI-like index was never even downloaded.
+    assert not scene.server.requested("/pypi/files/torch-2.15.0*.whl")
+    assert scene.server.requested("/whl/cu121/torch-2.1.0%2Bcu121-py3-none-any.whl")
+
+    # Progress named each step; every step's output is in the log.
+    assert "step 1/5: the torch family" in done.stdout
+    assert "step 5/5: verify torch" in done.stdout
+    log = (scene.out / "cudalock-bootstrap.log").read_text()
+    assert "==> cudalock step 3/5: the framework's dependencies" in log
+    assert f"cudalock: verified torch {PLANNED_TORCH} (CUDA 12.1)" in log
+    assert "environment ready" in done.stdout
+
+
+def test_second_run_writes_byte_identical_files(scene: Scene) -> None:
+    before = _outputs(scene.out)
+    assert set(before) >= {"install.sh", "constraints.txt", "requirements.txt", "cudalock.toml"}
+    refused = scene.cudalock(*scene.base_args(), "--framework", "finetunekit")
+    assert refused.returncode == 2
+    assert "already exists; pass --force" in refused.stderr
+    again = scene.cudalock(*scene.base_args(), "--framework", "finetunekit", "--force")
+    assert again.returncode == 0, again.stderr
+    assert _outputs(scene.out) == before
+
+
+def test_hostile_framework_path_is_quoted_and_nothing_is_executed(scene: Scene) -> None:
+    hostile = scene.root / "fw dir 'q\" $(touch pwned); touch pwned2 `touch pwned3` x"
+    make_local_project(hostile, "localfw", "0.1", requires=["torch>=2.0"])
+    done = scene.cudalock(*scene.base_args(), "--framework", str(hostile), "--force",
+                          "--create")
+    assert done.returncode == 0, done.stderr + done.stdout
+    script = (scene.out / "install.sh").read_text()
+    assert "-e '" + str(hostile).replace("'", "'\"'\"'") + "'" in script
+    for name in ("pwned", "pwned2", "pwned3"):
+        for where in (scene.root, scene.out, Path.cwd()):
+            assert not (where / name).exists(), f"{where / name} was created"
+    installed = scene.installed()
+    assert installed["localfw"] == "0.1"
+    assert installed["torch"] == PLANNED_TORCH
+    assert scene.venv_python("import localfw; print(localfw.__file__)").startswith(str(hostile))
+
+
+def test_framework_needing_incompatible_torch_fails_loudly_and_leaves_torch(
+        scene: Scene) -> None:
+    done = scene.cudalock(*scene.base_args(), "--framework", "finetunekit-nightly", "--force",
+                          "--create")
+    assert done.returncode == 1, done.stderr + done.stdout
+    message = done.stderr
+    assert "step 3/5: the framework's dependencies, with the torch family pinned failed" \
+        in message
+    assert "-c constraints.txt finetunekit-nightly" in message
+    assert "cudalock-bootstrap.log" in message
+    assert f"rm -rf {scene.venv}" in message
+    assert "Traceback" not in message
+    assert scene.installed()["torch"] == PLANNED_TORCH
+    assert f"__version__ = '{PLANNED_TORCH}'" in scene.torch_version_file()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_generated_install_script_passes_bash_n_and_shellcheck(scene: Scene) -> None:
+    script = scene.out / "install.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    shellcheck = Path(sys.executable).with_name("shellcheck")
+    result = subprocess.run([str(shellcheck), str(script)], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stdout
