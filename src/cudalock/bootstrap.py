@@ -197,22 +197,23 @@ def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...],
     """Create (or reuse) a virtual environment with the plan's Python, then run install.sh."""
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     log = out_dir / LOG_FILE
+    removal = f"rm -rf {shlex.quote(str(venv))}"
     if python.exists():
         echo(f"environment: reusing {venv}")
     else:
         command = venv_command(plan.python, venv)
         echo(f"environment: creating {venv} with Python {plan.python}")
         _run_logged("create the virtual environment", command, log, echo, cwd=out_dir,
-                    env=dict(os.environ), removal=f"rm -rf {shlex.quote(str(venv))}", truncate=True)
+                    env=dict(os.environ), removal=removal, truncate=True)
     found = _python_version(python)
     if found != plan.python.rstrip("t"):
         raise UsageError(f"the environment at {venv} has Python {found}, the plan needs "
-                         f"{plan.python}; remove it (rm -rf {shlex.quote(str(venv))}) or choose --venv")
+                         f"{plan.python}; remove it ({removal}) or choose --venv")
     env = dict(os.environ)
     env.update({"PYTHON": str(python.absolute()), "VIRTUAL_ENV": str(venv.absolute()),
                 "PATH": f"{python.parent.absolute()}{os.pathsep}{env.get('PATH', '')}"})
     env.pop("PYTHONHOME", None)
-    run_install_script(out_dir, steps, log, env, echo, removal=f"rm -rf {shlex.quote(str(venv))}")
+    run_install_script(out_dir, steps, log, env, echo, removal=removal)
     return venv
 
 
