@@ -139,6 +139,7 @@ def test_version_mismatch_says_reboot_and_reads_loaded_module(matrix: Matrix) ->
     assert "Reboot" in text
     assert "no longer matches the running kernel module, 535.104.05" in text
     assert "maximum CUDA 12.2 taken from the matrix" in text
+    assert sum("error 18" in note for note in target.notes) == 1
 
 
 def test_version_mismatch_without_module_files(matrix: Matrix) -> None:
@@ -398,9 +399,22 @@ def test_cgroup_takes_tightest_ancestor(tmp_path: Path) -> None:
     base = tmp_path / "sys" / "fs" / "cgroup"
     (base / "a" / "b").mkdir(parents=True)
     (base / "cgroup.controllers").write_text("memory\n")
+    (base / "memory.max").write_text("max\n")
     (base / "a" / "memory.max").write_text("1073741824\n")
-    (base / "a" / "b" / "memory.max").write_text("max\n")
+    (base / "a" / "b" / "memory.max").write_text("2147483648\n")
+    # The parent's 1 GiB binds even though the process's own cgroup allows 2 GiB.
     assert cgroup_memory_limit(proc_root=tmp_path / "proc", sys_root=tmp_path / "sys") == GIB
+
+
+def test_probe_survives_unreadable_roots(tmp_path: Path, matrix: Matrix) -> None:
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("x")
+    target = probe_machine(proc_root=not_a_directory, sys_root=tmp_path / "absent",
+                           nvml=FakeNvml.load(FIXTURES / "nvml" / "library_not_found.json"),
+                           environ={}, run_nvidia_smi=lambda: None, matrix=matrix)
+    assert not target.has_driver
+    assert target.host.memory_total_bytes is None
+    assert target.host.cgroup_memory_limit_bytes is None
 
 
 def test_cgroup_missing_everything(tmp_path: Path) -> None:

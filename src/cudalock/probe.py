@@ -19,6 +19,7 @@ import re
 import shutil
 import socket
 import subprocess
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -388,7 +389,11 @@ class _MatrixOnDemand:
 
 def _load_pynvml(found: _Findings) -> NvmlLike | None:
     try:
-        import pynvml
+        with warnings.catch_warnings():
+            # The deprecated "pynvml" distribution, when installed next to nvidia-ml-py, hooks
+            # every pynvml import to warn; the module imported is still nvidia-ml-py's.
+            warnings.simplefilter("ignore", FutureWarning)
+            import pynvml
     except ImportError:
         found.notes.append("NVML not read: the nvidia-ml-py package (module pynvml) is not "
                            "installed")
