@@ -23,8 +23,11 @@ def probe(
 ) -> None:
     """Report the Target: NVIDIA driver, its maximum CUDA version, GPUs and the host.
 
-    Reads NVML, then the kernel module's version files, then nvidia-smi; the override flags
-    describe a machine you are not on. No NVIDIA driver is not an error: the Target is CPU-only.
+    Sources, in order: NVML, the kernel module's version files, nvidia-smi.
+
+    No NVIDIA driver is not an error: the Target is CPU-only.
+
+    The Target flags describe a machine you are not on; --probe reads another machine's JSON.
     """
     from cudalock.cli.common import emit_json, load_matrix_for
     from cudalock.targets import targets_from_options
