@@ -16,7 +16,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from cudalock.matrix import Matrix, load_matrix
+from cudalock.matrix import Matrix, default_matrix_dir, load_matrix
 from cudalock.model import Gpu, Target
 from cudalock.probe import (
     cgroup_memory_limit,
@@ -464,3 +464,13 @@ def test_live_probe_json_round_trips(matrix: Matrix) -> None:
     target, _ = run_probe(matrix, "mixed_a100_t4", tree="proprietary_535_cgroup_v2")
     again = target_from_json(json.loads(json.dumps(target.to_json())))
     assert again == target
+
+
+@pytest.mark.skipif(not (default_matrix_dir() / "cuda.toml").exists(),
+                    reason="the shipped matrix is not there yet")
+def test_fallback_with_the_shipped_matrix() -> None:
+    """The /proc fallback against the real data: 570.124.06 is CUDA 12.8 Update 1's driver."""
+    target, _ = run_probe(load_matrix(), "driver_not_loaded", tree="open_570_cgroup_v1_container")
+    assert target.driver_cuda == (12, 8)
+    assert [(g.name, g.compute_capability) for g in target.gpus] == [
+        ("NVIDIA H100 80GB HBM3", (9, 0)), ("NVIDIA L4", (8, 9))]
