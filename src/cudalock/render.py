@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -140,14 +141,35 @@ def builds_deepspeed_ops(plan: Plan) -> bool:
 
 
 def yaml_scalar(text: str) -> str:
-    """``text`` as a YAML scalar: plain when that reads back unchanged, else double-quoted."""
-    plain = re.fullmatch(r"[A-Za-z0-9_./+=<>!~@%-][A-Za-z0-9_./+=<>!~@%:, -]*", text)
-    risky = (": " in text or text.endswith((":", " ")) or " #" in text
-             or text.lower() in ("y", "n", "yes", "no", "on", "off", "true", "false", "null", "~")
-             or re.fullmatch(r"[-+]?(\d[\d_]*)?(\.\d*)?([eE][-+]?\d+)?", text) is not None)
-    if plain and not risky:
-        return text
-    return json.dumps(text)  # a JSON string is a valid YAML double-quoted scalar
+    """``text`` as a YAML scalar: plain when that reads back as the same string, else quoted."""
+    plain = re.fullmatch(r"(?:[A-Za-z0-9_./]|--[A-Za-z])[A-Za-z0-9_./+=<>!~@%:, -]*", text)
+    if plain and ": " not in text and " #" not in text and not text.endswith((":", " ")):
+        try:
+            # YAML 1.1 resolvers (PyYAML) turn more plain words into non-strings than 1.2 ones
+            # (yes, 0x1F, 12:30, dates), so agreeing with PyYAML is the conservative test.
+            if yaml.safe_load(f"- {text}\n") == [text]:
+                return text
+        except yaml.YAMLError:
+            pass
+    return _yaml_double_quoted(text)
+
+
+def _yaml_double_quoted(text: str) -> str:
+    """A YAML double-quoted scalar: escapes for quotes, backslashes, line breaks (which YAML
+    would fold) and every character outside YAML's printable set."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif 0x20 <= code <= 0x7E or (0xA0 <= code <= 0xD7FF and code not in (0x2028, 0x2029)) \
+                or (0xE000 <= code <= 0xFFFD and code != 0xFEFF) or code >= 0x10000:
+            out.append(char)
+        elif code <= 0xFF:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return '"' + "".join(out) + '"'
 
 
 def toml_string(text: str) -> str:
@@ -390,6 +412,8 @@ def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
         "platforms": f"  - {yaml_scalar(subdir)}",
         "pip_repositories": "\n".join(f"  - {yaml_scalar(url)}" for url in repositories)
         or "  []",
+        # With a mirror given, conda-lock must not fall back to pypi.org behind its back.
+        "allow_pypi": "allow-pypi-requests: false\n" if options.pypi_index else "",
         "dependencies": "\n".join(dependencies),
     })
 
