@@ -68,6 +68,10 @@ def test_no_flags_is_the_live_probe(matrix: Matrix) -> None:
     assert one(matrix) is GPU_BOX
 
 
+def test_empty_driver_values_count_as_not_given(matrix: Matrix) -> None:
+    assert one(matrix, driver_version="", driver_cuda=" ") is GPU_BOX
+
+
 def test_driver_version_alone_derives_cuda(matrix: Matrix) -> None:
     target = one(matrix, driver_version="535.104.05")
     assert target.driver_version == DriverVersion("535.104.05")

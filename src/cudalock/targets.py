@@ -78,10 +78,11 @@ def _default_probe(matrix: Matrix) -> Target:
 
 def overrides_from_options(options: TargetOptions, matrix: Matrix) -> Overrides:
     """Parse and check the override flags; bad values are :class:`InputError` (exit 2)."""
+    # An empty value (CUDALOCK_DRIVER_VERSION= in a shell profile) counts as not given.
     driver_version = (parse_driver_version(options.driver_version)
-                      if options.driver_version is not None else None)
+                      if options.driver_version and options.driver_version.strip() else None)
     driver_cuda = (parse_cuda_version(options.driver_cuda)
-                   if options.driver_cuda is not None else None)
+                   if options.driver_cuda and options.driver_cuda.strip() else None)
     gpus = [
         Gpu(name=f"GPU with compute capability {format_cc(cc)}", compute_capability=cc)
         for cc in (parse_compute_capability(text) for text in options.compute_capabilities)
