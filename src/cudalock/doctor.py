@@ -102,7 +102,10 @@ def build_setup(hints: SetupHints, default_gpus: int = 1) -> tuple[TrainingSetup
     if hints.params is None:
         return None, notes
     stage = hints.zero_stage
-    if stage is None:
+    if stage is None and hints.offload_param:
+        stage = 3
+        notes.append("ZeRO stage unknown: assumed 3 (parameter offload needs ZeRO-3)")
+    elif stage is None:
         stage = 2
         notes.append("ZeRO stage unknown: assumed 2 (pass --zero 2|3)")
     elif stage == 0:
@@ -118,7 +121,7 @@ def build_setup(hints: SetupHints, default_gpus: int = 1) -> tuple[TrainingSetup
         gpus_per_node=gpus,
         nodes=hints.nodes or 1,
         offload_optimizer=bool(hints.offload_optimizer),
-        offload_param=bool(hints.offload_param) and stage == 3,
+        offload_param=bool(hints.offload_param),
         largest_layer_params=hints.largest_layer_params,
         zero_init=True if hints.zero_init is None else hints.zero_init,
         gather_16bit_weights=(True if hints.gather_16bit_weights is None

@@ -53,7 +53,7 @@ class ExitStatus:
 
 
 _NUMBER_IN = re.compile(r"(?<![\w.])([+-]?\d+)(?![\w.])")
-_SIGNAL_NAME = re.compile(r"\bSIG([A-Z]{2,6})\b")
+_SIGNAL_NAME = re.compile(r"\bSIG[A-Z0-9]{2,7}\b")
 
 
 def _from_number(raw: str, value: int) -> ExitStatus:
@@ -77,13 +77,9 @@ def parse_exit_code(text: str) -> ExitStatus:
     raw = text.strip()
     if not raw:
         raise UsageError("--exit-code is empty; expected e.g. -9, 137, -11 or 139")
-    name = _SIGNAL_NAME.search(raw.upper())
-    if name:  # "Signal 9 (SIGKILL) received by PID 1234": the name is the signal
-        try:
-            number = int(signal.Signals[f"SIG{name.group(1)}"])
-        except KeyError:
-            raise UsageError(f"exit code {raw!r}: unknown signal name") from None
-        return ExitStatus(raw, number, None, "signal name")
+    names = [n for n in _SIGNAL_NAME.findall(raw.upper()) if n in signal.Signals.__members__]
+    if names:  # "Signal 9 (SIGKILL) received by PID 1234": the name is the signal
+        return ExitStatus(raw, int(signal.Signals[names[0]]), None, "signal name")
     numbers = _NUMBER_IN.findall(raw)
     if numbers:
         return _from_number(raw, int(numbers[0]))
@@ -208,7 +204,11 @@ _STAGE = (
     re.compile(r"""['"]zero_optimization['"]\s*:\s*\{[^{}]*?['"]stage['"]\s*:\s*(?P<n>[0-3])"""),
     re.compile(r"zero_config\W.*?\bstage=(?P<n>[0-3])\b"),
 )
-_OFFLOAD = r"{what}\W{{0,60}}?device\W{{0,40}}?(?:OffloadDeviceEnum\.)?(?P<device>cpu|nvme|none)\b"
+# "offload_param": {"device": "cpu"} in JSON, offload_param=…Config(device='cpu') in DeepSpeed's
+# config dump, offload_param=None when unset; never reading across into the other offload key.
+_OFFLOAD = (r"{what}(?:\W{{1,3}}(?P<null>None|null)\b"
+            r"|(?:(?!offload)[^\n]){{0,60}}?device\W{{0,40}}?"
+            r"(?:OffloadDeviceEnum\.)?(?P<device>cpu|nvme|none)\b)")
 _OFFLOAD_OPTIMIZER = re.compile(_OFFLOAD.format(what="offload_optimizer"))
 _OFFLOAD_PARAM = re.compile(_OFFLOAD.format(what="offload_param"))
 _GATHER = re.compile(
@@ -282,8 +282,8 @@ def _shape(text: str) -> RunShape:
     return RunShape(
         deepspeed_config=config.group("path") if config else None,
         zero_stage=int(stage.group("n")) if stage else None,
-        offload_optimizer=(opt.group("device") != "none") if opt else None,
-        offload_param=(par.group("device") != "none") if par else None,
+        offload_optimizer=(opt.group("device") not in (None, "none")) if opt else None,
+        offload_param=(par.group("device") not in (None, "none")) if par else None,
         gather_16bit_weights=(gather.group("value").lower() == "true") if gather else None,
         gpus_per_node=gpus, nodes=nodes, params=params, params_source=params_source,
         model=model,

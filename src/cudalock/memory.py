@@ -578,7 +578,7 @@ def render_needs(needs: MemoryNeeds) -> list[str]:
                  "prints these as GB)")
     for row in needs.table:
         marker = "  <- this run" if row == needs.chosen else ""
-        lines.append((row.line() + marker).rstrip())
+        lines.append(row.line().rstrip() + marker)
     lines.append("")
     lines.append("Host RAM per node:")
     for phase in needs.phases:

@@ -1,0 +1,66 @@
+"""Sizes and parameter counts as people type them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cudalock.errors import InputError
+from cudalock.sizes import format_gib, kubernetes_quantity, parse_bytes, parse_param_count
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("512GB", 512 * 10**9),
+    ("512G", 512 * 10**9),
+    ("64GiB", 64 * 2**30),
+    ("64Gi", 64 * 2**30),
+    ("64gib", 64 * 2**30),
+    ("2TiB", 2 * 2**40),
+    ("1.5TB", 1_500_000_000_000),
+    ("  256 MiB ", 256 * 2**20),
+    ("1024", 1024),
+])
+def test_parse_bytes(text: str, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("7B", 7 * 10**9),
+    ("7b", 7 * 10**9),
+    ("7e9", 7 * 10**9),
+    ("1.5T", 1_500_000_000_000),
+    ("350M", 350 * 10**6),
+    ("6738415616", 6_738_415_616),
+    ("6,738,415,616", 6_738_415_616),
+    ("0.5B", 500_000_000),
+])
+def test_parse_param_count(text: str, expected: int) -> None:
+    assert parse_param_count(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GB", "12XB", "-4GB", "0", "nan", "1e999GB", "4 4GB"])
+def test_bad_sizes_name_the_value(text: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_bytes(text)
+    assert repr(text) in info.value.message
+    assert "expected" in info.value.message
+
+
+@pytest.mark.parametrize("text", ["7Q", "seven", "-7B", "0B", "7GiB"])
+def test_bad_param_counts(text: str) -> None:
+    with pytest.raises(InputError, match="parameter count"):
+        parse_param_count(text)
+
+
+def test_format_and_kubernetes_quantity() -> None:
+    assert format_gib(136_848_000_000) == "127.45GiB"
+    assert kubernetes_quantity(2**30) == "1Gi"
+    assert kubernetes_quantity(2**30 + 1) == "2Gi"
+    assert kubernetes_quantity(1) == "1Gi"
+
+
+@given(st.integers(min_value=1, max_value=10**6), st.sampled_from(["Gi", "GiB", "Mi", "Ti"]))
+def test_binary_units_round_trip(number: int, unit: str) -> None:
+    factor = {"Gi": 2**30, "GiB": 2**30, "Mi": 2**20, "Ti": 2**40}[unit]
+    assert parse_bytes(f"{number}{unit}") == number * factor
