@@ -355,7 +355,11 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
                     self.close_connection = True
                     return
             self._record(path, status)
-            self._send(status, ctype, body, head=head)
+            # Like PyPI: files never change, project pages may be reused for ten minutes, so
+            # uv's cache behaves here as it does against the real indexes.
+            caching = ({"Cache-Control": "max-age=365000000, immutable, public"}
+                       if ctype == "binary/octet-stream" else {"Cache-Control": "max-age=600"})
+            self._send(status, ctype, body, head=head, extra=caching if status == 200 else None)
 
         def _send(self, status: int, ctype: str, body: bytes, *, head: bool,
                   extra: Mapping[str, str] | None = None) -> None:

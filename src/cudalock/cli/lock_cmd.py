@@ -1,12 +1,147 @@
-"""`cudalock lock` (placeholder until its implementation lands)."""
+"""`cudalock lock`: a PEP 751 pylock.toml (and requirements.lock.txt) for the target, via uv.
+
+Kept import-light: typer and the standard library here; uv, packaging and the resolver are
+imported inside the command.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
 from cudalock.cli.options import TargetOptions, target_options
-from cudalock.errors import UsageError
+from cudalock.cli.request_options import RequestOptions, request_options
+
+if TYPE_CHECKING:
+    from cudalock.spec import Spec, TargetSummary
+
+SPEC_FILE = "cudalock.toml"
 
 
 @target_options
-def lock(target_opts: TargetOptions) -> None:
-    """Not available yet."""
-    raise UsageError("'lock' is not available yet")
+@request_options
+def lock(
+    output_dir: str = typer.Option(
+        ".", "--output-dir", "-o", help="Where pylock.toml and requirements.lock.txt go.",
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Write nothing; exit 0 if the lock is current for the spec, the "
+        "matrix and the target, 1 naming what changed (for CI).",
+    ),
+    upgrade: bool = typer.Option(
+        False, "--upgrade", "-U", help="Re-resolve to the newest allowed versions (default: "
+        "keep the versions already locked where still allowed).",
+    ),
+    spec: str | None = typer.Option(
+        None, "--spec", help="Spec file with the Request and Target (default: ./cudalock.toml "
+        "if present); flags override it.",
+    ),
+    cache_dir: str | None = typer.Option(
+        None, "--cache-dir", help="uv's download cache (default: uv's shared cache, so a "
+        "second lock is fast).",
+    ),
+    timeout: int = typer.Option(
+        60, "--timeout", min=1, help="Seconds uv waits on one HTTP request (UV_HTTP_TIMEOUT).",
+    ),
+    retries: int = typer.Option(
+        3, "--retries", min=0, help="Times uv retries a failed request (UV_HTTP_RETRIES).",
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite a pylock.toml / requirements.lock.txt cudalock did "
+        "not write (its own are regenerated without it).",
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    json_output: bool = typer.Option(
+        False, "--json", help="Print the result as JSON: {lock, requirements, packages} or, "
+        "with --check, {current, lock, changes}.",
+    ),
+    *,
+    target_opts: TargetOptions,
+    request_opts: RequestOptions,
+) -> None:
+    """Lock the whole dependency closure, every file pinned by URL and sha256.
+
+    uv resolves for the target's platform and Python (not this machine's); torch and its
+    family come only from the matching PyTorch index (an explicit index, so a same version on
+    PyPI or a mirror cannot win), everything else from PyPI or --pypi-index. The lock records
+    the cudalock and matrix versions, the target and the Plan; --check compares them with
+    today's. Exit 3 on network failure, with the previous lock untouched.
+    """
+    from cudalock.cli.common import emit_json, load_matrix_for
+    from cudalock.lock import check_lock, make_lock
+    from cudalock.resolve import resolve as resolve_plan
+    from cudalock.targets import targets_from_options
+
+    out = Path(output_dir)
+    spec_data = _read_spec(Path(spec) if spec else None)
+    request = request_opts.to_request(base=spec_data.request if spec_data else None)
+    if spec_data is not None and spec_data.target is not None:
+        target_opts = _target_from_spec(target_opts, spec_data.target)
+    matrix = load_matrix_for(target_opts)
+    targets = targets_from_options(target_opts, matrix)
+    plan = resolve_plan(matrix, targets, request)
+    if check:
+        changes = check_lock(out, plan, request,
+                             allow_insecure=request_opts.allow_insecure_index)
+        if json_output:
+            emit_json({"current": not changes, "lock": str(out / "pylock.toml"),
+                       "changes": changes})
+        elif changes:
+            typer.echo(f"{out / 'pylock.toml'} is not current:", err=True)
+            for change in changes:
+                typer.echo(f"  - {change}", err=True)
+            typer.echo("run 'cudalock lock' (same flags) to regenerate it", err=True)
+        else:
+            typer.echo(f"{out / 'pylock.toml'} is current")
+        raise typer.Exit(1 if changes else 0)
+
+    def progress(line: str) -> None:
+        if not quiet:
+            typer.echo(line, err=True)
+
+    result = make_lock(
+        plan, request, output_dir=out, upgrade=upgrade,
+        allow_insecure=request_opts.allow_insecure_index,
+        cache_dir=Path(cache_dir) if cache_dir else None, timeout_s=timeout, retries=retries,
+        force=force, echo=progress,
+    )
+    if json_output:
+        emit_json({"lock": str(result.lock_path), "requirements": str(result.requirements_path),
+                   "packages": result.packages})
+        return
+    torch = result.packages.get("torch")
+    typer.echo(f"locked {len(result.packages)} packages (torch {torch}) for Python "
+               f"{plan.python} on {plan.platform}: {result.lock_path}, "
+               f"{result.requirements_path}")
+
+
+def _read_spec(spec: Path | None) -> Spec | None:
+    """The spec file given, or ./cudalock.toml if present (flags are applied over it)."""
+    from cudalock.errors import InputError
+    from cudalock.spec import read_spec
+
+    path = spec if spec is not None else Path(SPEC_FILE)
+    found = read_spec(path)
+    if found is None and spec is not None:
+        raise InputError(f"spec file {spec} does not exist")
+    return found
+
+
+def _target_from_spec(options: TargetOptions, summary: TargetSummary) -> TargetOptions:
+    """The spec's [target] stands in for the Target flags when none are given.
+
+    So a lock made for another machine is regenerated, and checked in CI, for that machine.
+    """
+    if options.probe_files or options.overrides_given:
+        return options
+    return dataclasses.replace(
+        options,
+        driver_version=summary.driver_version,
+        driver_cuda=summary.driver_cuda,
+        no_gpu=not summary.gpu,
+        compute_capabilities=tuple(summary.compute_capabilities),
+        platform=summary.platform,
+    )
