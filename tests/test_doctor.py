@@ -84,7 +84,11 @@ def test_host_oom_during_zero2_save_with_memory_check() -> None:
     assert report.verdict == "host-oom"
     host = next(f for f in report.findings if f.code == "host-oom-kill")
     assert "Out of memory: Killed process 48213 (python)" in " ".join(host.evidence)
-    assert "the very process the training log reports" in host.message
+    assert "PID 48213 is the very process the training log reports" in host.message
+    saving = next(f for f in report.findings if f.code == "killed-during-checkpoint-save")
+    # 8 ranks × 2 bytes × 6,738,415,616 = 107,814,649,856 bytes = 100.41 GiB
+    assert "each of the 8 ranks on a node copies" in saving.message
+    assert "100.41GiB extra" in saving.message
     # The run came from the log and its DeepSpeed config next to it: ZeRO-2, 8 GPUs,
     # 6,738,415,616 params. Save spike 8 × 2 × P = 107,814,649,856 bytes; rule of thumb 1.5×.
     assert report.memory is not None
@@ -166,8 +170,8 @@ def test_sigsegv_runs_the_audit_and_reads_the_kernel(tmp_path: Path) -> None:
 
     def audit(python: Path | None, deep: bool) -> Sequence[Finding]:
         calls.append((python, deep))
-        return [Finding("torch-cuda-newer-than-driver", "error",
-                        "torch 2.8.0+cu128 needs CUDA 12.8; the driver supports 12.2.",
+        return [Finding("driver-too-old", "error",
+                        "torch 2.8.0+cu128 needs CUDA 12.8; the driver supports 12.2",
                         fix=("pip install torch==2.5.1 --index-url .../cu121",))]
 
     shm = ShmInfo("/dev/shm", 64 * 2**20, 10 * 2**20)
@@ -180,8 +184,9 @@ def test_sigsegv_runs_the_audit_and_reads_the_kernel(tmp_path: Path) -> None:
     found = codes(report.findings)
     assert found[:3] == ["segfault-in-library", "segfault-in-library", "gpu-xid-error"]
     assert "libcuda.so.535.104.05" in report.findings[0].message
-    audit_finding = next(f for f in report.findings if f.code == "torch-cuda-newer-than-driver")
-    assert "Why -11" in audit_finding.message
+    audit_finding = next(f for f in report.findings if f.code == "driver-too-old")
+    assert audit_finding.message.startswith("torch 2.8.0+cu128 needs CUDA 12.8; the driver "
+                                            "supports 12.2. Why -11: a build for a newer CUDA")
     shm_finding = next(f for f in report.findings if f.code == "shm-too-small")
     assert "0.06GiB" in shm_finding.message  # 64 MiB, Docker's default
     assert "segfault-other-causes" in found
@@ -221,7 +226,7 @@ def test_plain_exit_status_reads_nothing() -> None:
 
 
 def test_explain_audit_finding_keeps_the_code() -> None:
-    finding = Finding("deepspeed-built-against-other-torch", "error", "ops built with torch 2.4.")
+    finding = Finding("deepspeed-torch-mismatch", "error", "ops built with torch 2.4.")
     explained = explain_audit_finding(finding)
     assert explained.code == finding.code and "C++ ABI" in explained.message
     unknown = Finding("something-else", "warning", "x")
@@ -302,3 +307,16 @@ def test_doctor_command_with_log_and_host_memory() -> None:
     text = cudalock("doctor", "--exit-code", "1")
     assert text.returncode == 0
     assert "exit-status-plain" in text.stdout
+
+
+def test_sigsegv_with_the_real_audit_of_a_real_environment(tmp_path: Path) -> None:
+    # A fresh venv without torch: the real inspection runs its interpreter and says so.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")],
+                   check=True, timeout=120)
+    python = tmp_path / "env" / "bin" / "python"
+    readers = machine(recorded_kernel("clean_dmesg.txt"))
+    report = run_doctor(DoctorRequest(exit_code="139", python=python, no_run=True), readers)
+    found = codes(report.findings)
+    assert "no-torch" in found
+    assert "audit-clean" in found
+    assert "audit-unavailable" not in found

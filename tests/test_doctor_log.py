@@ -46,8 +46,11 @@ def test_bad_exit_codes_are_usage_errors(text: str) -> None:
 def test_torchrun_zero2_log() -> None:
     facts = scan_training_log((LOGS / "torchrun_zero2_sigkill.log").read_text())
     kinds = [(e.kind, e.signal, e.pid) for e in facts.events]
-    assert kinds == [("launcher-exit", 9, 48213), ("launcher-exit", 9, 48213),
+    assert kinds == [("training-progress", None, None), ("checkpoint-save", None, None),
+                     ("launcher-exit", 9, 48213), ("launcher-exit", 9, 48213),
                      ("launcher-signal", 9, 48213)]
+    saving = facts.died_while_saving
+    assert saving is not None and "Saving model checkpoint to output/checkpoint-500" in saving.line
     assert facts.reported_pids == (48213,)
     shape = facts.shape
     assert shape.deepspeed_config == "configs/ds_z2.json"
@@ -56,6 +59,13 @@ def test_torchrun_zero2_log() -> None:
     assert shape.params == 6_738_415_616
     assert shape.params_source is not None and "trainable" in shape.params_source
     assert shape.model == "meta-llama/Llama-2-7b-hf"
+
+
+def test_progress_after_a_save_means_the_save_finished() -> None:
+    text = ("Saving model checkpoint to out/checkpoint-100\n"
+            "{'loss': 0.9, 'epoch': 0.5}\n"
+            "exitcode  : -9 (pid: 77)\n")
+    assert scan_training_log(text).died_while_saving is None
 
 
 def test_deepspeed_launcher_segv_log() -> None:

@@ -222,8 +222,8 @@ def _sigkill_findings(exit_status: ExitStatus, log: LogFacts | None,
     def pid_note(group: Sequence[OomKill]) -> str:
         matched = _matching(group, pids)
         if matched:
-            return (" The kernel killed " + ", ".join(k.describe() for k in matched)
-                    + ": the very process the training log reports.")
+            listed = ", ".join(str(k.pid) for k in matched)
+            return f" PID {listed} is the very process the training log reports as killed."
         return ""
 
     if cgroup_kills or cgroup_levels or slurm_oom:
@@ -358,27 +358,49 @@ def _library_meaning(library: str) -> str:
     return "the library named (a native extension or system library)"
 
 
-#: How a version problem found by the audit turns into SIGSEGV, by words in its finding code.
-_AUDIT_CRASH_MEANING = (
-    (("driver",), "a CUDA build newer than the driver can fail at CUDA initialisation or crash "
-     "in the first kernel launch"),
-    (("arch", "sm-", "compute-capability"), "without the GPU's architecture the kernels cannot "
-     "load; extensions that skip the error check crash instead of raising"),
-    (("mixed", "multiple-cuda", "cuda-libs", "nvjitlink"), "two CUDA library versions loaded "
-     "into one process resolve symbols against each other and crash"),
-    (("shadow", "ld-library-path", "preload"), "a library on LD_LIBRARY_PATH/LD_PRELOAD replaces "
-     "the one torch was built with"),
-    (("deepspeed",), "DeepSpeed ops compiled against another torch call into changed C++ ABI and "
-     "crash"),
-)
+#: How a problem the audit finds turns into SIGSEGV, by the audit's finding code.
+_AUDIT_CRASH_MEANING: dict[str, str] = {
+    "driver-too-old": "a build for a newer CUDA than the driver fails at CUDA initialisation, "
+                      "or crashes in native code when CUDA libraries of two versions get mixed",
+    "minor-compat-only": "under minor-version compatibility, kernels that need PTX JIT or newer "
+                         "driver features fail; extensions that skip error checks crash instead",
+    "gpu-arch-unsupported": "without kernels for the GPU's architecture CUDA calls fail; "
+                            "extensions that skip the error check crash instead of raising",
+    "mixed-cuda-builds": "two CUDA versions' libraries loaded into one process resolve symbols "
+                         "against each other and crash",
+    "torchvision-mismatch": "torchvision's C++ ops are built for another torch: calling them "
+                            "jumps into a changed ABI",
+    "torchaudio-mismatch": "torchaudio's C++ ops are built for another torch: calling them jumps "
+                           "into a changed ABI",
+    "duplicate-torch": "two torch installs: the extension modules of one load the libraries of "
+                       "the other",
+    "library-shadowing": "a library on LD_LIBRARY_PATH/LD_PRELOAD replaces the one torch was "
+                         "built with",
+    "nvcc-mismatch": "DeepSpeed JIT-builds its ops with this nvcc; ops built for another CUDA "
+                     "than torch's crash or fail to load",
+    "deepspeed-torch-mismatch": "DeepSpeed ops compiled against another torch call into a "
+                                "changed C++ ABI and crash",
+    "deepspeed-cuda-mismatch": "DeepSpeed ops compiled for another CUDA load a second CUDA "
+                               "runtime into the process",
+    "deepspeed-built-without-torch": "DeepSpeed's prebuilt ops were not built against this "
+                                     "torch",
+    "torch-import-crash": "the crash reproduces in a child process that only imports torch and "
+                          "initialises CUDA: the environment itself is at fault, not the "
+                          "training code",
+    "cuda-init-failed": "CUDA initialisation fails in a child process: the same failure inside "
+                        "native training code can end as a segfault",
+    "rocm-build-on-nvidia": "a ROCm build of torch cannot drive NVIDIA GPUs",
+}
 
 
 def explain_audit_finding(finding: Finding) -> Finding:
     """The audit's finding, with a sentence on how it produces a segfault (code unchanged)."""
-    for needles, meaning in _AUDIT_CRASH_MEANING:
-        if any(needle in finding.code for needle in needles):
-            return replace(finding, message=f"{finding.message} Why -11: {meaning}.")
-    return finding
+    meaning = _AUDIT_CRASH_MEANING.get(finding.code)
+    if meaning is None:
+        return finding
+    message = finding.message.rstrip()
+    separator = " " if message.endswith((".", "!", ")")) else ". "
+    return replace(finding, message=f"{message}{separator}Why -11: {meaning}.")
 
 
 def _sigsegv_findings(log: LogFacts | None, seen: Observations,
@@ -408,7 +430,7 @@ def _sigsegv_findings(log: LogFacts | None, seen: Observations,
             ))
     if audit_findings is not None:
         problems = [f for f in audit_findings if f.severity in ("error", "warning")]
-        findings.extend(explain_audit_finding(f) for f in problems)
+        findings.extend(explain_audit_finding(f) for f in audit_findings)
         if not problems:
             findings.append(Finding(
                 "audit-clean", "info",
@@ -487,6 +509,25 @@ def diagnose(exit_status: ExitStatus, *, log: LogFacts | None = None,
     if sig == SIGKILL:
         verdict, found = _sigkill_findings(exit_status, log, seen)
         findings.extend(found)
+        saving = log.died_while_saving if log else None
+        if saving is not None:
+            spike = ""
+            if memory is not None and memory.needs.save_spike_bytes:
+                setup = memory.needs.setup
+                who = (f"each of the {setup.gpus_per_node} ranks on a node copies"
+                       if setup.zero_stage in (1, 2) else "rank 0 gathers")
+                spike = (f" For this run {who} the full 16-bit weights into host RAM: "
+                         f"{format_gib(memory.needs.save_spike_bytes)} extra at that moment.")
+            findings.append(Finding(
+                "killed-during-checkpoint-save", "warning",
+                "The last thing the log shows before the kill is a checkpoint save, with no "
+                "training step after it: the save-time host memory spike is the likely trigger."
+                + spike,
+                (f"log line {saving.line_no}: {saving.line}",),
+                ('ZeRO-3 with "stage3_gather_16bit_weights_on_model_save": true keeps the 16-bit '
+                 "copy on rank 0 only",
+                 "or give the node the RAM the memory check asks for"),
+            ))
         if memory is not None:
             findings.extend(memory.findings)
             if verdict == "unknown" and memory.host_enough is False:
@@ -631,7 +672,9 @@ def default_readers(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys
 
 def default_audit(python: Path | None, deep: bool) -> Sequence[Finding]:
     """Run cudalock's audit on an environment (imported lazily: it must not slow doctor down)."""
-    raise ImportError("cudalock's environment audit is not installed in this build")
+    from cudalock.audit_env import audit_findings
+
+    return audit_findings(python, deep)
 
 
 def run_doctor(request: DoctorRequest, readers: MachineReaders,

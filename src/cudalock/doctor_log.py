@@ -133,6 +133,17 @@ class LogFacts:
         return tuple(event for event in self.events if event.kind in kinds)
 
     @property
+    def died_while_saving(self) -> LogEvent | None:
+        """The last checkpoint-save line, if training made no progress after it."""
+        last_save = None
+        for event in self.events:
+            if event.kind == "checkpoint-save":
+                last_save = event
+            elif event.kind == "training-progress":
+                last_save = None
+        return last_save
+
+    @property
     def reported_pids(self) -> tuple[int, ...]:
         return tuple(dict.fromkeys(e.pid for e in self.events if e.pid is not None))
 
@@ -168,6 +179,9 @@ _EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("slurm-cancelled", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT")),
     ("kubernetes-oomkilled", re.compile(r"\bOOMKilled\b")),
     ("nccl-timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*timed out")),
+    ("checkpoint-save", re.compile(
+        r"Saving model checkpoint to|Checkpoint \S+ is about to be saved|Saving checkpoint")),
+    ("training-progress", re.compile(r"""['"]loss['"]\s*:|\bloss[:=]\s*\d""")),
     ("shell-killed", re.compile(r"^(?:\S+: line \d+: +\d+ )?Killed\b")),
     ("shell-segfault", re.compile(r"Segmentation fault(?: \(core dumped\))?\s*$")),
     ("shell-bus-error", re.compile(r"^(?:\S+: line \d+: +\d+ )?Bus error\b")),
