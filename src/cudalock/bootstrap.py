@@ -112,8 +112,12 @@ def choose_format(given: str | None, spec: Spec | None) -> OutputFormat:
 
 
 def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
-                  options: BootstrapOptions, echo: Echo) -> BootstrapResult:
-    """Everything ``cudalock bootstrap`` does; ``echo`` shows progress to the user."""
+                  options: BootstrapOptions, show: Echo) -> BootstrapResult:
+    """Everything ``cudalock bootstrap`` does; ``show`` prints progress to the user."""
+
+    def echo(line: str) -> None:
+        show(redact(line))  # the plan's explanation names index URLs, credentials and all
+
     from cudalock.matrix import load_matrix
     from cudalock.resolve import resolve
     from cudalock.targets import targets_from_options

@@ -26,6 +26,7 @@ from packaging.utils import canonicalize_name
 
 from cudalock.errors import UsageError
 from cudalock.model import PackagePin, Plan
+from cudalock.urls import redact
 from cudalock.versions import format_cuda
 
 OutputFormat = Literal["conda", "venv", "uv"]
@@ -223,7 +224,8 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
             torch_index += ("--extra-index-url", options.pypi_index)
     else:
         torch_index = default_index
-    steps.append(Step(f"the torch family from {plan.index_url or 'the default index'}",
+    # Titles are printed when install.sh runs: no credentials in them.
+    steps.append(Step(f"the torch family from {redact(plan.index_url or 'the default index')}",
                       (*pip, *torch_index, *family_pins)))
 
     if options.framework:

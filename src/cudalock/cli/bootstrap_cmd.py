@@ -53,11 +53,15 @@ def bootstrap(
                                create=create, venv=venv, force=force)
     result = run_bootstrap(target_opts, request_opts, options, echo)
     if json_output:
+        import json
+
         from cudalock.urls import redact
 
-        emit_json({
+        document = {
             "plan": result.plan.to_json(),
-            "written": [redact(str(path)) for path in result.written],
+            "written": [str(path) for path in result.written],
             "environment": str(result.environment) if result.environment else None,
-        })
+        }
+        # Index URLs in the plan may carry credentials: never print them.
+        emit_json(json.loads(redact(json.dumps(document))))
     sys.stdout.flush()

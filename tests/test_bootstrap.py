@@ -1,0 +1,197 @@
+"""`cudalock bootstrap` without --create: the files it writes, cudalock.toml, and its refusals.
+
+Runs the real command in a subprocess against the shipped matrix (driver 535.104.05 supports
+CUDA 12.2, so torch 2.1.0 gets its cu121 build: matrix cuda.toml / torch.toml).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.index import offline_env
+
+TARGET = ["--driver-version", "535.104.05", "--compute-capability", "8.0"]
+REQUEST = ["--torch", "==2.1.0", "--python", "3.11"]
+
+
+def cudalock(*args: str, cwd: Path, env: dict[str, str] | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cudalock", *args], capture_output=True,
+                          text=True, cwd=cwd, env=env or offline_env(), timeout=120,
+                          check=False)
+
+
+def test_conda_format_writes_the_files(tmp_path: Path) -> None:
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--name", "ft", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "constraints.txt", "cudalock.toml", "environment.conda-lock.yml", "environment.yml",
+        "install.sh"]
+    document = yaml.safe_load((out / "environment.yml").read_text())
+    assert document["name"] == "ft"
+    assert {"pip": ["--index-url https://download.pytorch.org/whl/cu121",
+                    "torch==2.1.0+cu121", "torchvision==0.16.0+cu121"]} in document[
+        "dependencies"]
+    assert stat.S_IMODE((out / "install.sh").stat().st_mode) == 0o755
+    assert stat.S_IMODE((out / "environment.yml").stat().st_mode) == 0o644
+    spec = (out / "cudalock.toml").read_text()
+    assert 'torch = "==2.1.0"' in spec and 'driver_version = "535.104.05"' in spec
+    assert "conda env create -f" in done.stdout
+
+
+def test_existing_output_is_not_overwritten_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "install.sh").write_text("mine\n")
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "out/install.sh already exists; pass --force" in done.stderr
+    assert (out / "install.sh").read_text() == "mine\n"
+    assert sorted(p.name for p in out.iterdir()) == ["install.sh"]  # nothing half-written
+
+
+@pytest.mark.parametrize("name", ["my env", "a/b", "x;touch pwned", "base", "$(id)"])
+def test_invalid_environment_name_is_refused(tmp_path: Path, name: str) -> None:
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--name", name, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "invalid environment name" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_plain_http_index_needs_loopback_or_the_insecure_flag(tmp_path: Path) -> None:
+    refused = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST,
+                       "--pytorch-index", "http://mirror.example/whl", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "plain http to a non-loopback host" in refused.stderr
+    assert "--allow-insecure-index" in refused.stderr
+    allowed = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--format", "venv",
+                       "--pytorch-index", "http://mirror.example/whl",
+                       "--allow-insecure-index", cwd=tmp_path)
+    assert allowed.returncode == 0, allowed.stderr
+    assert "--index-url http://mirror.example/whl/cu121" in (
+        tmp_path / "out" / "requirements.txt").read_text()
+
+
+def test_index_from_environment_variables(tmp_path: Path) -> None:
+    env = offline_env() | {"CUDALOCK_PYTORCH_INDEX": "https://mirror.example/pt",
+                           "CUDALOCK_PYPI_INDEX": "https://mirror.example/simple"}
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--format", "venv",
+                    cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = (tmp_path / "out" / "requirements.txt").read_text().splitlines()
+    assert "--index-url https://mirror.example/pt/cu121" in lines
+    assert "--extra-index-url https://mirror.example/simple" in lines
+    assert "pypi.org" not in (tmp_path / "out" / "install.sh").read_text()
+
+
+def test_credentials_are_used_in_files_but_never_shown(tmp_path: Path) -> None:
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--format", "venv",
+                    "--pytorch-index", "https://alice:s3cret@mirror.example/whl",
+                    "--pypi-index", "https://alice:s3cret@mirror.example/simple", "--json",
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "s3cret" not in done.stdout and "s3cret" not in done.stderr
+    assert "https://***@mirror.example/whl/cu121" in done.stderr
+    out = tmp_path / "out"
+    # pip needs them: the index lines keep them, as the user gave them.
+    assert "https://alice:s3cret@mirror.example/whl/cu121" in (out / "install.sh").read_text()
+    # cudalock.toml is meant to be committed: no credentials.
+    assert "s3cret" not in (out / "cudalock.toml").read_text()
+
+
+def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:
+    for args, expected in [
+        (["--python", "three"], "invalid Python version 'three'"),
+        (["--torch", "~=banana"], "invalid torch version spec"),
+        (["--format", "pixi"], "invalid --format 'pixi'"),
+        (["--framework", "./does-not-exist"], "no such directory exists"),
+    ]:
+        done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, *args, cwd=tmp_path)
+        assert done.returncode == 2, (args, done.stderr)
+        assert expected in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+
+
+def test_nothing_fits_is_exit_1_and_writes_nothing(tmp_path: Path) -> None:
+    done = cudalock("bootstrap", "-o", "out", "--driver-version", "470.57.02",
+                    "--compute-capability", "8.0", "--torch", "==2.5.1", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "nothing fits" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_create_with_uv_format_is_refused(tmp_path: Path) -> None:
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--format", "uv", "--create",
+                    cwd=tmp_path)
+    assert done.returncode == 2
+    assert "uv sync" in done.stderr
+
+
+def test_create_conda_without_conda_on_path_is_an_environment_failure(tmp_path: Path) -> None:
+    env = offline_env() | {"PATH": os.path.dirname(sys.executable)}
+    assert all(not (Path(env["PATH"]) / tool).exists()
+               for tool in ("conda", "mamba", "micromamba"))
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--create", cwd=tmp_path,
+                    env=env)
+    assert done.returncode == 3
+    assert "needs conda, mamba or micromamba" in done.stderr
+
+
+def test_cudalock_toml_is_read_flags_override_and_comments_survive(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cudalock.toml").write_text(
+        "# team spec: do not bump torch without asking\n"
+        "[request]\n"
+        'torch = "==2.1.0"  # see ticket 42\n'
+        'python = "3.11"\n'
+        "[target]\n"
+        'driver_version = "535.104.05"\n'
+        'compute_capabilities = ["8.0"]\n'
+        'platform = "linux-x86_64"\n'
+        "[output]\n"
+        'format = "venv"\n'
+        'name = "team-env"\n'
+    )
+    # No target or request flags: everything comes from the file.
+    done = cudalock("bootstrap", "-o", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "target: as recorded in" in done.stdout
+    assert "torch==2.1.0+cu121" in (out / "constraints.txt").read_text()
+    assert (out / "requirements.txt").exists()
+    # A flag overrides the file, and the file is updated with the user's comments kept.
+    again = cudalock("bootstrap", "-o", "out", "--python", "3.10", "--force", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    text = (out / "cudalock.toml").read_text()
+    assert text.startswith("# team spec: do not bump torch without asking\n")
+    assert 'torch = "==2.1.0"  # see ticket 42' in text
+    assert 'python = "3.10"' in text
+    assert "Python 3.10" in (out / "install.sh").read_text()
+
+
+def test_cudalock_toml_syntax_error_names_the_line(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cudalock.toml").write_text('[request]\ntorch = "2.1.0"\npython = = "3.11"\n')
+    done = cudalock("bootstrap", "-o", "out", *TARGET, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "out/cudalock.toml:3:9: invalid TOML" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bootstrap_cli_module_imports_only_typer_at_top() -> None:
+    code = ("import sys, cudalock.cli.bootstrap_cmd; "
+            "print(sorted(m for m in ('cudalock.bootstrap', 'cudalock.render', "
+            "'cudalock.resolve', 'yaml', 'tomlkit') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
