@@ -131,10 +131,22 @@ def test_gpu_names(nvml_name: str, model: str, cc: tuple[int, int]) -> None:
 
 
 def test_deepspeed_releases_and_cuda_check() -> None:
+    from packaging.specifiers import SpecifierSet
+
     versions = [r.version for r in MATRIX.deepspeed]
-    assert versions[0] == "0.14.0" and versions[-1] == "0.19.8"
+    assert versions[0] == "0.14.0" and versions[-1] == "0.19.8" and len(versions) == 47
     latest = MATRIX.deepspeed[-1]
     assert latest.torch == ">=2.0.0" and latest.date == "2026-10-20"
-    rule = MATRIX.deepspeed_cuda_checks[-1]
-    assert rule.deepspeed == ">=0.18.0" and 13 not in rule.minor_mismatch_ok
-    assert (12, 9) in rule.minor_mismatch_ok[12] and (12, 7) not in rule.minor_mismatch_ok[12]
+    assert next(r for r in MATRIX.deepspeed if r.version == "0.19.0").torch == ""
+
+    def twelve(version: str) -> tuple[tuple[int, int], ...]:
+        (rule,) = [c for c in MATRIX.deepspeed_cuda_checks
+                   if SpecifierSet(c.deepspeed).contains(version)]
+        assert 13 not in rule.minor_mismatch_ok
+        return rule.minor_mismatch_ok[12]
+
+    # The allow-list grew within minor series (read from the sdists): 12.9 arrived in 0.17.2.
+    assert (12, 9) not in twelve("0.17.1") and (12, 9) in twelve("0.17.2")
+    assert (12, 8) in twelve("0.16.4") and (12, 8) not in twelve("0.16.3")
+    assert twelve("0.14.2")[-1] == (12, 3) and twelve("0.14.3")[-1] == (12, 5)
+    assert (12, 7) not in twelve("0.19.8")
