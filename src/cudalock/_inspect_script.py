@@ -187,7 +187,11 @@ def _nvcc_version(nvcc: str) -> tuple[str | None, str | None]:
 
 
 def _nvcc_candidates() -> list[dict[str, object]]:
-    """Every nvcc the environment can reach, in the order torch's cpp_extension picks CUDA_HOME."""
+    """Every nvcc the environment can reach, in the order torch's cpp_extension picks CUDA_HOME.
+
+    A CUDA_HOME / CUDA_PATH that is set counts even without bin/nvcc: cpp_extension uses it
+    as given (and JIT builds then fail), so it stays first.
+    """
     candidates: list[tuple[str, str]] = []
     for var in ("CUDA_HOME", "CUDA_PATH"):
         home = os.environ.get(var)
@@ -204,7 +208,13 @@ def _nvcc_candidates() -> list[dict[str, object]]:
     seen: list[str] = []
     for origin, path in candidates:
         real = os.path.realpath(path)
-        if not os.path.isfile(real) or real in seen:
+        if real in seen:
+            continue
+        if not os.path.isfile(real):
+            if origin in ("CUDA_HOME", "CUDA_PATH"):
+                seen.append(real)
+                found.append({"origin": origin, "path": path, "version": None,
+                              "problem": origin + " is set but has no bin/nvcc"})
             continue
         seen.append(real)
         version, problem = _nvcc_version(path)
