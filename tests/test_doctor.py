@@ -189,7 +189,8 @@ def test_sigsegv_runs_the_audit_and_reads_the_kernel(tmp_path: Path) -> None:
                                             "supports 12.2. Why -11: a build for a newer CUDA")
     shm_finding = next(f for f in report.findings if f.code == "shm-too-small")
     assert "0.06GiB" in shm_finding.message  # 64 MiB, Docker's default
-    assert "segfault-other-causes" in found
+    other = next(f for f in report.findings if f.code == "segfault-other-causes")
+    assert other.evidence == ("/dev/shm: 0.06GiB, 0.01GiB free",)
     # --no-run turns the deep (CUDA-initialising) part off.
     run_doctor(DoctorRequest(exit_code="139", no_run=True),
                machine(recorded_kernel("clean_dmesg.txt")), audit=audit)
@@ -320,3 +321,58 @@ def test_sigsegv_with_the_real_audit_of_a_real_environment(tmp_path: Path) -> No
     assert "no-torch" in found
     assert "audit-clean" in found
     assert "audit-unavailable" not in found
+
+
+def test_memory_command_against_a_probe_file(tmp_path: Path) -> None:
+    # The training node, probed elsewhere: 4 GPUs of 80 GiB, 200 GiB RAM, a 96 GiB cgroup limit.
+    node = Target(
+        platform="linux-x86_64",
+        gpus=tuple(Gpu("NVIDIA H100 80GB HBM3", (9, 0), index=i, memory_total_bytes=80 * GIB)
+                   for i in range(4)),
+        host=Host(memory_total_bytes=200 * GIB, cgroup_memory_limit_bytes=96 * GIB),
+    )
+    probe = tmp_path / "node.json"
+    probe.write_text(json.dumps(node.to_json()))
+    result = cudalock("memory", "--params", "13B", "--zero", "2", "--offload-optimizer", "cpu",
+                      "--probe", str(probe), "--json")
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert document["needs"]["setup"]["gpus_per_node"] == 4  # from the probe file
+    assert document["host"]["available_bytes"] == 96 * GIB  # the cgroup limit is tighter
+    assert document["gpu_memory_bytes"] == 80 * GIB
+    # 13e9 · max(4·4, 16) · 1.5 = 312e9 held, plus 4 × 2 × 13e9 = 104e9 at save.
+    assert document["needs"]["host_required_bytes"] == 416 * 10**9
+    short = next(f for f in document["findings"] if f["code"] == "host-memory-short")
+    assert "container/cgroup limit" in short["message"]
+
+
+def test_default_readers_take_every_root_and_command(tmp_path: Path) -> None:
+    from cudalock.doctor import default_readers
+
+    proc, sys_root, root = tmp_path / "proc", tmp_path / "sys", tmp_path / "root"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "cgroup").write_text("0::/\n")
+    (proc / "meminfo").write_text("MemTotal:       65536000 kB\nMemFree: 1 kB\n")
+    cgroup = sys_root / "fs" / "cgroup"
+    cgroup.mkdir(parents=True)
+    (cgroup / "cgroup.controllers").write_text("memory\n")
+    (cgroup / "memory.max").write_text(str(32 * GIB) + "\n")
+    (cgroup / "memory.events").write_text("oom 0\noom_kill 0\n")
+    (root / "var" / "log").mkdir(parents=True)
+    (root / "var" / "log" / "kern.log").write_text((KERNEL / "host_oom_dmesg.txt").read_text())
+    seen: list[tuple[str, ...]] = []
+
+    def runner(argv: Sequence[str]) -> CommandResult:
+        seen.append(tuple(argv))
+        return CommandResult(1, "", "dmesg: read kernel buffer failed: Operation not permitted")
+
+    readers = default_readers(proc_root=proc, sys_root=sys_root, shm_path=tmp_path, root=root,
+                              runner=runner, log_commands=[("dmesg",)], environ={})
+    report = run_doctor(DoctorRequest(exit_code="-9", flags=SetupHints(
+        params=7 * 10**9, zero_stage=2, gpus_per_node=2)), readers, audit=no_audit)
+    assert seen == [("dmesg",)]
+    assert report.verdict == "host-oom"  # found in <root>/var/log/kern.log
+    assert report.memory is not None
+    assert report.memory.host.total_bytes == 65_536_000 * 1024
+    assert report.memory.host.cgroup_limit_bytes == 32 * GIB
+    assert not report.evidence["machine"]["in_kubernetes"]

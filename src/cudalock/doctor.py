@@ -7,7 +7,7 @@ gathers those inputs at the edge; every reader takes its roots and commands as p
 
 Finding codes (stable): host-oom-kill, cgroup-oom-kill, gpu-oom, sigkill-not-oom,
 sigkill-collateral, oom-unconfirmed, kernel-log-unreadable, kubernetes-oomkilled-hint,
-slurm-time-limit, memory-check-skipped, host-memory-short, host-memory-enough,
+slurm-time-limit, killed-during-checkpoint-save, memory-check-skipped, host-memory-short, host-memory-enough,
 host-memory-unknown, gpu-memory-short, segfault-in-library, gpu-xid-error, shm-too-small,
 dataloader-bus-error, segfault-other-causes, audit-clean, audit-unavailable, signal-other,
 exit-status-plain, plus the audit's own codes for -11.
@@ -34,6 +34,7 @@ from cudalock.errors import InputError
 from cudalock.kernel_evidence import (
     HOW_TO_READ,
     CgroupMemory,
+    CommandRunner,
     KernelLog,
     OomKill,
     ShmInfo,
@@ -441,12 +442,16 @@ def _sigsegv_findings(log: LogFacts | None, seen: Observations,
         findings.append(Finding("audit-unavailable", "warning",
                                 f"The environment audit could not run: {audit_error}"))
     findings.extend(_shm_findings(log, seen.shm, crash=True))
+    shm = seen.shm
+    shm_evidence = (f"{shm.path}: {format_gib(shm.total_bytes)}, {format_gib(shm.free_bytes)} "
+                    "free" if shm else "/dev/shm: size not read",)
     findings.append(Finding(
         "segfault-other-causes", "info",
         "Causes of -11 that are not version problems: DataLoader workers with too small "
         "/dev/shm; forking DataLoader workers after CUDA was initialised; two OpenMP runtimes "
         "(libgomp and libiomp5) in one process; a too small stack (ulimit -s) for deep "
         "recursion; faulty GPU or host memory (Xid errors, ECC).",
+        evidence=shm_evidence,
         fix=("re-run with num_workers=0 to rule DataLoader workers out",
              "PYTHONFAULTHANDLER=1 (or python -X faulthandler) prints the Python stack at the "
              "crash"),
@@ -607,13 +612,14 @@ def read_deepspeed_config(path: Path) -> RunShape:
     return shape_from_deepspeed_config(data)
 
 
-def host_memory_from(host: Host | None, override: int | None) -> HostMemory:
+def host_memory_from(host: Host | None, override: int | None,
+                     source: str = "/proc/meminfo and cgroup") -> HostMemory:
+    """``--host-memory`` wins; otherwise the probed host's RAM and cgroup limit."""
     if override is not None:
         return HostMemory(override, None, "--host-memory")
     if host is None:
         return HostMemory(source="not read")
-    return HostMemory(host.memory_total_bytes, host.cgroup_memory_limit_bytes,
-                      "/proc/meminfo and cgroup")
+    return HostMemory(host.memory_total_bytes, host.cgroup_memory_limit_bytes, source)
 
 
 def smallest_gpu_memory(target: Target | None) -> int | None:
@@ -652,7 +658,11 @@ class MachineReaders:
 
 
 def default_readers(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys"),
-                    shm_path: Path = Path("/dev/shm"), root: Path = Path("/")) -> MachineReaders:
+                    shm_path: Path = Path("/dev/shm"), root: Path = Path("/"),
+                    runner: CommandRunner | None = None,
+                    log_commands: Sequence[Sequence[str]] | None = None,
+                    environ: Mapping[str, str] | None = None) -> MachineReaders:
+    """This machine's evidence; every root, command and the environment can be replaced."""
     from cudalock import kernel_evidence as ke
 
     def probe() -> Target | None:
@@ -661,11 +671,14 @@ def default_readers(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys
         return probe_machine(proc_root=proc_root, sys_root=sys_root)
 
     return MachineReaders(
-        read_kernel_log=lambda: ke.read_kernel_log(root=root),
+        read_kernel_log=lambda: ke.read_kernel_log(
+            runner=runner or ke.run_command,
+            commands=ke.DEFAULT_LOG_COMMANDS if log_commands is None else log_commands,
+            root=root),
         read_cgroup=lambda: ke.read_cgroup_memory(sys_root / "fs" / "cgroup", proc_root),
         read_shm=lambda: ke.read_shm(shm_path),
         probe=probe,
-        environ=dict(os.environ),
+        environ=dict(os.environ if environ is None else environ),
         root=root,
     )
 
@@ -687,7 +700,7 @@ def run_doctor(request: DoctorRequest, readers: MachineReaders,
     sig = exit_status.signal
     kernel = readers.read_kernel_log() if sig in (SIGKILL, SIGSEGV, SIGBUS) else None
     cgroup = readers.read_cgroup() if sig == SIGKILL else None
-    shm = readers.read_shm() if sig in (SIGSEGV, SIGBUS, SIGKILL) else None
+    shm = readers.read_shm() if sig in (SIGSEGV, SIGBUS) else None
     seen = Observations(kernel, cgroup, shm, in_kubernetes(readers.environ, readers.root))
 
     memory: MemoryVerdict | None = None

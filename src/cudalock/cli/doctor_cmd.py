@@ -205,11 +205,8 @@ def memory(
     default_gpus = len(target.gpus) if target is not None and target.gpus else 1
     setup, notes = build_setup(hints, default_gpus)
     assert setup is not None
-    source = "--host-memory" if host_override is not None else (
-        f"probe file {probe_file}" if probe_file is not None else None)
-    host = host_memory_from(target.host if target else None, host_override)
-    if source and host_override is None:
-        host = type(host)(host.total_bytes, host.cgroup_limit_bytes, source)
+    source = f"probe file {probe_file}" if probe_file is not None else "/proc/meminfo and cgroup"
+    host = host_memory_from(target.host if target else None, host_override, source)
     verdict = check_host_memory(memory_needs(setup), host, smallest_gpu_memory(target))
     if json_output:
         document = verdict.to_json()
