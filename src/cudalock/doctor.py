@@ -7,10 +7,10 @@ gathers those inputs at the edge; every reader takes its roots and commands as p
 
 Finding codes (stable): host-oom-kill, cgroup-oom-kill, gpu-oom, sigkill-not-oom,
 sigkill-collateral, oom-unconfirmed, kernel-log-unreadable, kubernetes-oomkilled-hint,
-slurm-time-limit, killed-during-checkpoint-save, memory-check-skipped, host-memory-short, host-memory-enough,
-host-memory-unknown, gpu-memory-short, segfault-in-library, gpu-xid-error, shm-too-small,
-dataloader-bus-error, segfault-other-causes, audit-clean, audit-unavailable, signal-other,
-exit-status-plain, plus the audit's own codes for -11.
+slurm-time-limit, killed-during-checkpoint-save, memory-check-skipped, host-memory-short,
+host-memory-enough, host-memory-unknown, gpu-memory-short, segfault-in-library, gpu-xid-error,
+shm-too-small, dataloader-bus-error, segfault-other-causes, audit-clean, audit-unavailable,
+signal-other, exit-status-plain, plus the audit's own codes for -11.
 """
 
 from __future__ import annotations
