@@ -168,3 +168,26 @@ def test_generated_install_script_passes_bash_n_and_shellcheck(scene: Scene) -> 
     result = subprocess.run([str(shellcheck), str(script)], capture_output=True, text=True,
                             check=False)
     assert result.returncode == 0, result.stdout
+
+
+def test_index_credentials_reach_pip_but_never_the_screen_or_the_log(tmp_path: Path) -> None:
+    with serve_indexes(tmp_path, pytorch={"cu121": PYTORCH_CU121}, pypi=PYPI,
+                       auth=("alice", "s3cret-token")) as server:
+        pytorch = server.pytorch_url.replace("http://", "http://alice:s3cret-token@")
+        pypi = server.pypi_url.replace("http://", "http://alice:s3cret-token@")
+        out = tmp_path / "out"
+        done = subprocess.run(
+            [*CUDALOCK, "bootstrap", "-o", str(out), "--format", "venv", "--create",
+             "--driver-version", "535.104.05", "--compute-capability", "8.0",
+             "--torch", "==2.1.0", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}",
+             "--pytorch-index", pytorch, "--pypi-index", pypi, "--framework", "finetunekit"],
+            capture_output=True, text=True, env=offline_env(), cwd=tmp_path, timeout=600,
+            check=False)
+        assert done.returncode == 0, done.stderr + done.stdout
+        # pip authenticated: every file came with a 200, none was refused.
+        assert server.requested("/whl/cu121/torch-2.1.0%2Bcu121-py3-none-any.whl")
+        assert not [r for r in server.requests if r[2] == 401 and r[1].endswith(".whl")]
+    log = (out / "cudalock-bootstrap.log").read_text()
+    assert "s3cret-token" not in done.stdout + done.stderr + log
+    assert "s3cret-token" not in (out / "cudalock.toml").read_text()
+    assert "alice:s3cret-token@" in (out / "install.sh").read_text()  # what pip needs

@@ -25,6 +25,7 @@ from cudalock.cli.options import TargetOptions
 from cudalock.cli.request_options import RequestOptions
 from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.fsutil import refuse_existing, write_group
+from cudalock.matrix import Matrix
 from cudalock.model import Plan, Request
 from cudalock.render import (
     OUTPUT_FORMATS,
@@ -174,7 +175,7 @@ def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
                                       echo)
         else:
             environment = create_conda(name, out_dir, steps, echo)
-        audit_new_environment(environment, echo)
+        audit_new_environment(environment, plan, matrix, echo)
     else:
         echo(next_steps(output_format, out_dir, name))
     return BootstrapResult(plan=plan, request=request, written=tuple(files),
@@ -362,14 +363,24 @@ def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Pa
     raise EnvironmentFailure(message, hint=hint)
 
 
-def audit_new_environment(environment: Path, echo: Echo) -> None:
-    """Look at the new environment the way ``cudalock audit`` does (never importing torch)."""
-    from cudalock.inspect_env import inspect_environment, python_for_prefix
+def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: Echo) -> None:
+    """Audit the new environment as ``cudalock audit`` would (never importing torch).
 
-    installed = inspect_environment(python=python_for_prefix(environment))
-    torch = installed.torch[0] if installed.torch else None
-    if torch is None:
-        raise EnvironmentFailure(f"the new environment {environment} has no torch after "
-                                 "install.sh; see the log")
-    echo(f"environment ready: {environment} (Python {installed.python_version}, torch "
-         f"{torch.version}, CUDA {torch.cuda or 'none'})")
+    Errors mean the environment cannot be trusted on the target even though every step
+    succeeded: exit 1, with the findings shown.
+    """
+    from cudalock.audit_env import audit_live
+    from cudalock.inspect_env import python_for_prefix
+
+    outcome = audit_live(plan.targets, matrix, python=python_for_prefix(environment))
+    torch = outcome.installed.torch[0] if outcome.installed.torch else None
+    for finding in outcome.findings:
+        echo(f"  audit {finding.severity}: {finding.code}: {finding.message}")
+    if torch is None or outcome.has_errors:
+        raise Unsatisfiable(
+            f"the new environment {environment} did not pass the audit"
+            + ("" if torch else ": it has no torch"),
+            hint=f"see the findings above and {LOG_FILE}; cudalock audit --python "
+            f"{shlex.quote(str(python_for_prefix(environment)))} repeats them")
+    echo(f"environment ready: {environment} (Python {outcome.installed.python_version}, "
+         f"torch {torch.version}, CUDA {torch.cuda or 'none'}); audit: no errors")
