@@ -304,7 +304,9 @@ def _cache_file(path: Path) -> Path:
 
     # A name collision only costs a cache miss: the stored key names the directory.
     name = str(path.resolve()).encode()
-    return matrix_cache_dir() / f"matrix-{zlib.crc32(name):08x}{zlib.adler32(name):08x}.pickle"
+    python = f"py{sys.version_info[0]}{sys.version_info[1]}"  # interpreters do not share
+    return matrix_cache_dir() / (f"matrix-{zlib.crc32(name):08x}{zlib.adler32(name):08x}-"
+                                 f"{python}.pickle")
 
 
 def _pickle_module() -> Any:
