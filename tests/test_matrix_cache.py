@@ -40,6 +40,10 @@ def test_second_load_comes_from_the_cache(matrix_copy: Path,
     again = load_matrix(matrix_copy)
     assert again == first
     assert again.directory == matrix_copy
+    # The same directory named through a symlink: still the cache, under the name given.
+    link = matrix_copy.parent / "link"
+    link.symlink_to(matrix_copy)
+    assert load_matrix(link).directory == link
 
 
 def test_a_changed_file_is_read_again(matrix_copy: Path) -> None:

@@ -21,7 +21,7 @@ import builtins
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -252,7 +252,8 @@ def load_matrix(directory: str | os.PathLike[str] | None = None, *,
     if key is not None:
         cached = _cache_read(path, key)
         if cached is not None:
-            return cached
+            # The same directory may have been named differently (relative, via a symlink).
+            return cached if cached.directory == path else replace(cached, directory=path)
     raw = {name: _read_toml(path / name) for name in MATRIX_FILES}
     matrix = build_matrix(raw, path)
     if key is not None and _settled(key):
