@@ -291,6 +291,15 @@ def test_network_failure_is_an_environment_failure() -> None:
     assert "previous lock is untouched" in err.message
 
 
+def test_a_failed_sdist_build_is_named() -> None:
+    err = classify_uv_failure(
+        "error: Failed to build `deepspeed==0.19.8`\n"
+        "  cause: The build backend returned an error\n"
+        "  cause: ModuleNotFoundError: No module named 'torch'\n")
+    assert isinstance(err, EnvironmentFailure)
+    assert err.message.startswith("uv had to build deepspeed==0.19.8 from source")
+
+
 def test_run_uv_streams_stderr_redacted(tmp_path: Path) -> None:
     script = tmp_path / "fake-uv"
     script.write_text("#!/bin/sh\necho 'Fetching https://user:s3cret@mirror.example/x' >&2\n"

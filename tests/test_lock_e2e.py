@@ -189,6 +189,14 @@ def test_installing_from_the_lock_gives_exactly_the_locked_set(locked: Path,
                           cwd=locked, capture_output=True, text=True, env=offline_env())
     assert done.returncode == 0, done.stderr
     assert installed(python) == EXPECTED
+    # This host's own CUDA 13 toolkit (/usr/local/cuda) is not part of the environment under
+    # test; point CUDA_HOME at an empty directory so the audit judges what the lock installed.
+    no_toolkit = {**offline_env(), "CUDA_HOME": str(tmp_path / "no-cuda"),
+                  "PATH": f"{python.parent}:/usr/bin:/bin"}
+    audit = cudalock("audit", "--python", str(python), "--driver-version", DRIVER,
+                     "--compute-capability", "8.0", "--platform", "linux-x86_64",
+                     cwd=tmp_path, env=no_toolkit)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
 
     pip_python = fresh_venv(tmp_path / "pip-venv")
     # The venv has no pip of its own; this interpreter's pip installs into it (--python).
@@ -278,15 +286,17 @@ def test_a_tampered_wheel_fails_both_installs(index: IndexServer, locked: Path,
     fault = index.tamper(index.file_path(filename))
     try:
         python = fresh_venv(tmp_path / "uv-venv")
+        # No retries: the bytes are wrong every time, retrying only slows the test.
         done = subprocess.run([UV, "pip", "sync", "--python", str(python), "pylock.toml"],
-                              cwd=locked, capture_output=True, text=True, env=offline_env())
+                              cwd=locked, capture_output=True, text=True,
+                              env={**offline_env(), "UV_HTTP_RETRIES": "0"})
         assert done.returncode != 0
         assert "torch" in done.stderr
         assert "torch" not in installed(python)
         pip_python = fresh_venv(tmp_path / "pip-venv")
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "--python", str(pip_python), "install",
-             "--require-hashes", "-r", "requirements.lock.txt"],
+            [sys.executable, "-m", "pip", "--python", str(pip_python), "install", "--retries",
+             "0", "--require-hashes", "-r", "requirements.lock.txt"],
             cwd=locked, capture_output=True, text=True, env=offline_env())
         assert done.returncode != 0
         assert "THESE PACKAGES DO NOT MATCH THE HASHES" in done.stdout + done.stderr
@@ -336,6 +346,32 @@ def test_index_failure_exits_3_and_leaves_the_previous_lock(index: IndexServer,
     assert "previous lock is untouched" in done.stderr
     assert "Traceback" not in done.stderr
     assert _snapshot(out) == before  # same files, same bytes, no temp files left behind
+
+
+@pytest.mark.parametrize(("fault", "says"), [
+    ("drop", "connection closed"),
+    ("truncate", "end of file before message length reached"),
+    ("slow", "timed out"),
+])
+def test_network_faults_exit_3_and_write_nothing(index: IndexServer, tmp_path: Path,
+                                                 fault: str, says: str) -> None:
+    if fault == "drop":
+        index.drop("/pypi/simple/*")
+    elif fault == "truncate":
+        index.truncate("/pypi/files/*.metadata")
+    else:
+        index.slow("/pypi/simple/*", seconds=3)
+    try:
+        done = lock(index, tmp_path, "--retries", "0", "--timeout", "1",
+                    cache=tmp_path / "cache")
+    finally:
+        index.clear_faults()
+    assert done.returncode == 3, done.stderr
+    message = done.stderr.split("cudalock: error: ", 1)[1]
+    assert says in message
+    assert "nothing was written" in message
+    assert not (tmp_path / "pylock.toml").exists()
+    assert not (tmp_path / "requirements.lock.txt").exists()
 
 
 def test_connection_refused_exits_3(index: IndexServer, tmp_path: Path) -> None:
@@ -410,3 +446,20 @@ def test_second_lock_uses_the_shared_cache(index: IndexServer, tmp_path: Path) -
     assert index.requests[asked:] == []
     assert (tmp_path / "a" / "pylock.toml").read_text() == (
         tmp_path / "b" / "pylock.toml").read_text()
+
+
+def test_mirrors_from_the_environment_and_json_output(index: IndexServer, tmp_path: Path,
+                                                      uv_cache: Path) -> None:
+    import json
+
+    env = {**offline_env(), "CUDALOCK_PYTORCH_INDEX": index.pytorch_url,
+           "CUDALOCK_PYPI_INDEX": index.pypi_url}
+    done = cudalock("lock", "--json", "--quiet", *TARGET, *REQUEST, "--cache-dir", str(uv_cache),
+                    cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # --quiet
+    result = json.loads(done.stdout)
+    assert result["packages"] == EXPECTED
+    assert result["lock"] == "pylock.toml"
+    lock_obj, _ = read_lock(tmp_path / "pylock.toml")
+    assert {p.name: p.index for p in lock_obj.packages}["torch"] == index.pytorch_url + "/cu121"

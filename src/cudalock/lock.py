@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 LOCK_FILE = "pylock.toml"
 REQUIREMENTS_FILE = "requirements.lock.txt"
 DEFAULT_PYPI_INDEX = "https://pypi.org/simple"
+#: The name of the throw-away project uv compiles (uv's messages name it).
+INPUT_PROJECT = "cudalock-lock-input"
 #: Written into ``[tool.cudalock]``; bump when the record's shape changes.
 RECORD_VERSION = 1
 
@@ -203,7 +205,7 @@ def input_project(inp: LockInput) -> str:
 
     doc = tomlkit.document()
     doc.add(tomlkit.comment("Input for uv, written by cudalock lock; not a real project."))
-    doc["project"] = {"name": "cudalock-lock-input", "version": "0",
+    doc["project"] = {"name": INPUT_PROJECT, "version": "0",
                       "dependencies": list(inp.requirements)}
     sources = {name: {"index": route.name} for route in inp.routes for name in route.packages}
     indexes = [{"name": route.name, "url": route.url, "explicit": True} for route in inp.routes]
@@ -482,22 +484,35 @@ def is_ours(path: Path) -> bool:
 
 def classify_uv_failure(stderr: str) -> Exception:
     """Turn uv's failure into cudalock's: no solution → exit 1, anything else → exit 3."""
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    tail = "\n".join(lines[-15:])
-    lowered = stderr.lower()
-    if "no solution found" in lowered or "unsatisfiable" in lowered:
+    text = stderr.replace(f"{INPUT_PROJECT} depends on", "the request needs")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("warning:")]
+    causes = [line.removeprefix("cause:").strip() for line in lines
+              if line.startswith(("cause:", "╰─▶", "Caused by:"))]
+    if "no solution found" in text.lower() or "unsatisfiable" in text.lower():
+        explanation = " ".join(c.removeprefix("╰─▶").strip() for c in causes) or lines[-1]
         return Unsatisfiable(
-            "uv found no set of versions that fits the plan:\n" + tail,
+            "uv found no set of versions that fits the plan: " + explanation,
             hint="relax the framework or --with requirements, or pin another torch with --torch",
         )
-    first_error = next((line for line in lines if line.startswith("error:")), lines[-1]
-                       if lines else "uv failed without a message")
+    build = re.search(r"Failed to build `?([^`\s:]+)", text)
+    if build:
+        return EnvironmentFailure(
+            f"uv had to build {build.group(1)} from source to read its dependencies, and the "
+            "build failed; nothing was written, the previous lock is untouched",
+            hint="packages without wheels (DeepSpeed is an sdist) run their setup code while "
+            "locking; see uv's output above, or lock without that package (--with)",
+        )
+    first = next((line for line in lines if line.startswith("error:")),
+                 lines[0] if lines else "uv failed without a message")
+    detail = first.removeprefix("error:").strip()
+    if causes and causes[-1] not in detail:
+        detail += f" ({causes[-1].removeprefix('Caused by:').strip()})"
     return EnvironmentFailure(
-        "resolving the lock failed: " + first_error.removeprefix("error:").strip()
-        + ("\n" + tail if tail and tail != first_error else "")
-        + "\nnothing was written; the previous lock is untouched",
-        hint="check the network and the index URLs (--pytorch-index, --pypi-index); "
-        "uv retries each request (--retries) and waits --timeout seconds",
+        f"resolving the lock failed: {detail}; nothing was written, the previous lock is "
+        "untouched",
+        hint="check the network and the index URLs (--pytorch-index, --pypi-index); uv retried "
+        "each request --retries times, waiting --timeout seconds",
     )
 
 
