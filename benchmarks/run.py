@@ -1,0 +1,758 @@
+"""cudalock benchmarks: each figure measured side by side with what users run instead.
+
+    python benchmarks/run.py [--repeat N] [--quick] [--only NAME]...
+
+Every pair is run alternately (A B, then B A, ...) after one unmeasured warm-up of each, and the
+table in ``benchmarks/RESULTS.md`` reports the medians, their ratio and the goal. Each figure is
+written with the exact command that produced it, relative to the repository root, so anyone can
+rerun it. In-process figures run in a fresh interpreter through this script's ``--child`` mode,
+which prints its timings as JSON.
+
+Only the standard library is imported here: the runner may run under any Python 3.10+, and it
+drives the cudalock installed in ``--venv`` (default: the running venv, else ``.venv``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_WORK = ROOT / "benchmarks" / ".work"
+DEFAULT_OUTPUT = ROOT / "benchmarks" / "RESULTS.md"
+DEFAULT_REPEAT = 10
+QUICK_REPEAT = 3
+FLEET_SIZE = 10_000
+TORCH_VERSION = "2.13.0"  # the CPU build pip takes from this machine's disk (no CUDA download)
+RESOLVE_ARGS = ("resolve", "--driver-version", "535.104.05", "--python", "3.11", "--json")
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class Series:
+    """One side of a comparison: the exact command and its wall-clock samples (seconds)."""
+
+    label: str
+    command: str
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+
+@dataclass
+class Figure:
+    name: str
+    what: str
+    compared_with: str
+    goal: str
+    series: list[Series] = field(default_factory=list)
+    #: The figure the goal is about: a ratio (×) or a time (seconds).
+    value: float | None = None
+    unit: str = "×"
+    met: bool | None = None
+    notes: list[str] = field(default_factory=list)
+    skipped: str | None = None
+    error: str | None = None
+
+
+class CaseSkipped(Exception):
+    """A prerequisite is missing (e.g. no real torch and ``--no-setup``)."""
+
+
+class CaseFailed(Exception):
+    """A measured command did not do its job (wrong exit status, bad output)."""
+
+
+@dataclass
+class Context:
+    venv: Path
+    work: Path
+    repeat: int
+    setup: bool
+    fleet_size: int
+    env: dict[str, str]
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def cudalock(self) -> Path:
+        return self.venv / "bin" / "cudalock"
+
+
+def shown(path: Path | str) -> str:
+    """A path as the recorded command shows it: relative to the repository root if inside it."""
+    path = Path(path)
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def command_text(argv: Sequence[str | Path]) -> str:
+    return shlex.join(shown(a) if isinstance(a, Path) else a for a in argv)
+
+
+def child_env() -> dict[str, str]:
+    """The environment measured commands run in.
+
+    Byte-code writing is allowed (a user's installed package has its .pyc files; an editable
+    install writes them on first run), and no CUDALOCK_* variable leaks in from the shell.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("CUDALOCK_")}
+    return env
+
+
+def call(argv: Sequence[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """Every process the runner starts: its own fixed argv, never a shell."""
+    return subprocess.run([str(a) for a in argv], **kwargs)  # noqa: S603
+
+
+def run_timed(argv: Sequence[str | Path], env: dict[str, str], ok: Sequence[int] = (0,),
+              cwd: Path = ROOT) -> tuple[float, subprocess.CompletedProcess[bytes]]:
+    started = time.perf_counter()
+    done = call(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode not in ok:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        raise CaseFailed(f"`{command_text(argv)}` exited {done.returncode}: " + " | ".join(tail))
+    return elapsed, done
+
+
+def compare(ctx: Context, a: Series, a_argv: Sequence[str | Path], b: Series,
+            b_argv: Sequence[str | Path], *, a_ok: Sequence[int] = (0,),
+            b_ok: Sequence[int] = (0,),
+            check_a: Callable[[subprocess.CompletedProcess[bytes]], None] | None = None) -> None:
+    """Warm up each once, then alternate A/B (and B/A) ``ctx.repeat`` times."""
+    _, first = run_timed(a_argv, ctx.env, a_ok)
+    if check_a is not None:
+        check_a(first)
+    run_timed(b_argv, ctx.env, b_ok)
+    for round_ in range(ctx.repeat):
+        pairs = [(a, a_argv, a_ok), (b, b_argv, b_ok)]
+        if round_ % 2:
+            pairs.reverse()
+        for series, argv, ok in pairs:
+            elapsed, _ = run_timed(argv, ctx.env, ok)
+            series.samples.append(elapsed)
+
+
+def child_json(ctx: Context, args: Sequence[str]) -> dict[str, Any]:
+    argv = [ctx.python, Path(__file__), "--child", *args]
+    _, done = run_timed(argv, ctx.env)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Case 1: start-up of `cudalock resolve`
+
+
+def case_resolve_startup(ctx: Context, fig: Figure) -> None:
+    a_argv = [ctx.cudalock, *RESOLVE_ARGS]
+    b_argv = [ctx.python, "-c", "pass"]
+    a = Series("cudalock resolve", command_text(a_argv))
+    b = Series("python -c pass", command_text(b_argv))
+    fig.series = [a, b]
+
+    def check(done: subprocess.CompletedProcess[bytes]) -> None:
+        try:
+            json.loads(done.stdout)
+        except ValueError:
+            raise CaseFailed("`cudalock resolve --json` did not print JSON") from None
+
+    compare(ctx, a, a_argv, b, b_argv, check_a=check)
+    fig.value = a.median / b.median
+    fig.met = fig.value <= 8
+    fig.notes.append(import_breakdown(ctx))
+
+
+def import_breakdown(ctx: Context) -> str:
+    """Where start-up goes, by top-level import (``-X importtime`` adds its own overhead)."""
+    argv = [ctx.python, "-X", "importtime", ctx.cudalock, *RESOLVE_ARGS]
+    done = call(argv, cwd=ROOT, env=ctx.env, capture_output=True, check=False)
+    totals: dict[str, int] = {}
+    for line in done.stderr.decode(errors="replace").splitlines():
+        match = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
+        if match and match.group(3) == " ":  # one space: imported by the program itself
+            package = match.group(4).split(".")[0]
+            totals[package] = totals.get(package, 0) + int(match.group(2))
+    biggest = sorted(totals.items(), key=lambda kv: -kv[1])[:12]
+    rows = "\n".join(f"| `{name}` | {us / 1000:.1f} |" for name, us in biggest)
+    return (
+        f"Imports by top-level package, from `{command_text(argv)}` (cumulative ms under "
+        f"`-X importtime`, which inflates them; {sum(totals.values()) / 1000:.1f} ms in all):\n\n"
+        f"| package | ms |\n|---|---:|\n{rows}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Case 2: `cudalock audit` vs `python -m torch.utils.collect_env` on a venv with real torch
+
+
+def torch_venv(ctx: Context) -> Path:
+    """A venv with the real torch (CPU build from this machine's disk), made once and kept."""
+    venv = ctx.work / "torch-venv"
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", "import importlib.metadata as m; print(m.version('torch'))"]
+    if python.exists():
+        found = call(probe, capture_output=True, text=True, check=False)
+        if found.returncode == 0 and found.stdout.startswith(TORCH_VERSION):
+            return venv
+    if not ctx.setup:
+        raise CaseSkipped(f"no venv with real torch at {shown(venv)} (run without --no-setup)")
+    base = getattr(sys, "_base_executable", sys.executable)
+    print(f"  creating {shown(venv)} with torch=={TORCH_VERSION} (once; takes a while)",
+          flush=True)
+    call([base, "-m", "venv", "--clear", venv], check=True)
+    # pip, not uv: pip's configuration on this machine finds the CPU build on disk; uv would
+    # download a multi-gigabyte CUDA build.
+    call([python, "-m", "pip", "install", "--quiet", f"torch=={TORCH_VERSION}"], check=True)
+    return venv
+
+
+def case_audit(ctx: Context, fig: Figure) -> None:
+    venv = torch_venv(ctx)
+    target_python = venv / "bin" / "python"
+    a_argv: list[str | Path] = [ctx.cudalock, "audit", "--python", target_python, "--json"]
+    b_argv: list[str | Path] = [target_python, "-m", "torch.utils.collect_env"]
+    a = Series("cudalock audit", command_text(a_argv))
+    b = Series("collect_env", command_text(b_argv))
+    fig.series = [a, b]
+
+    def check(done: subprocess.CompletedProcess[bytes]) -> None:
+        try:
+            report = json.loads(done.stdout)
+        except ValueError:
+            raise CaseFailed("`cudalock audit --json` did not print JSON") from None
+        if TORCH_VERSION not in json.dumps(report):
+            raise CaseFailed(f"`cudalock audit --json` does not mention torch {TORCH_VERSION}")
+
+    # audit exits 1 when it finds problems; the time is what matters here.
+    compare(ctx, a, a_argv, b, b_argv, a_ok=(0, 1), check_a=check)
+    fig.value = b.median / a.median
+    fig.unit = "× faster"
+    fig.met = fig.value >= 15
+
+
+# --------------------------------------------------------------------------------------------
+# Case 3: `cudalock lock` (second run, warm cache) vs `uv pip compile`
+
+
+#: The lock's inputs: a fixed target and request, as in the lock tests (driver 535.104.05 allows
+#: CUDA 12.2, so torch 2.1.0 resolves to the cu121 build).
+LOCK_ARGS = ("--driver-version", "535.104.05", "--compute-capability", "8.0",
+             "--platform", "linux-x86_64", "--torch", "2.1.0", "--python", "3.11",
+             "--with", "deepspeed")
+
+
+def lock_stand_ins() -> tuple[dict[str, list[Any]], list[Any]]:
+    """Stand-in wheels (real names, labels and metadata) for the 127.0.0.1 indexes."""
+    sys.path.insert(0, str(ROOT))
+    from tests.support.wheels import StandIn, torch_standin
+
+    linux = "manylinux_2_17_x86_64.manylinux2014_x86_64"
+    cudnn = ('nvidia-cudnn-cu12==8.9.2.26; platform_system == "Linux" and '
+             'platform_machine == "x86_64"')
+    triton = 'triton==2.1.0; platform_system == "Linux" and platform_machine == "x86_64"'
+    pytorch = [torch_standin("2.1.0+cu121", "12.1", [cudnn, triton, "filelock", "sympy",
+                                                     "networkx", "jinja2", "fsspec"],
+                             tag="cp311-cp311-linux_x86_64"),
+               StandIn("torchvision", "0.16.0+cu121", requires_dist=["torch==2.1.0", "numpy",
+                                                                     "pillow"],
+                       tag="cp311-cp311-linux_x86_64")]
+    pypi = [
+        torch_standin("2.5.0", "12.4", ["filelock"], tag=f"cp311-cp311-{linux}"),
+        StandIn("nvidia-cudnn-cu12", "8.9.2.26", requires_dist=["nvidia-cublas-cu12"],
+                tag="py3-none-manylinux1_x86_64"),
+        StandIn("nvidia-cublas-cu12", "12.1.3.1", tag="py3-none-manylinux1_x86_64"),
+        StandIn("triton", "2.1.0", requires_dist=["filelock"], tag=f"cp311-cp311-{linux}"),
+        StandIn("sympy", "1.13.1", requires_dist=["mpmath>=1.1.0"]),
+        StandIn("mpmath", "1.3.0"), StandIn("networkx", "3.3"), StandIn("fsspec", "2024.6.1"),
+        StandIn("jinja2", "3.1.4", requires_dist=["MarkupSafe>=2.0"]),
+        StandIn("MarkupSafe", "2.1.5", tag=f"cp311-cp311-{linux}"),
+        StandIn("numpy", "1.26.4", tag=f"cp311-cp311-{linux}"), StandIn("pillow", "10.4.0"),
+        StandIn("filelock", "3.12.0"), StandIn("filelock", "3.13.0"),
+        StandIn("packaging", "24.1"), StandIn("psutil", "6.0.0"), StandIn("py-cpuinfo", "9.0.0"),
+        StandIn("pydantic", "2.8.2"), StandIn("tqdm", "4.66.4"), StandIn("hjson", "3.1.0"),
+        StandIn("deepspeed", "0.19.8", requires_dist=["torch", "packaging>=20.0", "psutil",
+                                                      "py-cpuinfo", "pydantic>=2.0", "tqdm",
+                                                      "hjson", "numpy"]),
+    ]
+    return {"cu121": pytorch}, pypi
+
+
+def offline(env: dict[str, str]) -> dict[str, str]:
+    """No pip/uv configuration of this machine, no CUDALOCK_* variables: only the given indexes."""
+    clean = {k: v for k, v in env.items() if not k.startswith(("PIP_", "UV_", "CUDALOCK_"))}
+    clean.update({"UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never",
+                  "PIP_CONFIG_FILE": os.devnull})
+    return clean
+
+
+def case_lock(ctx: Context, fig: Figure) -> None:
+    """Both sides use one warm uv cache; uv compiles exactly the project cudalock hands it."""
+    uv = ctx.venv / "bin" / "uv"
+    if not uv.exists():
+        found = shutil.which("uv")
+        if found is None:
+            raise CaseSkipped("no uv (pip install uv)")
+        uv = Path(found)
+    sys.path.insert(0, str(ROOT))
+    from tests.support.index import serve_indexes
+
+    base = ctx.work / "lock"
+    if base.exists():
+        shutil.rmtree(base)
+    cache = base / "uv-cache"
+    ours, theirs = base / "cudalock", base / "uv"
+    ours.mkdir(parents=True)
+    theirs.mkdir()
+    pytorch, pypi = lock_stand_ins()
+    env = offline(ctx.env)
+    with serve_indexes(base, pytorch=pytorch, pypi=pypi) as server:
+        index_args = ("--pytorch-index", server.pytorch_url, "--pypi-index", server.pypi_url)
+        a_argv: list[str | Path] = [ctx.cudalock, "lock", *LOCK_ARGS, *index_args,
+                                    "--cache-dir", cache, "--quiet", "--output-dir", ours]
+        # The first lock fills the cache and writes the lock the measured runs start from.
+        run_timed(a_argv, env)
+        inputs = child_json(ctx, ["lock-inputs", str(theirs), *LOCK_ARGS, *index_args])
+        b_env = {**env, "UV_DEFAULT_INDEX": inputs["default_index"]}
+        b_argv: list[str | Path] = [uv, *inputs["args"][1:], "--cache-dir", cache]
+        a = Series("cudalock lock (second run)", command_text(a_argv))
+        b = Series("uv pip compile", f"cd {shown(theirs)} && UV_DEFAULT_INDEX="
+                   f"{inputs['default_index']} {command_text(b_argv)}")
+        fig.series = [a, b]
+        run_timed(b_argv, b_env, cwd=theirs)  # uv's own first run, so both start warm
+        for round_ in range(ctx.repeat):
+            order = [(a, a_argv, env, ROOT), (b, b_argv, b_env, theirs)]
+            if round_ % 2:
+                order.reverse()
+            for series, argv, run_env, cwd in order:
+                elapsed, _ = run_timed(argv, run_env, cwd=cwd)
+                series.samples.append(elapsed)
+    locked = (ours / "pylock.toml").read_text(encoding="utf-8")
+    if "2.1.0+cu121" not in locked:
+        raise CaseFailed("the lock does not pin torch 2.1.0+cu121")
+    fig.value = a.median / b.median
+    fig.met = fig.value <= 1.3
+    fig.notes.append(
+        "The index is served on 127.0.0.1 by the runner (tests/support/index.py, stand-in "
+        "wheels with the real names and metadata) and its port changes per run; uv compiles "
+        f"the `pyproject.toml` cudalock writes for uv (kept in `{shown(theirs)}`), with the "
+        "same cache directory, so the two sides resolve the same inputs.")
+
+
+def child_lock_inputs(directory: Path, args: list[str]) -> dict[str, Any]:
+    """The uv input project and arguments cudalock's lock uses for these flags."""
+    from cudalock.cli.options import TargetOptions
+    from cudalock.lock import input_project, lock_input, target_glibc, uv_compile_args
+    from cudalock.matrix import load_matrix
+    from cudalock.resolve import make_request, resolve
+    from cudalock.targets import targets_from_options
+
+    flags: dict[str, list[str]] = {}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        flags.setdefault(flag, []).append(value)
+
+    def one(flag: str) -> str | None:
+        return flags.get(flag, [None])[0]
+
+    options = TargetOptions(driver_version=one("--driver-version"),
+                            compute_capabilities=tuple(flags.get("--compute-capability", [])),
+                            platform=one("--platform"))
+    matrix = load_matrix()
+    request = make_request(torch=one("--torch"), python=one("--python"),
+                           with_packages=flags.get("--with"),
+                           pytorch_index=one("--pytorch-index"), pypi_index=one("--pypi-index"))
+    targets = targets_from_options(options, matrix)
+    plan = resolve(matrix, targets, request)
+    inp = lock_input(plan, request, pypi_index=one("--pypi-index"),
+                     glibc=target_glibc(plan.targets))
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "pyproject.toml").write_text(input_project(inp), encoding="utf-8")
+    return {"args": uv_compile_args("uv", inp, upgrade=False, cache_dir=None),
+            "default_index": inp.default_index}
+
+
+# --------------------------------------------------------------------------------------------
+# Case 4: loading the shipped matrix
+
+
+def case_matrix_load(ctx: Context, fig: Figure) -> None:
+    """The first load in a fresh interpreter is what every command pays; measured per process."""
+    argv: list[str | Path] = [ctx.python, Path(__file__), "--child", "matrix-load"]
+    first = Series("first load_matrix() in a fresh process", command_text(argv))
+    again = Series("further load_matrix() calls in the same process", command_text(argv))
+    fig.series = [first, again]
+    child_json(ctx, ["matrix-load"])  # warm-up (and builds any precompiled cache)
+    for _ in range(2 * ctx.repeat):
+        result = child_json(ctx, ["matrix-load"])
+        first.samples.append(result["first"])
+        again.samples.extend(result["again"])
+    fig.value = first.median
+    fig.unit = "s"
+    fig.met = fig.value <= 0.010
+
+
+def child_matrix_load() -> dict[str, Any]:
+    from cudalock.matrix import load_matrix
+
+    started = time.perf_counter()
+    matrix = load_matrix()
+    first = time.perf_counter() - started
+    again = []
+    for _ in range(20):
+        started = time.perf_counter()
+        load_matrix()
+        again.append(time.perf_counter() - started)
+    return {"first": first, "again": again, "matrix_version": matrix.matrix_version,
+            "torch_releases": len(matrix.torch_releases)}
+
+
+# --------------------------------------------------------------------------------------------
+# Case 5: resolving a fleet of probe files
+
+
+def case_fleet(ctx: Context, fig: Figure) -> None:
+    fleet = ctx.work / f"fleet-{ctx.fleet_size}"
+    if not (fleet / "done").exists():
+        child_json(ctx, ["make-fleet", str(fleet), str(ctx.fleet_size)])
+    argv: list[str | Path] = [ctx.python, Path(__file__), "--child", "fleet", str(fleet)]
+    floor_argv: list[str | Path] = [ctx.python, Path(__file__), "--child", "fleet-floor",
+                                     str(fleet)]
+    ours = Series(f"cudalock: read {ctx.fleet_size:,} probe files + resolve", command_text(argv))
+    floor = Series("stdlib only: open + json.loads of the same files", command_text(floor_argv))
+    fig.series = [ours, floor]
+    fig.what = f"resolving a fleet of {ctx.fleet_size:,} probe files' Targets (in process)"
+    child_json(ctx, ["fleet", str(fleet)])  # warm-up (page cache, byte code)
+    result: dict[str, Any] = {}
+    for round_ in range(ctx.repeat):
+        pairs = [(ours, "fleet"), (floor, "fleet-floor")]
+        if round_ % 2:
+            pairs.reverse()
+        for series, kind in pairs:
+            measured = child_json(ctx, [kind, str(fleet)])
+            series.samples.append(measured["seconds"])
+            result = measured if kind == "fleet" else result
+    fig.value = ours.median
+    fig.unit = "s"
+    fig.met = fig.value <= 1.0
+    fig.notes.append(
+        f"Chose `{result.get('chosen')}` for the fleet ({result.get('files')} files, "
+        f"{result.get('gpus')} GPUs). The files are written by `Target.to_json` (the schema of "
+        "`cudalock probe --json`): nodes with 1, 2, 4 or 8 GPUs of five models and drivers "
+        "535-580. The stdlib line is a floor for reading the same bytes, for scale; it has no "
+        "goal.")
+
+
+#: (driver, driver's max CUDA, GPU name, compute capability): a mixed fleet.
+FLEET_NODES = (
+    ("535.104.05", "12.2", "NVIDIA A100-SXM4-80GB", "8.0"),
+    ("550.54.15", "12.4", "NVIDIA H100 80GB HBM3", "9.0"),
+    ("545.23.08", "12.3", "NVIDIA GeForce RTX 4090", "8.9"),
+    ("570.86.10", "12.8", "NVIDIA A10G", "8.6"),
+    ("580.65.06", "13.0", "NVIDIA L4", "8.9"),
+)
+
+
+def child_make_fleet(directory: Path, size: int) -> dict[str, Any]:
+    """Probe files written with the real Target.to_json, as `cudalock probe --json` does."""
+    from cudalock.model import Gpu, Host, Target
+    from cudalock.versions import DriverVersion, parse_compute_capability, parse_cuda_version
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for number in range(size):
+        driver, cuda, gpu, cc = FLEET_NODES[number % len(FLEET_NODES)]
+        count = (1, 2, 4, 8)[number % 4]
+        target = Target(
+            platform="linux-x86_64",
+            driver_version=DriverVersion(driver),
+            driver_cuda=parse_cuda_version(cuda),
+            gpus=tuple(Gpu(name=gpu, compute_capability=parse_compute_capability(cc), index=i,
+                           uuid=f"GPU-{number:08x}-{i:04x}-4000-8000-000000000000",
+                           memory_total_bytes=80 * 2**30) for i in range(count)),
+            host=Host(os="linux", arch="x86_64", glibc="2.35",
+                      memory_total_bytes=1024 * 2**30, hostname=f"node{number:05d}"),
+            name=f"node{number:05d}",
+            source="nvml",
+        )
+        (directory / f"node{number:05d}.json").write_text(json.dumps(target.to_json()))
+    (directory / "done").write_text(str(size))
+    return {"files": size}
+
+
+def child_fleet_floor(directory: Path) -> dict[str, Any]:
+    paths = sorted(directory.glob("*.json"))
+    started = time.perf_counter()
+    documents = [json.loads(path.read_bytes()) for path in paths]
+    return {"seconds": time.perf_counter() - started, "files": len(documents)}
+
+
+def child_fleet(directory: Path) -> dict[str, Any]:
+    """Read every probe file of the fleet and resolve one Plan for all of them."""
+    from cudalock.matrix import load_matrix
+    from cudalock.resolve import make_request, resolve
+    from cudalock.targets import read_probe_files
+
+    paths = sorted(directory.glob("*.json"))
+    started = time.perf_counter()
+    matrix = load_matrix()
+    targets = read_probe_files(paths)
+    plan = resolve(matrix, targets, make_request(python="3.11"))
+    seconds = time.perf_counter() - started
+    torch = plan.torch_pin
+    return {"seconds": seconds, "files": len(paths), "chosen": torch.requirement,
+            "gpus": sum(len(t.gpus) for t in targets)}
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+CASES: dict[str, tuple[str, str, str, Callable[[Context, Figure], None]]] = {
+    "resolve-startup": (
+        "`cudalock resolve --driver-version 535.104.05 --python 3.11 --json` (whole process)",
+        "`python -c pass` (same interpreter)", "≤ 8× its time", case_resolve_startup),
+    "audit": (
+        "`cudalock audit --python VENV/bin/python --json` on a venv with real torch "
+        f"{TORCH_VERSION}", "`VENV/bin/python -m torch.utils.collect_env`", "≥ 15× faster",
+        case_audit),
+    "lock": (
+        "`cudalock lock`, second run, warm cache, same inputs",
+        "`uv pip compile` with the equivalent inputs", "≤ 1.3× its time", case_lock),
+    "matrix-load": (
+        "loading the shipped matrix: first `cudalock.matrix.load_matrix()` in a fresh process",
+        "(baseline column: later calls in the same process; no goal)", "≤ 10 ms",
+        case_matrix_load),
+    "fleet-resolve": (
+        f"resolving a fleet of {FLEET_SIZE:,} probe files' Targets (in process)",
+        "(baseline column: stdlib open + json.loads of the same files; no goal)", "≤ 1 s",
+        case_fleet),
+}
+CHEAP_CASES = ("resolve-startup", "matrix-load", "fleet-resolve")
+
+
+def fmt_seconds(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def fmt_value(fig: Figure) -> str:
+    if fig.value is None:
+        return "—"
+    if fig.unit == "s":
+        return fmt_seconds(fig.value)
+    return f"{fig.value:.2f}{fig.unit}"
+
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram = "unknown"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram = f"{int(line.split()[1]) / 2**20:.1f} GiB"
+                break
+    except OSError:
+        pass
+    return {"CPU": cpu, "cores": str(os.cpu_count()), "RAM": ram,
+            "OS": platform.platform(), "Python": ""}
+
+
+def venv_python_version(ctx: Context) -> str:
+    done = call([ctx.python, "-c", "import sys; print(sys.version.split()[0])"],
+                capture_output=True, text=True, check=False)
+    return f"{done.stdout.strip()} ({shown(ctx.python)})"
+
+
+def git_revision() -> str:
+    try:
+        head: str = call(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.strip()
+        dirty: str = call(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" with uncommitted changes" if dirty.strip() else "")
+
+
+def render(figures: list[Figure], ctx: Context, invocation: str) -> str:
+    info = machine()
+    info["Python"] = venv_python_version(ctx)
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Written by `{invocation}` on {now}, at commit {git_revision()}.",
+        f"Each pair ran alternately (A B, then B A, ...) {ctx.repeat} times after one unmeasured",
+        "warm-up of each; figures are medians of wall-clock time. Commands run from the",
+        "repository root with byte-code writing allowed and no `CUDALOCK_*` variables set.",
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        *(f"| {key} | {value} |" for key, value in info.items()),
+        "",
+        "## Figures",
+        "",
+        "| # | what | compared with | median | baseline median | figure | goal | met |",
+        "|---|---|---|---:|---:|---:|---|---|",
+    ]
+    for number, fig in enumerate(figures, start=1):
+        if fig.skipped or fig.error:
+            status = "skipped (see below)" if fig.skipped else "error (see below)"
+            lines.append(f"| {number} | {fig.what} | {fig.compared_with} | — | — | — | "
+                         f"{fig.goal} | {status} |")
+            continue
+        main = fmt_seconds(fig.series[0].median) if fig.series else "—"
+        base = fmt_seconds(fig.series[1].median) if len(fig.series) > 1 else "—"
+        met = "met" if fig.met else "**not met**"
+        lines.append(f"| {number} | {fig.what} | {fig.compared_with} | {main} | {base} | "
+                     f"{fmt_value(fig)} | {fig.goal} | {met} |")
+    lines += ["", "## Commands and samples", ""]
+    for number, fig in enumerate(figures, start=1):
+        lines += [f"### {number}. {fig.name}", ""]
+        if fig.skipped:
+            lines += [f"Skipped: {fig.skipped}", ""]
+        if fig.error:
+            lines += [f"Error: {fig.error}", ""]
+        for series in fig.series:
+            if not series.samples:
+                continue
+            lines += [
+                f"- {series.label}: `{series.command}`  ",
+                f"  median {fmt_seconds(series.median)}, min {fmt_seconds(min(series.samples))}, "
+                f"max {fmt_seconds(max(series.samples))}, n = {len(series.samples)}",
+            ]
+        if fig.value is not None:
+            lines += ["", f"Figure: {fmt_value(fig)} (goal {fig.goal}): "
+                          f"{'met' if fig.met else 'not met'}."]
+        for note in fig.notes:
+            lines += ["", note]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def child_main(args: list[str]) -> None:
+    """``--child KIND ...``: one in-process measurement in this fresh interpreter, as JSON."""
+    kind, rest = args[0], args[1:]
+    if kind == "matrix-load":
+        result = child_matrix_load()
+    elif kind == "make-fleet":
+        result = child_make_fleet(Path(rest[0]), int(rest[1]))
+    elif kind == "fleet":
+        result = child_fleet(Path(rest[0]))
+    elif kind == "fleet-floor":
+        result = child_fleet_floor(Path(rest[0]))
+    elif kind == "lock-inputs":
+        result = child_lock_inputs(Path(rest[0]), rest[1:])
+    else:
+        raise SystemExit(f"unknown child measurement {kind!r}")
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+def default_venv() -> Path:
+    if sys.prefix != sys.base_prefix:
+        return Path(sys.prefix)
+    return ROOT / ".venv"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        child_main(argv[1:])
+        return 0
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/run.py",
+        description="Measure cudalock side by side with what users run instead; write "
+        "benchmarks/RESULTS.md.")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help=f"measured runs of each command (default {DEFAULT_REPEAT})")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_REPEAT} repetitions (unless --repeat is given)")
+    parser.add_argument("--only", action="append", choices=list(CASES), metavar="NAME",
+                        help=f"run only this case (repeatable): {', '.join(CASES)}")
+    parser.add_argument("--venv", type=Path, default=default_venv(),
+                        help="the venv whose cudalock is measured (default: this one, or .venv)")
+    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK,
+                        help="cache for the torch venv, the fleet files and the lock inputs")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
+                        help="where to write the results table (default benchmarks/RESULTS.md)")
+    parser.add_argument("--no-setup", action="store_true",
+                        help="skip cases whose expensive prerequisites (a venv with real torch) "
+                        "are not already in the work dir")
+    parser.add_argument("--fleet-size", type=int, default=FLEET_SIZE, help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+
+    if options.repeat is not None and options.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    repeat = options.repeat or (QUICK_REPEAT if options.quick else DEFAULT_REPEAT)
+    venv = options.venv.absolute()
+    if not (venv / "bin" / "cudalock").exists():
+        parser.error(f"no cudalock in {venv} (install it: pip install -e .)")
+    work = options.work_dir.absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    ctx = Context(venv=venv, work=work, repeat=repeat, setup=not options.no_setup,
+                  fleet_size=options.fleet_size, env=child_env())
+
+    figures: list[Figure] = []
+    for name in options.only or list(CASES):
+        what, compared_with, goal, case = CASES[name]
+        fig = Figure(name=name, what=what, compared_with=compared_with, goal=goal)
+        print(f"{name} ...", flush=True)
+        try:
+            case(ctx, fig)
+        except CaseSkipped as why:
+            fig.skipped = str(why)
+        except (CaseFailed, subprocess.CalledProcessError) as err:
+            fig.error = str(err)
+        figures.append(fig)
+        print(f"  {fig.skipped or fig.error or fmt_value(fig) + ' (goal ' + fig.goal + ')'}",
+              flush=True)
+
+    invocation = shlex.join(["python", "benchmarks/run.py", *argv])
+    output = options.output.absolute()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(render(figures, ctx, invocation) + "\n", encoding="utf-8")
+    print(f"wrote {shown(output)}")
+    return 1 if any(f.error for f in figures) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
