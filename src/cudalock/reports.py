@@ -154,22 +154,20 @@ def _parse_cuda_or_none(text: str | None) -> CudaVersion | None:
 
 
 def decode_report(data: bytes) -> str:
-    """Bytes from a file or stdin → text, refusing binary data (InputError)."""
+    """Bytes from a file or stdin → text, refusing binary data (InputError).
+
+    UTF-16 with a byte-order mark is accepted: Windows PowerShell writes ``>`` redirections so.
+    """
     if not data.strip():
         raise InputError("the report is empty: paste the output of collect_env, ds_report or "
                          "llamafactory-cli env")
-    head = data[:MAX_REPORT_CHARS]
+    head = data[:MAX_REPORT_CHARS * 4]
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return head.decode("utf-16", "replace")[:MAX_REPORT_CHARS]
     if b"\x00" in head[:65536]:
         raise InputError("the report is binary data, not text: expected the text output of "
                          "collect_env, ds_report or llamafactory-cli env")
-    for encoding in ("utf-8", "utf-16"):
-        if encoding == "utf-16" and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
-            continue
-        try:
-            return head.decode(encoding)
-        except UnicodeDecodeError:
-            continue
-    return head.decode("utf-8", "replace")
+    return head.decode("utf-8", "replace").removeprefix("\ufeff")[:MAX_REPORT_CHARS]
 
 
 def _check_text(text: str) -> str:

@@ -1,0 +1,291 @@
+"""The pure audit on hand-built Installed values and the shipped matrix.
+
+Expected values come from the research tables (driver → CUDA, per-build arch lists,
+DeepSpeed's nvcc allow-lists), e.g. a 570.124.06 driver supports CUDA 12.8 (570.26 is 12.8's
+minimum); cu126 builds carry SASS 5.0;6.0;7.0;7.5;8.0;8.6;9.0, which still covers Pascal
+(6.1); sm_120 arrives with cu128. A fix keeps the installed torch release when one of its builds
+fits, else takes the newest release that does (the resolver's choice).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cudalock.audit import CODES, audit, has_errors, sort_findings
+from cudalock.installed import (
+    DeepSpeedBuild,
+    Distribution,
+    Installed,
+    Nvcc,
+    SharedLibrary,
+    TorchInstall,
+)
+from cudalock.matrix import Matrix, load_matrix
+from cudalock.model import Finding, Gpu, Target
+from cudalock.versions import DriverVersion
+
+
+@pytest.fixture(scope="module")
+def matrix() -> Matrix:
+    return load_matrix()
+
+
+def target(driver: str | None, cuda: tuple[int, int] | None, *ccs: tuple[int, int],
+           platform: str = "linux-x86_64") -> Target:
+    return Target(
+        platform=platform,
+        driver_version=DriverVersion(driver) if driver else None,
+        driver_cuda=cuda,
+        gpus=tuple(Gpu(name=f"GPU {cc[0]}.{cc[1]}", compute_capability=cc, index=i)
+                   for i, cc in enumerate(ccs)),
+        name="node", source="override",
+    )
+
+
+def env(torch: str | None, cuda: str | None, *dists: tuple[str, str],
+        python_version: str = "3.11.9", **fields: object) -> Installed:
+    installs = (TorchInstall(version=torch, cuda=cuda, location="/env/site-packages/torch"),) \
+        if torch else ()
+    distributions = tuple(Distribution(name, version, f"/env/site-packages/{name}.dist-info")
+                          for name, version in dists)
+    if torch:
+        distributions += (Distribution("torch", torch.split("+")[0],
+                                       "/env/site-packages/torch.dist-info"),)
+    return Installed(source="python:/env/bin/python", python="/env/bin/python",
+                     python_version=python_version, platform="linux-x86_64",
+                     distributions=distributions, torch=installs, **fields)  # type: ignore[arg-type]
+
+
+def codes(findings: list[Finding]) -> list[tuple[str, str]]:
+    return [(f.code, f.severity) for f in findings]
+
+
+def only(findings: list[Finding], code: str) -> Finding:
+    matching = [f for f in findings if f.code == code]
+    assert len(matching) == 1, codes(findings)
+    return matching[0]
+
+
+def install_line(finding: Finding) -> str:
+    return next(line for line in finding.fix if not line.startswith("#") and " install " in line)
+
+
+def test_a_matching_environment_has_no_findings(matrix: Matrix) -> None:
+    installed = env("2.9.1+cu128", "12.8", ("torchvision", "0.24.1"),
+                    ("nvidia-cuda-runtime-cu12", "12.8.90"))
+    assert audit(installed, target("570.124.06", (12, 8), (8, 0), (9, 0)), matrix) == []
+
+
+def test_cuda_build_without_driver(matrix: Matrix) -> None:
+    installed = env("2.9.1+cu128", "12.8")
+    cpu_node = audit(installed, target(None, None), matrix)
+    assert codes(cpu_node) == [("no-driver", "warning")]
+    assert "torch.cuda.is_available() is False" in cpu_node[0].message
+    # GPUs listed but no driver: the machine is meant to compute on them.
+    assert ("no-driver", "error") in codes(audit(installed, target(None, None, (8, 0)), matrix))
+
+
+def test_driver_unknown_is_a_note_not_a_verdict(matrix: Matrix) -> None:
+    findings = audit(env("2.9.1+cu128", "12.8"), target(None, None, (8, 0)), matrix,
+                     driver_known=False)
+    assert codes(findings) == [("driver-unknown", "info")]
+    assert "--driver-version" in findings[0].fix[0]
+
+
+def test_newer_major_than_the_driver_is_driver_too_old(matrix: Matrix) -> None:
+    finding = only(audit(env("2.15.0+cu132", "13.2"), target("570.124.06", (12, 8), (9, 0)),
+                         matrix), "driver-too-old")
+    assert finding.severity == "error"
+    assert "CUDA 13.2" in finding.message
+
+
+def test_below_the_major_floor_is_driver_too_old(matrix: Matrix) -> None:
+    # CUDA 12.x minor-version compatibility needs ≥ 525.60.13; 520.61.05 is a CUDA 11.8 driver.
+    finding = only(audit(env("2.1.0+cu121", "12.1"), target("520.61.05", (11, 8), (8, 0)),
+                         matrix), "driver-too-old")
+    assert "525.60.13" in finding.message
+    # The fix keeps the installed release when it has a build the driver runs: 2.1.0 has cu118.
+    assert "torch==2.1.0+cu118" in install_line(finding)
+
+
+def test_before_cuda_11_there_is_no_minor_compatibility(matrix: Matrix) -> None:
+    # torch 1.13.x never shipped a CUDA 10 build: give an unknown one, judged by CUDA alone.
+    findings = audit(env("1.12.1+cu102", "10.2"), target("418.87.01", (10, 1), (7, 0)), matrix)
+    assert ("driver-too-old", "error") in codes(findings)
+    assert ("unknown-torch-build", "info") in codes(findings)
+
+
+def test_pascal_gpu_without_kernels_in_a_cu128_build(matrix: Matrix) -> None:
+    findings = audit(env("2.9.1+cu128", "12.8"), target("570.124.06", (12, 8), (6, 1)), matrix)
+    finding = only(findings, "gpu-arch-unsupported")
+    assert finding.severity == "error"
+    assert "compute capability 6.1" in finding.message
+    assert any(e.startswith("built for: sm_70 sm_75 sm_80") for e in finding.evidence)
+    # 2.9.1 itself has a cu126 build (12.6 ≤ 12.8) whose SASS includes sm_60.
+    assert "torch==2.9.1+cu126" in install_line(finding)
+    assert install_line(finding).endswith("--index-url https://download.pytorch.org/whl/cu126")
+
+
+def test_blackwell_gpu_without_kernels_in_a_cu124_build(matrix: Matrix) -> None:
+    finding = only(audit(env("2.6.0+cu124", "12.4"), target("570.124.06", (12, 8), (12, 0)),
+                         matrix), "gpu-arch-unsupported")
+    # 2.6.0 has no build with sm_120. On a 12.8 driver, 2.12-2.15 offer cu126 (no sm_120) and
+    # cu129 or newer (too new); 2.11.0 has cu128 with sm_120.
+    assert "torch==2.11.0+cu128" in install_line(finding)
+
+
+def test_live_arch_list_wins_over_the_matrix(matrix: Matrix) -> None:
+    installed = env("2.9.1+cu128", "12.8", arch_list=("sm_80", "sm_90"))
+    ok = audit(installed, target("570.124.06", (12, 8), (8, 6)), matrix)  # sm_80 runs on 8.6
+    assert ok == []
+    finding = only(audit(installed, target("570.124.06", (12, 8), (7, 5)), matrix),
+                   "gpu-arch-unsupported")
+    assert "built for: sm_80 sm_90 (torch.cuda.get_arch_list())" in finding.evidence
+
+
+def test_cpu_build_only_matters_on_a_gpu_machine(matrix: Matrix) -> None:
+    installed = env("2.9.1+cpu", None)
+    finding = only(audit(installed, target("570.124.06", (12, 8), (8, 9)), matrix),
+                   "cpu-only-build")
+    # 2.9.1 on a 12.8 driver: cu126 and cu128 allowed, cu130 not → cu128.
+    assert "torch==2.9.1+cu128" in install_line(finding)
+    assert audit(installed, target(None, None), matrix) == []
+    assert audit(installed, target(None, None, platform="macos-arm64"), matrix) == []
+
+
+def test_rocm_build_on_an_nvidia_machine(matrix: Matrix) -> None:
+    installed = Installed(source="report", torch=(TorchInstall("2.9.1+rocm6.4", None,
+                                                               hip="6.4"),))
+    assert codes(audit(installed, target("570.124.06", (12, 8), (9, 0)), matrix)) == [
+        ("rocm-build-on-nvidia", "error")]
+
+
+def test_torchvision_of_another_release(matrix: Matrix) -> None:
+    findings = audit(env("2.1.0+cu121", "12.1", ("torchvision", "0.15.2+cu121")),
+                     target("535.104.05", (12, 2), (8, 0)), matrix)
+    finding = only(findings, "torchvision-mismatch")
+    assert "torch 2.1.0 pairs with torchvision 0.16.0" in finding.message
+    assert "torchvision==0.16.0+cu121" in install_line(finding)
+    assert "mixed-cuda-builds" not in {f.code for f in findings}
+
+
+def test_companions_of_another_cuda_minor_are_a_warning(matrix: Matrix) -> None:
+    findings = audit(env("2.4.1+cu124", "12.4", ("torchvision", "0.19.1+cu121"),
+                         ("torchaudio", "2.4.1+cu124")),
+                     target("550.54.14", (12, 4), (8, 0)), matrix)
+    assert codes(findings) == [("mixed-cuda-builds", "warning")]
+    assert findings[0].evidence == ("torchvision 0.19.1+cu121 (cu121) with torch 2.4.1+cu124",)
+
+
+def test_cpu_companion_of_a_cuda_torch_is_an_error(matrix: Matrix) -> None:
+    findings = audit(env("2.4.1+cu124", "12.4", ("torchaudio", "2.4.1+cpu")),
+                     target("550.54.14", (12, 4), (8, 0)), matrix)
+    assert codes(findings) == [("mixed-cuda-builds", "error")]
+
+
+def test_nvidia_libraries_of_another_major(matrix: Matrix) -> None:
+    installed = env("2.11.0+cu130", "13.0", ("cuda-toolkit", "13.0.2"),
+                    ("nvidia-cublas-cu12", "12.8.4.1"), ("nvidia-cudnn-cu13", "9.19.0.56"),
+                    ("nvidia-cublas", "13.1.0.3"))
+    finding = only(audit(installed, target("580.65.06", (13, 0), (9, 0)), matrix),
+                   "mixed-cuda-builds")
+    assert finding.severity == "warning"
+    assert finding.evidence == ("nvidia-cublas-cu12 12.8.4.1 (CUDA 12)",)
+    assert finding.fix == ("/env/bin/python -m pip uninstall -y nvidia-cublas-cu12   "
+                           "# if nothing else in the environment needs them",)
+
+
+def test_two_torch_installs_in_different_directories(matrix: Matrix) -> None:
+    installed = Installed(
+        source="python:/env/bin/python", python="/env/bin/python", python_version="3.11.9",
+        distributions=(
+            Distribution("torch", "2.1.0+cu121", "/home/u/.local/lib/python3.11/site-packages/"
+                         "torch-2.1.0+cu121.dist-info"),
+            Distribution("torch", "2.3.1", "/env/lib/python3.11/site-packages/"
+                         "torch-2.3.1.dist-info"),
+        ),
+        torch=(TorchInstall("2.1.0+cu121", "12.1", location="/home/u/.local/torch"),
+               TorchInstall("2.3.1+cu121", "12.1", location="/env/torch")),
+    )
+    finding = only(audit(installed, target("535.104.05", (12, 2), (8, 0)), matrix),
+                   "duplicate-torch")
+    assert "one shadows the other" in finding.message
+    assert finding.fix.count("/env/bin/python -m pip uninstall -y torch") == 2
+
+
+def _ds(torch_version: str, cuda: str, ops: tuple[str, ...] = ()) -> DeepSpeedBuild:
+    return DeepSpeedBuild(version="0.15.1", torch_version=torch_version, torch_cuda=cuda,
+                          installed_ops=ops)
+
+
+def test_deepspeed_compiled_for_another_cuda_and_torch(matrix: Matrix) -> None:
+    node = target("535.104.05", (12, 2), (8, 0))
+    with_ops = audit(env("2.1.0+cu121", "12.1", deepspeed=_ds("2.0", "11.8", ("fused_adam",))),
+                     node, matrix)
+    assert codes(with_ops) == [("deepspeed-cuda-mismatch", "error"),
+                               ("deepspeed-torch-mismatch", "error")]
+    assert "fused_adam" in with_ops[0].message
+    without_ops = audit(env("2.1.0+cu121", "12.1", deepspeed=_ds("2.0", "11.8")), node, matrix)
+    assert codes(without_ops) == [("deepspeed-cuda-mismatch", "warning"),
+                                  ("deepspeed-torch-mismatch", "warning")]
+    assert audit(env("2.1.0+cu121", "12.1", deepspeed=_ds("2.1", "12.1", ("fused_adam",))),
+                 node, matrix) == []
+
+
+def _nvcc(version: str) -> tuple[Nvcc, ...]:
+    return (Nvcc(path="/usr/local/cuda/bin/nvcc", version=version, origin="CUDA_HOME"),)
+
+
+def test_nvcc_minor_mismatch_follows_deepspeeds_allow_list(matrix: Matrix) -> None:
+    node = target("550.54.14", (12, 4), (8, 0))
+    # The matrix (from each sdist's op_builder): 0.15.1 accepts 12.0-12.5 against each other,
+    # 0.14.0-0.14.2 only 12.0-12.3.
+    accepted = env("2.1.0+cu121", "12.1", nvcc=_nvcc("12.4.131"),
+                   deepspeed=_ds("2.1", "12.1"))
+    assert audit(accepted, node, matrix) == []
+    refused = env("2.1.0+cu121", "12.1", nvcc=_nvcc("12.4.131"), deepspeed=DeepSpeedBuild(
+        version="0.14.2", torch_version="2.1", torch_cuda="12.1"))
+    finding = only(audit(refused, node, matrix), "nvcc-mismatch")
+    assert finding.severity == "error"
+    assert "DS_SKIP_CUDA_CHECK" in finding.message
+    # No DeepSpeed: a minor mismatch is only a warning from cpp_extension, not reported.
+    assert audit(env("2.1.0+cu121", "12.1", nvcc=_nvcc("12.4.131")), node, matrix) == []
+    major = only(audit(env("2.1.0+cu121", "12.1", nvcc=_nvcc("11.8.89")), node, matrix),
+                 "nvcc-mismatch")
+    assert major.severity == "warning"
+
+
+def test_bundled_cudart_shadowed_by_an_older_one(matrix: Matrix) -> None:
+    node = target("550.54.14", (12, 4), (8, 0))
+
+    def with_lib(version: str) -> Installed:
+        return env("2.4.1+cu124", "12.4", ld_library_path=("/opt/cuda/lib64", "/opt/other"),
+                   cuda_libraries=(SharedLibrary("libcudart", f"/opt/cuda/lib64/libcudart.so."
+                                                 f"{version}", version, "/opt/cuda/lib64"),))
+    finding = only(audit(with_lib("12.1.105"), node, matrix), "library-shadowing")
+    assert finding.severity == "error"
+    assert finding.fix[0] == "export LD_LIBRARY_PATH=/opt/other"
+    assert audit(with_lib("12.6.77"), node, matrix) == []  # newer: no harm
+    assert audit(with_lib("12"), node, matrix) == []  # soname only: cannot tell
+    assert audit(with_lib("11.8.89"), node, matrix) == []  # another soname
+
+
+def test_unknown_release_is_judged_by_its_cuda(matrix: Matrix) -> None:
+    findings = audit(env("2.99.0+cu128", "12.8"), target("535.104.05", (12, 2), (8, 0)), matrix)
+    assert codes(findings) == [("minor-compat-only", "warning"), ("unknown-torch-build", "info")]
+
+
+def test_no_torch_is_a_note(matrix: Matrix) -> None:
+    findings = audit(env(None, None), target("535.104.05", (12, 2), (8, 0)), matrix)
+    assert codes(findings) == [("no-torch", "info")]
+    assert "torch==2.7.1+cu118" in install_line(findings[0])
+
+
+def test_order_helpers_and_codes() -> None:
+    info = Finding("no-torch", "info", "m")
+    warning = Finding("minor-compat-only", "warning", "m")
+    error = Finding("driver-too-old", "error", "m")
+    assert sort_findings([info, warning, error]) == [error, warning, info]
+    assert has_errors([info, error]) and not has_errors([info, warning])
+    assert len(set(CODES)) == len(CODES)
+    assert all(code == code.lower() and " " not in code for code in CODES)
