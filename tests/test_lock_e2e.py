@@ -273,6 +273,13 @@ def test_check_fails_after_the_spec_is_edited(index: IndexServer, tmp_path: Path
     lock_obj, _ = read_lock(tmp_path / "pylock.toml")
     assert versions(lock_obj)["torchvision"] == "0.16.0+cu121"  # the default companion
     assert cudalock("lock", "--check", cwd=tmp_path).returncode == 0
+    # One Target flag overrides its part of the spec's [target]; the rest still applies.
+    done = cudalock("lock", "--check", "--driver-version", "550.54.14", cwd=tmp_path)
+    assert done.returncode == 1
+    assert [line for line in done.stderr.splitlines() if line.startswith("  - ")] == [
+        "  - the target's NVIDIA driver changed: 535.104.05 → 550.54.14",
+        "  - the target's driver's maximum CUDA changed: 12.2 → 12.4",
+    ]
     spec.write_text(spec.read_text().replace('torch = "==2.1.0"', 'torch = ">=2.1,<2.2"'))
     done = cudalock("lock", "--check", cwd=tmp_path)
     assert done.returncode == 1
@@ -463,3 +470,19 @@ def test_mirrors_from_the_environment_and_json_output(index: IndexServer, tmp_pa
     assert result["lock"] == "pylock.toml"
     lock_obj, _ = read_lock(tmp_path / "pylock.toml")
     assert {p.name: p.index for p in lock_obj.packages}["torch"] == index.pytorch_url + "/cu121"
+
+
+def test_check_fails_naming_a_newer_matrix(index: IndexServer, locked: Path,
+                                           tmp_path: Path) -> None:
+    from cudalock.matrix import default_matrix_dir, load_matrix
+
+    shipped = load_matrix().matrix_version
+    newer = tmp_path / "matrix"
+    shutil.copytree(default_matrix_dir(), newer)
+    text = (newer / "matrix.toml").read_text()
+    (newer / "matrix.toml").write_text(
+        text.replace(f'matrix_version = "{shipped}"', 'matrix_version = "2099-01-01"'))
+    done = cudalock("lock", "--check", *TARGET, *REQUEST, *index_flags(index),
+                    "--matrix", str(newer), cwd=locked)
+    assert done.returncode == 1
+    assert f"the compatibility matrix changed: {shipped} → 2099-01-01" in done.stderr

@@ -131,17 +131,21 @@ def _read_spec(spec: Path | None) -> Spec | None:
 
 
 def _target_from_spec(options: TargetOptions, summary: TargetSummary) -> TargetOptions:
-    """The spec's [target] stands in for the Target flags when none are given.
+    """The spec's [target], with each Target flag given overriding its part of it.
 
-    So a lock made for another machine is regenerated, and checked in CI, for that machine.
+    So a lock made for another machine is regenerated, and checked in CI, for that machine;
+    ``--driver-version 550.54.14`` alone asks "and if its driver were upgraded?".
     """
-    if options.probe_files or options.overrides_given:
+    if options.probe_files:
         return options
+    driver_given = bool(options.driver_version or options.driver_cuda or options.no_gpu)
+    gpus_given = bool(options.compute_capabilities or options.gpu_names)
     return dataclasses.replace(
         options,
-        driver_version=summary.driver_version,
-        driver_cuda=summary.driver_cuda,
-        no_gpu=not summary.gpu,
-        compute_capabilities=tuple(summary.compute_capabilities),
-        platform=summary.platform,
+        driver_version=options.driver_version if driver_given else summary.driver_version,
+        driver_cuda=options.driver_cuda if driver_given else summary.driver_cuda,
+        no_gpu=options.no_gpu if driver_given else not summary.gpu,
+        compute_capabilities=(options.compute_capabilities if gpus_given
+                              else tuple(summary.compute_capabilities)),
+        platform=options.platform or summary.platform,
     )
