@@ -46,6 +46,18 @@ def test_conda_format_writes_the_files(tmp_path: Path) -> None:
     assert 'torch = "==2.1.0"' in spec and 'driver_version = "535.104.05"' in spec
     assert "conda env create -f" in done.stdout
 
+    from conda_lock.src_parser.environment_yaml import parse_environment_file
+
+    mapping = tmp_path / "mapping.json"  # conda-lock would otherwise download its name mapping
+    mapping.write_text("{}")
+    locked = parse_environment_file(out / "environment.conda-lock.yml", ["linux-64"],
+                                    mapping_url=str(mapping))
+    assert [r.url for r in locked.pip_repositories] == [
+        "https://download.pytorch.org/whl/cu121"]
+    assert {d.name: d.version for d in locked.dependencies["linux-64"]
+            if d.manager == "pip"} == {"torch": "==2.1.0+cu121",
+                                       "torchvision": "==0.16.0+cu121"}
+
 
 def test_existing_output_is_not_overwritten_without_force(tmp_path: Path) -> None:
     out = tmp_path / "out"

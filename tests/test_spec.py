@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cudalock.errors import InputError
 from cudalock.model import Gpu, Request, Target
@@ -130,3 +132,21 @@ def test_cpu_target_is_recorded_as_gpu_false() -> None:
     text = render_spec(Spec(target=summary))
     assert "gpu = false" in text
     assert parse_spec(text).target == summary
+
+
+_TOML_PIECES = st.sampled_from([
+    "[request]\n", "[target]\n", "[output]\n", "[[request]]\n", "spec_version = 1\n",
+    'torch = "2.1"\n', "torch = 2\n", 'with = ["a", 1]\n', "with = []\n", "gpu = true\n",
+    'compat = "minor"\n', 'format = "uv"\n', "x = {a = 1}\n", "= =\n", '"\n', "\x00",
+    "compute_capabilities = [[1]]\n", "[request.sub]\n", "spec_version = \"1\"\n",
+])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=200), st.lists(_TOML_PIECES, max_size=12).map("".join)))
+def test_no_text_makes_the_spec_parser_raise_anything_but_input_error(text: str) -> None:
+    try:
+        spec = parse_spec(text)
+    except InputError:
+        return
+    assert isinstance(spec, Spec)
