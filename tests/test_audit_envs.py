@@ -258,6 +258,24 @@ def test_cli_deep_survives_a_segfaulting_torch(tmp_path_factory: pytest.TempPath
     assert "Traceback" not in result.stderr
 
 
+def test_cli_never_imports_torch_itself(tmp_path_factory: pytest.TempPathFactory,
+                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A torch that ends any process importing it, first on the path of cudalock and of the
+    # audited interpreter alike: the audit must still finish and report it.
+    trap = tmp_path / "trap"
+    (trap / "torch").mkdir(parents=True)
+    (trap / "torch" / "__init__.py").write_text("import os\nos._exit(99)\n")
+    (trap / "torch" / "version.py").write_text("__version__ = '2.9.1+cu128'\ncuda = '12.8'\n")
+    monkeypatch.setenv("PYTHONPATH", str(trap))
+    python = _env(tmp_path_factory, "cu128-2.9.1")
+    result = _cli("--python", str(python), "--driver-version", "570.124.06",
+                  "--compute-capability", "9.0", "--json")
+    assert result.returncode == 1, result.stderr  # two torch package directories: an error
+    document = json.loads(result.stdout)
+    assert document["installed"]["torch"][0]["location"] == str((trap / "torch").resolve())
+    assert "duplicate-torch" in [f["code"] for f in document["findings"]]
+
+
 def test_cli_bad_interpreter_is_exit_2_without_traceback(tmp_path: Path) -> None:
     result = _cli("--python", str(tmp_path / "missing"), "--no-gpu")
     assert result.returncode == 2

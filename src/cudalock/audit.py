@@ -308,8 +308,10 @@ def _check_torch_present(context: _Context) -> list[Finding]:
         if context.installed.dists("torch"):
             return []  # duplicate/broken installs are reported by _check_duplicates
         replacement = context.replacement(same_version=False)
+        from_report = context.installed.source.startswith("report")
         return [_finding(
             "no-torch", "info",
+            "the report names no torch, so the torch checks are skipped" if from_report else
             "torch is not installed in this environment: nothing here uses the GPU through torch",
             [f"environment: {context.installed.source}"],
             _fix_lines(replacement, "the build cudalock would install for this target"),
