@@ -376,3 +376,17 @@ def test_default_readers_take_every_root_and_command(tmp_path: Path) -> None:
     assert report.memory.host.total_bytes == 65_536_000 * 1024
     assert report.memory.host.cgroup_limit_bytes == 32 * GIB
     assert not report.evidence["machine"]["in_kubernetes"]
+
+
+def test_every_code_in_the_source_is_documented() -> None:
+    import re
+
+    from cudalock import doctor, memory
+    from cudalock.doctor import FINDING_CODES
+
+    used: set[str] = set()
+    for module in (doctor, memory):
+        source = Path(module.__file__ or "").read_text()
+        used.update(re.findall(r'Finding\(\s*"([a-z0-9-]+)"', source))
+    assert used == set(FINDING_CODES)
+    assert all(code in (doctor.__doc__ or "").replace("\n", " ") for code in FINDING_CODES)

@@ -49,6 +49,16 @@ from cudalock.memory import (
 from cudalock.model import Finding, Host, Target
 from cudalock.sizes import format_gib
 
+#: Every code doctor (and the memory check it runs) can report; the audit's codes come on top.
+FINDING_CODES = (
+    "host-oom-kill", "cgroup-oom-kill", "gpu-oom", "sigkill-not-oom", "sigkill-collateral",
+    "oom-unconfirmed", "kernel-log-unreadable", "kubernetes-oomkilled-hint", "slurm-time-limit",
+    "killed-during-checkpoint-save", "memory-check-skipped", "host-memory-short",
+    "host-memory-enough", "host-memory-unknown", "gpu-memory-short", "segfault-in-library",
+    "gpu-xid-error", "shm-too-small", "dataloader-bus-error", "segfault-other-causes",
+    "audit-clean", "audit-unavailable", "signal-other", "exit-status-plain",
+)
+
 SIGKILL, SIGBUS, SIGSEGV = 9, 7, 11
 #: ds_report warns below this /dev/shm size (DeepSpeed env_report.py).
 SHM_WARN_BYTES = 512 * 2**20
