@@ -275,6 +275,15 @@ def test_unknown_release_is_judged_by_its_cuda(matrix: Matrix) -> None:
     assert codes(findings) == [("minor-compat-only", "warning"), ("unknown-torch-build", "info")]
 
 
+def test_torch_directory_without_version_file(matrix: Matrix) -> None:
+    installed = Installed(source="python:/env/bin/python", python="/env/bin/python",
+                          torch=(TorchInstall(None, None, location="/env/torch",
+                                              has_version_file=False),))
+    findings = audit(installed, target("535.104.05", (12, 2), (8, 0)), matrix)
+    assert codes(findings) == [("broken-torch-install", "error")]
+    assert findings[0].fix[0] == "/env/bin/python -m pip uninstall -y torch"
+
+
 def test_no_torch_is_a_note(matrix: Matrix) -> None:
     findings = audit(env(None, None), target("535.104.05", (12, 2), (8, 0)), matrix)
     assert codes(findings) == [("no-torch", "info")]

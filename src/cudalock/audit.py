@@ -50,7 +50,7 @@ CODES = (
     "deepspeed-built-without-torch", "deepspeed-cuda-mismatch", "deepspeed-torch-mismatch",
     "nvcc-mismatch", "library-shadowing", "torch-import-crash", "torch-import-timeout",
     "torch-import-failed", "cuda-init-failed", "no-torch", "unknown-torch-build",
-    "driver-unknown", "rocm-build-on-nvidia",
+    "driver-unknown", "rocm-build-on-nvidia", "broken-torch-install", "cuda-unavailable",
 )
 
 _ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -147,8 +147,8 @@ class _Context:
     @cached_property
     def torch(self) -> _Torch | None:
         install = self.installed.active_torch
-        if install is None:
-            return None
+        if install is None or not install.version:
+            return None  # a torch without a readable version is reported as broken
         version = install.version
         public = public_version(version) if version else None
         label = local_label(version)
@@ -304,9 +304,21 @@ def _fix_lines(replacement: _Replacement, what: str) -> list[str]:
 
 def _check_torch_present(context: _Context) -> list[Finding]:
     torch = context.torch
+    broken = context.installed.active_torch
+    if torch is None and broken is not None:
+        replacement = context.replacement(same_version=False)
+        return [_finding(
+            "broken-torch-install", "error",
+            "the torch package directory has no readable torch/version.py: a partial or "
+            "interrupted install, which fails at import",
+            [f"torch location: {broken.location}"]
+            + [f"{d.location}: torch {d.version}" for d in context.installed.dists("torch")],
+            [f"{context.pip} uninstall -y torch",
+             *_fix_lines(replacement, "then install one build")],
+        )]
     if torch is None:
         if context.installed.dists("torch"):
-            return []  # duplicate/broken installs are reported by _check_duplicates
+            return []  # a dist-info without a package: reported by _check_duplicates
         replacement = context.replacement(same_version=False)
         from_report = context.installed.source.startswith("report")
         return [_finding(
