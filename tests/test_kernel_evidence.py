@@ -6,6 +6,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cudalock.kernel_evidence import (
     CommandResult,
     parse_kernel_log,
@@ -97,6 +100,27 @@ def test_the_same_kill_in_dmesg_and_kern_log_counts_once(tmp_path: Path) -> None
     assert {s.name: s.readable for s in log.sources} == {
         "dmesg -T": True, "journalctl -k --no-pager -q": False,
         "/var/log/kern.log": True, "/var/log/messages": False}
+
+
+def test_busybox_dmesg_without_T_is_retried_plain(tmp_path: Path) -> None:
+    calls: list[tuple[str, ...]] = []
+
+    def runner(argv: Sequence[str]) -> CommandResult:
+        calls.append(tuple(argv))
+        if tuple(argv) == ("dmesg", "-T"):
+            return CommandResult(1, "", "dmesg: invalid option -- 'T'")
+        return CommandResult(0, fixture("old_kernel_oom.txt"))
+
+    log = read_kernel_log(runner=runner, commands=[("dmesg", "-T")], files=(), root=tmp_path)
+    assert calls == [("dmesg", "-T"), ("dmesg",)]
+    assert [s.name for s in log.sources] == ["dmesg"]
+    assert [k.pid for k in log.events.kills] == [2207]
+
+
+@given(st.text(max_size=2000))
+def test_any_text_parses_without_error(text: str) -> None:
+    events = parse_kernel_log(text)
+    assert all(kill.lines for kill in events.kills)
 
 
 def test_nothing_readable(tmp_path: Path) -> None:

@@ -284,7 +284,13 @@ def read_kernel_log(
     invocations: dict[str, None] = {}
     texts: list[str] = []
     for argv in commands:
-        source, text = _command_source(argv, runner(argv))
+        result = runner(argv)
+        if result.returncode != 0 and "-T" in argv and any(
+                word in result.stderr.lower() for word in ("invalid option", "unrecognized option",
+                                                           "unknown option")):
+            argv = [arg for arg in argv if arg != "-T"]  # busybox dmesg has no -T
+            result = runner(argv)
+        source, text = _command_source(argv, result)
         sources.append(source)
         texts.append(text)
     for name in files:
