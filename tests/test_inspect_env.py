@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -106,6 +107,22 @@ def test_nvcc_on_path_and_cuda_home_in_cpp_extension_order(
     # torch.utils.cpp_extension takes CUDA_HOME first: so do JIT-built DeepSpeed ops.
     assert installed.effective_nvcc is not None
     assert installed.effective_nvcc.origin == "CUDA_HOME"
+
+
+def test_the_environments_own_nvcc_comes_before_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A conda environment with cuda-nvcc: bin/nvcc next to bin/python.
+    root = tmp_path / "conda-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    _script(root / "bin" / "nvcc", "echo 'Cuda compilation tools, release 12.1, V12.1.105'")
+    path_bin = tmp_path / "system" / "bin"
+    path_bin.mkdir(parents=True)
+    _script(path_bin / "nvcc", "echo 'Cuda compilation tools, release 13.0, V13.0.88'")
+    monkeypatch.delenv("CUDA_HOME")
+    monkeypatch.setenv("PATH", f"{path_bin}{os.pathsep}{os.environ['PATH']}")
+    installed = inspect_environment(prefix=root)
+    assert [(n.origin, n.version) for n in installed.nvcc][:2] == [
+        ("prefix", "12.1.105"), ("PATH", "13.0.88")]
 
 
 def test_cuda_home_without_nvcc_still_comes_first(env_2_11: Path, tmp_path: Path) -> None:

@@ -187,7 +187,8 @@ def _nvcc_version(nvcc: str) -> tuple[str | None, str | None]:
 
 
 def _nvcc_candidates() -> list[dict[str, object]]:
-    """Every nvcc the environment can reach, in the order torch's cpp_extension picks CUDA_HOME.
+    """Every nvcc the environment can reach, in the order torch's cpp_extension picks CUDA_HOME
+    in the activated environment.
 
     A CUDA_HOME / CUDA_PATH that is set counts even without bin/nvcc: cpp_extension uses it
     as given (and JIT builds then fail), so it stays first.
@@ -197,12 +198,14 @@ def _nvcc_candidates() -> list[dict[str, object]]:
         home = os.environ.get(var)
         if home:
             candidates.append((var, os.path.join(home, "bin", "nvcc")))
-    on_path = shutil.which("nvcc")
-    if on_path:
-        candidates.append(("PATH", on_path))
+    # The environment's own nvcc (conda's cuda-nvcc) comes before PATH's: activating the
+    # environment puts its bin directory first on PATH.
     prefix_nvcc = os.path.join(sys.prefix, "bin", "nvcc")
     if os.path.isfile(prefix_nvcc):
         candidates.append(("prefix", prefix_nvcc))
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append(("PATH", on_path))
     candidates.append(("default", "/usr/local/cuda/bin/nvcc"))
     found: list[dict[str, object]] = []
     seen: list[str] = []
