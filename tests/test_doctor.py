@@ -214,6 +214,13 @@ def test_bus_error_names_shm_size() -> None:
     assert report.verdict == "bus-error"
     assert codes(report.findings) == ["dataloader-bus-error", "shm-too-small"]
     assert report.exit_code == 1
+    # A roomy /dev/shm here: the size is named, and the container's own /dev/shm suspected.
+    roomy = ShmInfo("/dev/shm", 32 * GIB, 32 * GIB)
+    report = run_doctor(DoctorRequest(exit_code="135", log_path=LOGS / "dataloader_bus_error.log"),
+                        machine(recorded_kernel("clean_dmesg.txt"), shm=roomy), audit=no_audit)
+    assert codes(report.findings) == ["dataloader-bus-error"]
+    assert "32.00GiB" in report.findings[0].message
+    assert "container's /dev/shm" in report.findings[0].message
 
 
 def test_plain_exit_status_reads_nothing() -> None:

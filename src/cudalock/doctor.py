@@ -477,15 +477,20 @@ def _shm_findings(log: LogFacts | None, shm: ShmInfo | None, *, crash: bool) -> 
              "or lower DataLoader num_workers")
     small = shm is not None and shm.total_bytes < SHM_WARN_BYTES
     if bus_errors:
-        size = (f" /dev/shm is {format_gib(shm.total_bytes)} ({format_gib(shm.free_bytes)} free)."
-                if shm else "")
+        size = ""
+        if shm is not None:
+            size = f" {shm.path} here is {format_gib(shm.total_bytes)} " \
+                   f"({format_gib(shm.free_bytes)} free)"
+            size += "." if small else (": large enough now, so if the run was in a container, "
+                                       "check the container's /dev/shm (Docker's default is "
+                                       "64 MiB).")
         findings.append(Finding(
             "dataloader-bus-error", "error",
             "DataLoader workers died of SIGBUS: they ran out of shared memory." + size
             + " Check the kernel/cgroup evidence too: a cgroup OOM can show up the same way.",
             _quote([e.line for e in bus_errors]), fixes,
         ))
-    if shm is not None and (small or bus_errors):
+    if shm is not None and small:
         findings.append(Finding(
             "shm-too-small", "error" if bus_errors or crash else "warning",
             f"{shm.path} is {format_gib(shm.total_bytes)} ({format_gib(shm.free_bytes)} free); "
