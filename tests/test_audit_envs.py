@@ -273,7 +273,9 @@ def test_cli_never_imports_torch_itself(tmp_path_factory: pytest.TempPathFactory
     assert result.returncode == 1, result.stderr  # two torch package directories: an error
     document = json.loads(result.stdout)
     assert document["installed"]["torch"][0]["location"] == str((trap / "torch").resolve())
-    assert "duplicate-torch" in [f["code"] for f in document["findings"]]
+    duplicate = next(f for f in document["findings"] if f["code"] == "duplicate-torch")
+    assert (f"# {(trap / 'torch').resolve()} has no pip metadata: remove it, or its directory "
+            "from PYTHONPATH") in duplicate["fix"]
 
 
 def test_cli_bad_interpreter_is_exit_2_without_traceback(tmp_path: Path) -> None:

@@ -384,6 +384,12 @@ def _check_duplicates(context: _Context) -> list[Finding]:
     )
     replacement = context.replacement()
     fix = [f"{context.pip} uninstall -y torch"] * max(count, 1)
+    # A torch directory with no dist-info beside it is outside pip's reach (PYTHONPATH, a copy).
+    for install in live_dirs:
+        parent = re.sub(r"/torch/?$", "/", install.location or "")
+        if not any((d.location or "").startswith(parent) for d in dists):
+            fix.append(f"# {install.location} has no pip metadata: remove it, or its directory "
+                       "from PYTHONPATH")
     if conda_builds:
         fix.append("conda remove -y --force pytorch   # conda's pytorch beside pip's torch")
     fix += _fix_lines(replacement, "then install one build")
