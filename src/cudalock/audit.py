@@ -233,7 +233,8 @@ def _replacement(context: _Context, *, same_version: bool,
             last_error = err.message
             if attempt["torch"] and err.hint and torch is not None:
                 # What would keep the installed release (a driver upgrade, --compat minor).
-                kept_hint = f"to keep torch {torch.public}: {err.hint}"
+                kept_hint = (f"to keep torch {torch.public} (cudalock bootstrap --torch "
+                             f"{torch.public}): {err.hint}")
             continue
         return _Replacement(plan, install_commands(plan, context.pip), kept_hint)
     return _Replacement(None, (), last_error)
