@@ -397,3 +397,12 @@ def test_every_code_in_the_source_is_documented() -> None:
         used.update(re.findall(r'Finding\(\s*"([a-z0-9-]+)"', source))
     assert used == set(FINDING_CODES)
     assert all(code in (doctor.__doc__ or "").replace("\n", " ") for code in FINDING_CODES)
+
+
+def test_kills_of_other_pids_are_flagged_for_a_time_check() -> None:
+    report = run_doctor(DoctorRequest(exit_code="-9", log_path=LOGS / "torchrun_zero2_sigkill.log",
+                                      host_memory_bytes=2048 * GIB),
+                        machine(recorded_kernel("cgroup_oom_journal.txt")), audit=no_audit)
+    finding = next(f for f in report.findings if f.code == "cgroup-oom-kill")
+    assert "None of these PIDs is one the training log reports" in finding.message
+    assert report.memory is not None and report.memory.host_enough is True

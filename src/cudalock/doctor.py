@@ -235,6 +235,9 @@ def _sigkill_findings(exit_status: ExitStatus, log: LogFacts | None,
         if matched:
             listed = ", ".join(str(k.pid) for k in matched)
             return f" PID {listed} is the very process the training log reports as killed."
+        if pids and group:
+            return (" None of these PIDs is one the training log reports (a DataLoader worker "
+                    "or another rank may have been chosen): check that the times match the crash.")
         return ""
 
     if cgroup_kills or cgroup_levels or slurm_oom:
