@@ -7,22 +7,64 @@ imports the machinery it needs, so ``cudalock resolve`` does not pay for ``reque
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
-from cudalock.cli import (
-    audit_cmd,
-    bootstrap_cmd,
-    doctor_cmd,
-    lock_cmd,
-    matrix_cmd,
-    probe_cmd,
-    resolve_cmd,
-)
 from cudalock.errors import CudalockError
 
+#: Every command, in the order ``--help`` lists them: name → (module, attribute). A module is
+#: imported, and its click command built, only when that command runs or help lists them all:
+#: ``cudalock resolve`` pays for one command's options, not for eight (issue 9, start-up).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "probe": ("cudalock.cli.probe_cmd", "probe"),
+    "resolve": ("cudalock.cli.resolve_cmd", "resolve"),
+    "bootstrap": ("cudalock.cli.bootstrap_cmd", "bootstrap"),
+    "lock": ("cudalock.cli.lock_cmd", "lock"),
+    "audit": ("cudalock.cli.audit_cmd", "audit"),
+    "doctor": ("cudalock.cli.doctor_cmd", "doctor"),
+    "memory": ("cudalock.cli.doctor_cmd", "memory"),
+    "matrix": ("cudalock.cli.matrix_cmd", "app"),  # a typer sub-application
+}
+
+
+def build_command(name: str) -> Any:
+    """The click command for ``name``, built the way ``app.command``/``app.add_typer`` would."""
+    module_name, attribute = COMMANDS[name]
+    target = getattr(importlib.import_module(module_name), attribute)
+    holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name)
+        return typer.main.get_group(holder).commands[name]
+    holder.command(name)(target)
+    return typer.main.get_command(holder)
+
+
+class LazyCommands(TyperGroup):
+    """A typer group whose subcommands are imported on first use (see :data:`COMMANDS`)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.commands[cmd_name] = build_command(cmd_name)
+        return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in COMMANDS and not args[0].startswith("-"):
+            # An unknown command fails below; build them all first so that typer's "Did you
+            # mean ...?" draws on every command, not only those built so far.
+            for name in COMMANDS:
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
+
 app = typer.Typer(
+    cls=LazyCommands,
     name="cudalock",
     help="The PyTorch stack this machine's NVIDIA driver and GPUs can run: probe, resolve, "
     "bootstrap, lock, audit, and explain -9 / -11 crashes.",
@@ -54,16 +96,6 @@ def main(
     ),
 ) -> None:
     """cudalock: the PyTorch stack this machine can run."""
-
-
-app.command("probe")(probe_cmd.probe)
-app.command("resolve")(resolve_cmd.resolve)
-app.command("bootstrap")(bootstrap_cmd.bootstrap)
-app.command("lock")(lock_cmd.lock)
-app.command("audit")(audit_cmd.audit)
-app.command("doctor")(doctor_cmd.doctor)
-app.command("memory")(doctor_cmd.memory)
-app.add_typer(matrix_cmd.app, name="matrix")
 
 
 def report_error(err: CudalockError) -> None:
