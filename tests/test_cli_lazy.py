@@ -1,0 +1,58 @@
+"""The command group imports a command's module only when that command runs (start-up time)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from cudalock.cli.app import COMMANDS, app
+
+#: Run `cudalock ARGS` in a fresh interpreter, then print the command modules it imported.
+LOADED = """
+import sys
+from cudalock.cli.app import run
+try:
+    run(sys.argv[1:])
+except SystemExit:
+    pass
+print(sorted(m for m in sys.modules if m.startswith("cudalock.cli.") and m.endswith("_cmd")),
+      file=sys.stderr)
+"""
+
+
+def loaded_command_modules(*args: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    done = subprocess.run([sys.executable, "-c", LOADED, *args], capture_output=True, text=True,
+                          timeout=120, check=False)
+    return done, done.stderr.strip().splitlines()[-1]
+
+
+def test_resolve_imports_only_its_own_command_module() -> None:
+    done, loaded = loaded_command_modules(
+        "resolve", "--driver-version", "535.104.05", "--python", "3.11", "--json")
+    assert '"torch"' in done.stdout
+    assert loaded == "['cudalock.cli.resolve_cmd']"
+
+
+def test_help_lists_every_command_in_order() -> None:
+    result = CliRunner().invoke(app, ["--help"], prog_name="cudalock", env={"COLUMNS": "120"})
+    assert result.exit_code == 0
+    # In the commands table each name is followed by its padded help column.
+    positions = [result.output.find(f" {name}  ") for name in COMMANDS]
+    assert all(p >= 0 for p in positions), result.output
+    assert positions == sorted(positions)
+
+
+def test_every_registered_command_builds_and_has_help() -> None:
+    for name in COMMANDS:
+        result = CliRunner().invoke(app, [name, "--help"], prog_name="cudalock")
+        assert result.exit_code == 0, (name, result.output)
+        assert f"cudalock {name}" in result.output
+
+
+def test_a_mistyped_command_is_named_with_a_suggestion() -> None:
+    result = CliRunner().invoke(app, ["resolv"], prog_name="cudalock")
+    assert result.exit_code == 2
+    assert "No such command 'resolv'" in result.output
+    assert "Did you mean 'resolve'?" in result.output
