@@ -2,7 +2,8 @@
 against PEP 503/691 indexes served on 127.0.0.1 (no internet).
 
 One virtual environment is built and then reused by the later scenarios (bootstrap reuses an
-existing --venv), in this order: the plan is installed; a hostile-but-valid framework path is
+existing --venv), in this order: a tampered torch wheel stops the first step; the plan is
+installed; a hostile-but-valid framework path is
 installed without executing anything; a framework that needs an incompatible torch fails loudly
 and leaves torch alone. The indexes require basic auth and the URLs carry the credentials, so
 every scenario also proves they reach pip but never the screen, the log or cudalock.toml.
@@ -100,9 +101,25 @@ def _outputs(directory: Path) -> dict[str, bytes]:
             if p.is_file() and p.name != "cudalock-bootstrap.log"}
 
 
+def test_wheel_not_matching_its_hash_stops_the_first_step_with_exit_3(scene: Scene) -> None:
+    wheel = scene.server.file_path(f"torch-{PLANNED_TORCH}-py3-none-any.whl")
+    scene.server.tamper(wheel)
+    try:
+        done = scene.cudalock(*scene.base_args(), "--framework", "finetunekit", "--create")
+    finally:
+        scene.server.clear_faults()
+    assert done.returncode == 3, done.stderr + done.stdout
+    assert "step 1/5: the torch family" in done.stderr
+    assert "do not match the hashes" in done.stderr.lower()
+    assert "cudalock-bootstrap.log" in done.stderr and "rm -rf" in done.stderr
+    assert "torch" not in scene.installed()  # nothing from the bad file was installed
+
+
 def test_create_installs_the_planned_torch_and_the_framework_cannot_replace_it(
         scene: Scene) -> None:
-    done = scene.cudalock(*scene.base_args(), "--framework", "finetunekit", "--create")
+    # --force: the first scenario wrote the same files; the venv it left is reused.
+    done = scene.cudalock(*scene.base_args(), "--framework", "finetunekit", "--create",
+                          "--force")
     assert done.returncode == 0, done.stderr + done.stdout
 
     installed = scene.installed()

@@ -201,7 +201,7 @@ def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...],
                 echo: Echo) -> Path:
     """Create (or reuse) a virtual environment with the plan's Python, then run install.sh."""
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    log = out_dir / LOG_FILE
+    log = _start_log(out_dir)
     removal = f"rm -rf {shlex.quote(str(venv))}"
     if python.exists():
         echo(f"environment: reusing {venv}")
@@ -209,7 +209,7 @@ def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...],
         command = venv_command(plan.python, venv)
         echo(f"environment: creating {venv} with Python {plan.python}")
         _run_logged("create the virtual environment", command, log, echo, cwd=out_dir,
-                    env=dict(os.environ), removal=removal, truncate=True)
+                    env=dict(os.environ), removal=removal)
     found = _python_version(python)
     if found != plan.python.rstrip("t"):
         raise UsageError(f"the environment at {venv} has Python {found}, the plan needs "
@@ -260,7 +260,7 @@ def create_conda(name: str, out_dir: Path, steps: tuple[Step, ...], echo: Echo) 
             hint="install one of them, or use --format venv --create",
         )
     executable = shutil.which(tool) or tool
-    log = out_dir / LOG_FILE
+    log = _start_log(out_dir)
     removal = f"{tool} env remove -n {shlex.quote(name)}"
     prefix = _conda_prefix(executable, name)
     if prefix is None:
@@ -269,7 +269,7 @@ def create_conda(name: str, out_dir: Path, steps: tuple[Step, ...], echo: Echo) 
                    else [executable, "env", "create", "-n", name, "-f", yml])
         echo(f"environment: creating conda environment {name} with {tool}")
         _run_logged(f"{tool} creates the environment", command, log, echo, cwd=out_dir,
-                    env=dict(os.environ), removal=removal, truncate=True)
+                    env=dict(os.environ), removal=removal)
         prefix = _conda_prefix(executable, name)
         if prefix is None:
             raise EnvironmentFailure(f"{tool} reported success but environment {name} is "
@@ -306,8 +306,19 @@ def run_install_script(out_dir: Path, steps: tuple[Step, ...], log: Path,
                 cwd=out_dir, env=env, removal=removal, steps=steps, python=python)
 
 
+def _start_log(out_dir: Path) -> Path:
+    """A fresh log for this run (the previous run's log is replaced)."""
+    log = out_dir / LOG_FILE
+    try:
+        log.write_text("cudalock bootstrap --create: the output of every step\n",
+                       encoding="utf-8")
+    except OSError as err:
+        raise EnvironmentFailure(f"cannot write the log {log}: {err.strerror or err}") from None
+    return log
+
+
 def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Path,
-                env: Mapping[str, str], removal: str, truncate: bool = False,
+                env: Mapping[str, str], removal: str,
                 steps: tuple[Step, ...] = (), python: str = "python") -> None:
     """Run ``command``, its output (redacted) appended to ``log``; raise if it fails."""
     current: tuple[int, str] | None = None
@@ -315,7 +326,7 @@ def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Pa
     causes: list[str] = []
     in_causes = False
     try:
-        with log.open("w" if truncate else "a", encoding="utf-8") as handle:
+        with log.open("a", encoding="utf-8") as handle:
             handle.write(f"\n### {what}: {redact(' '.join(command))}\n")
             handle.flush()
             process = subprocess.Popen(  # noqa: S603 - cudalock's own script / venv command
