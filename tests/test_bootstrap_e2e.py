@@ -62,9 +62,11 @@ class Scene:
             "--pytorch-index", pytorch, "--pypi-index", pypi,
         ]
 
-    def cudalock(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def cudalock(self, *args: str, env: dict[str, str] | None = None
+                 ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run([*CUDALOCK, *args], capture_output=True, text=True,
-                              env=offline_env(), cwd=self.root, timeout=600, check=False)
+                              env=env or offline_env(), cwd=self.root, timeout=600,
+                              check=False)
         log = self.out / "cudalock-bootstrap.log"
         shown = done.stdout + done.stderr + (log.read_text() if log.exists() else "")
         assert SECRET not in shown, "index credentials were shown or logged"
@@ -172,6 +174,23 @@ def test_hostile_framework_path_is_quoted_and_nothing_is_executed(scene: Scene) 
     assert installed["localfw"] == "0.1"
     assert installed["torch"] == PLANNED_TORCH
     assert scene.venv_python("import localfw; print(localfw.__file__)").startswith(str(hostile))
+
+
+def test_unreachable_index_is_exit_3_naming_the_network(scene: Scene) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/simple"
+    args = [*scene.base_args(), "--framework", "finetunekit-nightly", "--force", "--create"]
+    args[args.index("--pypi-index") + 1] = dead
+    # Fewer pip retries keep the test short; the failure is the same.
+    done = scene.cudalock(*args, env=offline_env() | {"PIP_RETRIES": "1"})
+    assert done.returncode == 3, done.stderr + done.stdout
+    assert "step 2/5: the framework finetunekit-nightly" in done.stderr
+    assert "the network failed" in done.stderr
+    assert "finetunekit-nightly" not in scene.installed()
+    assert scene.installed()["torch"] == PLANNED_TORCH
 
 
 def test_framework_needing_incompatible_torch_fails_loudly_and_leaves_torch(

@@ -48,6 +48,11 @@ Echo = Callable[[str], None]
 #: pip's words for "these requirements cannot be satisfied together" (a plan problem, exit 1).
 _CONFLICT_WORDS = ("ResolutionImpossible", "conflicting dependencies", "Cannot install",
                    "No matching distribution found")
+#: pip's words for a network that failed it: then "no matching distribution" is not a conflict.
+_NETWORK_WORDS = ("NewConnectionError", "Connection refused", "ConnectTimeout", "ReadTimeout",
+                  "Max retries exceeded", "Temporary failure in name resolution",
+                  "Name or service not known", "HTTP error 5", "IncompleteRead",
+                  "ProtocolError", "SSLError")
 
 
 @dataclass(frozen=True)
@@ -323,6 +328,7 @@ def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Pa
     """Run ``command``, its output (redacted) appended to ``log``; raise if it fails."""
     current: tuple[int, str] | None = None
     errors: list[str] = []
+    network: list[str] = []
     causes: list[str] = []
     in_causes = False
     try:
@@ -343,6 +349,8 @@ def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Pa
                     echo(f"  step {label}")
                 elif line.startswith("ERROR:") or "verification failed" in line:
                     errors.append(line)
+                if any(word in line for word in _NETWORK_WORDS):
+                    network.append(line)
                 # pip's "The conflict is caused by:" block: the lines that explain a conflict.
                 if line.startswith("The conflict is caused by"):
                     in_causes = True
@@ -367,7 +375,10 @@ def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Pa
     message = (f"{step_text} failed (exit status {returncode}){detail}; command: {shown}; "
                f"full output in {log}")
     hint = f"the environment is left for inspection; remove it with: {removal}"
-    if any(word in line for line in errors for word in _CONFLICT_WORDS):
+    if network:
+        message += f"; the network failed: {network[-1].strip()}"
+        hint = f"check the index URLs and the network, then run again; {hint}"
+    elif any(word in line for line in errors for word in _CONFLICT_WORDS):
         hint = ("choose a framework version that accepts the planned torch, or another "
                 f"--torch; {hint}")
         raise Unsatisfiable(message, hint=hint)
