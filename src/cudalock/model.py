@@ -169,7 +169,12 @@ class Rejection:
     fix: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"torch": self.torch, "variant": self.variant, "reason": self.reason, "fix": self.fix}
+        return {
+            "torch": self.torch,
+            "variant": self.variant,
+            "reason": self.reason,
+            "fix": self.fix,
+        }
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ TARGET_PANEL = "Target (which machine)"
 
 @dataclass(frozen=True)
 class TargetOptions:
-    """The Target-related flags as given; :func:`cudalock.targets.targets_from_options` reads them."""
+    """The Target flags as given; :func:`cudalock.targets.targets_from_options` reads them."""
 
     probe_files: tuple[Path, ...] = ()
     driver_version: str | None = None
