@@ -319,7 +319,7 @@ def test_missing_uv_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(EnvironmentFailure) as caught:
         find_uv()
     assert caught.value.exit_code == 3
-    assert caught.value.hint is not None and "cudalock[lock]" in caught.value.hint
+    assert caught.value.hint is not None and "pip install uv" in caught.value.hint
 
 
 # --- --check ----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 from cudalock.errors import EnvironmentFailure
 from cudalock.urls import redact
 
-INSTALL_HINT = "pip install 'cudalock[lock]' (or put uv on PATH)"
+INSTALL_HINT = "reinstall cudalock (it depends on uv), or: pip install uv"
 
 #: Environment variables that would let the user's uv settings re-route indexes behind
 #: cudalock's back; cudalock chooses the indexes itself (mirrors go through its own flags).
