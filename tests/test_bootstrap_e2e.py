@@ -56,7 +56,8 @@ class Scene:
         pytorch, pypi = (url.replace("http://", f"http://{USER}:{SECRET}@")
                          for url in self.server)
         return [
-            "bootstrap", "-o", str(self.out), "--format", "venv",
+            # Relative, as people type it: the venv must not end up nested inside -o.
+            "bootstrap", "-o", str(self.out.relative_to(self.root)), "--format", "venv",
             "--driver-version", "535.104.05", "--compute-capability", "8.0",
             "--torch", "==2.1.0", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}",
             "--pytorch-index", pytorch, "--pypi-index", pypi,

@@ -137,6 +137,12 @@ def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
     request = dataclasses.replace(request,
                                   framework=absolute_framework(request.framework, Path.cwd()))
     output_format = choose_format(options.output_format, spec)
+    if options.create and output_format == "venv" and request.python is None:
+        # The venv is made from this interpreter unless asked otherwise: choosing the newest
+        # Python torch supports would send most users off to find an interpreter they lack.
+        request = dataclasses.replace(request, python=_running_python())
+        echo(f"python: {request.python}, the interpreter creating the venv "
+             "(--python chooses another)")
     if options.create and output_format == "uv":
         raise UsageError("--create builds conda or venv environments; with --format uv, run "
                          "'uv sync' in the output directory instead")
@@ -205,6 +211,7 @@ def next_steps(output_format: OutputFormat, out_dir: Path, name: str) -> str:
 def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...],
                 echo: Echo) -> Path:
     """Create (or reuse) a virtual environment with the plan's Python, then run install.sh."""
+    venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     log = _start_log(out_dir)
     removal = f"rm -rf {shlex.quote(str(venv))}"
@@ -230,10 +237,10 @@ def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...],
 def venv_command(python_version: str, venv: Path) -> list[str]:
     """How to make a venv with ``python_version``: this interpreter, uv, or pythonX.Y."""
     wanted = python_version.rstrip("t")
-    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    running = _running_python()
     if running == wanted and not python_version.endswith("t"):
         return [sys.executable, "-m", "venv", str(venv)]
-    uv = shutil.which("uv")
+    uv = _uv_or_none()
     if uv:
         return [uv, "venv", "--seed", "--python", python_version, str(venv)]
     versioned = shutil.which(f"python{wanted}")
@@ -244,6 +251,19 @@ def venv_command(python_version: str, venv: Path) -> list[str]:
         f"Python {running}, and neither uv nor python{wanted} is on PATH)",
         hint=f"install uv, or Python {python_version}, or choose --python {running}",
     )
+
+
+def _running_python() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _uv_or_none() -> str | None:
+    from cudalock.uvrunner import find_uv
+
+    try:
+        return find_uv()
+    except EnvironmentFailure:
+        return None
 
 
 def _python_version(python: Path) -> str:
