@@ -477,7 +477,9 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
 
 def _scan_anywhere(state: _State, line: str) -> None:
     """Lines that matter whatever report they sit in: warnings and nvidia-smi output."""
-    warning = _ARCH_WARNING.search(line)
+    # The substring test first: the lazy ``(.+?)`` makes the search quadratic in the line's
+    # length, and a report of long lines that never mention it would take minutes.
+    warning = _ARCH_WARNING.search(line) if " with CUDA capability sm_" in line else None
     if warning:
         name = re.sub(r"^.*?(?:UserWarning|Warning):\s*", "", warning.group(1)).strip()
         try:
