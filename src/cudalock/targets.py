@@ -108,20 +108,37 @@ def overrides_from_options(options: TargetOptions, matrix: Matrix) -> Overrides:
 _NAME_PREFIXES = ("", "NVIDIA ", "Tesla ", "NVIDIA GeForce ")
 
 
+def nearest_gpu_names(name: str, matrix: Matrix, limit: int = 3) -> list[str]:
+    """Up to ``limit`` GPU names of the matrix that look like ``name`` (typos, case, prefixes)."""
+    known = sorted({g.name for g in matrix.gpus} | {m for g in matrix.gpus for m in g.match})
+    # Compare without case and without the vendor prefixes, so 'h1oo' finds 'H100 80GB' as
+    # readily as 'RTX 4O90' finds 'RTX 4090'.
+    by_short: dict[str, str] = {}
+    for display in known:
+        short = display.lower()
+        for prefix in ("nvidia geforce ", "nvidia ", "tesla ", "geforce "):
+            short = short.removeprefix(prefix)
+        by_short.setdefault(short, display)
+    wanted = name.strip().lower()
+    for prefix in ("nvidia geforce ", "nvidia ", "tesla ", "geforce "):
+        wanted = wanted.removeprefix(prefix)
+    close = difflib.get_close_matches(wanted, list(by_short), n=limit, cutoff=0.5)
+    if not close:
+        close = [short for short in by_short if wanted and wanted in short][:limit]
+    return [by_short[short] for short in close]
+
+
 def _gpu_from_name(name: str, matrix: Matrix) -> Gpu:
     # The GPU table matches NVML device names; try the name as NVML would spell it.
     model = next((found for prefix in _NAME_PREFIXES
                   if (found := matrix.gpu_by_name(prefix + name.strip())) is not None), None)
     if model is None:
-        known = sorted({g.name for g in matrix.gpus} | {m for g in matrix.gpus for m in g.match})
-        nearest = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
-        if not nearest:
-            lowered = name.lower()
-            nearest = [k for k in known if lowered and lowered in k.lower()][:3]
+        nearest = nearest_gpu_names(name, matrix)
         suggestion = f"; did you mean {', '.join(repr(n) for n in nearest)}?" if nearest else ""
         raise UsageError(
             f"unknown GPU {name!r}: not in the matrix's GPU table{suggestion}",
-            hint="give its compute capability instead, e.g. --compute-capability 8.6",
+            hint="give its compute capability instead, e.g. --compute-capability 8.6 "
+            "('cudalock matrix show --json' lists the GPUs the matrix knows)",
         )
     return Gpu(name=model.name, compute_capability=model.compute_capability)
 
