@@ -419,6 +419,23 @@ class _Entry:
             raise self.fail(f"{key!r} must be a table")
         return value
 
+    def version(self, key: builtins.str) -> builtins.str:
+        """A required PEP 440 version, kept as its text.
+
+        Checked on load: a release whose version does not parse would otherwise be skipped
+        without a word. Looser fields (requires_python, dates) are left to ``matrix check``,
+        which reports every such problem at once.
+        """
+        text = self.req(key)
+        # Imported here: a cached Matrix is loaded without validating again.
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            Version(text)
+        except InvalidVersion:
+            raise self.fail(f"{key!r} is {text!r}, not a PEP 440 version like 2.1.0") from None
+        return text
+
     def driver(self, key: builtins.str) -> DriverVersion | None:
         text = self.str(key, optional=True)
         if text is None:
@@ -518,7 +535,7 @@ def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = 
     ds_doc = raw["deepspeed.toml"]
     deepspeed = tuple(
         DeepSpeedRelease(
-            version=e.req("version"),
+            version=e.version("version"),
             date=e.str("date", optional=True),
             requires_python=e.str("requires_python", optional=True),
             torch=e.str("torch", optional=True) or "",
@@ -567,7 +584,7 @@ def _need_cc(entry: _Entry) -> ComputeCapability:
 
 
 def _torch_release(e: _Entry) -> TorchRelease:
-    version = e.req("version")
+    version = e.version("version")
     python = {
         platform: tuple(v) for platform, v in e.mapping("python").items() if isinstance(v, list)
     }
