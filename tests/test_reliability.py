@@ -602,3 +602,14 @@ def test_credentials_never_survive_redaction_in_an_error(secret: str) -> None:
         assert secret not in redact(err.message) or secret in "ftp://mirror.example/simple"
         assert f":{secret}@" not in err.message
 
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--torch", "==1.0"],
+                                   ["--torch", "==1.0", "--json"]])
+def test_resolve_never_prints_index_credentials(extra: list[str]) -> None:
+    done = cudalock("resolve", *GPU_TARGET, "--pytorch-index", "https://me:s3cr3t@t.example/whl",
+                    "--pypi-index", "https://me:s3cr3t@p.example/simple", *extra)
+    assert done.returncode in (0, 1), done.stderr
+    assert "s3cr3t" not in done.stdout + done.stderr
+    if done.returncode == 0:  # the plan names its index, without the secret
+        assert "https://***@t.example/whl/cu" in done.stdout

@@ -40,21 +40,38 @@ def resolve(
     request = request_opts.to_request(base=None)
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
+    from cudalock.urls import redact
+
+    # The plan keeps index credentials (bootstrap writes them into the files that need them);
+    # what resolve prints never shows them.
     try:
         plan = resolve_plan(matrix, targets, request)
     except Unsatisfiable as err:
         if json_output:
-            emit_json(unsatisfiable_json(err))
+            emit_json(_redacted(unsatisfiable_json(err)))
             raise typer.Exit(err.exit_code) from None
         details = render_unsatisfiable(err)
         if details:
             # The one-line error and hint come from cli.app; the candidates go first, above it.
-            typer.echo(details, err=True)
+            typer.echo(redact(details), err=True)
         raise
     if json_output:
-        emit_json(plan.to_json())
+        emit_json(_redacted(plan.to_json()))
         return
-    typer.echo(render_plan(plan, bootstrap_command(target_opts, request_opts)))
+    typer.echo(redact(render_plan(plan, bootstrap_command(target_opts, request_opts))))
+
+
+def _redacted(document: object) -> object:
+    """``document`` (JSON data) with the credentials of every URL in its strings redacted."""
+    from cudalock.urls import redact
+
+    if isinstance(document, str):
+        return redact(document)
+    if isinstance(document, list):
+        return [_redacted(item) for item in document]
+    if isinstance(document, dict):
+        return {key: _redacted(value) for key, value in document.items()}
+    return document
 
 
 def bootstrap_command(target_opts: TargetOptions, request_opts: RequestOptions) -> str:
