@@ -1,0 +1,116 @@
+"""Issue 10 for ``cudalock lock``: transient index errors are retried, and a lock that cannot be
+written (read-only or full file system) exits 3 leaving the previous lock byte for byte.
+
+The other network faults (refused, timeout, 5xx, truncated body, tampered wheel) are in
+test_lock_e2e.py. The file-system cases mount a small tmpfs (root and mount permission needed;
+skipped otherwise), because root ignores permission bits and a chmod'ed directory proves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.index import IndexServer, serve_indexes
+from tests.test_lock_e2e import lock, pypi_stand_ins, pytorch_stand_ins
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    with serve_indexes(tmp_path_factory.mktemp("index"), pytorch={"cu121": pytorch_stand_ins()},
+                       pypi=pypi_stand_ins()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("uv-cache")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
+                              str(mount_point)], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_transient_5xx_is_retried_then_locks(index: IndexServer, tmp_path: Path,
+                                             cache: Path) -> None:
+    # Without retries the same two failures end the run with exit 3 ...
+    (tmp_path / "a").mkdir()
+    fault = index.fail("/pypi/simple/*", status=503, times=2)
+    try:
+        without = lock(index, tmp_path / "a", "--retries", "0", cache=tmp_path / "cold-a")
+    finally:
+        index.clear_faults()
+    assert without.returncode == 3, without.stderr
+    assert "503" in without.stderr and "Traceback" not in without.stderr
+    assert fault.hits >= 1
+    # ... with retries the run rides over them and writes the lock.
+    fault = index.fail("/pypi/simple/*", status=503, times=2)
+    (tmp_path / "b").mkdir()
+    try:
+        done = lock(index, tmp_path / "b", "--retries", "3", cache=tmp_path / "cold-b")
+    finally:
+        index.clear_faults()
+    assert done.returncode == 0, done.stderr
+    assert fault.hits == 2
+    assert (tmp_path / "b" / "pylock.toml").is_file()
+
+
+def test_read_only_output_exits_3_and_keeps_the_previous_lock(index: IndexServer,
+                                                             small_disk: Path,
+                                                             cache: Path) -> None:
+    out = small_disk / "out"
+    out.mkdir()
+    first = lock(index, out, cache=cache)
+    assert first.returncode == 0, first.stderr
+    before = _snapshot(out)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    try:
+        again = lock(index, out, "--python", "3.10", cache=cache)
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    assert again.returncode == 3, again.stderr
+    assert "Traceback" not in again.stderr
+    assert "cannot write" in again.stderr and "pylock.toml" in again.stderr
+    assert _snapshot(out) == before
+
+
+def test_full_disk_exits_3_and_keeps_the_previous_lock(index: IndexServer, small_disk: Path,
+                                                      cache: Path) -> None:
+    out = small_disk / "out"
+    out.mkdir()
+    first = lock(index, out, cache=cache)
+    assert first.returncode == 0, first.stderr
+    before = _snapshot(out)
+    descriptor = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(descriptor, b"\0" * 1024):
+            pass
+    except OSError:
+        pass  # ENOSPC: the device is full
+    finally:
+        os.close(descriptor)
+    again = lock(index, out, "--python", "3.10", cache=cache)
+    assert again.returncode == 3, again.stderr
+    assert "Traceback" not in again.stderr
+    assert "the disk is full" in again.stderr
+    assert _snapshot(out) == before  # same files, same bytes, no temp files left behind
