@@ -159,8 +159,8 @@ def compare(ctx: Context, a: Series, a_argv: Sequence[str | Path], b: Series,
             series.samples.append(elapsed)
 
 
-def child_json(ctx: Context, args: Sequence[str]) -> dict[str, Any]:
-    argv = [ctx.python, Path(__file__), "--child", *args]
+def child_json(ctx: Context, args: Sequence[str | Path]) -> dict[str, Any]:
+    argv: list[str | Path] = [ctx.python, Path(__file__), "--child", *args]
     _, done = run_timed(argv, ctx.env)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -171,8 +171,8 @@ def child_json(ctx: Context, args: Sequence[str]) -> dict[str, Any]:
 
 
 def case_resolve_startup(ctx: Context, fig: Figure) -> None:
-    a_argv = [ctx.cudalock, *RESOLVE_ARGS]
-    b_argv = [ctx.python, "-c", "pass"]
+    a_argv: list[str | Path] = [ctx.cudalock, *RESOLVE_ARGS]
+    b_argv: list[str | Path] = [ctx.python, "-c", "pass"]
     a = Series("cudalock resolve", command_text(a_argv))
     b = Series("python -c pass", command_text(b_argv))
     fig.series = [a, b]
@@ -186,12 +186,68 @@ def case_resolve_startup(ctx: Context, fig: Figure) -> None:
     compare(ctx, a, a_argv, b, b_argv, check_a=check)
     fig.value = a.median / b.median
     fig.met = fig.value <= 8
+    fig.notes.append(startup_breakdown(ctx, a.median))
     fig.notes.append(import_breakdown(ctx))
+
+
+#: Start-up, built up import by import: each step adds to the one before (cumulative).
+STARTUP_STEPS = (
+    ("the interpreter alone", "pass"),
+    ("+ the standard library cudalock itself needs (re, enum, typing, dataclasses, pathlib, "
+     "json)", "import re, enum, typing, dataclasses, pathlib, json"),
+    ("+ typer", "import typer"),
+    ("+ pydantic (typer 0.29+ builds a pydantic TypeAdapter for every option of the command "
+     "that runs)", "import pydantic"),
+    ("+ `cudalock.cli.app` and the resolve command module (its option declarations)",
+     "import cudalock.cli.app, cudalock.cli.resolve_cmd"),
+    ("+ `cudalock.resolve`, `cudalock.explain`, `cudalock.targets` (packaging, the model, the "
+     "matrix types)", "import cudalock.resolve, cudalock.explain, cudalock.targets"),
+    ("+ `cudalock.probe` and `pynvml` (the live probe that the overrides apply to)",
+     "import cudalock.probe, pynvml"),
+    ("+ `load_matrix()` (from its precompiled cache)",
+     "from cudalock.matrix import load_matrix; load_matrix()"),
+)
+
+
+def startup_breakdown(ctx: Context, whole: float) -> str:
+    """Medians of ``python -c`` running the imports up to each step, alternating the steps."""
+    # Only a typer that depends on pydantic (0.29+) imports it when a command runs.
+    typer_uses_pydantic = "import importlib.metadata as m, sys; sys.exit(0 if any(r.startswith(" \
+        "'pydantic') for r in m.requires('typer') or []) else 1)"
+    have_pydantic = call([ctx.python, "-c", typer_uses_pydantic], capture_output=True,
+                         check=False).returncode == 0
+    steps = [(label, code) for label, code in STARTUP_STEPS
+             if have_pydantic or code != "import pydantic"]
+    programs = ["; ".join(code for _label, code in steps[: i + 1] if code != "pass") or "pass"
+                for i in range(len(steps))]
+    samples: list[list[float]] = [[] for _ in steps]
+    for round_ in range(ctx.repeat):
+        order = list(range(len(steps)))
+        if round_ % 2:
+            order.reverse()
+        for i in order:
+            elapsed, _ = run_timed([ctx.python, "-c", programs[i]], ctx.env)
+            samples[i].append(elapsed)
+    medians = [statistics.median(s) for s in samples]
+    rows = [f"| {label} | {medians[i] * 1000:.1f} | "
+            f"{(medians[i] - (medians[i - 1] if i else 0)) * 1000:+.1f} |"
+            for i, (label, _code) in enumerate(steps)]
+    rows.append(f"| the whole `cudalock resolve` command (figure above) | {whole * 1000:.1f} | "
+                f"{(whole - medians[-1]) * 1000:+.1f} |")
+    typer_version = call([ctx.python, "-c", "import importlib.metadata as m; "
+                          "print(m.version('typer'))"], capture_output=True, text=True,
+                         check=False).stdout.strip()
+    return (
+        f"Where the start-up goes (typer {typer_version}): each line is the median wall time of "
+        f"`{shown(ctx.python)} -c \"<the imports of this line and those above>\"`, "
+        f"{ctx.repeat} runs each, alternating; the last column is what the line adds.\n\n"
+        "| imports | ms | adds |\n|---|---:|---:|\n" + "\n".join(rows)
+    )
 
 
 def import_breakdown(ctx: Context) -> str:
     """Where start-up goes, by top-level import (``-X importtime`` adds its own overhead)."""
-    argv = [ctx.python, "-X", "importtime", ctx.cudalock, *RESOLVE_ARGS]
+    argv: list[str | Path] = [ctx.python, "-X", "importtime", ctx.cudalock, *RESOLVE_ARGS]
     done = call(argv, cwd=ROOT, env=ctx.env, capture_output=True, check=False)
     totals: dict[str, int] = {}
     for line in done.stderr.decode(errors="replace").splitlines():
@@ -440,21 +496,20 @@ def case_fleet(ctx: Context, fig: Figure) -> None:
     fleet = ctx.work / f"fleet-{ctx.fleet_size}"
     if not (fleet / "done").exists():
         child_json(ctx, ["make-fleet", str(fleet), str(ctx.fleet_size)])
-    argv: list[str | Path] = [ctx.python, Path(__file__), "--child", "fleet", str(fleet)]
-    floor_argv: list[str | Path] = [ctx.python, Path(__file__), "--child", "fleet-floor",
-                                     str(fleet)]
+    argv: list[str | Path] = [ctx.python, Path(__file__), "--child", "fleet", fleet]
+    floor_argv: list[str | Path] = [ctx.python, Path(__file__), "--child", "fleet-floor", fleet]
     ours = Series(f"cudalock: read {ctx.fleet_size:,} probe files + resolve", command_text(argv))
     floor = Series("stdlib only: open + json.loads of the same files", command_text(floor_argv))
     fig.series = [ours, floor]
     fig.what = f"resolving a fleet of {ctx.fleet_size:,} probe files' Targets (in process)"
-    child_json(ctx, ["fleet", str(fleet)])  # warm-up (page cache, byte code)
+    child_json(ctx, ["fleet", fleet])  # warm-up (page cache, byte code)
     result: dict[str, Any] = {}
     for round_ in range(ctx.repeat):
         pairs = [(ours, "fleet"), (floor, "fleet-floor")]
         if round_ % 2:
             pairs.reverse()
         for series, kind in pairs:
-            measured = child_json(ctx, [kind, str(fleet)])
+            measured = child_json(ctx, [kind, fleet])
             series.samples.append(measured["seconds"])
             result = measured if kind == "fleet" else result
     fig.value = ours.median
@@ -607,9 +662,17 @@ def git_revision() -> str:
     return head + (" with uncommitted changes" if dirty.strip() else "")
 
 
-def render(figures: list[Figure], ctx: Context, invocation: str) -> str:
+def load_average() -> str:
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def render(figures: list[Figure], ctx: Context, invocation: str, load_before: str) -> str:
     info = machine()
     info["Python"] = venv_python_version(ctx)
+    info["load average (1, 5, 15 min)"] = f"{load_before} before the run, {load_average()} after"
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Benchmark results",
@@ -618,6 +681,8 @@ def render(figures: list[Figure], ctx: Context, invocation: str) -> str:
         f"Each pair ran alternately (A B, then B A, ...) {ctx.repeat} times after one unmeasured",
         "warm-up of each; figures are medians of wall-clock time. Commands run from the",
         "repository root with byte-code writing allowed and no `CUDALOCK_*` variables set.",
+        "Wall-clock times depend on what else the machine is doing: the load average below says",
+        "how busy it was; the ratios, measured alternately, are the steadier figures.",
         "",
         "## Machine",
         "",
@@ -732,6 +797,7 @@ def main(argv: list[str] | None = None) -> int:
                   fleet_size=options.fleet_size, env=child_env())
 
     figures: list[Figure] = []
+    load_before = load_average()
     for name in options.only or list(CASES):
         what, compared_with, goal, case = CASES[name]
         fig = Figure(name=name, what=what, compared_with=compared_with, goal=goal)
@@ -749,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
     invocation = shlex.join(["python", "benchmarks/run.py", *argv])
     output = options.output.absolute()
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render(figures, ctx, invocation) + "\n", encoding="utf-8")
+    output.write_text(render(figures, ctx, invocation, load_before) + "\n", encoding="utf-8")
     print(f"wrote {shown(output)}")
     return 1 if any(f.error for f in figures) else 0
 

@@ -46,6 +46,7 @@ def test_cheap_cases_run_and_write_the_table(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "## Machine" in table and "| cores |" in table and "| Python |" in table
+    assert "| load average (1, 5, 15 min) |" in table
     for fragment in ("`cudalock resolve --driver-version", "loading the shipped matrix",
                      "resolving a fleet of 20 probe files"):
         row = figure_row(table, fragment)
