@@ -372,13 +372,24 @@ def test_a_broken_interpreter_is_a_clear_error_not_a_crash(tmp_path: Path, make:
 HOSTILE_INDEX = "http://127.0.0.1:9/x$(touch${IFS}PWNED_A);touch${IFS}PWNED_B;`touch${IFS}PWNED_C`'\""
 
 
-def test_install_sh_with_a_hostile_index_and_framework_path_runs_nothing_injected(
-        tmp_path: Path) -> None:
+#: A framework git URL hostile to a shell (valid: no whitespace), and a requirement with a marker.
+HOSTILE_FRAMEWORK_URL = "git+https://x.example/r$(touch${IFS}PWNED_G);`touch${IFS}PWNED_H`'\".git"
+
+
+@pytest.mark.parametrize("kind", ["path", "url", "requirement"])
+def test_install_sh_with_hostile_index_and_framework_runs_nothing_injected(
+        tmp_path: Path, kind: str) -> None:
     out = tmp_path / "out"
-    framework = tmp_path / "my fw $(touch PWNED_D); `touch PWNED_E` 'q\" ;touch PWNED_F"
-    framework.mkdir()
+    if kind == "path":
+        directory = tmp_path / "my fw $(touch PWNED_D); `touch PWNED_E` 'q\" ;touch PWNED_F"
+        directory.mkdir()
+        framework = str(directory)
+    elif kind == "url":
+        framework = HOSTILE_FRAMEWORK_URL
+    else:
+        framework = 'llamafactory==0.9.1; os_name == "posix" and python_version >= "3.8"'
     done = cudalock("bootstrap", *GPU_TARGET, "--torch", "==2.1.0", "--format", "venv",
-                    "--pytorch-index", HOSTILE_INDEX, "--framework", str(framework),
+                    "--pytorch-index", HOSTILE_INDEX, "--framework", framework,
                     "-o", str(out))
     assert done.returncode == 0, done.stderr
     # A stand-in interpreter records the arguments it gets instead of installing anything;
@@ -394,11 +405,12 @@ def test_install_sh_with_a_hostile_index_and_framework_path_runs_nothing_injecte
     assert run.returncode == 0, run.stderr
     recorded = [json.loads(line) for line in calls.read_text().splitlines()]
     arguments = [arg for call in recorded for arg in call]
-    # The hostile values reached pip verbatim, as single arguments.
+    # The hostile values reached pip verbatim, each as one argument.
     assert f"{HOSTILE_INDEX}/cu121" in arguments
-    assert any(str(framework) in arg for arg in arguments)
+    assert any(arg in (framework, f"-e{framework}") or arg.endswith(framework)
+               for arg in arguments), arguments
     # ...and no injected command ran, here or in the output directory, or anywhere under it.
-    assert not [p for p in tmp_path.rglob("PWNED*")]
+    assert not list(tmp_path.rglob("PWNED*"))
     assert not list(Path.cwd().glob("PWNED*"))
 
 
