@@ -209,6 +209,23 @@ STARTUP_STEPS = (
 )
 
 
+#: What `cudalock resolve --driver-version 535.104.05 --python 3.11 --json` does, as library
+#: calls (the target flags as a plain namespace): the command's cost without the CLI layer.
+WITHOUT_CLI = """\
+import json, sys
+from types import SimpleNamespace
+from cudalock.matrix import load_matrix
+from cudalock.resolve import make_request, resolve
+from cudalock.targets import targets_from_options
+flags = SimpleNamespace(probe_files=(), driver_version="535.104.05", driver_cuda=None,
+                        no_gpu=False, compute_capabilities=(), gpu_names=(), platform=None,
+                        matrix_dir=None)
+matrix = load_matrix()
+plan = resolve(matrix, targets_from_options(flags, matrix), make_request(python="3.11"))
+sys.stdout.write(json.dumps(plan.to_json(), indent=2) + "\\n")
+"""
+
+
 def startup_breakdown(ctx: Context, whole: float) -> str:
     """Medians of ``python -c`` running the imports up to each step, alternating the steps."""
     # Only a typer that depends on pydantic (0.29+) imports it when a command runs.
@@ -234,6 +251,10 @@ def startup_breakdown(ctx: Context, whole: float) -> str:
             for i, (label, _code) in enumerate(steps)]
     rows.append(f"| the whole `cudalock resolve` command (figure above) | {whole * 1000:.1f} | "
                 f"{(whole - medians[-1]) * 1000:+.1f} |")
+    library = [run_timed([ctx.python, "-c", WITHOUT_CLI], ctx.env)[0]
+               for _ in range(ctx.repeat)]
+    rows.append(f"| the same Plan from library calls, no CLI at all (below) | "
+                f"{statistics.median(library) * 1000:.1f} | |")
     typer_version = call([ctx.python, "-c", "import importlib.metadata as m; "
                           "print(m.version('typer'))"], capture_output=True, text=True,
                          check=False).stdout.strip()
@@ -241,7 +262,9 @@ def startup_breakdown(ctx: Context, whole: float) -> str:
         f"Where the start-up goes (typer {typer_version}): each line is the median wall time of "
         f"`{shown(ctx.python)} -c \"<the imports of this line and those above>\"`, "
         f"{ctx.repeat} runs each, alternating; the last column is what the line adds.\n\n"
-        "| imports | ms | adds |\n|---|---:|---:|\n" + "\n".join(rows)
+        "| imports | ms | adds |\n|---|---:|---:|\n" + "\n".join(rows) +
+        "\n\nThe last line is the floor for cudalock's own work on this path, without typer: "
+        f"`{shown(ctx.python)} -c` running\n\n```python\n{WITHOUT_CLI}```"
     )
 
 
