@@ -21,6 +21,7 @@ from packaging.pylock import Pylock
 
 from cudalock.lock import parse_lock
 from tests.support.index import IndexServer, offline_env, serve_indexes
+from tests.support.tmpfs import snapshot
 from tests.support.wheels import StandIn, torch_standin
 
 pytestmark = pytest.mark.slow
@@ -331,16 +332,12 @@ def test_uv_refuses_a_file_whose_hash_is_not_the_locked_one(locked: Path,
     assert "torch" not in installed(python)
 
 
-def _snapshot(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in directory.iterdir()}
-
-
 def test_index_failure_exits_3_and_leaves_the_previous_lock(index: IndexServer,
                                                            tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     assert lock(index, out, cache=tmp_path / "cache").returncode == 0
-    before = _snapshot(out)
+    before = snapshot(out)
     assert set(before) == {"pylock.toml", "requirements.lock.txt"}
     index.fail("/pypi/simple/*", status=500)
     try:
@@ -352,7 +349,7 @@ def test_index_failure_exits_3_and_leaves_the_previous_lock(index: IndexServer,
     assert "500" in done.stderr
     assert "previous lock is untouched" in done.stderr
     assert "Traceback" not in done.stderr
-    assert _snapshot(out) == before  # same files, same bytes, no temp files left behind
+    assert snapshot(out) == before  # same files, same bytes, no temp files left behind
 
 
 @pytest.mark.parametrize(("fault", "says"), [

@@ -8,14 +8,13 @@ skipped otherwise), because root ignores permission bits and a chmod'ed director
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.index import IndexServer, serve_indexes
+from tests.support.tmpfs import fill_device, mounted_tmpfs, remounted_read_only, snapshot
 from tests.test_lock_e2e import lock, pypi_stand_ins, pytorch_stand_ins
 
 pytestmark = pytest.mark.slow
@@ -35,20 +34,8 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
-                              str(mount_point)], capture_output=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "256k") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=False)
-
-
-def _snapshot(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
 
 def test_transient_5xx_is_retried_then_locks(index: IndexServer, tmp_path: Path,
@@ -82,16 +69,13 @@ def test_read_only_output_exits_3_and_keeps_the_previous_lock(index: IndexServer
     out.mkdir()
     first = lock(index, out, cache=cache)
     assert first.returncode == 0, first.stderr
-    before = _snapshot(out)
-    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
-    try:
+    before = snapshot(out)
+    with remounted_read_only(small_disk):
         again = lock(index, out, "--python", "3.10", cache=cache)
-    finally:
-        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
     assert again.returncode == 3, again.stderr
     assert "Traceback" not in again.stderr
     assert "cannot write" in again.stderr and "pylock.toml" in again.stderr
-    assert _snapshot(out) == before
+    assert snapshot(out) == before
 
 
 def test_full_disk_exits_3_and_keeps_the_previous_lock(index: IndexServer, small_disk: Path,
@@ -100,17 +84,10 @@ def test_full_disk_exits_3_and_keeps_the_previous_lock(index: IndexServer, small
     out.mkdir()
     first = lock(index, out, cache=cache)
     assert first.returncode == 0, first.stderr
-    before = _snapshot(out)
-    descriptor = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(descriptor, b"\0" * 1024):
-            pass
-    except OSError:
-        pass  # ENOSPC: the device is full
-    finally:
-        os.close(descriptor)
+    before = snapshot(out)
+    fill_device(small_disk / "filler")
     again = lock(index, out, "--python", "3.10", cache=cache)
     assert again.returncode == 3, again.stderr
     assert "Traceback" not in again.stderr
     assert "the disk is full" in again.stderr
-    assert _snapshot(out) == before  # same files, same bytes, no temp files left behind
+    assert snapshot(out) == before  # same files, same bytes, no temp files left behind
