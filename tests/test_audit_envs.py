@@ -26,7 +26,7 @@ from cudalock.inspect_env import inspect_environment
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Finding, Gpu, Target
 from cudalock.versions import DriverVersion
-from tests.support.venvs import standin_env
+from tests.support.venvs import hide_cuda_toolkit, standin_env
 
 A100 = Gpu(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), index=0)
 DRIVER_535 = Target(platform="linux-x86_64", driver_version=DriverVersion("535.104.05"),
@@ -43,14 +43,7 @@ def matrix() -> Matrix:
 
 @pytest.fixture(autouse=True)
 def _no_cuda_toolkit_of_this_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The audited environments see no CUDA toolkit or library path but the ones a test sets.
-
-    A CUDA_HOME that is set wins over nvcc on PATH and /usr/local/cuda, as in torch's
-    cpp_extension; pointing it at an empty directory hides this machine's toolkit.
-    """
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda-toolkit"))
-    monkeypatch.delenv("CUDA_PATH", raising=False)
-    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    hide_cuda_toolkit(monkeypatch, tmp_path / "no-cuda-toolkit")
 
 
 def _env(factory: pytest.TempPathFactory, key: str) -> Path:

@@ -19,19 +19,12 @@ from cudalock.inspect_env import (
     platform_name,
     python_for_prefix,
 )
-from tests.support.venvs import site_packages, standin_env
+from tests.support.venvs import hide_cuda_toolkit, site_packages, standin_env
 
 
 @pytest.fixture(autouse=True)
 def _no_cuda_toolkit_of_this_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The audited environments see no CUDA toolkit or library path but the ones a test sets.
-
-    A CUDA_HOME that is set wins over nvcc on PATH and /usr/local/cuda, as in torch's
-    cpp_extension; pointing it at an empty directory hides this machine's toolkit.
-    """
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda-toolkit"))
-    monkeypatch.delenv("CUDA_PATH", raising=False)
-    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    hide_cuda_toolkit(monkeypatch, tmp_path / "no-cuda-toolkit")
 
 
 def _script(path: Path, body: str) -> Path:

@@ -145,3 +145,14 @@ SPECS: dict[str, EnvSpec] = {
 def standin_env(factory: pytest.TempPathFactory, key: str) -> Path:
     """The interpreter of the shared environment ``key`` (see SPECS)."""
     return make_env(factory.getbasetemp() / "standin-envs", key, SPECS[key])
+
+
+def hide_cuda_toolkit(monkeypatch: pytest.MonkeyPatch, empty_home: Path) -> None:
+    """The audited environments see no CUDA toolkit or library path but the ones a test sets.
+
+    A CUDA_HOME that is set wins over nvcc on PATH and /usr/local/cuda, as in torch's
+    cpp_extension; pointing it at an empty directory hides this machine's toolkit.
+    """
+    monkeypatch.setenv("CUDA_HOME", str(empty_home))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
