@@ -395,54 +395,55 @@ def _ancestry(base: Path, relative: str) -> list[tuple[str, Path]]:
     return chain
 
 
+@dataclass(frozen=True)
+class _CgroupFiles:
+    """Where one cgroup version keeps a level's limit, OOM counters and peak usage."""
+
+    limit: str
+    counters: str
+    oom_key: str
+    peak: str
+
+
+_V2_FILES = _CgroupFiles("memory.max", "memory.events", "oom", "memory.peak")
+_V1_FILES = _CgroupFiles("memory.limit_in_bytes", "memory.oom_control", "under_oom",
+                         "memory.max_usage_in_bytes")
+
+
+def _cgroup_levels(base: Path, relative: str, files: _CgroupFiles) -> list[CgroupLevel]:
+    """The levels from the process's cgroup up that have a limit or counters file."""
+    levels = []
+    for rel, directory in _ancestry(base, relative):
+        limit_file = directory / files.limit
+        counters_file = directory / files.counters
+        limit_text = _read_text(limit_file)
+        counters_text = _read_text(counters_file)
+        if limit_text is None and counters_text is None:
+            continue
+        counters = _keyed(counters_text)
+        evidence = []
+        if counters_text is not None:
+            shown = ", ".join(f"{k} {v}" for k, v in counters.items())
+            evidence.append(f"{counters_file}: {shown}")
+        if limit_text is not None:
+            evidence.append(f"{limit_file}: {limit_text.strip()}")
+        peak = _limit(_read_text(directory / files.peak))
+        levels.append(CgroupLevel(rel, _limit(limit_text), counters.get(files.oom_key),
+                                  counters.get("oom_kill"), peak, tuple(evidence)))
+    return levels
+
+
 def read_cgroup_memory(cgroup_root: Path = Path("/sys/fs/cgroup"),
                        proc_root: Path = Path("/proc"), pid: str = "self") -> CgroupMemory:
     """Memory limit and OOM-kill counters of a process's cgroup and its ancestors (v1 or v2)."""
     own_v2, own_v1 = parse_proc_self_cgroup(_read_text(proc_root / pid / "cgroup") or "")
     if (cgroup_root / "cgroup.controllers").is_file():
-        relative = own_v2 or "/"
-        levels = []
-        for rel, directory in _ancestry(cgroup_root, relative):
-            events_file = directory / "memory.events"
-            max_file = directory / "memory.max"
-            events_text = _read_text(events_file)
-            max_text = _read_text(max_file)
-            if events_text is None and max_text is None:
-                continue
-            events = _keyed(events_text)
-            evidence = []
-            if events_text is not None:
-                counters = ", ".join(f"{k} {v}" for k, v in events.items())
-                evidence.append(f"{events_file}: {counters}")
-            if max_text is not None:
-                evidence.append(f"{max_file}: {max_text.strip()}")
-            peak = _limit(_read_text(directory / "memory.peak"))
-            levels.append(CgroupLevel(rel, _limit(max_text), events.get("oom"),
-                                      events.get("oom_kill"), peak, tuple(evidence)))
+        levels = _cgroup_levels(cgroup_root, own_v2 or "/", _V2_FILES)
         notes = () if levels else (f"no memory controller files under {cgroup_root}",)
         return CgroupMemory(2, tuple(levels), notes)
     memory_base = cgroup_root / "memory"
     if memory_base.is_dir():
-        relative = own_v1 or "/"
-        levels = []
-        for rel, directory in _ancestry(memory_base, relative):
-            limit_file = directory / "memory.limit_in_bytes"
-            control_file = directory / "memory.oom_control"
-            limit_text = _read_text(limit_file)
-            control_text = _read_text(control_file)
-            if limit_text is None and control_text is None:
-                continue
-            control = _keyed(control_text)
-            evidence = []
-            if control_text is not None:
-                counters = ", ".join(f"{k} {v}" for k, v in control.items())
-                evidence.append(f"{control_file}: {counters}")
-            if limit_text is not None:
-                evidence.append(f"{limit_file}: {limit_text.strip()}")
-            peak = _limit(_read_text(directory / "memory.max_usage_in_bytes"))
-            levels.append(CgroupLevel(rel, _limit(limit_text), control.get("under_oom"),
-                                      control.get("oom_kill"), peak, tuple(evidence)))
-        return CgroupMemory(1, tuple(levels))
+        return CgroupMemory(1, tuple(_cgroup_levels(memory_base, own_v1 or "/", _V1_FILES)))
     return CgroupMemory(None, (), (f"no cgroup memory controller found under {cgroup_root}",))
 
 
