@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -141,37 +142,53 @@ _PARAMETERS: dict[str, tuple[Any, Any]] = {
 }
 
 
-def target_options(func: F) -> F:
-    """Add the Target flags to a command; it receives them as ``target_opts: TargetOptions``."""
+def add_options(func: F, argument: str, parameters: Mapping[str, tuple[Any, Any]],
+                build: Callable[[dict[str, Any]], object]) -> F:
+    """Add ``parameters`` (name: (Annotated hint, default)) to a typer command as keyword-only
+    options; the command receives ``build(values by name)`` as its ``argument``.
+
+    The options come after the command's own, so shared flags sit in the same place everywhere.
+    """
     signature = inspect.signature(func)
-    kept = [p for name, p in signature.parameters.items() if name != "target_opts"]
+    kept = [p for name, p in signature.parameters.items() if name != argument]
     added = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
-        for name, (hint, default) in _PARAMETERS.items()
+        for name, (hint, default) in parameters.items()
     ]
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        options = TargetOptions(
-            probe_files=tuple(kwargs.pop("probe") or ()),
-            driver_version=kwargs.pop("driver_version"),
-            driver_cuda=kwargs.pop("driver_cuda"),
-            no_gpu=kwargs.pop("no_gpu"),
-            compute_capabilities=tuple(kwargs.pop("compute_capability") or ()),
-            gpu_names=tuple(kwargs.pop("gpu") or ()),
-            platform=kwargs.pop("platform"),
-            matrix_dir=kwargs.pop("matrix"),
-        )
-        return func(*args, target_opts=options, **kwargs)
+        values = {name: kwargs.pop(name) for name in parameters}
+        return func(*args, **{argument: build(values)}, **kwargs)
 
     positional = [p for p in kept if p.kind is not inspect.Parameter.KEYWORD_ONLY]
     keyword = [p for p in kept if p.kind is inspect.Parameter.KEYWORD_ONLY]
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[*positional, *keyword, *added]
     )
-    annotations = {k: v for k, v in getattr(func, "__annotations__", {}).items()
-                   if k != "target_opts"}
-    annotations.update({name: hint for name, (hint, _default) in _PARAMETERS.items()})
+    # Resolved in the command's own module: string annotations (PEP 563) would otherwise be
+    # evaluated later in this module's namespace, where the command's names do not exist.
+    annotations = {k: v for k, v in typing.get_type_hints(func, include_extras=True).items()
+                   if k != argument}
+    annotations.update({name: hint for name, (hint, _default) in parameters.items()})
     wrapper.__annotations__ = annotations
     del wrapper.__wrapped__  # typer must see the new signature, not the wrapped one
     return wrapper  # type: ignore[return-value]
+
+
+def _target_options_from(values: dict[str, Any]) -> TargetOptions:
+    return TargetOptions(
+        probe_files=tuple(values["probe"] or ()),
+        driver_version=values["driver_version"],
+        driver_cuda=values["driver_cuda"],
+        no_gpu=values["no_gpu"],
+        compute_capabilities=tuple(values["compute_capability"] or ()),
+        gpu_names=tuple(values["gpu"] or ()),
+        platform=values["platform"],
+        matrix_dir=values["matrix"],
+    )
+
+
+def target_options(func: F) -> F:
+    """Add the Target flags to a command; it receives them as ``target_opts: TargetOptions``."""
+    return add_options(func, "target_opts", _PARAMETERS, _target_options_from)

@@ -9,14 +9,13 @@ not given are None, so a spec file (``cudalock.toml``) can fill them: see
 
 from __future__ import annotations
 
-import functools
-import inspect
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+
+from cudalock.cli.options import add_options
 
 if TYPE_CHECKING:
     from cudalock.model import Request
@@ -89,41 +88,21 @@ _PARAMETERS: dict[str, tuple[Any, Any]] = {
 }
 
 
+def _request_options_from(values: dict[str, Any]) -> RequestOptions:
+    with_packages = values["with_"]
+    return RequestOptions(
+        torch=values["torch"],
+        python=values["python"],
+        cuda=values["cuda"],
+        compat=values["compat"],
+        with_packages=tuple(with_packages) if with_packages else None,
+        framework=values["framework"],
+        pytorch_index=values["pytorch_index"],
+        pypi_index=values["pypi_index"],
+        allow_insecure_index=values["allow_insecure_index"],
+    )
+
+
 def request_options(func: F) -> F:
     """Add the Request flags to a command; it receives them as ``request_opts``."""
-    signature = inspect.signature(func)
-    kept = [p for name, p in signature.parameters.items() if name != "request_opts"]
-    added = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
-        for name, (hint, default) in _PARAMETERS.items()
-    ]
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with_packages = kwargs.pop("with_")
-        options = RequestOptions(
-            torch=kwargs.pop("torch"),
-            python=kwargs.pop("python"),
-            cuda=kwargs.pop("cuda"),
-            compat=kwargs.pop("compat"),
-            with_packages=tuple(with_packages) if with_packages else None,
-            framework=kwargs.pop("framework"),
-            pytorch_index=kwargs.pop("pytorch_index"),
-            pypi_index=kwargs.pop("pypi_index"),
-            allow_insecure_index=kwargs.pop("allow_insecure_index"),
-        )
-        return func(*args, request_opts=options, **kwargs)
-
-    positional = [p for p in kept if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    keyword = [p for p in kept if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[*positional, *keyword, *added]
-    )
-    # Resolved in the command's own module: string annotations (PEP 563) would otherwise be
-    # evaluated later in this module's namespace, where the command's names do not exist.
-    annotations = {k: v for k, v in typing.get_type_hints(func, include_extras=True).items()
-                   if k != "request_opts"}
-    annotations.update({name: hint for name, (hint, _default) in _PARAMETERS.items()})
-    wrapper.__annotations__ = annotations
-    del wrapper.__wrapped__  # typer must see the new signature, not the wrapped one
-    return wrapper  # type: ignore[return-value]
+    return add_options(func, "request_opts", _PARAMETERS, _request_options_from)
