@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from cudalock.cli.options import F, add_options
 
 if TYPE_CHECKING:
     from cudalock.doctor import SetupHints
@@ -60,33 +63,76 @@ def _offload(flag: str, value: str | None) -> bool | None:
     raise UsageError(f"{flag} {value!r} is not understood; expected cpu or none")
 
 
-def _hints(params: str | None, largest: str | None, zero: int | None, gpus: int | None,
-           nodes: int | None, offload_optimizer: str | None, offload_param: str | None,
-           gather: bool | None) -> SetupHints:
-    from cudalock.doctor import SetupHints
-    from cudalock.errors import UsageError
-    from cudalock.sizes import parse_param_count
+@dataclass(frozen=True)
+class MemoryOptions:
+    """The training-run flags doctor and memory share, as given (None: not given)."""
 
-    if zero is not None and zero not in (1, 2, 3):
-        raise UsageError(f"--zero {zero} is not supported; expected 2 or 3")
-    if gpus is not None and gpus < 1:
-        raise UsageError(f"--gpus-per-node {gpus} must be at least 1")
-    if nodes is not None and nodes < 1:
-        raise UsageError(f"--nodes {nodes} must be at least 1")
-    count = parse_param_count(params) if params is not None else None
-    return SetupHints(
-        params=count,
-        params_source=f"--params {params}" if params is not None else None,
-        largest_layer_params=parse_param_count(largest) if largest is not None else None,
-        zero_stage=zero,
-        gpus_per_node=gpus,
-        nodes=nodes,
-        offload_optimizer=_offload("--offload-optimizer", offload_optimizer),
-        offload_param=_offload("--offload-param", offload_param),
-        gather_16bit_weights=gather,
-    )
+    params: str | None = None
+    model: Path | None = None
+    largest_layer_params: str | None = None
+    zero: int | None = None
+    gpus_per_node: int | None = None
+    nodes: int | None = None
+    offload_optimizer: str | None = None
+    offload_param: str | None = None
+    gather_16bit_weights: bool | None = None
+    host_memory: str | None = None
+    deepspeed_config: Path | None = None
+
+    def hints(self) -> SetupHints:
+        """The flags about the run, checked and parsed (not --model or --deepspeed-config)."""
+        from cudalock.doctor import SetupHints
+        from cudalock.errors import UsageError
+        from cudalock.sizes import parse_param_count
+
+        zero, gpus, nodes = self.zero, self.gpus_per_node, self.nodes
+        if zero is not None and zero not in (1, 2, 3):
+            raise UsageError(f"--zero {zero} is not supported; expected 2 or 3")
+        if gpus is not None and gpus < 1:
+            raise UsageError(f"--gpus-per-node {gpus} must be at least 1")
+        if nodes is not None and nodes < 1:
+            raise UsageError(f"--nodes {nodes} must be at least 1")
+        params, largest = self.params, self.largest_layer_params
+        return SetupHints(
+            params=parse_param_count(params) if params is not None else None,
+            params_source=f"--params {params}" if params is not None else None,
+            largest_layer_params=parse_param_count(largest) if largest is not None else None,
+            zero_stage=zero,
+            gpus_per_node=gpus,
+            nodes=nodes,
+            offload_optimizer=_offload("--offload-optimizer", self.offload_optimizer),
+            offload_param=_offload("--offload-param", self.offload_param),
+            gather_16bit_weights=self.gather_16bit_weights,
+        )
+
+    def host_memory_bytes(self) -> int | None:
+        from cudalock.sizes import parse_bytes
+
+        return parse_bytes(self.host_memory) if self.host_memory is not None else None
 
 
+_MEMORY_PARAMETERS: dict[str, tuple[Any, Any]] = {
+    "params": (ParamsOpt, None),
+    "model": (ModelOpt, None),
+    "largest_layer_params": (LargestOpt, None),
+    "zero": (ZeroOpt, None),
+    "gpus_per_node": (GpusOpt, None),
+    "nodes": (NodesOpt, None),
+    "offload_optimizer": (OffloadOptOpt, None),
+    "offload_param": (OffloadParamOpt, None),
+    "gather_16bit_weights": (GatherOpt, None),
+    "host_memory": (HostMemOpt, None),
+    "deepspeed_config": (DsConfigOpt, None),
+}
+
+
+def memory_options(func: F) -> F:
+    """Add the training-run flags to a command; it receives them as ``memory_opts``."""
+    return add_options(func, "memory_opts", _MEMORY_PARAMETERS,
+                       lambda values: MemoryOptions(**values))
+
+
+@memory_options
 def doctor(
     exit_code: Annotated[str, typer.Option(
         "--exit-code", help="The return code as you saw it: -9, 137, 'exitcode: -9', -11, 139, "
@@ -99,17 +145,8 @@ def doctor(
     python: Annotated[Path | None, typer.Option(
         "--python", help="For -11: the interpreter of the environment that crashed "
         "(default: the active one).")] = None,
-    params: ParamsOpt = None,
-    model: ModelOpt = None,
-    largest_layer_params: LargestOpt = None,
-    zero: ZeroOpt = None,
-    gpus_per_node: GpusOpt = None,
-    nodes: NodesOpt = None,
-    offload_optimizer: OffloadOptOpt = None,
-    offload_param: OffloadParamOpt = None,
-    gather_16bit_weights: GatherOpt = None,
-    host_memory: HostMemOpt = None,
-    deepspeed_config: DsConfigOpt = None,
+    *,
+    memory_opts: MemoryOptions,
 ) -> None:
     """Explain why a run ended with -9/137 (SIGKILL) or -11/139 (SIGSEGV), from evidence.
 
@@ -119,16 +156,14 @@ def doctor(
     """
     from cudalock.cli.common import emit_json
     from cudalock.doctor import DoctorRequest, default_readers, render_report, run_doctor
-    from cudalock.sizes import parse_bytes
 
     request = DoctorRequest(
         exit_code=exit_code,
         log_path=log,
-        flags=_hints(params, largest_layer_params, zero, gpus_per_node, nodes,
-                     offload_optimizer, offload_param, gather_16bit_weights),
-        model_path=model,
-        deepspeed_config=deepspeed_config,
-        host_memory_bytes=parse_bytes(host_memory) if host_memory is not None else None,
+        flags=memory_opts.hints(),
+        model_path=memory_opts.model,
+        deepspeed_config=memory_opts.deepspeed_config,
+        host_memory_bytes=memory_opts.host_memory_bytes(),
         python=python,
         no_run=no_run,
     )
@@ -140,22 +175,14 @@ def doctor(
     raise typer.Exit(report.exit_code)
 
 
+@memory_options
 def memory(
-    params: ParamsOpt = None,
-    model: ModelOpt = None,
-    largest_layer_params: LargestOpt = None,
-    zero: ZeroOpt = None,
-    gpus_per_node: GpusOpt = None,
-    nodes: NodesOpt = None,
-    offload_optimizer: OffloadOptOpt = None,
-    offload_param: OffloadParamOpt = None,
-    gather_16bit_weights: GatherOpt = None,
-    host_memory: HostMemOpt = None,
-    deepspeed_config: DsConfigOpt = None,
     probe_file: Annotated[Path | None, typer.Option(
         "--probe", help="Compare with the host in this probe JSON ('cudalock probe --json' "
         "written on the training node) instead of this machine.")] = None,
     json_output: JsonOpt = False,
+    *,
+    memory_opts: MemoryOptions,
 ) -> None:
     """Host RAM and GPU memory a DeepSpeed ZeRO run needs, and whether this host has it.
 
@@ -174,11 +201,10 @@ def memory(
     )
     from cudalock.errors import UsageError
     from cudalock.memory import check_host_memory, memory_needs, render_verdict
-    from cudalock.sizes import parse_bytes
 
-    flags = _hints(params, largest_layer_params, zero, gpus_per_node, nodes,
-                   offload_optimizer, offload_param, gather_16bit_weights)
-    if params is not None and model is not None:
+    flags = memory_opts.hints()
+    model, deepspeed_config = memory_opts.model, memory_opts.deepspeed_config
+    if memory_opts.params is not None and model is not None:
         raise UsageError("give either --params or --model, not both")
     sources = [flags]
     if model is not None:
@@ -192,7 +218,7 @@ def memory(
     hints = merge_hints(*sources)
     if hints.params is None:
         raise UsageError("the model size is missing; pass --params 7B (or 7e9) or --model PATH")
-    host_override = parse_bytes(host_memory) if host_memory is not None else None
+    host_override = memory_opts.host_memory_bytes()
     target = None
     if probe_file is not None:
         from cudalock.targets import read_probe_file

@@ -150,7 +150,12 @@ def add_options(func: F, argument: str, parameters: Mapping[str, tuple[Any, Any]
     The options come after the command's own, so shared flags sit in the same place everywhere.
     """
     signature = inspect.signature(func)
-    kept = [p for name, p in signature.parameters.items() if name != argument]
+    # Resolved in the command's own module: string annotations (PEP 563) would otherwise be
+    # evaluated later in this module's namespace, where the command's names do not exist.
+    annotations = {k: v for k, v in typing.get_type_hints(func, include_extras=True).items()
+                   if k != argument}
+    kept = [p.replace(annotation=annotations.get(name, p.annotation))
+            for name, p in signature.parameters.items() if name != argument]
     added = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
         for name, (hint, default) in parameters.items()
@@ -166,10 +171,6 @@ def add_options(func: F, argument: str, parameters: Mapping[str, tuple[Any, Any]
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[*positional, *keyword, *added]
     )
-    # Resolved in the command's own module: string annotations (PEP 563) would otherwise be
-    # evaluated later in this module's namespace, where the command's names do not exist.
-    annotations = {k: v for k, v in typing.get_type_hints(func, include_extras=True).items()
-                   if k != argument}
     annotations.update({name: hint for name, (hint, _default) in parameters.items()})
     wrapper.__annotations__ = annotations
     del wrapper.__wrapped__  # typer must see the new signature, not the wrapped one
