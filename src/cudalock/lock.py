@@ -33,7 +33,7 @@ from packaging.utils import canonicalize_name
 
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
 from cudalock.model import Plan, Request, Target
-from cudalock.urls import redact, strip_credentials, validate_index_url
+from cudalock.urls import map_strings, redact, strip_credentials, validate_index_url
 
 if TYPE_CHECKING:
     from cudalock.lockcheck import LockState
@@ -314,13 +314,11 @@ def lock_record(plan: Plan, request: Request, inp: LockInput, *, cudalock_versio
 
 def redact_json(value: Any) -> Any:
     """Credentials stripped from every URL-looking string of a JSON document."""
-    if isinstance(value, Mapping):
-        return {k: redact_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_json(v) for v in value]
-    if isinstance(value, str) and "://" in value:
-        return strip_credentials(value) if "@" in value else value
-    return value
+    return map_strings(value, _strip_url_credentials)
+
+
+def _strip_url_credentials(text: str) -> str:
+    return strip_credentials(text) if "://" in text and "@" in text else text
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from cudalock.errors import UsageError
 
@@ -20,6 +22,20 @@ _CREDENTIALS_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 def redact(text: str) -> str:
     """``text`` with every ``user:password@`` of a URL in it replaced by ``***@``."""
     return _CREDENTIALS_RE.sub(lambda m: f"{m.group('scheme')}***@", text)
+
+
+def map_strings(document: Any, change: Callable[[str], str]) -> Any:
+    """``document`` (JSON data) with ``change`` applied to every string value in it, at any depth.
+
+    Used to hide credentials in a whole JSON document: ``map_strings(doc, redact)``.
+    """
+    if isinstance(document, str):
+        return change(document)
+    if isinstance(document, Mapping):
+        return {key: map_strings(value, change) for key, value in document.items()}
+    if isinstance(document, list):
+        return [map_strings(item, change) for item in document]
+    return document
 
 
 def is_loopback_host(host: str) -> bool:

@@ -63,15 +63,9 @@ def resolve(
 
 def _redacted(document: object) -> object:
     """``document`` (JSON data) with the credentials of every URL in its strings redacted."""
-    from cudalock.urls import redact
+    from cudalock.urls import map_strings, redact
 
-    if isinstance(document, str):
-        return redact(document)
-    if isinstance(document, list):
-        return [_redacted(item) for item in document]
-    if isinstance(document, dict):
-        return {key: _redacted(value) for key, value in document.items()}
-    return document
+    return map_strings(document, redact)
 
 
 def bootstrap_command(target_opts: TargetOptions, request_opts: RequestOptions) -> str:
