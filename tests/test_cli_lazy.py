@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -56,3 +57,25 @@ def test_a_mistyped_command_is_named_with_a_suggestion() -> None:
     assert result.exit_code == 2
     assert "No such command 'resolv'" in result.output
     assert "Did you mean 'resolve'?" in result.output
+
+
+EAGER = """
+from typer.testing import CliRunner
+from cudalock.cli.app import app
+
+@app.command("zzz-eager")
+def eager() -> None:
+    "An eagerly registered command."
+    print("ran eager")
+
+runner = CliRunner()
+print(runner.invoke(app, ["zzz-eager"]).output.strip())
+print("listed" if "zzz-eager" in runner.invoke(app, ["--help"]).output else "missing")
+"""
+
+
+def test_a_command_registered_the_eager_way_still_runs_and_is_listed() -> None:
+    # In a child process: registering a command changes the shared app.
+    done = subprocess.run([sys.executable, "-c", EAGER], capture_output=True, text=True,
+                          timeout=120, check=False, env={**os.environ, "COLUMNS": "120"})
+    assert done.stdout.split() == ["ran", "eager", "listed"], done.stdout + done.stderr

@@ -47,7 +47,8 @@ class LazyCommands(TyperGroup):
     """A typer group whose subcommands are imported on first use (see :data:`COMMANDS`)."""
 
     def list_commands(self, ctx: Any) -> list[str]:
-        return list(COMMANDS)
+        # Commands registered the eager way (app.command) are listed after the lazy ones.
+        return [*COMMANDS, *(name for name in self.commands if name not in COMMANDS)]
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
