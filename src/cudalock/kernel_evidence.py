@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cudalock.probe import parse_cgroup_limit, parse_proc_self_cgroup
+from cudalock.probe import (
+    cgroup_ancestry,
+    parse_cgroup_limit,
+    parse_proc_self_cgroup,
+    read_text_or_none,
+)
 
 READ_LIMIT = 64 * 2**20  # kernel logs can be large; the newest part is what matters
 
@@ -359,13 +364,6 @@ class CgroupMemory:
                 "levels": [level.to_json() for level in self.levels], "notes": list(self.notes)}
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return None
-
-
 def _limit(text: str | None) -> int | None:
     return parse_cgroup_limit(text) if text is not None else None
 
@@ -377,22 +375,6 @@ def _keyed(text: str | None) -> dict[str, int]:
         if number.strip().lstrip("-").isdigit():
             values[key] = int(number.strip())
     return values
-
-
-def _ancestry(base: Path, relative: str) -> list[tuple[str, Path]]:
-    """The process's cgroup and its parents that exist under ``base``, leaf first.
-
-    Inside a container with its own cgroup namespace the recorded path may not exist under
-    the mount; then the mount root itself is the container's cgroup.
-    """
-    parts = [p for p in relative.strip("/").split("/") if p and p != ".."]
-    chain: list[tuple[str, Path]] = []
-    for depth in range(len(parts), -1, -1):
-        rel = "/" + "/".join(parts[:depth])
-        directory = base.joinpath(*parts[:depth])
-        if directory.is_dir():
-            chain.append((rel, directory))
-    return chain
 
 
 @dataclass(frozen=True)
@@ -413,11 +395,11 @@ _V1_FILES = _CgroupFiles("memory.limit_in_bytes", "memory.oom_control", "under_o
 def _cgroup_levels(base: Path, relative: str, files: _CgroupFiles) -> list[CgroupLevel]:
     """The levels from the process's cgroup up that have a limit or counters file."""
     levels = []
-    for rel, directory in _ancestry(base, relative):
+    for rel, directory in cgroup_ancestry(base, relative):
         limit_file = directory / files.limit
         counters_file = directory / files.counters
-        limit_text = _read_text(limit_file)
-        counters_text = _read_text(counters_file)
+        limit_text = read_text_or_none(limit_file)
+        counters_text = read_text_or_none(counters_file)
         if limit_text is None and counters_text is None:
             continue
         counters = _keyed(counters_text)
@@ -427,7 +409,7 @@ def _cgroup_levels(base: Path, relative: str, files: _CgroupFiles) -> list[Cgrou
             evidence.append(f"{counters_file}: {shown}")
         if limit_text is not None:
             evidence.append(f"{limit_file}: {limit_text.strip()}")
-        peak = _limit(_read_text(directory / files.peak))
+        peak = _limit(read_text_or_none(directory / files.peak))
         levels.append(CgroupLevel(rel, _limit(limit_text), counters.get(files.oom_key),
                                   counters.get("oom_kill"), peak, tuple(evidence)))
     return levels
@@ -436,7 +418,7 @@ def _cgroup_levels(base: Path, relative: str, files: _CgroupFiles) -> list[Cgrou
 def read_cgroup_memory(cgroup_root: Path = Path("/sys/fs/cgroup"),
                        proc_root: Path = Path("/proc"), pid: str = "self") -> CgroupMemory:
     """Memory limit and OOM-kill counters of a process's cgroup and its ancestors (v1 or v2)."""
-    own_v2, own_v1 = parse_proc_self_cgroup(_read_text(proc_root / pid / "cgroup") or "")
+    own_v2, own_v1 = parse_proc_self_cgroup(read_text_or_none(proc_root / pid / "cgroup") or "")
     if (cgroup_root / "cgroup.controllers").is_file():
         levels = _cgroup_levels(cgroup_root, own_v2 or "/", _V2_FILES)
         notes = () if levels else (f"no memory controller files under {cgroup_root}",)

@@ -533,7 +533,7 @@ def _read_kernel_module(found: _Findings, proc_root: Path, sys_root: Path,
     sys_file = sys_root / "module" / "nvidia" / "version"
     for path, parse in ((proc_file, parse_proc_driver_version),
                         (sys_file, parse_sys_driver_version)):
-        text = _read_text(path)
+        text = read_text_or_none(path)
         if text is None:
             continue
         version = parse(text)
@@ -559,7 +559,7 @@ def _proc_gpus(proc_root: Path, matrix: _MatrixOnDemand) -> list[Gpu]:
         return []
     gpus: list[Gpu] = []
     for position, bus in enumerate(buses):
-        text = _read_text(bus / "information")
+        text = read_text_or_none(bus / "information")
         if text is None:
             continue
         model, uuid, minor = parse_proc_gpu_information(text)
@@ -669,7 +669,7 @@ def _visible_devices_note(value: str, gpus: Sequence[Gpu], device_order: str | N
 
 def probe_host(*, proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")) -> Host:
     """OS, architecture, glibc, RAM and the cgroup memory limit of this machine."""
-    meminfo = _read_text(proc_root / "meminfo")
+    meminfo = read_text_or_none(proc_root / "meminfo")
     return Host(
         os=os_name(platform_module.system()),
         arch=normalise_arch(platform_module.machine()),
@@ -701,7 +701,8 @@ def cgroup_memory_limit(*, proc_root: Path = Path("/proc"),
     the root's file counts too.
     """
     base = sys_root / "fs" / "cgroup"
-    v2_path, v1_path = parse_proc_self_cgroup(_read_text(proc_root / "self" / "cgroup") or "")
+    own_cgroup = read_text_or_none(proc_root / "self" / "cgroup") or ""
+    v2_path, v1_path = parse_proc_self_cgroup(own_cgroup)
     limits: list[int] = []
     if (base / "cgroup.controllers").exists() or v2_path is not None:
         limits.extend(_limits_along(base, v2_path, "memory.max"))
@@ -710,20 +711,32 @@ def cgroup_memory_limit(*, proc_root: Path = Path("/proc"),
 
 
 def _limits_along(root: Path, path: str | None, file_name: str) -> list[int]:
-    directories = [root]
-    if path:
-        parts = [p for p in path.strip("/").split("/") if p and p != ".."]
-        directories.extend(root.joinpath(*parts[:depth]) for depth in range(1, len(parts) + 1))
     limits: list[int] = []
-    for directory in directories:
-        text = _read_text(directory / file_name)
+    for _relative, directory in cgroup_ancestry(root, path or "/"):
+        text = read_text_or_none(directory / file_name)
         limit = parse_cgroup_limit(text) if text is not None else None
         if limit is not None:
             limits.append(limit)
     return limits
 
 
-def _read_text(path: Path) -> str | None:
+def cgroup_ancestry(base: Path, relative: str) -> list[tuple[str, Path]]:
+    """The process's cgroup and its parents that exist under ``base``, leaf first.
+
+    Inside a container with its own cgroup namespace the recorded path may not exist under
+    the mount; then the mount root itself is the container's cgroup.
+    """
+    parts = [p for p in relative.strip("/").split("/") if p and p != ".."]
+    chain: list[tuple[str, Path]] = []
+    for depth in range(len(parts), -1, -1):
+        rel = "/" + "/".join(parts[:depth])
+        directory = base.joinpath(*parts[:depth])
+        if directory.is_dir():
+            chain.append((rel, directory))
+    return chain
+
+
+def read_text_or_none(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except (OSError, ValueError):
