@@ -83,8 +83,3 @@ def strip_credentials(url: str) -> str:
         return url
     host = parts.netloc.rsplit("@", 1)[1]
     return urllib.parse.urlunsplit(parts._replace(netloc=host))
-
-
-def check_index_url(url: str, *, option: str, allow_insecure: bool = False) -> str:
-    """:func:`validate_index_url` with the flag named ``option`` (the lock module's spelling)."""
-    return validate_index_url(url, flag=option, allow_insecure=allow_insecure)
