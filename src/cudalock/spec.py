@@ -16,7 +16,7 @@ Layout::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,31 +145,25 @@ class _Table:
                 raise InputError(f"{self.where}: [{self.name}] unknown key {key!r}; "
                                  f"expected one of {', '.join(known)}")
 
-    def text(self, key: str) -> str | None:
+    def _value(self, key: str, fits: Callable[[Any], bool], expected: str) -> Any:
+        """The key's value (None if absent), or an error saying it must be ``expected``."""
         value = self.table.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise InputError(f"{self.where}: [{self.name}] {key} must be a string, "
+        if value is not None and not fits(value):
+            raise InputError(f"{self.where}: [{self.name}] {key} must be {expected}, "
                              f"got {value!r}")
         return value
 
+    def text(self, key: str) -> str | None:
+        value: str | None = self._value(key, lambda v: isinstance(v, str), "a string")
+        return value
+
     def texts(self, key: str) -> tuple[str, ...] | None:
-        value = self.table.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise InputError(f"{self.where}: [{self.name}] {key} must be a list of strings, "
-                             f"got {value!r}")
-        return tuple(value)
+        value = self._value(key, lambda v: isinstance(v, list)
+                            and all(isinstance(item, str) for item in v), "a list of strings")
+        return None if value is None else tuple(value)
 
     def flag(self, key: str) -> bool | None:
-        value = self.table.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, bool):
-            raise InputError(f"{self.where}: [{self.name}] {key} must be true or false, "
-                             f"got {value!r}")
+        value: bool | None = self._value(key, lambda v: isinstance(v, bool), "true or false")
         return value
 
 
