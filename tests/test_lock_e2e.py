@@ -78,11 +78,16 @@ def pypi_stand_ins() -> list[StandIn]:
     ]
 
 
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+def serve_lock_indexes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    """The stand-in PyTorch (cu121) and PyPI indexes every lock test resolves against."""
     with serve_indexes(tmp_path_factory.mktemp("index"), pytorch={"cu121": pytorch_stand_ins()},
                        pypi=pypi_stand_ins()) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    yield from serve_lock_indexes(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -13,18 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.index import IndexServer, serve_indexes
+from tests.support.index import IndexServer
 from tests.support.tmpfs import fill_device, mounted_tmpfs, remounted_read_only, snapshot
-from tests.test_lock_e2e import lock, pypi_stand_ins, pytorch_stand_ins
+from tests.test_lock_e2e import lock, serve_lock_indexes
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    with serve_indexes(tmp_path_factory.mktemp("index"), pytorch={"cu121": pytorch_stand_ins()},
-                       pypi=pypi_stand_ins()) as server:
-        yield server
+    yield from serve_lock_indexes(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
