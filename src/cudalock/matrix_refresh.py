@@ -157,10 +157,16 @@ def cuda_variant_from_metadata(metadata: str, machine: str) -> str:
         if requirement.marker is not None and not requirement.marker.evaluate(environment):
             continue
         pins = [s.version for s in requirement.specifier if s.operator == "=="]
-        match = re.match(r"(\d+)\.(\d+)", pins[0]) if pins else None
-        if match:
-            return variant_for_cuda((int(match.group(1)), int(match.group(2))))
+        cuda = _major_minor(pins[0]) if pins else None
+        if cuda:
+            return variant_for_cuda(cuda)
     return "cpu"
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    """``12.4.127`` → ``(12, 4)``: the CUDA release a runtime pin or toolkit version names."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def torch_pin(metadata: str) -> str | None:
@@ -349,9 +355,9 @@ def _read_cuda_versions(path: Path) -> list[tuple[int, int]]:
         return []
     found = set()
     for toolkit in data.get("toolkit", []):
-        match = re.match(r"(\d+)\.(\d+)", str(toolkit.get("version", "")))
-        if match:
-            found.add((int(match.group(1)), int(match.group(2))))
+        cuda = _major_minor(str(toolkit.get("version", "")))
+        if cuda:
+            found.add(cuda)
     return sorted(found)
 
 
