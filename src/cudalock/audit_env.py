@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudalock.audit import audit, sort_findings
+from cudalock.audit import has_errors as _has_errors
 from cudalock.installed import Installed
 from cudalock.matrix import Matrix
 from cudalock.model import Finding, Target
@@ -30,7 +31,7 @@ class AuditOutcome:
 
     @property
     def has_errors(self) -> bool:
-        return any(f.severity == "error" for f in self.findings)
+        return _has_errors(self.findings)
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
