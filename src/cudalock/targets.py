@@ -115,17 +115,18 @@ def nearest_gpu_names(name: str, matrix: Matrix, limit: int = 3) -> list[str]:
     # readily as 'RTX 4O90' finds 'RTX 4090'.
     by_short: dict[str, str] = {}
     for display in known:
-        short = display.lower()
-        for prefix in ("nvidia geforce ", "nvidia ", "tesla ", "geforce "):
-            short = short.removeprefix(prefix)
-        by_short.setdefault(short, display)
-    wanted = name.strip().lower()
-    for prefix in ("nvidia geforce ", "nvidia ", "tesla ", "geforce "):
-        wanted = wanted.removeprefix(prefix)
+        by_short.setdefault(_without_vendor(display.lower()), display)
+    wanted = _without_vendor(name.strip().lower())
     close = difflib.get_close_matches(wanted, list(by_short), n=limit, cutoff=0.5)
     if not close:
         close = [short for short in by_short if wanted and wanted in short][:limit]
     return [by_short[short] for short in close]
+
+
+def _without_vendor(lowered: str) -> str:
+    for prefix in ("nvidia geforce ", "nvidia ", "tesla ", "geforce "):
+        lowered = lowered.removeprefix(prefix)
+    return lowered
 
 
 def _gpu_from_name(name: str, matrix: Matrix) -> Gpu:
