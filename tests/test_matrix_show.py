@@ -14,17 +14,16 @@ import sys
 import pytest
 
 from cudalock.errors import UsageError
-from cudalock.matrix import load_matrix
-from cudalock.matrix_show import (
-    Row,
-    find_gpu,
-    render_table,
-    rows_as_json,
-    select_rows,
-    torch_filter,
-)
+from cudalock.matrix import GpuModel, load_matrix
+from cudalock.matrix_show import Row, render_table, rows_as_json, select_rows
+from cudalock.resolve import parse_torch_spec as torch_filter
+from cudalock.targets import gpu_model_named
 
 MATRIX = load_matrix()
+
+
+def find_gpu(name: str) -> GpuModel:
+    return gpu_model_named(name, MATRIX)
 
 
 def variants(rows: list[Row]) -> set[tuple[str, str]]:
@@ -32,15 +31,16 @@ def variants(rows: list[Row]) -> set[tuple[str, str]]:
 
 
 def test_torch_filter_forms() -> None:
+    # matrix show reads --torch exactly as resolve does.
     assert torch_filter("2.11").contains("2.11.0") and not torch_filter("2.11").contains("2.1.0")
     assert torch_filter("2.1.0").contains("2.1.0") and not torch_filter("2.1.0").contains("2.1.1")
     assert torch_filter(">=2.14").contains("2.15.0")
-    with pytest.raises(UsageError, match="--torch 'banana'"):
+    with pytest.raises(UsageError, match="'banana'"):
         torch_filter("banana")
 
 
 def test_rtx_5090_on_cuda_12_8_is_covered_only_by_2_11_cu128_and_older_cu128() -> None:
-    gpu = find_gpu(MATRIX, "NVIDIA GeForce RTX 5090")
+    gpu = find_gpu("NVIDIA GeForce RTX 5090")
     assert gpu.compute_capability == (12, 0)
     rows = select_rows(MATRIX, cuda=(12, 8), gpu_cc=gpu.compute_capability,
                        platform="linux-x86_64")
@@ -51,7 +51,7 @@ def test_rtx_5090_on_cuda_12_8_is_covered_only_by_2_11_cu128_and_older_cu128() -
 
 
 def test_pascal_is_covered_by_cu126_through_2_14_and_never_by_cuda_13() -> None:
-    gpu = find_gpu(MATRIX, "GTX 1080 Ti")
+    gpu = find_gpu("GTX 1080 Ti")
     rows = select_rows(MATRIX, torch=torch_filter(">=2.11"), gpu_cc=gpu.compute_capability,
                        platform="linux-x86_64")
     assert {v for _, v in variants(rows)} == {"cu126"}
@@ -86,5 +86,5 @@ def test_cli_show_gpu_json_and_unknown_gpu() -> None:
     assert "cu126" not in {b["variant"] for b in doc["builds"]}
     done = subprocess.run([sys.executable, "-m", "cudalock", "matrix", "show", "--gpu",
                            "Voodoo 5"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "--gpu 'Voodoo 5' matches no GPU" in done.stderr
+    assert done.returncode == 2 and "unknown GPU 'Voodoo 5'" in done.stderr
     assert "Traceback" not in done.stderr

@@ -9,12 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from cudalock.compat import arch_covers
-from cudalock.errors import UsageError
-from cudalock.matrix import GpuModel, Matrix, TorchBuild, TorchRelease
+from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
@@ -43,35 +42,6 @@ class Row:
         if not self.build.provenance.verified:
             return ("build",)
         return self.build.provenance.unverified_fields
-
-
-def torch_filter(text: str) -> SpecifierSet:
-    """``2.11.0`` (exact), ``2.11`` (that minor series) or a specifier like ``>=2.10,<2.13``."""
-    cleaned = text.strip()
-    if cleaned and cleaned[0].isdigit():
-        try:
-            version = Version(cleaned)
-        except InvalidVersion:
-            raise UsageError(f"--torch {text!r}: expected a version like 2.11.0, a series like "
-                             f"2.11, or a specifier like '>=2.10'") from None
-        if len(version.release) == 2:
-            return SpecifierSet(f"=={cleaned}.*")
-        return SpecifierSet(f"=={cleaned}")
-    try:
-        return SpecifierSet(cleaned)
-    except InvalidSpecifier:
-        raise UsageError(f"--torch {text!r}: expected a version like 2.11.0, a series like 2.11, "
-                         f"or a specifier like '>=2.10'") from None
-
-
-def find_gpu(matrix: Matrix, name: str) -> GpuModel:
-    """A GPU model by its NVML name or matrix name (``"RTX 5090"``, ``"NVIDIA H100 80GB HBM3"``)."""
-    exact = next((g for g in matrix.gpus if g.name.lower() == name.strip().lower()), None)
-    gpu = exact or matrix.gpu_by_name(name)
-    if gpu is None:
-        known = ", ".join(g.name for g in matrix.gpus)
-        raise UsageError(f"--gpu {name!r} matches no GPU of the matrix; known: {known}")
-    return gpu
 
 
 def select_rows(

@@ -32,7 +32,7 @@ from cudalock.versions import (
 
 if TYPE_CHECKING:
     from cudalock.cli.options import TargetOptions
-    from cudalock.matrix import Matrix
+    from cudalock.matrix import GpuModel, Matrix
 
 #: Platform strings a probe file may carry: the supported four, or another ``os-arch`` that a
 #: probe on an unusual machine writes (it round-trips; resolve has no builds for it).
@@ -130,6 +130,12 @@ def _without_vendor(lowered: str) -> str:
 
 
 def _gpu_from_name(name: str, matrix: Matrix) -> Gpu:
+    model = gpu_model_named(name, matrix)
+    return Gpu(name=model.name, compute_capability=model.compute_capability)
+
+
+def gpu_model_named(name: str, matrix: Matrix) -> GpuModel:
+    """The matrix's GPU model for a name as people write it ("H100", "RTX 4090", NVML's name)."""
     # The GPU table matches NVML device names; try the name as NVML would spell it.
     model = next((found for prefix in _NAME_PREFIXES
                   if (found := matrix.gpu_by_name(prefix + name.strip())) is not None), None)
@@ -141,7 +147,7 @@ def _gpu_from_name(name: str, matrix: Matrix) -> Gpu:
             hint="give its compute capability instead, e.g. --compute-capability 8.6 "
             "('cudalock matrix show --json' lists the GPUs the matrix knows)",
         )
-    return Gpu(name=model.name, compute_capability=model.compute_capability)
+    return model
 
 
 def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Target:

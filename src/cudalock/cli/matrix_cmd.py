@@ -69,18 +69,20 @@ def show(
     from cudalock.errors import UsageError
     from cudalock.matrix import load_matrix
     from cudalock.matrix_check import PLATFORMS
-    from cudalock.matrix_show import find_gpu, render_table, rows_as_json, select_rows, torch_filter
+    from cudalock.matrix_show import render_table, rows_as_json, select_rows
+    from cudalock.resolve import parse_torch_spec
+    from cudalock.targets import gpu_model_named
     from cudalock.versions import format_cc, parse_cuda_version
 
     matrix = load_matrix(matrix_dir)
-    torch_spec = torch_filter(torch) if torch else None
+    torch_spec = parse_torch_spec(torch) if torch else None
     try:
         cuda_version = parse_cuda_version(cuda) if cuda else None
     except UsageError as err:
         raise UsageError(f"--cuda: {err.message}") from None
     if platform is not None and platform not in PLATFORMS:
         raise UsageError(f"--platform {platform!r}: expected one of {', '.join(PLATFORMS)}")
-    model = find_gpu(matrix, gpu) if gpu else None
+    model = gpu_model_named(gpu, matrix) if gpu else None
     rows = select_rows(matrix, torch=torch_spec, cuda=cuda_version,
                        gpu_cc=model.compute_capability if model else None, platform=platform)
     if json_output:
