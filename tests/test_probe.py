@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes.util
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pynvml
@@ -208,6 +210,21 @@ def test_real_pynvml_on_a_machine_without_nvidia(matrix: Matrix) -> None:
                            run_nvidia_smi=lambda: None, matrix=matrix)
     assert not target.has_driver
     assert "NVML error 12" in notes_text(target)
+    # The default path checks for the library before importing pynvml; handing it the real
+    # pynvml module must report exactly the same Target.
+    through_pynvml = probe_machine(proc_root=tree / "proc", sys_root=tree / "sys", environ={},
+                                   run_nvidia_smi=lambda: None, matrix=matrix, nvml=pynvml)
+    assert through_pynvml == target
+
+
+@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None,
+                    reason="this machine has an NVIDIA library")
+def test_probe_without_nvidia_library_does_not_import_pynvml() -> None:
+    code = ("import sys; from cudalock.probe import probe_machine; probe_machine(); "
+            "print('pynvml' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=120)
+    assert done.stdout.strip() == "False"
 
 
 def test_recorder_round_trips_a_recording() -> None:

@@ -19,6 +19,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -401,7 +402,29 @@ def _load_pynvml(found: _Findings) -> NvmlLike | None:
     return pynvml  # type: ignore[no-any-return]
 
 
+def _nvml_library_loadable() -> bool:
+    """Whether libnvidia-ml loads, asked the way nvidia-ml-py asks, without importing pynvml.
+
+    pynvml is a large module (~15 ms to import); on the many machines without an NVIDIA driver
+    this answers the same question for the price of one failed dlopen.
+    """
+    if not sys.platform.startswith("linux"):
+        return True  # pynvml knows where the library lives on Windows
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")  # the name nvidia-ml-py loads on Linux
+    except OSError:
+        return False
+    return True
+
+
 def _read_nvml(found: _Findings, nvml: NvmlLike | None) -> None:
+    if nvml is None and not _nvml_library_loadable():
+        found.nvml_error_code = NVML_ERROR_LIBRARY_NOT_FOUND
+        found.notes.append(_library_not_found_note(
+            f"NVML Shared Library Not Found (NVML error {NVML_ERROR_LIBRARY_NOT_FOUND})"))
+        return
     library = nvml if nvml is not None else _load_pynvml(found)
     if library is None:
         return
@@ -510,13 +533,17 @@ def _describe_nvml_error(err: Exception) -> str:
     return f"{text} (NVML error {code})" if code is not None else text
 
 
+def _library_not_found_note(described: str) -> str:
+    return (f"NVML library (libnvidia-ml) not found: {described}. No NVIDIA driver is "
+            "installed here, or this is a container started without GPU access "
+            "(docker --gpus / the NVIDIA container runtime).")
+
+
 def _init_failure_note(err: Exception) -> str:
     code = _nvml_code(err)
     described = _describe_nvml_error(err)
     if code == NVML_ERROR_LIBRARY_NOT_FOUND:
-        return (f"NVML library (libnvidia-ml) not found: {described}. No NVIDIA driver is "
-                "installed here, or this is a container started without GPU access "
-                "(docker --gpus / the NVIDIA container runtime).")
+        return _library_not_found_note(described)
     if code == NVML_ERROR_DRIVER_NOT_LOADED:
         return (f"NVIDIA driver not loaded: {described}. The driver's libraries are installed "
                 "but the nvidia kernel module is not running (see 'lsmod | grep nvidia' and "
