@@ -624,3 +624,15 @@ def test_resolve_never_prints_index_credentials(extra: list[str]) -> None:
     assert "s3cr3t" not in done.stdout + done.stderr
     if done.returncode == 0:  # the plan names its index, without the secret
         assert "https://***@t.example/whl/cu" in done.stdout
+
+
+def test_report_error_hides_url_credentials_whatever_the_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The last line of defence: cli.app prints every error through redact()."""
+    from cudalock.cli.app import report_error
+
+    report_error(UsageError("cannot fetch https://alice:s3cret@mirror.example/whl/cu121",
+                            hint="check https://alice:s3cret@mirror.example"))
+    shown = capsys.readouterr().err
+    assert "s3cret" not in shown
+    assert "https://***@mirror.example/whl/cu121" in shown

@@ -100,10 +100,13 @@ def main(
 
 
 def report_error(err: CudalockError) -> None:
-    """One line (plus an optional hint) on stderr, no traceback."""
-    typer.echo(f"cudalock: error: {err.message}", err=True)
+    """One line (plus an optional hint) on stderr, no traceback, URL credentials hidden."""
+    from cudalock.urls import redact
+
+    # Messages quote flags and URLs as given; one last redaction here covers every command.
+    typer.echo(redact(f"cudalock: error: {err.message}"), err=True)
     if err.hint:
-        typer.echo(f"hint: {err.hint}", err=True)
+        typer.echo(redact(f"hint: {err.hint}"), err=True)
 
 
 def run(argv: list[str] | None = None) -> None:
