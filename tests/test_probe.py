@@ -491,3 +491,35 @@ def test_fallback_with_the_shipped_matrix() -> None:
     assert target.driver_cuda == (12, 8)
     assert [(g.name, g.compute_capability) for g in target.gpus] == [
         ("NVIDIA H100 80GB HBM3", (9, 0)), ("NVIDIA L4", (8, 9))]
+
+
+def test_uname_answers_what_platform_and_socket_would() -> None:
+    # The probe reads os.uname() instead of importing platform and socket (start-up time).
+    import platform
+    import socket
+
+    from cudalock.probe import hostname, system_and_machine
+
+    assert system_and_machine() == (platform.system(), platform.machine())
+    assert hostname() == (socket.gethostname() or None)
+
+
+def test_find_executable_agrees_with_shutil_which(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import shutil
+
+    from cudalock.probe import find_executable
+
+    runnable, plain = tmp_path / "bin", tmp_path / "other"
+    runnable.mkdir()
+    plain.mkdir()
+    (runnable / "nvidia-smi").write_text("#!/bin/sh\n")
+    (runnable / "nvidia-smi").chmod(0o755)
+    (plain / "nvidia-smi").write_text("not executable")
+    (plain / "nvidia-smi").chmod(0o644)
+    (plain / "dir-smi").mkdir()
+    for path in (f"{plain}{os.pathsep}{runnable}", str(plain), ""):
+        monkeypatch.setenv("PATH", path)
+        for name in ("nvidia-smi", "dir-smi", "missing"):
+            assert find_executable(name) == shutil.which(name), (path, name)

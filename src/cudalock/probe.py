@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform as platform_module
 import re
-import shutil
-import socket
-import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -331,7 +327,7 @@ def probe_machine(
 ) -> Target:
     """Describe this machine. Never raises for machine problems: they become ``notes``."""
     env = os.environ if environ is None else environ
-    platform = platform_for(platform_module.system(), platform_module.machine())
+    platform = platform_for(*system_and_machine())
     matrix_source = _MatrixOnDemand(matrix)
     found = _Findings()
 
@@ -604,9 +600,11 @@ def _proc_gpus(proc_root: Path, matrix: _MatrixOnDemand) -> list[Gpu]:
 
 def default_nvidia_smi() -> str | None:
     """nvidia-smi's CSV query output, or None when it is missing or fails."""
-    executable = shutil.which("nvidia-smi")
+    executable = find_executable("nvidia-smi")
     if executable is None:
         return None
+    import subprocess  # here: only a machine with nvidia-smi but no NVML gets this far
+
     fields = list(NVIDIA_SMI_QUERY_FIELDS)
     for attempt in (fields, [f for f in fields if f != "compute_cap"]):
         # Old nvidia-smi (e.g. 470.x) rejects compute_cap; ask again without it.
@@ -619,6 +617,23 @@ def default_nvidia_smi() -> str | None:
             return None
         if completed.returncode == 0:
             return completed.stdout
+    return None
+
+
+def find_executable(name: str) -> str | None:
+    """``shutil.which(name)``; on POSIX without importing shutil.
+
+    Every probe of a machine without a driver asks for nvidia-smi, and importing shutil (which
+    loads its compression modules) costs more than the rest of that probe.
+    """
+    if os.name != "posix":
+        import shutil
+
+        return shutil.which(name)
+    for directory in os.get_exec_path():
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
     return None
 
 
@@ -697,14 +712,37 @@ def _visible_devices_note(value: str, gpus: Sequence[Gpu], device_order: str | N
 def probe_host(*, proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")) -> Host:
     """OS, architecture, glibc, RAM and the cgroup memory limit of this machine."""
     meminfo = read_text_or_none(proc_root / "meminfo")
+    system, machine = system_and_machine()
     return Host(
-        os=os_name(platform_module.system()),
-        arch=normalise_arch(platform_module.machine()),
+        os=os_name(system),
+        arch=normalise_arch(machine),
         glibc=glibc_version(),
         memory_total_bytes=parse_meminfo_total(meminfo) if meminfo else None,
         cgroup_memory_limit_bytes=cgroup_memory_limit(proc_root=proc_root, sys_root=sys_root),
-        hostname=socket.gethostname() or None,
+        hostname=hostname(),
     )
+
+
+def system_and_machine() -> tuple[str, str]:
+    """``platform.system()`` and ``platform.machine()``: from ``os.uname()`` where it exists.
+
+    Both ``platform`` and ``socket`` take milliseconds to import, and every command probes.
+    """
+    if hasattr(os, "uname"):
+        uname = os.uname()
+        return uname.sysname, uname.machine
+    import platform
+
+    return platform.system(), platform.machine()
+
+
+def hostname() -> str | None:
+    """``socket.gethostname()``: the uname node name where there is one (the same call)."""
+    if hasattr(os, "uname"):
+        return os.uname().nodename or None
+    import socket
+
+    return socket.gethostname() or None
 
 
 def glibc_version() -> str | None:
@@ -715,7 +753,9 @@ def glibc_version() -> str | None:
         text = None
     if text and text.startswith("glibc "):
         return text.split()[1]
-    library, version = platform_module.libc_ver()
+    import platform
+
+    library, version = platform.libc_ver()
     return version if library == "glibc" and version else None
 
 
