@@ -118,6 +118,8 @@ class TorchBuild:
 
 @dataclass(frozen=True)
 class TorchRelease:
+    """One torch release: its Python wheels, companions and builds (torch.toml)."""
+
     version: str
     date: str
     requires_python: str
@@ -136,6 +138,8 @@ class TorchRelease:
 
 @dataclass(frozen=True)
 class GpuModel:
+    """A GPU model: how NVML names it and its compute capability (gpus.toml)."""
+
     name: str
     #: Substrings of NVML's device name that identify this model (case-insensitive).
     match: tuple[str, ...]
@@ -146,6 +150,8 @@ class GpuModel:
 
 @dataclass(frozen=True)
 class DeepSpeedRelease:
+    """One DeepSpeed release and the torch versions it supports (deepspeed.toml)."""
+
     version: str
     date: str | None
     requires_python: str | None
@@ -165,6 +171,8 @@ class DeepSpeedCudaCheck:
 
 @dataclass(frozen=True)
 class Matrix:
+    """The whole compatibility matrix, loaded from compat_matrix/ (or its cache)."""
+
     schema_version: int
     matrix_version: str
     toolkits: tuple[CudaToolkit, ...]

@@ -187,6 +187,8 @@ class _DriverGroup:
 
 @dataclass
 class _Fleet:
+    """Every Target of the request, grouped: what the resolver checks a build against."""
+
     platform: str
     #: Lowest driver first; every node with a driver is represented.
     drivers: list[_DriverGroup]
@@ -345,12 +347,16 @@ def _driver_key(driver: DriverVersion) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class _Companions:
+    """The companion pins chosen for one torch build."""
+
     pins: tuple[tuple[str, str, bool], ...]  # (name, version, from the PyTorch index)
     deepspeed: DeepSpeedRelease | None = None
 
 
 @dataclass(frozen=True)
 class _Choice:
+    """The build the search settled on, with its Python and companions."""
+
     release: TorchRelease
     build: TorchBuild
     python: str
