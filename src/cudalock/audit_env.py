@@ -16,10 +16,13 @@ from cudalock.audit import has_errors as _has_errors
 from cudalock.installed import Installed
 from cudalock.matrix import Matrix
 from cudalock.model import Finding, Target
-from cudalock.reports import ParsedReport
 
 if TYPE_CHECKING:
     from cudalock.cli.options import TargetOptions
+    from cudalock.inspect_env import RunningInspection
+
+    # Only ``audit --report`` reads pasted reports: the live audit does not import their parsers.
+    from cudalock.reports import ParsedReport
 
 
 @dataclass(frozen=True)
@@ -59,21 +62,28 @@ def judge(installed: Installed, targets: Sequence[Target], matrix: Matrix, *,
 
 def audit_live(targets: Sequence[Target], matrix: Matrix, *, python: Path | None = None,
                prefix: Path | None = None, deep: bool = False, timeout: float = 30,
-               deep_timeout: float = 120) -> AuditOutcome:
-    """Inspect a live environment (never importing torch unless ``deep``, then in a child)."""
-    from cudalock.inspect_env import inspect_environment
+               deep_timeout: float = 120,
+               inspection: RunningInspection | None = None) -> AuditOutcome:
+    """Inspect a live environment (never importing torch unless ``deep``, then in a child).
 
-    installed = inspect_environment(python=python, prefix=prefix, timeout=timeout)
+    ``inspection``: the inspection already started (see ``start_inspection``); else it starts
+    here, for ``python`` or ``prefix``.
+    """
+    from cudalock.inspect_env import start_inspection
+
+    if inspection is None:
+        inspection = start_inspection(python=python, prefix=prefix, timeout=timeout)
+    with inspection:
+        installed = inspection.installed()
     extra: list[Finding] = []
     if deep:
         from cudalock.deep import deep_inspect
 
-        interpreter = Path(installed.python) if installed.python else python
-        if interpreter is not None:
-            result = deep_inspect(interpreter, deep_timeout)
-            extra.extend(result.findings)
-            if result.arch_list:
-                installed = replace(installed, arch_list=result.arch_list)
+        interpreter = Path(installed.python) if installed.python else inspection.python
+        result = deep_inspect(interpreter, deep_timeout)
+        extra.extend(result.findings)
+        if result.arch_list:
+            installed = replace(installed, arch_list=result.arch_list)
     findings = judge(installed, targets, matrix, extra=extra)
     return AuditOutcome(findings, installed, tuple(targets))
 
@@ -112,9 +122,11 @@ def audit_report(report: ParsedReport, matrix: Matrix,
 def audit_findings(python: Path | None, deep: bool) -> Sequence[Finding]:
     """doctor's ``AuditRunner``: audit ``python``'s environment (default: the active one) on
     this machine as probed now."""
+    from cudalock.inspect_env import start_inspection
     from cudalock.matrix import load_matrix
     from cudalock.probe import probe_machine
 
-    matrix = load_matrix()
-    target = probe_machine(matrix=matrix)
-    return audit_live([target], matrix, python=python, deep=deep).findings
+    with start_inspection(python=python) as inspection:  # runs while we probe
+        matrix = load_matrix()
+        target = probe_machine(matrix=matrix)
+        return audit_live([target], matrix, deep=deep, inspection=inspection).findings

@@ -10,30 +10,27 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudalock.errors import EnvironmentFailure, InputError
-from cudalock.installed import (
-    DeepSpeedBuild,
-    Distribution,
-    Installed,
-    Nvcc,
-    SharedLibrary,
-    TorchInstall,
-)
+
+# The model of what is installed is imported where a document is read, not here: ``audit``
+# starts the inspection first, and every import before the start delays the child.
+if TYPE_CHECKING:
+    from cudalock.installed import Installed
 
 __all__ = [
-    "Installed",
+    "RunningInspection",
     "default_python",
     "inspect_environment",
     "installed_from_document",
     "python_for_prefix",
     "signal_name",
+    "start_inspection",
 ]
 
 _SCRIPT = Path(__file__).with_name("_inspect_script.py")
@@ -63,6 +60,8 @@ def default_python(environ: Mapping[str, str] | None = None) -> Path:
                 return python_for_prefix(Path(root))
             except InputError:
                 continue
+    import shutil
+
     found = shutil.which("python3", path=env.get("PATH")) or shutil.which(
         "python", path=env.get("PATH"))
     if not found:
@@ -74,6 +73,8 @@ def default_python(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def signal_name(number: int) -> str:
+    import signal
+
     try:
         return signal.Signals(number).name
     except ValueError:
@@ -83,6 +84,17 @@ def signal_name(number: int) -> str:
 def inspect_environment(python: Path | None = None, prefix: Path | None = None,
                         timeout: float = 30) -> Installed:
     """Inspect the environment of ``python`` (or of ``prefix``; default: the active one)."""
+    return start_inspection(python=python, prefix=prefix, timeout=timeout).installed()
+
+
+def start_inspection(python: Path | None = None, prefix: Path | None = None,
+                     timeout: float = 30) -> RunningInspection:
+    """Start inspecting the environment of ``python`` (or ``prefix``) and return at once.
+
+    The audited interpreter needs about as long to start and read its metadata as cudalock
+    needs to load the matrix and probe the machine, so ``audit`` starts it first and does
+    both at the same time; :meth:`RunningInspection.installed` waits for the answer.
+    """
     if python is not None and prefix is not None:
         raise InputError("give either --python or --prefix, not both")
     if python is None:
@@ -99,28 +111,62 @@ def inspect_environment(python: Path | None = None, prefix: Path | None = None,
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("PYTHONSTARTUP", None)
     try:
-        result = subprocess.run(  # noqa: S603 - the interpreter is the one the user names
+        process = subprocess.Popen(  # noqa: S603 - the interpreter is the one the user names
             [str(python), "-c", source],
-            capture_output=True, timeout=timeout, env=env, check=False,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         )
-    except subprocess.TimeoutExpired:
-        raise EnvironmentFailure(
-            f"{str(python)!r} did not finish inspecting its environment within {timeout:g} s",
-            hint="something run at interpreter start-up (sitecustomize, a .pth file) may hang",
-        ) from None
     except PermissionError:
         raise InputError(f"{str(python)!r} is not executable") from None
     except OSError as err:
         raise InputError(f"cannot run {str(python)!r}: {err.strerror or err}") from None
-    if result.returncode < 0:
-        name = signal_name(-result.returncode)
-        raise EnvironmentFailure(
-            f"{str(python)!r} was killed by {name} ({result.returncode}) while starting up, "
-            "before importing anything but the standard library",
-            hint="the interpreter itself, or a sitecustomize/.pth file it runs, crashes",
-        )
-    document = _parse_output(python, result)
-    return installed_from_document(document, source=f"python:{python}")
+    return RunningInspection(python, process, timeout)
+
+
+class RunningInspection:
+    """The inspection script running in the audited interpreter."""
+
+    def __init__(self, python: Path, process: subprocess.Popen[bytes], timeout: float) -> None:
+        self.python = python
+        self._process = process
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout
+
+    def installed(self) -> Installed:
+        """Wait for the script (until the timeout given at the start) and read its answer."""
+        python, process = self.python, self._process
+        try:
+            stdout, stderr = process.communicate(
+                timeout=max(0.0, self._deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise EnvironmentFailure(
+                f"{str(python)!r} did not finish inspecting its environment within "
+                f"{self._timeout:g} s",
+                hint="something run at interpreter start-up (sitecustomize, a .pth file) may "
+                "hang",
+            ) from None
+        if process.returncode < 0:
+            name = signal_name(-process.returncode)
+            raise EnvironmentFailure(
+                f"{str(python)!r} was killed by {name} ({process.returncode}) while starting up, "
+                "before importing anything but the standard library",
+                hint="the interpreter itself, or a sitecustomize/.pth file it runs, crashes",
+            )
+        result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        document = _parse_output(python, result)
+        return installed_from_document(document, source=f"python:{python}")
+
+    def close(self) -> None:
+        """Stop the script if it is still running (the audit failed before reading it)."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.communicate()
+
+    def __enter__(self) -> RunningInspection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def _parse_output(python: Path, result: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
@@ -169,6 +215,15 @@ def platform_name(sys_platform: str | None, machine: str | None) -> str | None:
 
 def installed_from_document(document: Mapping[str, Any], source: str) -> Installed:
     """The inspection script's JSON → :class:`Installed` (tolerant of missing fields)."""
+    from cudalock.installed import (
+        DeepSpeedBuild,
+        Distribution,
+        Installed,
+        Nvcc,
+        SharedLibrary,
+        TorchInstall,
+    )
+
     py = document.get("python")
     py = py if isinstance(py, Mapping) else {}
     notes: list[str] = []
