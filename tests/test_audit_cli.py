@@ -1,6 +1,6 @@
 """`cudalock audit --report`: the command end to end, through the CLI's own entry point.
 
-In-process (``cudalock.cli.app.run``, the function the ``cudalock`` script calls) to keep the
+In-process (``cudalock.cli.main.run``, the function the ``cudalock`` script calls) to keep the
 suite fast; test_audit_envs.py runs the command as a separate process.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.cli.app import run as cli_run
+from cudalock.cli.main import run as cli_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reports"
 

@@ -8,18 +8,19 @@ import sys
 
 from typer.testing import CliRunner
 
-from cudalock.cli.app import COMMANDS, app
+from cudalock.cli.app import app
+from cudalock.cli.main import COMMANDS
 
 #: Run `cudalock ARGS` in a fresh interpreter, then print the command modules it imported.
 LOADED = """
 import sys
-from cudalock.cli.app import run
+from cudalock.cli.main import run
 try:
     run(sys.argv[1:])
 except SystemExit:
     pass
 print(sorted(m for m in sys.modules if m.startswith("cudalock.cli.") and m.endswith("_cmd")),
-      file=sys.stderr)
+      "typer" in sys.modules, file=sys.stderr)
 """
 
 
@@ -33,7 +34,24 @@ def test_resolve_imports_only_its_own_command_module() -> None:
     done, loaded = loaded_command_modules(
         "resolve", "--driver-version", "535.104.05", "--python", "3.11", "--json")
     assert '"torch"' in done.stdout
-    assert loaded == "['cudalock.cli.resolve_cmd']"
+    assert loaded == "['cudalock.cli.resolve_cmd'] False"
+
+
+def test_table_declared_commands_run_without_typer_when_well_formed() -> None:
+    for args in (["probe", "--json"], ["resolve", "--no-gpu", "--python", "3.11"],
+                 ["audit", "--report", "-", "--no-gpu", "--json"]):
+        done, loaded = loaded_command_modules(*args)
+        assert loaded.endswith(" False"), (args, done.stderr)
+
+
+def test_help_typos_and_typer_declared_commands_go_to_typer() -> None:
+    for args, module in ((["resolve", "--help"], "resolve"), (["resolve", "--jsn"], "resolve"),
+                         (["lock", "--help"], "lock")):
+        done, loaded = loaded_command_modules(*args)
+        assert loaded == f"['cudalock.cli.{module}_cmd'] True", (args, done.stderr)
+    typo = subprocess.run([sys.executable, "-m", "cudalock", "resolve", "--jsn"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert typo.returncode == 2 and "No such option: --jsn" in typo.stderr
 
 
 def test_help_lists_every_command_in_order() -> None:

@@ -628,8 +628,8 @@ def test_resolve_never_prints_index_credentials(extra: list[str]) -> None:
 
 def test_report_error_hides_url_credentials_whatever_the_command(
         capsys: pytest.CaptureFixture[str]) -> None:
-    """The last line of defence: cli.app prints every error through redact()."""
-    from cudalock.cli.app import report_error
+    """The last line of defence: cli.main prints every error through redact()."""
+    from cudalock.cli.main import report_error
 
     report_error(UsageError("cannot fetch https://alice:s3cret@mirror.example/whl/cu121",
                             hint="check https://alice:s3cret@mirror.example"))

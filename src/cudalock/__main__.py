@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def main() -> None:
-    from cudalock.cli.app import run
+    from cudalock.cli.main import run
 
     run()
 

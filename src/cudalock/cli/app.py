@@ -1,45 +1,34 @@
-"""The ``cudalock`` typer application: command registration and error reporting.
+"""The ``cudalock`` typer application: help, usage errors and the typer-declared commands.
 
-Command modules import only typer and the standard library at the top; each command body
-imports the machinery it needs, so ``cudalock resolve`` does not pay for ``requests`` or
-``pynvml`` and ``cudalock audit`` never imports torch.
+:func:`cudalock.cli.main.run` comes here for every command line it does not run itself.
+Command modules import only the standard library (and typer, if typer-declared) at the top;
+each command body imports the machinery it needs, so ``cudalock resolve`` does not pay for
+``requests`` or ``pynvml`` and ``cudalock audit`` never imports torch.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import typer
 from typer.core import TyperGroup
 
+from cudalock.cli.flags import Command
+from cudalock.cli.main import COMMANDS, command_object
+from cudalock.cli.typer_bridge import typer_command
 from cudalock.errors import CudalockError
-
-#: Every command, in the order ``--help`` lists them: name → (module, attribute). A module is
-#: imported, and its click command built, only when that command runs or help lists them all:
-#: ``cudalock resolve`` pays for one command's options, not for eight (issue 9, start-up).
-COMMANDS: dict[str, tuple[str, str]] = {
-    "probe": ("cudalock.cli.probe_cmd", "probe"),
-    "resolve": ("cudalock.cli.resolve_cmd", "resolve"),
-    "bootstrap": ("cudalock.cli.bootstrap_cmd", "bootstrap"),
-    "lock": ("cudalock.cli.lock_cmd", "lock"),
-    "audit": ("cudalock.cli.audit_cmd", "audit"),
-    "doctor": ("cudalock.cli.doctor_cmd", "doctor"),
-    "memory": ("cudalock.cli.doctor_cmd", "memory"),
-    "matrix": ("cudalock.cli.matrix_cmd", "app"),  # a typer sub-application
-}
 
 
 def build_command(name: str) -> Any:
     """The click command for ``name``, built the way ``app.command``/``app.add_typer`` would."""
-    module_name, attribute = COMMANDS[name]
-    target = getattr(importlib.import_module(module_name), attribute)
+    target = command_object(name)
     holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     if isinstance(target, typer.Typer):
         holder.add_typer(target, name=name)
         return typer.main.get_group(holder).commands[name]
-    holder.command(name)(target)
+    function = typer_command(name, target) if isinstance(target, Command) else target
+    holder.command(name)(cast(Callable[..., Any], function))
     return typer.main.get_command(holder)
 
 
@@ -99,22 +88,6 @@ def main(
     """cudalock: the PyTorch stack this machine can run."""
 
 
-def report_error(err: CudalockError) -> None:
-    """One line (plus an optional hint) on stderr, no traceback, URL credentials hidden."""
-    from cudalock.urls import redact
-
-    # Messages quote flags and URLs as given; one last redaction here covers every command.
-    typer.echo(redact(f"cudalock: error: {err.message}"), err=True)
-    if err.hint:
-        typer.echo(redact(f"hint: {err.hint}"), err=True)
-
-
-def run(argv: list[str] | None = None) -> None:
-    try:
-        app(args=argv, prog_name="cudalock")
-    except CudalockError as err:
-        report_error(err)
-        sys.exit(err.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("cudalock: interrupted", err=True)
-        sys.exit(130)
+def run_typer(args: list[str]) -> None:
+    """Run ``args`` through typer (exits; :func:`cudalock.cli.main.run` reports errors)."""
+    app(args=args, prog_name="cudalock")

@@ -1,56 +1,33 @@
 """`cudalock audit`: what in an environment (or a pasted report) will crash on the target.
 
-Import-light: typer and the standard library here. The audit never imports torch; ``--deep``
-imports it only in a child process.
+Declared as a table (:class:`~cudalock.cli.flags.Command`): a well-formed command line runs
+without typer. Standard library here. The audit never imports torch; ``--deep`` imports it only
+in a child process.
 """
 
-# No "from __future__ import annotations": typer reads these annotations through the
-# @target_options decorator, so they must be real objects, not strings.
+from __future__ import annotations
+
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from cudalock.cli.options import TargetOptions, target_options
+from cudalock.cli.flags import Command, Flag
+from cudalock.cli.options import TARGET_FLAGS, TargetOptions, target_options_from
 
 if TYPE_CHECKING:
     from cudalock.audit_env import AuditOutcome
 
 
-@target_options
-def audit(
-    python: Annotated[Path | None, typer.Option(
-        "--python", help="Audit the environment of this interpreter "
-        "(default: the active VIRTUAL_ENV / CONDA_PREFIX, else python3 on PATH).",
-    )] = None,
-    prefix: Annotated[Path | None, typer.Option(
-        "--prefix", help="Audit the conda environment (or venv) rooted here.",
-    )] = None,
-    report: Annotated[str | None, typer.Option(
-        "--report", metavar="FILE|-", help="Audit pasted report text instead: "
-        "collect_env, ds_report or llamafactory-cli env output ('-' reads stdin).",
-    )] = None,
-    deep: bool = typer.Option(
-        False, "--deep", help="Also import torch, initialise CUDA and run a tiny kernel in a "
-        "child process; a crash (-11) or hang becomes a finding.",
-    ),
-    deep_timeout: float = typer.Option(
-        120.0, "--deep-timeout", min=1.0, help="Seconds the --deep child may take.",
-    ),
-    json_output: bool = typer.Option(
-        False, "--json", help='Print {"findings": [...], "target": {...}, "installed": {...}}.',
-    ),
-    *,
-    target_opts: TargetOptions,
-) -> None:
+def audit(*, python: Path | None, prefix: Path | None, report: str | None, deep: bool,
+          deep_timeout: float, json_output: bool, target_opts: TargetOptions) -> None:
     """Find what will crash this environment on the target: driver too old for the build,
     missing GPU kernels, CPU builds, mixed CUDA builds, duplicate torch installs, DeepSpeed
     built without torch, nvcc mismatches, shadowing libraries.
 
     Exit 0 when no error-level finding, 1 otherwise.
     """
-    from cudalock.cli.common import emit_json, load_matrix_for
+    from cudalock.cli.common import echo, emit_json, load_matrix_for
     from cudalock.errors import UsageError
 
     if report is not None and (python is not None or prefix is not None or deep):
@@ -58,25 +35,61 @@ def audit(
                          "--prefix or --deep")
     if python is not None and prefix is not None:
         raise UsageError("give either --python or --prefix, not both")
-    matrix = load_matrix_for(target_opts)
     if report is not None:
+        matrix = load_matrix_for(target_opts)
         from cudalock.audit_env import audit_report
         from cudalock.reports import parse_report
 
         outcome = audit_report(parse_report(read_report(report)), matrix, target_opts)
     else:
-        from cudalock.audit_env import audit_live
-        from cudalock.targets import targets_from_options
+        from cudalock.inspect_env import start_inspection
 
-        targets = targets_from_options(target_opts, matrix)
-        outcome = audit_live(targets, matrix, python=python, prefix=prefix, deep=deep,
-                             deep_timeout=deep_timeout)
+        # The audited interpreter reads its environment while this one loads the matrix and
+        # probes the machine: on two cores the audit then takes about as long as the slower.
+        with start_inspection(python=python, prefix=prefix) as inspection:
+            from cudalock.audit_env import audit_live
+            from cudalock.targets import targets_from_options
+
+            matrix = load_matrix_for(target_opts)
+            targets = targets_from_options(target_opts, matrix)
+            outcome = audit_live(targets, matrix, deep=deep, deep_timeout=deep_timeout,
+                                 inspection=inspection)
     if json_output:
         emit_json(outcome.to_json())
     else:
-        typer.echo(render(outcome))
+        echo(render(outcome))
     if outcome.has_errors:
-        raise typer.Exit(1)
+        raise SystemExit(1)
+
+
+def _run(values: Mapping[str, Any]) -> None:
+    audit(python=values["python"], prefix=values["prefix"], report=values["report"],
+          deep=values["deep"], deep_timeout=values["deep_timeout"],
+          json_output=values["json_output"], target_opts=target_options_from(values))
+
+
+COMMAND = Command(
+    flags=(
+        Flag("python", ("--python",), "path",
+             help="Audit the environment of this interpreter (default: the active VIRTUAL_ENV "
+             "/ CONDA_PREFIX, else python3 on PATH)."),
+        Flag("prefix", ("--prefix",), "path",
+             help="Audit the conda environment (or venv) rooted here."),
+        Flag("report", ("--report",), "str", metavar="FILE|-",
+             help="Audit pasted report text instead: collect_env, ds_report or llamafactory-cli "
+             "env output ('-' reads stdin)."),
+        Flag("deep", ("--deep",), "bool", default=False,
+             help="Also import torch, initialise CUDA and run a tiny kernel in a child process; "
+             "a crash (-11) or hang becomes a finding."),
+        Flag("deep_timeout", ("--deep-timeout",), "float", default=120.0, minimum=1.0,
+             help="Seconds the --deep child may take."),
+        Flag("json_output", ("--json",), "bool", default=False,
+             help='Print {"findings": [...], "target": {...}, "installed": {...}}.'),
+        *TARGET_FLAGS,
+    ),
+    run=_run,
+    help=audit.__doc__ or "",
+)
 
 
 def read_report(source: str) -> str:
@@ -105,7 +118,7 @@ def read_report(source: str) -> str:
 _HEADINGS = (("error", "Errors"), ("warning", "Warnings"), ("info", "Notes"))
 
 
-def render(outcome: "AuditOutcome") -> str:
+def render(outcome: AuditOutcome) -> str:
     """The findings for people: grouped by severity, each with its evidence and fix."""
     import textwrap
 

@@ -1,4 +1,4 @@
-"""Small helpers the command modules share (kept import-light)."""
+"""Small helpers the command modules share (standard library only: the hot commands use them)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cudalock.cli.options import TargetOptions
     from cudalock.matrix import Matrix
+
+
+def echo(text: str, *, err: bool = False) -> None:
+    """Print one message and a newline on stdout (stderr with ``err``), flushed at once."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
 
 
 def emit_json(document: Any) -> None:

@@ -4,48 +4,51 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cudalock.cli.options import F, add_options
+from cudalock.cli.flags import Flag
+from cudalock.cli.options import F
+from cudalock.cli.typer_bridge import add_options
 
 if TYPE_CHECKING:
+    from cudalock.cli.flags import Kind
     from cudalock.doctor import SetupHints
 
 MEMORY_PANEL = "The training run (memory check)"
 
-ParamsOpt = Annotated[str | None, typer.Option(
-    "--params", help="Model parameters: 7B, 7e9, 1.5T, 350M.", rich_help_panel=MEMORY_PANEL)]
-ModelOpt = Annotated[Path | None, typer.Option(
-    "--model", help="A Hugging Face config.json, model.safetensors.index.json, *.safetensors or "
-    "model directory to count parameters from.", rich_help_panel=MEMORY_PANEL)]
-LargestOpt = Annotated[str | None, typer.Option(
-    "--largest-layer-params", help="Parameters of the largest layer (ZeRO-3's GPU figure), "
-    "e.g. 131M.", rich_help_panel=MEMORY_PANEL)]
-ZeroOpt = Annotated[int | None, typer.Option(
-    "--zero", help="ZeRO stage: 2 or 3 (1 is checked with the ZeRO-2 formulas).",
-    rich_help_panel=MEMORY_PANEL)]
-GpusOpt = Annotated[int | None, typer.Option(
-    "--gpus-per-node", help="GPUs (ranks) per node; default: this machine's GPU count.",
-    rich_help_panel=MEMORY_PANEL)]
-NodesOpt = Annotated[int | None, typer.Option(
-    "--nodes", help="Number of nodes (default 1).", rich_help_panel=MEMORY_PANEL)]
-OffloadOptOpt = Annotated[str | None, typer.Option(
-    "--offload-optimizer", help="cpu or none (default none).", rich_help_panel=MEMORY_PANEL)]
-OffloadParamOpt = Annotated[str | None, typer.Option(
-    "--offload-param", help="cpu or none (default none; ZeRO-3 only).",
-    rich_help_panel=MEMORY_PANEL)]
-GatherOpt = Annotated[bool | None, typer.Option(
-    "--gather-16bit-weights/--no-gather-16bit-weights",
-    help="ZeRO-3: stage3_gather_16bit_weights_on_model_save (default: assumed true).",
-    rich_help_panel=MEMORY_PANEL)]
-HostMemOpt = Annotated[str | None, typer.Option(
-    "--host-memory", help="Host RAM to compare with instead of this machine's: 512GB, 64GiB, "
-    "64Gi, 2TiB.", rich_help_panel=MEMORY_PANEL)]
-DsConfigOpt = Annotated[Path | None, typer.Option(
-    "--deepspeed-config", help="The run's DeepSpeed config JSON (ZeRO stage, offload, "
-    "gathering).", rich_help_panel=MEMORY_PANEL)]
+
+
+def _memory_flag(dest: str, names: str, kind: Kind, help: str) -> Flag:
+    return Flag(dest, tuple(names.split()), kind, help=help, panel=MEMORY_PANEL)
+
+
+MEMORY_FLAGS: tuple[Flag, ...] = (
+    _memory_flag("params", "--params", "str", "Model parameters: 7B, 7e9, 1.5T, 350M."),
+    _memory_flag("model", "--model", "path", "A Hugging Face config.json, "
+                 "model.safetensors.index.json, *.safetensors or model directory to count "
+                 "parameters from."),
+    _memory_flag("largest_layer_params", "--largest-layer-params", "str", "Parameters of the "
+                 "largest layer (ZeRO-3's GPU figure), e.g. 131M."),
+    _memory_flag("zero", "--zero", "int", "ZeRO stage: 2 or 3 (1 is checked with the ZeRO-2 "
+                 "formulas)."),
+    _memory_flag("gpus_per_node", "--gpus-per-node", "int", "GPUs (ranks) per node; default: "
+                 "this machine's GPU count."),
+    _memory_flag("nodes", "--nodes", "int", "Number of nodes (default 1)."),
+    _memory_flag("offload_optimizer", "--offload-optimizer", "str", "cpu or none (default "
+                 "none)."),
+    _memory_flag("offload_param", "--offload-param", "str", "cpu or none (default none; ZeRO-3 "
+                 "only)."),
+    # typer's on/off pair; None (neither given) means "assumed true".
+    _memory_flag("gather_16bit_weights", "--gather-16bit-weights/--no-gather-16bit-weights",
+                 "bool", "ZeRO-3: stage3_gather_16bit_weights_on_model_save (default: assumed "
+                 "true)."),
+    _memory_flag("host_memory", "--host-memory", "str", "Host RAM to compare with instead of "
+                 "this machine's: 512GB, 64GiB, 64Gi, 2TiB."),
+    _memory_flag("deepspeed_config", "--deepspeed-config", "path", "The run's DeepSpeed config "
+                 "JSON (ZeRO stage, offload, gathering)."),
+)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 
 
@@ -111,24 +114,9 @@ class MemoryOptions:
         return parse_bytes(self.host_memory) if self.host_memory is not None else None
 
 
-_MEMORY_PARAMETERS: dict[str, tuple[Any, Any]] = {
-    "params": (ParamsOpt, None),
-    "model": (ModelOpt, None),
-    "largest_layer_params": (LargestOpt, None),
-    "zero": (ZeroOpt, None),
-    "gpus_per_node": (GpusOpt, None),
-    "nodes": (NodesOpt, None),
-    "offload_optimizer": (OffloadOptOpt, None),
-    "offload_param": (OffloadParamOpt, None),
-    "gather_16bit_weights": (GatherOpt, None),
-    "host_memory": (HostMemOpt, None),
-    "deepspeed_config": (DsConfigOpt, None),
-}
-
-
 def memory_options(func: F) -> F:
     """Add the training-run flags to a command; it receives them as ``memory_opts``."""
-    return add_options(func, "memory_opts", _MEMORY_PARAMETERS,
+    return add_options(func, "memory_opts", MEMORY_FLAGS,
                        lambda values: MemoryOptions(**values))
 
 

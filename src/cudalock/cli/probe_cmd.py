@@ -1,26 +1,22 @@
-"""`cudalock probe`: what this machine (or the machine the flags describe) is."""
+"""`cudalock probe`: what this machine (or the machine the flags describe) is.
+
+Declared as a table (:class:`~cudalock.cli.flags.Command`): a well-formed command line runs
+without typer.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from cudalock.cli.options import TargetOptions, target_options
+from cudalock.cli.flags import Command, Flag
+from cudalock.cli.options import TARGET_FLAGS, TargetOptions, target_options_from
 
 if TYPE_CHECKING:
     from cudalock.model import Target
 
 
-@target_options
-def probe(
-    json_output: bool = typer.Option(
-        False, "--json", help="Print the Target as JSON (schema_version 1; a list when several "
-        "--probe files are given).",
-    ),
-    *,
-    target_opts: TargetOptions,
-) -> None:
+def probe(*, json_output: bool, target_opts: TargetOptions) -> None:
     """Report the Target: NVIDIA driver, its maximum CUDA version, GPUs and the host.
 
     Sources, in order: NVML, the kernel module's version files, nvidia-smi.
@@ -29,7 +25,7 @@ def probe(
 
     The Target flags describe a machine you are not on; --probe reads another machine's JSON.
     """
-    from cudalock.cli.common import emit_json, load_matrix_for
+    from cudalock.cli.common import echo, emit_json, load_matrix_for
     from cudalock.targets import targets_from_options
 
     matrix = load_matrix_for(target_opts)
@@ -38,7 +34,23 @@ def probe(
         documents = [t.to_json() for t in targets]
         emit_json(documents[0] if len(documents) == 1 else documents)
         return
-    typer.echo("\n\n".join(summary(t) for t in targets))
+    echo("\n\n".join(summary(t) for t in targets))
+
+
+def _run(values: Mapping[str, Any]) -> None:
+    probe(json_output=values["json_output"], target_opts=target_options_from(values))
+
+
+COMMAND = Command(
+    flags=(
+        Flag("json_output", ("--json",), "bool", default=False,
+             help="Print the Target as JSON (schema_version 1; a list when several --probe "
+             "files are given)."),
+        *TARGET_FLAGS,
+    ),
+    run=_run,
+    help=probe.__doc__ or "",
+)
 
 
 def summary(target: Target) -> str:

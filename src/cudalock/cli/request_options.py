@@ -1,23 +1,23 @@
 """Options shared by every command that takes a Request, declared once.
 
-``@request_options`` adds ``--torch``, ``--python``, ``--cuda``, ``--compat``, ``--with``,
-``--framework``, ``--pytorch-index``, ``--pypi-index`` and ``--allow-insecure-index`` to a typer
-command and hands it one :class:`RequestOptions` value as its ``request_opts`` argument. Values
-not given are None, so a spec file (``cudalock.toml``) can fill them: see
-:meth:`RequestOptions.to_request`.
+``--torch``, ``--python``, ``--cuda``, ``--compat``, ``--with``, ``--framework``,
+``--pytorch-index``, ``--pypi-index`` and ``--allow-insecure-index``: a command declared as a table
+adds :data:`REQUEST_FLAGS` to its own and reads them with :func:`request_options_from`; a
+typer-declared command gets them from ``@request_options`` as one ``request_opts:
+RequestOptions`` argument. Standard library only. Values not given are None, so a spec file
+(``cudalock.toml``) can fill them: see :meth:`RequestOptions.to_request`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import typer
-
-from cudalock.cli.options import add_options
+from cudalock.cli.flags import Flag
 
 if TYPE_CHECKING:
+    from cudalock.cli.flags import Kind
     from cudalock.model import Request
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,37 +58,37 @@ class RequestOptions:
         )
 
 
-def _opt(hint: Any, *names: str, help: str, envvar: str | None = None) -> Any:
-    return Annotated[hint, typer.Option(*names, help=help, envvar=envvar,
-                                        rich_help_panel=REQUEST_PANEL)]
+def _flag(dest: str, name: str, kind: Kind, help: str, envvar: str | None = None,
+          default: Any = None) -> Flag:
+    return Flag(dest, (name,), kind, help=help, envvar=envvar, default=default,
+                panel=REQUEST_PANEL)
 
 
-_PARAMETERS: dict[str, tuple[Any, Any]] = {
-    "torch": (_opt(str | None, "--torch", help="torch version or specifier: 2.1.0, "
-                   "'>=2.1,<2.4' (default: the newest that fits)."), None),
-    "python": (_opt(str | None, "--python", help="Python version of the environment, e.g. "
-                    "3.11 (default: the newest the chosen torch supports)."), None),
-    "cuda": (_opt(str | None, "--cuda", help="Pin the CUDA build, e.g. 12.1 (default: the "
-                  "newest the driver allows)."), None),
-    "compat": (_opt(str | None, "--compat", help="strict (default: CUDA build <= driver CUDA) "
-                    "or minor (NVIDIA minor-version compatibility)."), None),
-    "with_": (_opt(list[str] | None, "--with", help="Companion package, e.g. torchaudio or "
-                   "'deepspeed>=0.15' (repeatable; adds to torchvision; 'none' drops it)."), None),
-    "framework": (_opt(str | None, "--framework", help="Fine-tuning framework: a requirement "
-                       "(llamafactory==0.9.5), a local path (installed editable) or a VCS URL."),
-                  None),
-    "pytorch_index": (_opt(str | None, "--pytorch-index", envvar="CUDALOCK_PYTORCH_INDEX",
-                           help="PyTorch index base URL (default https://download.pytorch.org/"
-                           "whl); the build variant (/cu121) is appended."), None),
-    "pypi_index": (_opt(str | None, "--pypi-index", envvar="CUDALOCK_PYPI_INDEX",
-                        help="PyPI-compatible simple index URL for everything else "
-                        "(default: pip's own)."), None),
-    "allow_insecure_index": (_opt(bool, "--allow-insecure-index", help="Accept plain http "
-                                  "index URLs to hosts other than loopback."), False),
-}
+REQUEST_FLAGS: tuple[Flag, ...] = (
+    _flag("torch", "--torch", "str", "torch version or specifier: 2.1.0, '>=2.1,<2.4' "
+          "(default: the newest that fits)."),
+    _flag("python", "--python", "str", "Python version of the environment, e.g. 3.11 "
+          "(default: the newest the chosen torch supports)."),
+    _flag("cuda", "--cuda", "str", "Pin the CUDA build, e.g. 12.1 (default: the newest the "
+          "driver allows)."),
+    _flag("compat", "--compat", "str", "strict (default: CUDA build <= driver CUDA) or minor "
+          "(NVIDIA minor-version compatibility)."),
+    _flag("with_", "--with", "strs", "Companion package, e.g. torchaudio or 'deepspeed>=0.15' "
+          "(repeatable; adds to torchvision; 'none' drops it)."),
+    _flag("framework", "--framework", "str", "Fine-tuning framework: a requirement "
+          "(llamafactory==0.9.5), a local path (installed editable) or a VCS URL."),
+    _flag("pytorch_index", "--pytorch-index", "str", "PyTorch index base URL (default "
+          "https://download.pytorch.org/whl); the build variant (/cu121) is appended.",
+          envvar="CUDALOCK_PYTORCH_INDEX"),
+    _flag("pypi_index", "--pypi-index", "str", "PyPI-compatible simple index URL for "
+          "everything else (default: pip's own).", envvar="CUDALOCK_PYPI_INDEX"),
+    _flag("allow_insecure_index", "--allow-insecure-index", "bool", "Accept plain http index "
+          "URLs to hosts other than loopback.", default=False),
+)
 
 
-def _request_options_from(values: dict[str, Any]) -> RequestOptions:
+def request_options_from(values: Mapping[str, Any]) -> RequestOptions:
+    """The :class:`RequestOptions` for the values of :data:`REQUEST_FLAGS` (by ``dest``)."""
     with_packages = values["with_"]
     return RequestOptions(
         torch=values["torch"],
@@ -104,5 +104,7 @@ def _request_options_from(values: dict[str, Any]) -> RequestOptions:
 
 
 def request_options(func: F) -> F:
-    """Add the Request flags to a command; it receives them as ``request_opts``."""
-    return add_options(func, "request_opts", _PARAMETERS, _request_options_from)
+    """Add the Request flags to a typer-declared command; it receives ``request_opts``."""
+    from cudalock.cli.typer_bridge import add_options
+
+    return add_options(func, "request_opts", REQUEST_FLAGS, request_options_from)

@@ -1,47 +1,39 @@
 """`cudalock resolve`: the torch stack the target can run, and why.
 
-Kept import-light: typer and the standard library here; the matrix, the resolver and the
-probe are imported inside the command (no requests, tomlkit, rich or torch on this path).
+Declared as a table (:class:`~cudalock.cli.flags.Command`), so a well-formed command line runs
+without typer. Standard library here; the matrix, the resolver and the probe are imported
+inside the command (no requests, tomlkit, rich or torch on this path).
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
+from typing import Any
 
-import typer
+from cudalock.cli.flags import Command, Flag
+from cudalock.cli.options import TARGET_FLAGS, TargetOptions, target_options_from
+from cudalock.cli.request_options import REQUEST_FLAGS, RequestOptions, request_options_from
 
-from cudalock.cli.options import TargetOptions, target_options
-from cudalock.cli.request_options import RequestOptions, request_options
 
-
-@target_options
-@request_options
-def resolve(
-    json_output: bool = typer.Option(
-        False, "--json", help="Print the Plan as JSON (the documented, stable object); when "
-        "nothing fits, {\"error\", \"hint\", \"rejected\"} and exit 1.",
-    ),
-    *,
-    target_opts: TargetOptions,
-    request_opts: RequestOptions,
-) -> None:
+def resolve(*, json_output: bool, target_opts: TargetOptions,
+            request_opts: RequestOptions) -> None:
     """Choose torch, its CUDA build, torchvision and friends for the target, and say why.
 
     The newest torch release matching --torch with a build the driver can run (--compat) whose
     kernels cover every GPU; several --probe files resolve one plan for the whole fleet.
     Exit 1 when nothing fits, naming the nearest candidates and what would fix them.
     """
-    from cudalock.cli.common import emit_json, load_matrix_for
+    from cudalock.cli.common import echo, emit_json, load_matrix_for
     from cudalock.errors import Unsatisfiable
     from cudalock.explain import render_plan, render_unsatisfiable, unsatisfiable_json
     from cudalock.resolve import resolve as resolve_plan
     from cudalock.targets import targets_from_options
+    from cudalock.urls import redact
 
     request = request_opts.to_request(base=None)
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
-    from cudalock.urls import redact
-
     # The plan keeps index credentials (bootstrap writes them into the files that need them);
     # what resolve prints never shows them.
     try:
@@ -49,16 +41,34 @@ def resolve(
     except Unsatisfiable as err:
         if json_output:
             emit_json(_redacted(unsatisfiable_json(err)))
-            raise typer.Exit(err.exit_code) from None
+            raise SystemExit(err.exit_code) from None
         details = render_unsatisfiable(err)
         if details:
-            # The one-line error and hint come from cli.app; the candidates go first, above it.
-            typer.echo(redact(details), err=True)
+            # The one-line error and hint come from cli.main; the candidates go first, above it.
+            echo(redact(details), err=True)
         raise
     if json_output:
         emit_json(_redacted(plan.to_json()))
         return
-    typer.echo(redact(render_plan(plan, bootstrap_command(target_opts, request_opts))))
+    echo(redact(render_plan(plan, bootstrap_command(target_opts, request_opts))))
+
+
+def _run(values: Mapping[str, Any]) -> None:
+    resolve(json_output=values["json_output"], target_opts=target_options_from(values),
+            request_opts=request_options_from(values))
+
+
+COMMAND = Command(
+    flags=(
+        Flag("json_output", ("--json",), "bool", default=False,
+             help="Print the Plan as JSON (the documented, stable object); when nothing fits, "
+             "{\"error\", \"hint\", \"rejected\"} and exit 1."),
+        *REQUEST_FLAGS,
+        *TARGET_FLAGS,
+    ),
+    run=_run,
+    help=resolve.__doc__ or "",
+)
 
 
 def _redacted(document: object) -> object:
