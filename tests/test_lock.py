@@ -12,6 +12,7 @@ from packaging.pylock import Pylock
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
 from cudalock.lock import (
     LockInput,
+    build_interpreter,
     classify_uv_failure,
     finalize_lock,
     input_project,
@@ -159,6 +160,27 @@ def test_uv_arguments_target_the_plan_and_ignore_user_config() -> None:
         assert piece in joined
     assert PYPI not in joined  # passed through the environment, never argv
     assert "--upgrade" not in uv_compile_args("uv", inp, upgrade=False, cache_dir=None)
+
+
+def test_uv_builds_with_this_interpreter_only_when_it_is_the_target_python() -> None:
+    assert build_interpreter("3.11", executable="/py", version=(3, 11),
+                             free_threaded=False) == "/py"
+    assert build_interpreter("3.12", executable="/py", version=(3, 11),
+                             free_threaded=False) is None
+    assert build_interpreter("3.13t", executable="/py", version=(3, 13),
+                             free_threaded=False) is None
+    assert build_interpreter("3.13t", executable="/py", version=(3, 13),
+                             free_threaded=True) == "/py"
+    assert build_interpreter("3.13", executable="/py", version=(3, 13),
+                             free_threaded=True) is None
+    assert build_interpreter("3.11", executable="", version=(3, 11), free_threaded=False) is None
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    inp = lock_input(plan(), REQUEST)
+    args = uv_compile_args("uv", inp, upgrade=False, cache_dir=None)
+    if inp.python == running and build_interpreter(running) is not None:
+        assert args[args.index("--python") + 1] == sys.executable
+    else:
+        assert "--python" not in args
 
 
 def test_uv_environment_drops_index_routing_and_sets_limits() -> None:
