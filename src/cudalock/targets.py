@@ -9,13 +9,11 @@ probe's Target, or of each file's Target. No flags: the live probe.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from cudalock.errors import InputError, UsageError
@@ -32,6 +30,8 @@ from cudalock.versions import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from cudalock.cli.options import TargetOptions
     from cudalock.matrix import GpuModel, Matrix
 
@@ -111,6 +111,10 @@ _NAME_PREFIXES = ("", "NVIDIA ", "Tesla ", "NVIDIA GeForce ")
 
 def nearest_gpu_names(name: str, matrix: Matrix, limit: int = 3) -> list[str]:
     """Up to ``limit`` GPU names of the matrix that look like ``name`` (typos, case, prefixes)."""
+    # Imported here, not at the top: only an unknown --gpu name needs it, and every command
+    # that builds a Target imports this module.
+    import difflib
+
     known = sorted({g.name for g in matrix.gpus} | {m for g in matrix.gpus for m in g.match})
     # Compare without case and without the vendor prefixes, so 'h1oo' finds 'H100 80GB' as
     # readily as 'RTX 4O90' finds 'RTX 4090'.
