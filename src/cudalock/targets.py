@@ -9,15 +9,24 @@ probe's Target, or of each file's Target. No flags: the live probe.
 
 from __future__ import annotations
 
-import functools
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from cudalock.errors import InputError, UsageError
-from cudalock.model import PLATFORMS, TARGET_SCHEMA_VERSION, Gpu, Host, Target
+from cudalock.model import (
+    PLATFORMS,
+    TARGET_SCHEMA_VERSION,
+    Gpu,
+    Host,
+    Target,
+    new_gpu,
+    new_host,
+    new_target,
+)
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
@@ -222,11 +231,22 @@ def _derived_note(driver: DriverVersion, cuda: CudaVersion | None) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Probe files
+#
+# A fleet is thousands of files and tens of thousands of GPU entries, so a document is read in
+# one of two ways. _plain_target makes one pass of exact-type checks over it (type(x) is str,
+# key sets compared as sets), parses each distinct version string once per read (_Parsed:
+# a fleet's files repeat the same few), and builds the Target without the dataclasses'
+# per-field overhead (model.new_gpu & co.). Anything it does not accept outright, every
+# invalid document included, goes to _checked_target: field by field, in a fixed order,
+# wording the first problem. _checked_target is the definition of what is valid and what it
+# reads as; _plain_target accepts only documents it accepts and builds equal Targets
+# (tests/test_targets_plain.py checks both on generated documents).
 
 
 def read_probe_files(paths: tuple[Path, ...] | list[Path]) -> list[Target]:
     """One Target per file, named after its recorded hostname (or the file when absent)."""
-    targets = [read_probe_file(path) for path in paths]
+    parsed = _Parsed()
+    targets = [_read_probe_file(path, parsed) for path in paths]
     counts: dict[str, int] = {}
     for target in targets:
         counts[target.name] = counts.get(target.name, 0) + 1
@@ -238,10 +258,13 @@ def read_probe_files(paths: tuple[Path, ...] | list[Path]) -> list[Target]:
 
 def read_probe_file(path: Path) -> Target:
     """A Target from a probe JSON file; any problem is an :class:`InputError` naming the file."""
+    return _read_probe_file(path, _Parsed())
+
+
+def _read_probe_file(path: Path, parsed: _Parsed) -> Target:
     shown = str(path)
     try:
-        # Bytes, then one decode: faster than a text-mode read (fleets are large).
-        text = path.read_bytes().decode("utf-8")
+        text = _read_bytes(shown).decode("utf-8")  # bytes, then one decode: no text layer
     except FileNotFoundError:
         raise InputError(f"probe file {shown!r} does not exist") from None
     except IsADirectoryError:
@@ -256,11 +279,36 @@ def read_probe_file(path: Path) -> Target:
             else "nested too deeply"
         raise InputError(f"probe file {shown!r} is not valid JSON: {detail}",
                          hint="write it with 'cudalock probe --json > FILE'") from None
+    target = _plain_target(data, None, shown, parsed, file=path)
+    if target is not None:
+        return target
     hostname = _recorded_hostname(data)
     try:
-        return target_from_json(data, hostname or path.stem, read_from=shown)
+        return _checked_target(data, hostname or path.stem, read_from=shown)
     except InputError as err:
         raise InputError(f"probe file {shown!r}: {err.message}", hint=err.hint) from None
+
+
+#: os.open flags for reading a file's bytes as they are (O_BINARY: no newline translation on
+#: Windows; it is 0 elsewhere).
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0)
+
+
+def _read_bytes(path: str) -> bytes:
+    """The file's bytes, as ``Path.read_bytes()`` reads them, with the same OSErrors.
+
+    Plain os.open/os.read: the buffered file object ``read_bytes`` builds costs more than
+    reading a small probe file, and a fleet means thousands of them. A directory fails as
+    with ``open()``: IsADirectoryError (from os.read), PermissionError on Windows.
+    """
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def _recorded_hostname(data: Any) -> str | None:
@@ -275,6 +323,7 @@ def _recorded_hostname(data: Any) -> str | None:
 
 _TOP_KEYS = ("schema_version", "name", "platform", "driver_version", "driver_cuda", "gpus",
              "host", "source", "notes")
+_TOP_KEY_SET = frozenset(_TOP_KEYS)
 
 
 def target_from_json(data: Any, name: str | None = None, *, read_from: str | None = None
@@ -285,6 +334,159 @@ def target_from_json(data: Any, name: str | None = None, *, read_from: str | Non
     machine that cannot run cudalock can be short. ``name`` replaces the recorded name;
     ``read_from`` (a file) becomes the source, the recorded source a note.
     """
+    target = _plain_target(data, name, read_from, _Parsed())
+    if target is not None:
+        return target
+    return _checked_target(data, name, read_from=read_from)
+
+
+class _Parsed:
+    """The version strings and platforms met so far while reading one set of probe files.
+
+    A fleet's files repeat the same few driver versions, CUDA versions, compute capabilities
+    and platforms: each is parsed (or matched) once per read, not once per file or GPU. The
+    values are immutable, so Targets may share them.
+    """
+
+    __slots__ = ("ccs", "cudas", "drivers", "platforms")
+
+    def __init__(self) -> None:
+        self.drivers: dict[str, DriverVersion] = {}
+        self.cudas: dict[str, CudaVersion] = {}
+        self.ccs: dict[str, ComputeCapability] = {}
+        self.platforms: set[str] = set()
+
+
+def _plain_target(data: Any, name: str | None, read_from: str | None, parsed: _Parsed,
+                  *, file: Path | None = None) -> Target | None:
+    """The Target of a valid document made of plain JSON values, in one pass; else None.
+
+    None means "not accepted here", never "invalid": the caller then asks _checked_target,
+    which reads what is valid but unusual (a Mapping that is not a dict, a str subclass) and
+    words the first problem of what is not. Names and sources as in :func:`target_from_json`;
+    with ``file``, the name is the recorded hostname (stripped, when not blank), else the
+    file's stem, as :func:`read_probe_file` names Targets.
+    """
+    if type(data) is not dict or not data.keys() <= _TOP_KEY_SET:
+        return None
+    get = data.get
+    version = get("schema_version")
+    if type(version) is not int or version != TARGET_SCHEMA_VERSION:
+        return None
+    platform = get("platform")
+    if type(platform) is not str:
+        return None
+    if platform not in parsed.platforms:
+        if not _PLATFORM_SHAPE.match(platform):
+            return None
+        parsed.platforms.add(platform)
+    notes_raw = get("notes", [])
+    if type(notes_raw) is not list:
+        return None
+    for note in notes_raw:
+        if type(note) is not str:
+            return None
+    recorded_name = get("name")
+    source = get("source")
+    if (recorded_name is not None and type(recorded_name) is not str) \
+            or (source is not None and type(source) is not str):
+        return None
+    try:
+        driver_version: DriverVersion | None = None
+        driver_text = get("driver_version")
+        if driver_text is not None:
+            if type(driver_text) is not str:
+                return None
+            driver_version = parsed.drivers.get(driver_text)
+            if driver_version is None:
+                driver_version = parsed.drivers[driver_text] = parse_driver_version(driver_text)
+        driver_cuda: CudaVersion | None = None
+        cuda_text = get("driver_cuda")
+        if cuda_text is not None:
+            if type(cuda_text) is not str:
+                return None
+            driver_cuda = parsed.cudas.get(cuda_text)
+            if driver_cuda is None:
+                driver_cuda = parsed.cudas[cuda_text] = parse_cuda_version(cuda_text)
+        gpus = _plain_gpus(get("gpus", []), parsed.ccs)
+    except InputError:  # a bad version string: _checked_target words it
+        return None
+    if gpus is None:
+        return None
+    host_raw = get("host")
+    host = Host() if host_raw is None else _plain_host(host_raw)
+    if host is None:
+        return None
+    if file is not None:
+        # The stem only when needed: most probe files record their hostname.
+        name = (host.hostname.strip() if host.hostname is not None else "") or file.stem
+    source = source or "file"
+    notes = tuple(notes_raw)
+    if read_from is not None:
+        notes = (f"read from {read_from} (probed there via {source})", *notes)
+        source = f"file:{read_from}"
+    return new_target(platform, driver_version, driver_cuda, gpus, host,
+                      name or recorded_name or "this machine", source, notes)
+
+
+def _plain_gpus(entries: Any, ccs: dict[str, ComputeCapability]
+                ) -> tuple[Gpu, ...] | None:
+    """The ``gpus`` list of :func:`_plain_target`: one pass per entry, None when it declines.
+
+    Raises InputError for a compute capability that does not parse.
+    """
+    if type(entries) is not list:
+        return None
+    gpus: list[Gpu] = []
+    for entry in entries:
+        if type(entry) is not dict or not entry.keys() <= _GPU_KEY_SET:
+            return None
+        get = entry.get
+        name = get("name")
+        index = get("index")
+        uuid = get("uuid")
+        cc_text = get("compute_capability")
+        memory = get("memory_total_bytes")
+        if type(name) is not str \
+                or (index is not None and (type(index) is not int or index < 0)) \
+                or (uuid is not None and type(uuid) is not str) \
+                or (memory is not None and (type(memory) is not int or memory < 0)):
+            return None
+        cc: ComputeCapability | None = None
+        if cc_text is not None:
+            if type(cc_text) is not str:
+                return None
+            cc = ccs.get(cc_text)
+            if cc is None:
+                cc = ccs[cc_text] = parse_compute_capability(cc_text)
+        gpus.append(new_gpu(name, cc, index, uuid, memory))
+    return tuple(gpus)
+
+
+def _plain_host(entry: Any) -> Host | None:
+    """The ``host`` object of :func:`_plain_target` (not null), or None when it declines."""
+    if type(entry) is not dict or not entry.keys() <= _HOST_KEY_SET:
+        return None
+    get = entry.get
+    system = get("os")
+    arch = get("arch")
+    glibc = get("glibc")
+    memory = get("memory_total_bytes")
+    limit = get("cgroup_memory_limit_bytes")
+    hostname = get("hostname")
+    if (system is not None and type(system) is not str) \
+            or (arch is not None and type(arch) is not str) \
+            or (glibc is not None and type(glibc) is not str) \
+            or (memory is not None and (type(memory) is not int or memory < 0)) \
+            or (limit is not None and (type(limit) is not int or limit < 0)) \
+            or (hostname is not None and type(hostname) is not str):
+        return None
+    return new_host(system, arch, glibc, memory, limit, hostname)
+
+
+def _checked_target(data: Any, name: str | None = None, *, read_from: str | None = None
+                    ) -> Target:
+    """:func:`target_from_json` field by field, wording the first problem (see above)."""
     document = _object(data, "the document")
     _no_unknown_keys(document, _TOP_KEYS, "the document")
     version = document.get("schema_version")
@@ -329,6 +531,8 @@ _GPU_FIELDS: dict[str, type] = {"index": int, "name": str, "uuid": str,
                                  "compute_capability": str, "memory_total_bytes": int}
 _HOST_FIELDS: dict[str, type] = {"os": str, "arch": str, "glibc": str, "memory_total_bytes": int,
                                   "cgroup_memory_limit_bytes": int, "hostname": str}
+_GPU_KEY_SET = frozenset(_GPU_FIELDS)
+_HOST_KEY_SET = frozenset(_HOST_FIELDS)
 
 
 def _gpu_from_json(data: Any, position: int) -> Gpu:
@@ -369,8 +573,8 @@ def _check_fields(entry: Mapping[str, Any], fields: dict[str, type], where: str 
                   required: str | None = None) -> None:
     """Every field known, of its type (null allowed), integers non-negative; else InputError.
 
-    Fleets mean tens of thousands of entries, so the common case is one pass without calls;
-    only a bad entry takes the slower path that words the error.
+    The common case is one pass without calls; only a bad entry takes the slower path that
+    words the error.
     """
     if required is None or type(entry.get(required)) is str:
         for key, value in entry.items():
@@ -400,14 +604,7 @@ def _object(data: Any, where: str) -> Mapping[str, Any]:
     return data
 
 
-@functools.lru_cache(maxsize=8)
-def _key_set(known: tuple[str, ...]) -> frozenset[str]:
-    return frozenset(known)
-
-
 def _no_unknown_keys(entry: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
-    if entry.keys() <= _key_set(known):  # the common case, without a Python-level loop
-        return
     unknown = [str(k) for k in entry if k not in known]
     if unknown:
         raise InputError(f"{where} has unknown field(s) {', '.join(map(repr, sorted(unknown)))}; "
