@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from cudalock.cli import audit_cmd, probe_cmd, resolve_cmd
 from cudalock.cli.flags import REPEATABLE, Command, Flag, parse_command_line
+from cudalock.cli.main import COMMANDS, command_object
 from cudalock.cli.typer_bridge import typer_command
 
+#: Every command declared as a table (all but the ``matrix`` group).
 TABLES: dict[str, tuple[Flag, ...]] = {
-    "resolve": resolve_cmd.COMMAND.flags,
-    "audit": audit_cmd.COMMAND.flags,
-    "probe": probe_cmd.COMMAND.flags,
+    name: found.flags for name in COMMANDS
+    if isinstance(found := command_object(name), Command)
 }
 ENVVARS = sorted({f.envvar for flags in TABLES.values() for f in flags if f.envvar})
 
@@ -58,9 +58,12 @@ def _value_strategy(flag: Flag, well_formed: bool) -> st.SearchStrategy[str]:
             return st.integers(1, 10_000).map(str) if flag.kind == "int" else st.floats(
                 1, 1e6, allow_nan=False).map(repr)
         return NUMBER
-    if well_formed:
-        return WORD.filter(lambda text: not text.startswith("-"))
-    return st.one_of(WORD, st.sampled_from(["-", "-x", "--json", "--help"]))
+    # Values may start with "-": the next word is the value ("--exit-code -9"), as for typer.
+    return st.one_of(WORD, st.sampled_from(["-", "-9", "-x", "--json", "--help", "--"]))
+
+
+def _spellings(flag: Flag) -> list[str]:
+    return [part for name in flag.names for part in name.split("/")]
 
 
 @st.composite
@@ -68,13 +71,15 @@ def command_lines(draw: st.DrawFn, well_formed: bool) -> tuple[str, list[str], d
     name = draw(st.sampled_from(sorted(TABLES)))
     flags = TABLES[name]
     args: list[str] = []
-    for flag in draw(st.lists(st.sampled_from(flags), max_size=8)):
-        spelling = draw(st.sampled_from(flag.names))
+    chosen = draw(st.lists(st.sampled_from(flags), max_size=8))
+    chosen += [flag for flag in flags if flag.required]
+    for flag in draw(st.permutations(chosen)):
+        spelling = draw(st.sampled_from(_spellings(flag)))
         if flag.kind == "bool":
             args.append(spelling)
             continue
         value = draw(_value_strategy(flag, well_formed))
-        if draw(st.booleans()):
+        if spelling.startswith("--") and draw(st.booleans()):  # "-o=x" means "=x" to typer
             args.append(f"{spelling}={value}")
         else:
             args += [spelling, value]
@@ -85,8 +90,6 @@ def command_lines(draw: st.DrawFn, well_formed: bool) -> tuple[str, list[str], d
         args[position:position] = extra
     env = draw(st.dictionaries(st.sampled_from(ENVVARS), st.one_of(st.just(""), WORD),
                                max_size=len(ENVVARS)))
-    if well_formed:
-        env = {k: v for k, v in env.items() if not v.startswith("-")}
     return name, args, env
 
 
@@ -96,7 +99,7 @@ def _no_cudalock_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(variable, raising=False)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(command_lines(well_formed=True))
 def test_well_formed_command_lines_are_read_without_typer_and_alike(
         line: tuple[str, list[str], dict[str, str]]) -> None:
@@ -109,7 +112,7 @@ def test_well_formed_command_lines_are_read_without_typer_and_alike(
     assert normalised(flags, fast) == normalised(flags, slow)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(command_lines(well_formed=False))
 def test_what_the_parser_accepts_typer_reads_the_same(
         line: tuple[str, list[str], dict[str, str]]) -> None:
@@ -125,12 +128,26 @@ def test_what_the_parser_accepts_typer_reads_the_same(
 
 @pytest.mark.parametrize("args", [
     ["--help"], ["--json", "--help"], ["--jsn"], ["--js"], ["extra"], ["--"],
-    ["--torch"], ["--torch", "--json"], ["--json=yes"], ["--deep-timeout", "0.5"],
+    ["--torch"], ["--json=yes"], ["--deep-timeout", "0.5"],
     ["--deep-timeout", "nan"], ["--python", "-", "--prefix"],
 ])
 def test_unusual_command_lines_go_to_typer(args: list[str]) -> None:
     flags = TABLES["resolve"] + TABLES["audit"][:5]
     assert parse_command_line(args, flags, environ={}) is None
+
+
+def test_a_missing_required_flag_and_on_off_pairs() -> None:
+    doctor = TABLES["doctor"]
+    assert parse_command_line(["--json"], doctor, environ={}) is None  # no --exit-code
+    values = parse_command_line(["--exit-code", "-9", "--no-gather-16bit-weights"], doctor,
+                                environ={})
+    assert values is not None
+    assert values["exit_code"] == "-9" and values["gather_16bit_weights"] is False
+    values = parse_command_line(["--exit-code=137", "--gather-16bit-weights"], doctor,
+                                environ={})
+    assert values is not None and values["gather_16bit_weights"] is True
+    values = parse_command_line(["--exit-code", "-11"], doctor, environ={})
+    assert values is not None and values["gather_16bit_weights"] is None
 
 
 def test_values_defaults_and_environment() -> None:

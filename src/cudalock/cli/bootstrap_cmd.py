@@ -1,57 +1,42 @@
-"""`cudalock bootstrap`: write (and with --create, build) the environment this machine can run."""
+"""`cudalock bootstrap`: write (and with --create, build) the environment this machine can run.
 
-# No "from __future__ import annotations": typer reads these annotations through two
-# decorators, so they must be real objects, not strings.
+Declared as a table (:class:`~cudalock.cli.flags.Command`): a well-formed command line runs
+without typer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Any
 
-import typer
+from cudalock.cli.flags import Command, Flag
+from cudalock.cli.options import TARGET_FLAGS, TargetOptions, target_options_from
+from cudalock.cli.request_options import REQUEST_FLAGS, RequestOptions, request_options_from
 
-from cudalock.cli.options import TargetOptions, target_options
-from cudalock.cli.request_options import RequestOptions, request_options
+if TYPE_CHECKING:
+    from cudalock.cli.flags import Kind
 
 OUTPUT_PANEL = "Output"
 
 
-@target_options
-@request_options
-def bootstrap(
-    target_opts: TargetOptions,
-    request_opts: RequestOptions,
-    output_dir: Annotated[Path, typer.Option(
-        "-o", "--output-dir", help="Directory for the files (and cudalock.toml).",
-        rich_help_panel=OUTPUT_PANEL)] = Path("."),
-    name: Annotated[str | None, typer.Option(
-        "--name", help="Environment name (default: torch-VERSION-VARIANT).",
-        rich_help_panel=OUTPUT_PANEL)] = None,
-    output_format: Annotated[str | None, typer.Option(
-        "--format", help="conda (environment.yml, default), venv (requirements.txt + "
-        "install.sh) or uv (pyproject.toml).", rich_help_panel=OUTPUT_PANEL)] = None,
-    create: Annotated[bool, typer.Option(
-        "--create", help="Also build the environment (conda/mamba/micromamba, or a venv).",
-        rich_help_panel=OUTPUT_PANEL)] = False,
-    venv: Annotated[Path | None, typer.Option(
-        "--venv", help="Where --format venv --create puts the environment (default "
-        "DIR/.venv).", rich_help_panel=OUTPUT_PANEL)] = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="Overwrite existing output files.", rich_help_panel=OUTPUT_PANEL)] = False,
-    json_output: Annotated[bool, typer.Option(
-        "--json", help="Print the plan and the files written as JSON.")] = False,
-) -> None:
+def bootstrap(*, target_opts: TargetOptions, request_opts: RequestOptions, output_dir: Path,
+              name: str | None, output_format: str | None, create: bool, venv: Path | None,
+              force: bool, json_output: bool) -> None:
     """Resolve the PyTorch stack for the target and write environment.yml, install.sh,
     constraints.txt and cudalock.toml (or build the environment with --create)."""
     import sys
 
     from cudalock.bootstrap import BootstrapOptions, run_bootstrap
-    from cudalock.cli.common import emit_json
+    from cudalock.cli.common import echo, emit_json
 
-    def echo(line: str) -> None:
+    def progress(line: str) -> None:
         # Progress goes to stderr so that --json output on stdout stays one document.
-        typer.echo(line, err=json_output)
+        echo(line, err=json_output)
 
     options = BootstrapOptions(output_dir=output_dir, name=name, output_format=output_format,
                                create=create, venv=venv, force=force)
-    result = run_bootstrap(target_opts, request_opts, options, echo)
+    result = run_bootstrap(target_opts, request_opts, options, progress)
     if json_output:
         import json
 
@@ -65,3 +50,39 @@ def bootstrap(
         # Index URLs in the plan may carry credentials: never print them.
         emit_json(json.loads(redact(json.dumps(document))))
     sys.stdout.flush()
+
+
+def _run(values: Mapping[str, Any]) -> None:
+    bootstrap(target_opts=target_options_from(values), request_opts=request_options_from(values),
+              output_dir=values["output_dir"], name=values["name"],
+              output_format=values["output_format"], create=values["create"],
+              venv=values["venv"], force=values["force"], json_output=values["json_output"])
+
+
+def _output(dest: str, names: tuple[str, ...], kind: Kind, help: str, default: Any = None) -> Flag:
+    return Flag(dest, names, kind, help=help, default=default, panel=OUTPUT_PANEL)
+
+
+COMMAND = Command(
+    flags=(
+        _output("output_dir", ("-o", "--output-dir"), "path", default=Path("."),
+                help="Directory for the files (and cudalock.toml)."),
+        _output("name", ("--name",), "str",
+                help="Environment name (default: torch-VERSION-VARIANT)."),
+        _output("output_format", ("--format",), "str",
+                help="conda (environment.yml, default), venv (requirements.txt + install.sh) "
+                "or uv (pyproject.toml)."),
+        _output("create", ("--create",), "bool", default=False,
+                help="Also build the environment (conda/mamba/micromamba, or a venv)."),
+        _output("venv", ("--venv",), "path",
+                help="Where --format venv --create puts the environment (default DIR/.venv)."),
+        _output("force", ("--force",), "bool", default=False,
+                help="Overwrite existing output files."),
+        Flag("json_output", ("--json",), "bool", default=False,
+             help="Print the plan and the files written as JSON."),
+        *REQUEST_FLAGS,
+        *TARGET_FLAGS,
+    ),
+    run=_run,
+    help=bootstrap.__doc__ or "",
+)

@@ -1,16 +1,16 @@
-"""`cudalock doctor` (explain -9 / -11) and `cudalock memory` (host RAM for a ZeRO run)."""
+"""`cudalock doctor` (explain -9 / -11) and `cudalock memory` (host RAM for a ZeRO run).
+
+Both declared as tables (:class:`~cudalock.cli.flags.Command`), sharing the training-run flags.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from cudalock.cli.flags import Flag
-from cudalock.cli.options import F
-from cudalock.cli.typer_bridge import add_options
+from cudalock.cli.flags import Command, Flag
 
 if TYPE_CHECKING:
     from cudalock.cli.flags import Kind
@@ -49,7 +49,8 @@ MEMORY_FLAGS: tuple[Flag, ...] = (
     _memory_flag("deepspeed_config", "--deepspeed-config", "path", "The run's DeepSpeed config "
                  "JSON (ZeRO stage, offload, gathering)."),
 )
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+JSON_FLAG = Flag("json_output", ("--json",), "bool", default=False,
+                 help="Print the result as JSON.")
 
 
 def _offload(flag: str, value: str | None) -> bool | None:
@@ -114,35 +115,20 @@ class MemoryOptions:
         return parse_bytes(self.host_memory) if self.host_memory is not None else None
 
 
-def memory_options(func: F) -> F:
-    """Add the training-run flags to a command; it receives them as ``memory_opts``."""
-    return add_options(func, "memory_opts", MEMORY_FLAGS,
-                       lambda values: MemoryOptions(**values))
+def memory_options_from(values: Mapping[str, Any]) -> MemoryOptions:
+    """The :class:`MemoryOptions` for the values of :data:`MEMORY_FLAGS` (by ``dest``)."""
+    return MemoryOptions(**{flag.dest: values[flag.dest] for flag in MEMORY_FLAGS})
 
 
-@memory_options
-def doctor(
-    exit_code: Annotated[str, typer.Option(
-        "--exit-code", help="The return code as you saw it: -9, 137, 'exitcode: -9', -11, 139, "
-        "'exits with return code = -11'.")],
-    log: Annotated[Path | None, typer.Option(
-        "--log", help="The training log (torchrun / deepspeed / Trainer output).")] = None,
-    json_output: JsonOpt = False,
-    no_run: Annotated[bool, typer.Option(
-        "--no-run", help="For -11: audit without initialising CUDA in a child process.")] = False,
-    python: Annotated[Path | None, typer.Option(
-        "--python", help="For -11: the interpreter of the environment that crashed "
-        "(default: the active one).")] = None,
-    *,
-    memory_opts: MemoryOptions,
-) -> None:
+def doctor(*, exit_code: str, log: Path | None, json_output: bool, no_run: bool,
+           python: Path | None, memory_opts: MemoryOptions) -> None:
     """Explain why a run ended with -9/137 (SIGKILL) or -11/139 (SIGSEGV), from evidence.
 
     -9: kernel OOM-killer lines (dmesg, journalctl -k, /var/log/kern.log), cgroup counters,
     launcher lines in --log, and the host memory the ZeRO run needs. -11: the environment audit,
     kernel segfault lines, /dev/shm. Exit 1 when a problem is found, 0 otherwise.
     """
-    from cudalock.cli.common import emit_json
+    from cudalock.cli.common import echo, emit_json
     from cudalock.doctor import DoctorRequest, default_readers, render_report, run_doctor
 
     request = DoctorRequest(
@@ -159,26 +145,44 @@ def doctor(
     if json_output:
         emit_json(report.to_json())
     else:
-        typer.echo("\n".join(render_report(report)))
-    raise typer.Exit(report.exit_code)
+        echo("\n".join(render_report(report)))
+    raise SystemExit(report.exit_code)
 
 
-@memory_options
-def memory(
-    probe_file: Annotated[Path | None, typer.Option(
-        "--probe", help="Compare with the host in this probe JSON ('cudalock probe --json' "
-        "written on the training node) instead of this machine.")] = None,
-    json_output: JsonOpt = False,
-    *,
-    memory_opts: MemoryOptions,
-) -> None:
+def _run_doctor(values: Mapping[str, Any]) -> None:
+    doctor(exit_code=values["exit_code"], log=values["log"], json_output=values["json_output"],
+           no_run=values["no_run"], python=values["python"],
+           memory_opts=memory_options_from(values))
+
+
+DOCTOR = Command(
+    flags=(
+        Flag("exit_code", ("--exit-code",), "str", required=True,
+             help="The return code as you saw it: -9, 137, 'exitcode: -9', -11, 139, 'exits "
+             "with return code = -11'."),
+        Flag("log", ("--log",), "path",
+             help="The training log (torchrun / deepspeed / Trainer output)."),
+        JSON_FLAG,
+        Flag("no_run", ("--no-run",), "bool", default=False,
+             help="For -11: audit without initialising CUDA in a child process."),
+        Flag("python", ("--python",), "path",
+             help="For -11: the interpreter of the environment that crashed (default: the "
+             "active one)."),
+        *MEMORY_FLAGS,
+    ),
+    run=_run_doctor,
+    help=doctor.__doc__ or "",
+)
+
+
+def memory(*, probe_file: Path | None, json_output: bool, memory_opts: MemoryOptions) -> None:
     """Host RAM and GPU memory a DeepSpeed ZeRO run needs, and whether this host has it.
 
     DeepSpeed's own estimator formulas (tables in GiB), plus the checkpoint-save spike (ZeRO-2:
     every rank copies the 16-bit weights to host RAM) and the rule of thumb host RAM >= 1.5 x
     16-bit weights x GPUs per node. Exit 0 when the host has enough, 1 when it falls short.
     """
-    from cudalock.cli.common import emit_json
+    from cudalock.cli.common import echo, emit_json
     from cudalock.doctor import (
         SetupHints,
         build_setup,
@@ -233,5 +237,23 @@ def memory(
         lines.extend(f"Assumed: {note}" for note in notes)
         lines.append("")
         lines.extend(render_findings(verdict.findings))
-        typer.echo("\n".join(lines))
-    raise typer.Exit(1 if any(f.severity == "error" for f in verdict.findings) else 0)
+        echo("\n".join(lines))
+    raise SystemExit(1 if any(f.severity == "error" for f in verdict.findings) else 0)
+
+
+def _run_memory(values: Mapping[str, Any]) -> None:
+    memory(probe_file=values["probe_file"], json_output=values["json_output"],
+           memory_opts=memory_options_from(values))
+
+
+MEMORY = Command(
+    flags=(
+        Flag("probe_file", ("--probe",), "path",
+             help="Compare with the host in this probe JSON ('cudalock probe --json' written "
+             "on the training node) instead of this machine."),
+        JSON_FLAG,
+        *MEMORY_FLAGS,
+    ),
+    run=_run_memory,
+    help=memory.__doc__ or "",
+)

@@ -37,14 +37,16 @@ class Flag:
     """
 
     __slots__ = ("default", "dest", "envvar", "help", "kind", "metavar", "minimum", "names",
-                 "panel")
+                 "panel", "required")
 
     def __init__(self, dest: str, names: tuple[str, ...], kind: Kind, *, help: str,
                  default: Any = None, envvar: str | None = None, metavar: str | None = None,
-                 minimum: float | None = None, panel: str | None = None) -> None:
+                 minimum: float | None = None, panel: str | None = None,
+                 required: bool = False) -> None:
         #: The name the command's function receives the value under.
         self.dest = dest
-        #: Its spellings: ``("--driver-version",)``, ``("--output-dir", "-o")``.
+        #: Its spellings: ``("--driver-version",)``, ``("--output-dir", "-o")``; a boolean
+        #: on/off pair as typer spells it: ``("--gather/--no-gather",)``.
         self.names = names
         self.kind = kind
         self.help = help
@@ -57,6 +59,8 @@ class Flag:
         self.minimum = minimum
         #: The heading ``--help`` lists it under (None: "Options").
         self.panel = panel
+        #: The command cannot run without it (``default`` is then unused).
+        self.required = required
 
     def __repr__(self) -> str:
         return f"Flag({self.dest!r}, {self.names!r}, {self.kind!r})"
@@ -82,10 +86,18 @@ def parse_command_line(args: Sequence[str], flags: Sequence[Flag],
 
     Accepted: ``--name value``, ``--name=value``, bare boolean flags, a short name followed by
     its value, repeatable flags given several times; for a flag not given, its non-empty
-    environment variable, else its default. Anything else is None.
+    environment variable, else its default. Anything else is None, and so is a command line
+    that leaves out a required flag.
     """
     env = os.environ if environ is None else environ
-    by_name = {name: flag for flag in flags for name in flag.names}
+    # A boolean flag may be an on/off pair, spelt as typer spells it: "--gather/--no-gather".
+    by_name: dict[str, tuple[Flag, bool]] = {}
+    for flag in flags:
+        for spelling in flag.names:
+            on, _, off = spelling.partition("/")
+            by_name[on] = (flag, True)
+            if off:
+                by_name[off] = (flag, False)
     given: dict[str, Any] = {}
     position = 0
     while position < len(args):
@@ -96,21 +108,22 @@ def parse_command_line(args: Sequence[str], flags: Sequence[Flag],
             has_inline = bool(equals)
         else:
             name, has_inline, inline = token, False, ""  # "-o=x" is no short flag's spelling
-        flag = by_name.get(name)
-        if flag is None:
+        found = by_name.get(name)
+        if found is None:
             return None  # --help, positional words, unknown or abbreviated flags: typer's job
+        flag, switch = found
         if flag.kind == "bool":
             if has_inline:
                 return None
-            given[flag.dest] = True
+            given[flag.dest] = switch
             continue
         if has_inline:
             raw = inline
         elif position < len(args):
+            # The next word is the value even when it starts with "-" ("--exit-code -9"), as
+            # for typer.
             raw = args[position]
             position += 1
-            if raw.startswith("-") and raw != "-":
-                return None  # a value or a forgotten one? typer decides, as it always has
         else:
             return None  # the value is missing
         value = _convert(flag, raw)
@@ -133,6 +146,8 @@ def parse_command_line(args: Sequence[str], flags: Sequence[Flag],
             if value is None:
                 return None
             values[flag.dest] = value
+        elif flag.required:
+            return None  # typer says which flag is missing
         else:
             values[flag.dest] = flag.default
     return values

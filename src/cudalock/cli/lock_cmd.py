@@ -1,19 +1,20 @@
 """`cudalock lock`: a PEP 751 pylock.toml (and requirements.lock.txt) for the target, via uv.
 
-Kept import-light: typer and the standard library here; uv, packaging and the resolver are
-imported inside the command.
+Declared as a table (:class:`~cudalock.cli.flags.Command`): a well-formed command line runs
+without typer. Standard library here; uv, packaging and the resolver are imported inside the
+command.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from cudalock.cli.options import TargetOptions, target_options
-from cudalock.cli.request_options import RequestOptions, request_options
+from cudalock.cli.flags import Command, Flag
+from cudalock.cli.options import TARGET_FLAGS, TargetOptions, target_options_from
+from cudalock.cli.request_options import REQUEST_FLAGS, RequestOptions, request_options_from
 
 if TYPE_CHECKING:
     from cudalock.spec import Spec, TargetSummary
@@ -21,47 +22,9 @@ if TYPE_CHECKING:
 SPEC_FILE = "cudalock.toml"
 
 
-@target_options
-@request_options
-def lock(
-    output_dir: str = typer.Option(
-        ".", "--output-dir", "-o", help="Where pylock.toml and requirements.lock.txt go.",
-    ),
-    check: bool = typer.Option(
-        False, "--check", help="Write nothing; exit 0 if the lock is current for the spec, the "
-        "matrix and the target, 1 naming what changed (for CI).",
-    ),
-    upgrade: bool = typer.Option(
-        False, "--upgrade", "-U", help="Re-resolve to the newest allowed versions (default: "
-        "keep the versions already locked where still allowed).",
-    ),
-    spec: str | None = typer.Option(
-        None, "--spec", help="Spec file with the Request and Target (default: ./cudalock.toml "
-        "if present); flags override it.",
-    ),
-    cache_dir: str | None = typer.Option(
-        None, "--cache-dir", help="uv's download cache (default: uv's shared cache, so a "
-        "second lock is fast).",
-    ),
-    timeout: int = typer.Option(
-        60, "--timeout", min=1, help="Seconds uv waits on one HTTP request (UV_HTTP_TIMEOUT).",
-    ),
-    retries: int = typer.Option(
-        3, "--retries", min=0, help="Times uv retries a failed request (UV_HTTP_RETRIES).",
-    ),
-    force: bool = typer.Option(
-        False, "--force", help="Overwrite a pylock.toml / requirements.lock.txt cudalock did "
-        "not write (its own are regenerated without it).",
-    ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
-    json_output: bool = typer.Option(
-        False, "--json", help="Print the result as JSON: {lock, requirements, packages} or, "
-        "with --check, {current, lock, changes}.",
-    ),
-    *,
-    target_opts: TargetOptions,
-    request_opts: RequestOptions,
-) -> None:
+def lock(*, output_dir: str, check: bool, upgrade: bool, spec: str | None,
+         cache_dir: str | None, timeout: int, retries: int, force: bool, quiet: bool,
+         json_output: bool, target_opts: TargetOptions, request_opts: RequestOptions) -> None:
     """Lock the whole dependency closure, every file pinned by URL and sha256.
 
     uv resolves for the target's platform and Python (not this machine's); torch and its
@@ -70,7 +33,7 @@ def lock(
     the cudalock and matrix versions, the target and the Plan; --check compares them with
     today's. Exit 3 on network failure, with the previous lock untouched.
     """
-    from cudalock.cli.common import emit_json, load_matrix_for
+    from cudalock.cli.common import echo, emit_json, load_matrix_for
     from cudalock.lock import check_lock, make_lock
     from cudalock.resolve import resolve as resolve_plan
     from cudalock.targets import targets_from_options
@@ -90,17 +53,17 @@ def lock(
             emit_json({"current": not changes, "lock": str(out / "pylock.toml"),
                        "changes": changes})
         elif changes:
-            typer.echo(f"{out / 'pylock.toml'} is not current:", err=True)
+            echo(f"{out / 'pylock.toml'} is not current:", err=True)
             for change in changes:
-                typer.echo(f"  - {change}", err=True)
-            typer.echo("run 'cudalock lock' (same flags) to regenerate it", err=True)
+                echo(f"  - {change}", err=True)
+            echo("run 'cudalock lock' (same flags) to regenerate it", err=True)
         else:
-            typer.echo(f"{out / 'pylock.toml'} is current")
-        raise typer.Exit(1 if changes else 0)
+            echo(f"{out / 'pylock.toml'} is current")
+        raise SystemExit(1 if changes else 0)
 
     def progress(line: str) -> None:
         if not quiet:
-            typer.echo(line, err=True)
+            echo(line, err=True)
 
     result = make_lock(
         plan, request, output_dir=out, upgrade=upgrade,
@@ -113,9 +76,51 @@ def lock(
                    "packages": result.packages})
         return
     torch = result.packages.get("torch")
-    typer.echo(f"locked {len(result.packages)} packages (torch {torch}) for Python "
+    echo(f"locked {len(result.packages)} packages (torch {torch}) for Python "
                f"{plan.python} on {plan.platform}: {result.lock_path}, "
                f"{result.requirements_path}")
+
+
+def _run(values: Mapping[str, Any]) -> None:
+    lock(output_dir=values["output_dir"], check=values["check"], upgrade=values["upgrade"],
+         spec=values["spec"], cache_dir=values["cache_dir"], timeout=values["timeout"],
+         retries=values["retries"], force=values["force"], quiet=values["quiet"],
+         json_output=values["json_output"], target_opts=target_options_from(values),
+         request_opts=request_options_from(values))
+
+
+COMMAND = Command(
+    flags=(
+        Flag("output_dir", ("--output-dir", "-o"), "str", default=".",
+             help="Where pylock.toml and requirements.lock.txt go."),
+        Flag("check", ("--check",), "bool", default=False,
+             help="Write nothing; exit 0 if the lock is current for the spec, the matrix and "
+             "the target, 1 naming what changed (for CI)."),
+        Flag("upgrade", ("--upgrade", "-U"), "bool", default=False,
+             help="Re-resolve to the newest allowed versions (default: keep the versions "
+             "already locked where still allowed)."),
+        Flag("spec", ("--spec",), "str",
+             help="Spec file with the Request and Target (default: ./cudalock.toml if "
+             "present); flags override it."),
+        Flag("cache_dir", ("--cache-dir",), "str",
+             help="uv's download cache (default: uv's shared cache, so a second lock is fast)."),
+        Flag("timeout", ("--timeout",), "int", default=60, minimum=1,
+             help="Seconds uv waits on one HTTP request (UV_HTTP_TIMEOUT)."),
+        Flag("retries", ("--retries",), "int", default=3, minimum=0,
+             help="Times uv retries a failed request (UV_HTTP_RETRIES)."),
+        Flag("force", ("--force",), "bool", default=False,
+             help="Overwrite a pylock.toml / requirements.lock.txt cudalock did not write (its "
+             "own are regenerated without it)."),
+        Flag("quiet", ("--quiet", "-q"), "bool", default=False, help="No progress on stderr."),
+        Flag("json_output", ("--json",), "bool", default=False,
+             help="Print the result as JSON: {lock, requirements, packages} or, with --check, "
+             "{current, lock, changes}."),
+        *REQUEST_FLAGS,
+        *TARGET_FLAGS,
+    ),
+    run=_run,
+    help=lock.__doc__ or "",
+)
 
 
 def _read_spec(spec: Path | None) -> Spec | None:

@@ -22,11 +22,11 @@ from cudalock.errors import CudalockError
 COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("cudalock.cli.probe_cmd", "COMMAND"),
     "resolve": ("cudalock.cli.resolve_cmd", "COMMAND"),
-    "bootstrap": ("cudalock.cli.bootstrap_cmd", "bootstrap"),
-    "lock": ("cudalock.cli.lock_cmd", "lock"),
+    "bootstrap": ("cudalock.cli.bootstrap_cmd", "COMMAND"),
+    "lock": ("cudalock.cli.lock_cmd", "COMMAND"),
     "audit": ("cudalock.cli.audit_cmd", "COMMAND"),
-    "doctor": ("cudalock.cli.doctor_cmd", "doctor"),
-    "memory": ("cudalock.cli.doctor_cmd", "memory"),
+    "doctor": ("cudalock.cli.doctor_cmd", "DOCTOR"),
+    "memory": ("cudalock.cli.doctor_cmd", "MEMORY"),
     "matrix": ("cudalock.cli.matrix_cmd", "app"),  # a typer sub-application
 }
 

@@ -1,22 +1,19 @@
 """The Target flags, shared by every command that takes a Target (and the matrix), declared once.
 
 ``--probe``, ``--driver-version``, ``--driver-cuda``, ``--no-gpu``, ``--compute-capability``,
-``--gpu``, ``--platform`` and ``--matrix``: a command declared as a table adds
-:data:`TARGET_FLAGS` to its own and reads them with :func:`target_options_from`; a typer-declared
-command gets them from ``@target_options`` as one ``target_opts: TargetOptions`` argument.
-Standard library only: the hot commands read these without importing typer.
+``--gpu``, ``--platform`` and ``--matrix``: a command adds :data:`TARGET_FLAGS` to its own and
+reads their values as one :class:`TargetOptions` with :func:`target_options_from`. Standard
+library only: commands read these without importing typer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from cudalock.cli.flags import Flag
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 TARGET_PANEL = "Target (which machine)"
 
@@ -79,10 +76,3 @@ def target_options_from(values: Mapping[str, Any]) -> TargetOptions:
         platform=values["platform"],
         matrix_dir=values["matrix"],
     )
-
-
-def target_options(func: F) -> F:
-    """Add the Target flags to a typer-declared command; it receives ``target_opts``."""
-    from cudalock.cli.typer_bridge import add_options
-
-    return add_options(func, "target_opts", TARGET_FLAGS, target_options_from)

@@ -1,26 +1,23 @@
 """Options shared by every command that takes a Request, declared once.
 
 ``--torch``, ``--python``, ``--cuda``, ``--compat``, ``--with``, ``--framework``,
-``--pytorch-index``, ``--pypi-index`` and ``--allow-insecure-index``: a command declared as a table
-adds :data:`REQUEST_FLAGS` to its own and reads them with :func:`request_options_from`; a
-typer-declared command gets them from ``@request_options`` as one ``request_opts:
-RequestOptions`` argument. Standard library only. Values not given are None, so a spec file
+``--pytorch-index``, ``--pypi-index`` and ``--allow-insecure-index``: a command adds
+:data:`REQUEST_FLAGS` to its own and reads their values as one :class:`RequestOptions` with
+:func:`request_options_from`. Standard library only. Values not given are None, so a spec file
 (``cudalock.toml``) can fill them: see :meth:`RequestOptions.to_request`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from cudalock.cli.flags import Flag
 
 if TYPE_CHECKING:
     from cudalock.cli.flags import Kind
     from cudalock.model import Request
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 REQUEST_PANEL = "Request (what to install)"
 
@@ -101,10 +98,3 @@ def request_options_from(values: Mapping[str, Any]) -> RequestOptions:
         pypi_index=values["pypi_index"],
         allow_insecure_index=values["allow_insecure_index"],
     )
-
-
-def request_options(func: F) -> F:
-    """Add the Request flags to a typer-declared command; it receives ``request_opts``."""
-    from cudalock.cli.typer_bridge import add_options
-
-    return add_options(func, "request_opts", REQUEST_FLAGS, request_options_from)
