@@ -8,6 +8,8 @@ Drivers: 12.4 550.54.14, 12.6 560.28.03, 12.8 570.26, 13.0 580.65.06, 13.2 595.4
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -134,10 +136,21 @@ def test_fleet_without_driver_nodes_still_gets_cuda_and_says_so() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("", ""), ("2.1", "==2.1.*"), ("2.1.0", "==2.1.0"), (">=2.1,<2.5", "<2.5,>=2.1")],
+    [("2.1", "==2.1.*"), ("2.1.0", "==2.1.0"), (">=2.1,<2.5", "<2.5,>=2.1")],
 )
 def test_parse_torch_spec(text: str, expected: str) -> None:
     assert str(parse_torch_spec(text)) == expected
+
+
+def test_no_torch_spec_is_no_constraint_and_costs_no_specifier_import() -> None:
+    assert parse_torch_spec("") is None and parse_torch_spec("  ") is None
+    # Compiling packaging's specifier grammar is a good part of resolve's start-up.
+    script = ("import sys\nfrom cudalock.cli.main import run\n"
+              "run(['resolve', '--no-gpu', '--python', '3.11', '--json'])\n"
+              "print('packaging.specifiers' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert '"torch"' in done.stdout and done.stderr.strip() == "False"
 
 
 @pytest.mark.parametrize(

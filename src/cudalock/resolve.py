@@ -17,8 +17,8 @@ import re
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from cudalock.compat import (
@@ -49,6 +49,9 @@ from cudalock.versions import (
     python_key,
 )
 
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+
 DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"
 #: The packages cudalock pairs with torch; anything else belongs to a framework's own install.
 COMPANIONS = ("torchvision", "torchaudio", "deepspeed")
@@ -61,11 +64,16 @@ CPU_VARIANT = "cpu"
 # Requests: validated once, at the edge
 
 
-def parse_torch_spec(text: str) -> SpecifierSet:
-    """``">=2.1,<2.5"`` as PEP 440; a bare ``"2.1"`` means ``==2.1.*``, ``"2.1.0"`` ``==2.1.0``."""
+def parse_torch_spec(text: str) -> SpecifierSet | None:
+    """``">=2.1,<2.5"`` as PEP 440; a bare ``"2.1"`` means ``==2.1.*``, ``"2.1.0"`` ``==2.1.0``;
+    None for no constraint."""
     cleaned = text.strip()
     if not cleaned:
-        return SpecifierSet()
+        return None
+    # Imported where a specifier is read: compiling its grammar is a good part of the start-up
+    # of a plain 'cudalock resolve', which has none.
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         bare = Version(cleaned)
     except InvalidVersion:
@@ -85,10 +93,11 @@ class Companion:
     """A companion package request: ``deepspeed>=0.15`` → name and PEP 440 specifier."""
 
     name: str
-    specifier: SpecifierSet
+    #: None: any version.
+    specifier: SpecifierSet | None = None
 
     def __str__(self) -> str:
-        return f"{self.name}{self.specifier}"
+        return f"{self.name}{self.specifier or ''}"
 
 
 # A name and an optional specifier; the names are fixed, so packaging's full requirement
@@ -100,12 +109,15 @@ def parse_companion(text: str) -> Companion:
     """``"torchvision"``, ``"deepspeed>=0.15"`` → a :class:`Companion` cudalock pairs."""
     match = _COMPANION_RE.match(text)
     specifier: SpecifierSet | None = None
-    if match:
+    valid = match is not None
+    if match is not None and match.group(2):
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
         try:
             specifier = SpecifierSet(match.group(2))
         except InvalidSpecifier:
-            specifier = None
-    if match is None or specifier is None:
+            valid = False
+    if match is None or not valid:
         raise InputError(
             f"invalid package {text!r}: expected a name with an optional PEP 440 spec, "
             "like 'deepspeed>=0.15'"
@@ -404,15 +416,21 @@ class _Search:
         """Matrix specifiers repeat across candidates: parse each once per search."""
         parsed = self._specs.get(text)
         if parsed is None:
+            from packaging.specifiers import SpecifierSet
+
             parsed = self._specs[text] = SpecifierSet(text)
         return parsed
+
+    def wanted(self, version: Version) -> bool:
+        """Whether a torch version matches the requested spec (any, without --torch)."""
+        return self.spec is None or self.spec.contains(version, prereleases=True)
 
     def reject(self, release: TorchRelease, variant: str, reason: str,
                fix: str | None = None) -> None:
         self.rejected.append(Rejection(release.version, variant, reason, fix))
 
     def run(self) -> _Choice | None:
-        matching = [(v, r) for v, r in self.releases if self.spec.contains(v, prereleases=True)]
+        matching = [(v, r) for v, r in self.releases if self.wanted(v)]
         if not matching:
             newest = self.releases[0][1].version if self.releases else "none"
             oldest = self.releases[-1][1].version if self.releases else "none"
@@ -570,7 +588,7 @@ class _Search:
         covering = [
             (other, candidate)
             for version, other in self.releases
-            if self.spec.contains(version, prereleases=True)
+            if self.wanted(version)
             for candidate in other.builds_for(self.platform)
             if candidate.kind == "cuda" and candidate.cuda is not None
             and not missing_archs(candidate, (cc,))
