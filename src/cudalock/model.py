@@ -116,61 +116,6 @@ class Target:
         }
 
 
-# Building Gpus, Hosts and Targets in bulk (a fleet's probe files: tens of thousands of GPUs).
-# A frozen dataclass's __init__ sets every field through object.__setattr__, one call per
-# field, which is most of the cost of building one; these fill the new instance's __dict__
-# directly, in field order. They build the same objects as the constructors (== and vars()
-# alike: no __post_init__ runs and every field is given, so no default is left to fill);
-# tests/test_model_builders.py pins that, so a field added to a class without adding it here
-# fails there. The caller has checked the values: nothing is converted or validated here.
-_new_instance = object.__new__
-
-
-def new_gpu(name: str, compute_capability: ComputeCapability | None, index: int | None,
-            uuid: str | None, memory_total_bytes: int | None) -> Gpu:
-    """``Gpu(name, compute_capability, index, uuid, memory_total_bytes)``, built faster."""
-    gpu: Gpu = _new_instance(Gpu)
-    fields = gpu.__dict__
-    fields["name"] = name
-    fields["compute_capability"] = compute_capability
-    fields["index"] = index
-    fields["uuid"] = uuid
-    fields["memory_total_bytes"] = memory_total_bytes
-    return gpu
-
-
-def new_host(os: str | None, arch: str | None, glibc: str | None,
-             memory_total_bytes: int | None, cgroup_memory_limit_bytes: int | None,
-             hostname: str | None) -> Host:
-    """``Host(os, arch, glibc, memory_total_bytes, cgroup_memory_limit_bytes, hostname)``."""
-    host: Host = _new_instance(Host)
-    fields = host.__dict__
-    fields["os"] = os
-    fields["arch"] = arch
-    fields["glibc"] = glibc
-    fields["memory_total_bytes"] = memory_total_bytes
-    fields["cgroup_memory_limit_bytes"] = cgroup_memory_limit_bytes
-    fields["hostname"] = hostname
-    return host
-
-
-def new_target(platform: Platform, driver_version: DriverVersion | None,
-               driver_cuda: CudaVersion | None, gpus: tuple[Gpu, ...], host: Host, name: str,
-               source: str, notes: tuple[str, ...]) -> Target:
-    """``Target(platform, driver_version, driver_cuda, gpus, host, name, source, notes)``."""
-    target: Target = _new_instance(Target)
-    fields = target.__dict__
-    fields["platform"] = platform
-    fields["driver_version"] = driver_version
-    fields["driver_cuda"] = driver_cuda
-    fields["gpus"] = gpus
-    fields["host"] = host
-    fields["name"] = name
-    fields["source"] = source
-    fields["notes"] = notes
-    return target
-
-
 @dataclass(frozen=True)
 class Request:
     """What the user asked for. Empty ``torch`` means "any release"."""

@@ -23,9 +23,6 @@ from cudalock.model import (
     Gpu,
     Host,
     Target,
-    new_gpu,
-    new_host,
-    new_target,
 )
 from cudalock.versions import (
     ComputeCapability,
@@ -235,10 +232,9 @@ def _derived_note(driver: DriverVersion, cuda: CudaVersion | None) -> str:
 # A fleet is thousands of files and tens of thousands of GPU entries, so a document is read in
 # one of two ways. _plain_target makes one pass of exact-type checks over it (type(x) is str,
 # key sets compared as sets), parses each distinct version string once per read (_Parsed:
-# a fleet's files repeat the same few), and builds the Target without the dataclasses'
-# per-field overhead (model.new_gpu & co.). Anything it does not accept outright, every
-# invalid document included, goes to _checked_target: field by field, in a fixed order,
-# wording the first problem. _checked_target is the definition of what is valid and what it
+# a fleet's files repeat the same few), and builds the Target. Anything it does not accept
+# outright, every invalid document included, goes to _checked_target: field by field, in a
+# fixed order, wording the first problem. _checked_target is the definition of what is valid and what it
 # reads as; _plain_target accepts only documents it accepts and builds equal Targets
 # (tests/test_targets_plain.py checks both on generated documents).
 
@@ -425,8 +421,9 @@ def _plain_target(data: Any, name: str | None, read_from: str | None, parsed: _P
     if read_from is not None:
         notes = (f"read from {read_from} (probed there via {source})", *notes)
         source = f"file:{read_from}"
-    return new_target(platform, driver_version, driver_cuda, gpus, host,
-                      name or recorded_name or "this machine", source, notes)
+    return Target(platform=platform, driver_version=driver_version, driver_cuda=driver_cuda,
+                  gpus=gpus, host=host, name=name or recorded_name or "this machine",
+                  source=source, notes=notes)
 
 
 def _plain_gpus(entries: Any, ccs: dict[str, ComputeCapability]
@@ -459,7 +456,7 @@ def _plain_gpus(entries: Any, ccs: dict[str, ComputeCapability]
             cc = ccs.get(cc_text)
             if cc is None:
                 cc = ccs[cc_text] = parse_compute_capability(cc_text)
-        gpus.append(new_gpu(name, cc, index, uuid, memory))
+        gpus.append(Gpu(name, cc, index, uuid, memory))
     return tuple(gpus)
 
 
@@ -481,7 +478,7 @@ def _plain_host(entry: Any) -> Host | None:
             or (limit is not None and (type(limit) is not int or limit < 0)) \
             or (hostname is not None and type(hostname) is not str):
         return None
-    return new_host(system, arch, glibc, memory, limit, hostname)
+    return Host(system, arch, glibc, memory, limit, hostname)
 
 
 def _checked_target(data: Any, name: str | None = None, *, read_from: str | None = None
