@@ -109,8 +109,13 @@ def shown(path: Path | str) -> str:
         return str(path)
 
 
-def command_text(argv: Sequence[str | Path]) -> str:
-    return shlex.join(shown(a) if isinstance(a, Path) else a for a in argv)
+def command_text(argv: Sequence[str | Path], cwd: Path = ROOT) -> str:
+    """The command as one shell line run from ``cwd`` (paths relative to it)."""
+    def text(arg: str | Path) -> str:
+        if not isinstance(arg, Path):
+            return arg
+        return shown(arg) if cwd == ROOT else os.path.relpath(Path(arg).absolute(), cwd)
+    return shlex.join(text(a) for a in argv)
 
 
 def child_env() -> dict[str, str]:
@@ -256,7 +261,7 @@ def startup_breakdown(ctx: Context, whole: float) -> str:
         "\n\nThe command reads a well-formed command line with the standard-library parser of "
         "`cudalock.cli.flags` and does not import typer, which alone takes "
         f"{statistics.median(typer_alone) * 1000:.1f} ms to import here (`{shown(ctx.python)} -c "
-        "\"import typer\"`); help, usage errors and the typer-declared commands still use it. "
+        "\"import typer\"`); `--help`, usage errors and the `matrix` command group use it. "
         "The last line is the same work as library calls, no CLI at all: "
         f"`{shown(ctx.python)} -c` running\n\n```python\n{WITHOUT_CLI}```"
     )
@@ -413,10 +418,12 @@ def case_lock(ctx: Context, fig: Figure) -> None:
         run_timed(a_argv, env)
         inputs = child_json(ctx, ["lock-inputs", str(theirs), *LOCK_ARGS, *index_args])
         b_env = {**env, "UV_DEFAULT_INDEX": inputs["default_index"]}
-        b_argv: list[str | Path] = [uv, *inputs["args"][1:], "--cache-dir", cache]
+        # Paths in uv's arguments (the build interpreter) are shown like the others.
+        b_argv: list[str | Path] = [uv, *(Path(a) if a.startswith("/") else a
+                                          for a in inputs["args"][1:]), "--cache-dir", cache]
         a = Series("cudalock lock (second run)", command_text(a_argv))
         b = Series("uv pip compile", f"cd {shown(theirs)} && UV_DEFAULT_INDEX="
-                   f"{inputs['default_index']} {command_text(b_argv)}")
+                   f"{inputs['default_index']} {command_text(b_argv, cwd=theirs)}")
         fig.series = [a, b]
         run_timed(b_argv, b_env, cwd=theirs)  # uv's own first run, so both start warm
         for round_ in range(ctx.repeat):
