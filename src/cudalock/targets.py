@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from cudalock.errors import InputError, UsageError
 from cudalock.model import (
@@ -234,9 +234,9 @@ def _derived_note(driver: DriverVersion, cuda: CudaVersion | None) -> str:
 # key sets compared as sets), parses each distinct version string once per read (_Parsed:
 # a fleet's files repeat the same few), and builds the Target. Anything it does not accept
 # outright, every invalid document included, goes to _checked_target: field by field, in a
-# fixed order, wording the first problem. _checked_target is the definition of what is valid and what it
-# reads as; _plain_target accepts only documents it accepts and builds equal Targets
-# (tests/test_targets_plain.py checks both on generated documents).
+# fixed order, wording the first problem. _checked_target is the definition of what is valid
+# and what it reads as; _plain_target accepts only documents it accepts and builds equal
+# Targets (tests/test_targets_plain.py checks both on generated documents).
 
 
 def read_probe_files(paths: tuple[Path, ...] | list[Path]) -> list[Target]:
@@ -353,6 +353,17 @@ class _Parsed:
         self.platforms: set[str] = set()
 
 
+_Value = TypeVar("_Value")
+
+
+def _parse_once(cache: dict[str, _Value], text: str, parse: Callable[[str], _Value]) -> _Value:
+    """``parse(text)``, taken from ``cache`` when this read has met ``text`` before."""
+    value = cache.get(text)
+    if value is None:
+        value = cache[text] = parse(text)
+    return value
+
+
 def _plain_target(data: Any, name: str | None, read_from: str | None, parsed: _Parsed,
                   *, file: Path | None = None) -> Target | None:
     """The Target of a valid document made of plain JSON values, in one pass; else None.
@@ -387,23 +398,16 @@ def _plain_target(data: Any, name: str | None, read_from: str | None, parsed: _P
     if (recorded_name is not None and type(recorded_name) is not str) \
             or (source is not None and type(source) is not str):
         return None
+    driver_text = get("driver_version")
+    cuda_text = get("driver_cuda")
+    if (driver_text is not None and type(driver_text) is not str) \
+            or (cuda_text is not None and type(cuda_text) is not str):
+        return None
     try:
-        driver_version: DriverVersion | None = None
-        driver_text = get("driver_version")
-        if driver_text is not None:
-            if type(driver_text) is not str:
-                return None
-            driver_version = parsed.drivers.get(driver_text)
-            if driver_version is None:
-                driver_version = parsed.drivers[driver_text] = parse_driver_version(driver_text)
-        driver_cuda: CudaVersion | None = None
-        cuda_text = get("driver_cuda")
-        if cuda_text is not None:
-            if type(cuda_text) is not str:
-                return None
-            driver_cuda = parsed.cudas.get(cuda_text)
-            if driver_cuda is None:
-                driver_cuda = parsed.cudas[cuda_text] = parse_cuda_version(cuda_text)
+        driver_version = (None if driver_text is None
+                          else _parse_once(parsed.drivers, driver_text, parse_driver_version))
+        driver_cuda = (None if cuda_text is None
+                       else _parse_once(parsed.cudas, cuda_text, parse_cuda_version))
         gpus = _plain_gpus(get("gpus", []), parsed.ccs)
     except InputError:  # a bad version string: _checked_target words it
         return None
@@ -453,9 +457,7 @@ def _plain_gpus(entries: Any, ccs: dict[str, ComputeCapability]
         if cc_text is not None:
             if type(cc_text) is not str:
                 return None
-            cc = ccs.get(cc_text)
-            if cc is None:
-                cc = ccs[cc_text] = parse_compute_capability(cc_text)
+            cc = _parse_once(ccs, cc_text, parse_compute_capability)
         gpus.append(Gpu(name, cc, index, uuid, memory))
     return tuple(gpus)
 
