@@ -99,17 +99,22 @@ def _no_cudalock_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(variable, raising=False)
 
 
+def assert_typer_reads_the_same(name: str, args: list[str], env: dict[str, str],
+                                fast: Mapping[str, Any]) -> None:
+    flags = TABLES[name]
+    code, slow = typer_values(flags, args, env)
+    assert code == 0 and slow is not None, (args, env)
+    assert normalised(flags, fast) == normalised(flags, slow)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(command_lines(well_formed=True))
 def test_well_formed_command_lines_are_read_without_typer_and_alike(
         line: tuple[str, list[str], dict[str, str]]) -> None:
     name, args, env = line
-    flags = TABLES[name]
-    fast = parse_command_line(args, flags, environ=env)
+    fast = parse_command_line(args, TABLES[name], environ=env)
     assert fast is not None, args
-    code, slow = typer_values(flags, args, env)
-    assert code == 0 and slow is not None, (args, env)
-    assert normalised(flags, fast) == normalised(flags, slow)
+    assert_typer_reads_the_same(name, args, env, fast)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -117,13 +122,9 @@ def test_well_formed_command_lines_are_read_without_typer_and_alike(
 def test_what_the_parser_accepts_typer_reads_the_same(
         line: tuple[str, list[str], dict[str, str]]) -> None:
     name, args, env = line
-    flags = TABLES[name]
-    fast = parse_command_line(args, flags, environ=env)
-    if fast is None:
-        return  # typer's turn: nothing to compare
-    code, slow = typer_values(flags, args, env)
-    assert code == 0 and slow is not None, (args, env)
-    assert normalised(flags, fast) == normalised(flags, slow)
+    fast = parse_command_line(args, TABLES[name], environ=env)
+    if fast is not None:  # else typer's turn: nothing to compare
+        assert_typer_reads_the_same(name, args, env, fast)
 
 
 @pytest.mark.parametrize("args", [
