@@ -18,6 +18,7 @@ from cudalock.inspect_env import (
     installed_from_document,
     platform_name,
     python_for_prefix,
+    start_inspection,
 )
 from tests.support.venvs import hide_cuda_toolkit, site_packages, standin_env
 
@@ -207,6 +208,22 @@ def test_hanging_interpreter_is_stopped_by_the_timeout(tmp_path: Path) -> None:
     started = time.monotonic()
     with pytest.raises(EnvironmentFailure, match="did not finish"):
         inspect_environment(python=fake, timeout=1)
+    assert time.monotonic() - started < 10
+
+
+def test_a_started_inspection_runs_while_the_caller_works_and_close_stops_it(
+        tmp_path: Path, env_2_11: Path) -> None:
+    # audit starts the inspection, then loads the matrix and probes; the answer is the same.
+    with start_inspection(python=env_2_11) as running:
+        assert running.python == env_2_11
+        time.sleep(0.2)  # the caller's own work
+        assert running.installed() == inspect_environment(python=env_2_11)
+    fake = _script(tmp_path / "python", "exec sleep 30")
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="the audit failed"), \
+            start_inspection(python=fake, timeout=60) as running:
+        raise RuntimeError("the audit failed before reading the answer")
+    assert running._process.poll() is not None  # stopped and reaped, not left behind
     assert time.monotonic() - started < 10
 
 
