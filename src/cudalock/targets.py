@@ -440,47 +440,22 @@ def _plain_gpus(entries: Any, ccs: dict[str, ComputeCapability]
         return None
     gpus: list[Gpu] = []
     for entry in entries:
-        if type(entry) is not dict or not entry.keys() <= _GPU_KEY_SET:
+        if type(entry) is not dict or not _fields_plain(entry, _GPU_FIELDS, "name"):
             return None
-        get = entry.get
-        name = get("name")
-        index = get("index")
-        uuid = get("uuid")
-        cc_text = get("compute_capability")
-        memory = get("memory_total_bytes")
-        if type(name) is not str \
-                or (index is not None and (type(index) is not int or index < 0)) \
-                or (uuid is not None and type(uuid) is not str) \
-                or (memory is not None and (type(memory) is not int or memory < 0)):
-            return None
-        cc: ComputeCapability | None = None
-        if cc_text is not None:
-            if type(cc_text) is not str:
-                return None
-            cc = _parse_once(ccs, cc_text, parse_compute_capability)
-        gpus.append(Gpu(name, cc, index, uuid, memory))
+        cc_text = entry.get("compute_capability")
+        cc = None if cc_text is None else _parse_once(ccs, cc_text, parse_compute_capability)
+        gpus.append(Gpu(entry["name"], cc, entry.get("index"), entry.get("uuid"),
+                        entry.get("memory_total_bytes")))
     return tuple(gpus)
 
 
 def _plain_host(entry: Any) -> Host | None:
     """The ``host`` object of :func:`_plain_target` (not null), or None when it declines."""
-    if type(entry) is not dict or not entry.keys() <= _HOST_KEY_SET:
+    if type(entry) is not dict or not _fields_plain(entry, _HOST_FIELDS):
         return None
     get = entry.get
-    system = get("os")
-    arch = get("arch")
-    glibc = get("glibc")
-    memory = get("memory_total_bytes")
-    limit = get("cgroup_memory_limit_bytes")
-    hostname = get("hostname")
-    if (system is not None and type(system) is not str) \
-            or (arch is not None and type(arch) is not str) \
-            or (glibc is not None and type(glibc) is not str) \
-            or (memory is not None and (type(memory) is not int or memory < 0)) \
-            or (limit is not None and (type(limit) is not int or limit < 0)) \
-            or (hostname is not None and type(hostname) is not str):
-        return None
-    return Host(system, arch, glibc, memory, limit, hostname)
+    return Host(get("os"), get("arch"), get("glibc"), get("memory_total_bytes"),
+                get("cgroup_memory_limit_bytes"), get("hostname"))
 
 
 def _checked_target(data: Any, name: str | None = None, *, read_from: str | None = None
@@ -530,8 +505,6 @@ _GPU_FIELDS: dict[str, type] = {"index": int, "name": str, "uuid": str,
                                  "compute_capability": str, "memory_total_bytes": int}
 _HOST_FIELDS: dict[str, type] = {"os": str, "arch": str, "glibc": str, "memory_total_bytes": int,
                                   "cgroup_memory_limit_bytes": int, "hostname": str}
-_GPU_KEY_SET = frozenset(_GPU_FIELDS)
-_HOST_KEY_SET = frozenset(_HOST_FIELDS)
 
 
 def _gpu_from_json(data: Any, position: int) -> Gpu:
@@ -572,20 +545,11 @@ def _check_fields(entry: Mapping[str, Any], fields: dict[str, type], where: str 
                   required: str | None = None) -> None:
     """Every field known, of its type (null allowed), integers non-negative; else InputError.
 
-    The common case is one pass without calls; only a bad entry takes the slower path that
-    words the error.
+    The common case is one pass (:func:`_fields_plain`); only a bad entry takes the slower
+    path that words the error.
     """
-    if required is None or type(entry.get(required)) is str:
-        for key, value in entry.items():
-            kind = fields.get(key)
-            if kind is None:
-                break
-            if value is None:
-                continue
-            if type(value) is not kind or (kind is int and cast(int, value) < 0):
-                break
-        else:
-            return
+    if _fields_plain(entry, fields, required):
+        return
     if isinstance(where, int):  # worded only now: a position in the 'gpus' list
         where = f"gpus[{where}]"
     _no_unknown_keys(entry, tuple(fields), where)
@@ -595,6 +559,22 @@ def _check_fields(entry: Mapping[str, Any], fields: dict[str, type], where: str 
         else:
             _string(entry, key, required=key == required, where=where)
     raise AssertionError(f"{where}: a field failed the fast check but passed the slow one")
+
+
+def _fields_plain(entry: Mapping[str, Any], fields: dict[str, type],
+                  required: str | None = None) -> bool:
+    """Every key is one of ``fields`` and every value null or exactly of its type (integers
+    non-negative), ``required`` a string: the one-pass check, no wording."""
+    if required is not None and type(entry.get(required)) is not str:
+        return False
+    for key, value in entry.items():
+        kind = fields.get(key)
+        if kind is None:
+            return False
+        if value is not None and (type(value) is not kind
+                                  or (kind is int and cast(int, value) < 0)):
+            return False
+    return True
 
 
 def _object(data: Any, where: str) -> Mapping[str, Any]:
