@@ -60,21 +60,12 @@ def judge(installed: Installed, targets: Sequence[Target], matrix: Matrix, *,
     return tuple(sort_findings(findings))
 
 
-def audit_live(targets: Sequence[Target], matrix: Matrix, *, python: Path | None = None,
-               prefix: Path | None = None, deep: bool = False, timeout: float = 30,
-               deep_timeout: float = 120,
-               inspection: RunningInspection | None = None) -> AuditOutcome:
-    """Inspect a live environment (never importing torch unless ``deep``, then in a child).
-
-    ``inspection``: the inspection already started (see ``start_inspection``); else it starts
-    here, for ``python`` or ``prefix``.
-    """
-    from cudalock.inspect_env import start_inspection
-
-    if inspection is None:
-        inspection = start_inspection(python=python, prefix=prefix, timeout=timeout)
-    with inspection:
-        installed = inspection.installed()
+def audit_live(targets: Sequence[Target], matrix: Matrix, inspection: RunningInspection, *,
+               deep: bool = False, deep_timeout: float = 120) -> AuditOutcome:
+    """Judge a live environment from its ``inspection`` (started by the caller, see
+    ``start_inspection``, so that it runs while the caller probes); torch is never imported
+    unless ``deep``, then in a child."""
+    installed = inspection.installed()
     extra: list[Finding] = []
     if deep:
         from cudalock.deep import deep_inspect
@@ -129,4 +120,4 @@ def audit_findings(python: Path | None, deep: bool) -> Sequence[Finding]:
     with start_inspection(python=python) as inspection:  # runs while we probe
         matrix = load_matrix()
         target = probe_machine(matrix=matrix)
-        return audit_live([target], matrix, deep=deep, inspection=inspection).findings
+        return audit_live([target], matrix, inspection, deep=deep).findings

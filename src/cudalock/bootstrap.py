@@ -412,9 +412,10 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
     succeeded: exit 1, with the findings shown.
     """
     from cudalock.audit_env import audit_live
-    from cudalock.inspect_env import python_for_prefix
+    from cudalock.inspect_env import python_for_prefix, start_inspection
 
-    outcome = audit_live(plan.targets, matrix, python=python_for_prefix(environment))
+    with start_inspection(python=python_for_prefix(environment)) as inspection:
+        outcome = audit_live(plan.targets, matrix, inspection)
     torch = outcome.installed.torch[0] if outcome.installed.torch else None
     for finding in outcome.findings:
         echo(f"  audit {finding.severity}: {finding.code}: {finding.message}")

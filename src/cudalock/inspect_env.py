@@ -152,8 +152,7 @@ class RunningInspection:
                 "before importing anything but the standard library",
                 hint="the interpreter itself, or a sitecustomize/.pth file it runs, crashes",
             )
-        result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-        document = _parse_output(python, result)
+        document = _parse_output(python, process.returncode, stdout, stderr)
         return installed_from_document(document, source=f"python:{python}")
 
     def close(self) -> None:
@@ -169,17 +168,17 @@ class RunningInspection:
         self.close()
 
 
-def _parse_output(python: Path, result: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
-    stderr = result.stderr.decode("utf-8", "replace").strip()
-    if result.returncode != 0:
-        last = stderr.splitlines()[-1] if stderr else f"exit status {result.returncode}"
-        if "SyntaxError" in stderr:
+def _parse_output(python: Path, returncode: int, stdout: bytes, stderr: bytes) -> dict[str, Any]:
+    errors = stderr.decode("utf-8", "replace").strip()
+    if returncode != 0:
+        last = errors.splitlines()[-1] if errors else f"exit status {returncode}"
+        if "SyntaxError" in errors:
             raise InputError(
                 f"{str(python)!r} is too old to inspect (Python 3.7 or newer is needed): {last}"
             )
         raise InputError(f"{str(python)!r} could not inspect its environment: {last}")
     try:
-        document = json.loads(result.stdout[:_MAX_OUTPUT].decode("utf-8", "replace"))
+        document = json.loads(stdout[:_MAX_OUTPUT].decode("utf-8", "replace"))
     except ValueError:
         document = None
     if not isinstance(document, dict) or "script_version" not in document:

@@ -52,8 +52,8 @@ def audit(*, python: Path | None, prefix: Path | None, report: str | None, deep:
 
             matrix = load_matrix_for(target_opts)
             targets = targets_from_options(target_opts, matrix)
-            outcome = audit_live(targets, matrix, deep=deep, deep_timeout=deep_timeout,
-                                 inspection=inspection)
+            outcome = audit_live(targets, matrix, inspection, deep=deep,
+                                 deep_timeout=deep_timeout)
     if json_output:
         emit_json(outcome.to_json())
     else:
