@@ -107,21 +107,19 @@ _COMPANION_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*?)\s*$")
 
 def parse_companion(text: str) -> Companion:
     """``"torchvision"``, ``"deepspeed>=0.15"`` → a :class:`Companion` cudalock pairs."""
+    invalid = InputError(f"invalid package {text!r}: expected a name with an optional PEP 440 "
+                         "spec, like 'deepspeed>=0.15'")
     match = _COMPANION_RE.match(text)
+    if match is None:
+        raise invalid
     specifier: SpecifierSet | None = None
-    valid = match is not None
-    if match is not None and match.group(2):
+    if match.group(2):
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
         try:
             specifier = SpecifierSet(match.group(2))
         except InvalidSpecifier:
-            valid = False
-    if match is None or not valid:
-        raise InputError(
-            f"invalid package {text!r}: expected a name with an optional PEP 440 spec, "
-            "like 'deepspeed>=0.15'"
-        )
+            raise invalid from None
     name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
     if name == "torch":
         raise InputError("'torch' is not a companion package: choose its version with --torch")
