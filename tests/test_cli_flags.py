@@ -38,7 +38,11 @@ def typer_values(flags: Sequence[Flag], args: list[str],
                  env: Mapping[str, str]) -> tuple[int, dict[str, Any] | None]:
     """(exit code, values the command received) when typer reads ``args``."""
     received: dict[str, Any] = {}
-    command = Command(flags=tuple(flags), run=received.update, help="test command")
+    def command_function(**values: Any) -> None:
+        """test command"""
+        received.update(values)
+
+    command = Command(command_function, flags=tuple(flags))
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command("cmd")(typer_command("cmd", command))
     app.command("other")(lambda: None)  # two commands: typer then expects the name first

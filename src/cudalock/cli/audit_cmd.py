@@ -8,12 +8,11 @@ in a child process.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cudalock.cli.flags import Command, Flag
-from cudalock.cli.options import TARGET_FLAGS, TargetOptions, target_options_from
+from cudalock.cli.options import TARGET_OPTIONS, TargetOptions
 
 if TYPE_CHECKING:
     from cudalock.audit_env import AuditOutcome
@@ -62,13 +61,8 @@ def audit(*, python: Path | None, prefix: Path | None, report: str | None, deep:
         raise SystemExit(1)
 
 
-def _run(values: Mapping[str, Any]) -> None:
-    audit(python=values["python"], prefix=values["prefix"], report=values["report"],
-          deep=values["deep"], deep_timeout=values["deep_timeout"],
-          json_output=values["json_output"], target_opts=target_options_from(values))
-
-
 COMMAND = Command(
+    audit,
     flags=(
         Flag("python", ("--python",), "path",
              help="Audit the environment of this interpreter (default: the active VIRTUAL_ENV "
@@ -85,10 +79,8 @@ COMMAND = Command(
              help="Seconds the --deep child may take."),
         Flag("json_output", ("--json",), "bool", default=False,
              help='Print {"findings": [...], "target": {...}, "installed": {...}}.'),
-        *TARGET_FLAGS,
     ),
-    run=_run,
-    help=audit.__doc__ or "",
+    groups=(TARGET_OPTIONS,),
 )
 
 

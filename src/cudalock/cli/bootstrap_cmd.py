@@ -6,13 +6,12 @@ without typer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudalock.cli.flags import Command, Flag
-from cudalock.cli.options import TARGET_FLAGS, TargetOptions, target_options_from
-from cudalock.cli.request_options import REQUEST_FLAGS, RequestOptions, request_options_from
+from cudalock.cli.options import TARGET_OPTIONS, TargetOptions
+from cudalock.cli.request_options import REQUEST_OPTIONS, RequestOptions
 
 if TYPE_CHECKING:
     from cudalock.cli.flags import Kind
@@ -52,18 +51,12 @@ def bootstrap(*, target_opts: TargetOptions, request_opts: RequestOptions, outpu
     sys.stdout.flush()
 
 
-def _run(values: Mapping[str, Any]) -> None:
-    bootstrap(target_opts=target_options_from(values), request_opts=request_options_from(values),
-              output_dir=values["output_dir"], name=values["name"],
-              output_format=values["output_format"], create=values["create"],
-              venv=values["venv"], force=values["force"], json_output=values["json_output"])
-
-
 def _output(dest: str, names: tuple[str, ...], kind: Kind, help: str, default: Any = None) -> Flag:
     return Flag(dest, names, kind, help=help, default=default, panel=OUTPUT_PANEL)
 
 
 COMMAND = Command(
+    bootstrap,
     flags=(
         _output("output_dir", ("-o", "--output-dir"), "path", default=Path("."),
                 help="Directory for the files (and cudalock.toml)."),
@@ -80,9 +73,6 @@ COMMAND = Command(
                 help="Overwrite existing output files."),
         Flag("json_output", ("--json",), "bool", default=False,
              help="Print the plan and the files written as JSON."),
-        *REQUEST_FLAGS,
-        *TARGET_FLAGS,
     ),
-    run=_run,
-    help=bootstrap.__doc__ or "",
+    groups=(REQUEST_OPTIONS, TARGET_OPTIONS),
 )

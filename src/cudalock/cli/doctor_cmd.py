@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cudalock.cli.flags import Command, Flag
+from cudalock.cli.flags import Command, Flag, FlagGroup
 
 if TYPE_CHECKING:
     from cudalock.cli.flags import Kind
@@ -120,6 +120,10 @@ def memory_options_from(values: Mapping[str, Any]) -> MemoryOptions:
     return MemoryOptions(**{flag.dest: values[flag.dest] for flag in MEMORY_FLAGS})
 
 
+#: The training-run flags, handed to doctor and memory as ``memory_opts: MemoryOptions``.
+MEMORY_OPTIONS = FlagGroup("memory_opts", MEMORY_FLAGS, memory_options_from)
+
+
 def doctor(*, exit_code: str, log: Path | None, json_output: bool, no_run: bool,
            python: Path | None, memory_opts: MemoryOptions) -> None:
     """Explain why a run ended with -9/137 (SIGKILL) or -11/139 (SIGSEGV), from evidence.
@@ -149,13 +153,8 @@ def doctor(*, exit_code: str, log: Path | None, json_output: bool, no_run: bool,
     raise SystemExit(report.exit_code)
 
 
-def _run_doctor(values: Mapping[str, Any]) -> None:
-    doctor(exit_code=values["exit_code"], log=values["log"], json_output=values["json_output"],
-           no_run=values["no_run"], python=values["python"],
-           memory_opts=memory_options_from(values))
-
-
 DOCTOR = Command(
+    doctor,
     flags=(
         Flag("exit_code", ("--exit-code",), "str", required=True,
              help="The return code as you saw it: -9, 137, 'exitcode: -9', -11, 139, 'exits "
@@ -168,10 +167,8 @@ DOCTOR = Command(
         Flag("python", ("--python",), "path",
              help="For -11: the interpreter of the environment that crashed (default: the "
              "active one)."),
-        *MEMORY_FLAGS,
     ),
-    run=_run_doctor,
-    help=doctor.__doc__ or "",
+    groups=(MEMORY_OPTIONS,),
 )
 
 
@@ -241,19 +238,13 @@ def memory(*, probe_file: Path | None, json_output: bool, memory_opts: MemoryOpt
     raise SystemExit(1 if any(f.severity == "error" for f in verdict.findings) else 0)
 
 
-def _run_memory(values: Mapping[str, Any]) -> None:
-    memory(probe_file=values["probe_file"], json_output=values["json_output"],
-           memory_opts=memory_options_from(values))
-
-
 MEMORY = Command(
+    memory,
     flags=(
         Flag("probe_file", ("--probe",), "path",
              help="Compare with the host in this probe JSON ('cudalock probe --json' written "
              "on the training node) instead of this machine."),
         JSON_FLAG,
-        *MEMORY_FLAGS,
     ),
-    run=_run_memory,
-    help=memory.__doc__ or "",
+    groups=(MEMORY_OPTIONS,),
 )

@@ -66,17 +66,41 @@ class Flag:
         return f"Flag({self.dest!r}, {self.names!r}, {self.kind!r})"
 
 
-class Command:
-    """A command declared as data: its flags, and what runs with their values by ``dest``."""
+class FlagGroup:
+    """Flags several commands share (the Target, the Request...), handed to a command's
+    function as one value: ``build(values by dest)`` under the name ``argument``."""
 
-    __slots__ = ("flags", "help", "run")
+    __slots__ = ("argument", "build", "flags")
 
-    def __init__(self, *, flags: tuple[Flag, ...], run: Callable[[Mapping[str, Any]], None],
-                 help: str) -> None:
+    def __init__(self, argument: str, flags: tuple[Flag, ...],
+                 build: Callable[[Mapping[str, Any]], object]) -> None:
+        self.argument = argument
         self.flags = flags
-        self.run = run
-        #: The ``--help`` text: a summary line, a blank line, then paragraphs.
-        self.help = help
+        self.build = build
+
+
+class Command:
+    """A command declared as data: its own flags, the groups it shares, and its function.
+
+    The function takes each own flag's value as the keyword ``dest`` and each group's value as
+    the keyword ``argument``; its docstring is the ``--help`` text.
+    """
+
+    __slots__ = ("flags", "function", "groups", "help", "own")
+
+    def __init__(self, function: Callable[..., None], *, flags: tuple[Flag, ...] = (),
+                 groups: tuple[FlagGroup, ...] = ()) -> None:
+        self.function = function
+        self.own = flags
+        self.groups = groups
+        #: Every flag the command line may give: its own, then each group's.
+        self.flags = flags + tuple(flag for group in groups for flag in group.flags)
+        self.help = function.__doc__ or ""
+
+    def run(self, values: Mapping[str, Any]) -> None:
+        """Call the function with ``values`` (by ``dest``, every flag present)."""
+        self.function(**{flag.dest: values[flag.dest] for flag in self.own},
+                      **{group.argument: group.build(values) for group in self.groups})
 
 
 def parse_command_line(args: Sequence[str], flags: Sequence[Flag],

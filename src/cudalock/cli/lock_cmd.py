@@ -8,13 +8,12 @@ command.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cudalock.cli.flags import Command, Flag
-from cudalock.cli.options import TARGET_FLAGS, TargetOptions, target_options_from
-from cudalock.cli.request_options import REQUEST_FLAGS, RequestOptions, request_options_from
+from cudalock.cli.options import TARGET_OPTIONS, TargetOptions
+from cudalock.cli.request_options import REQUEST_OPTIONS, RequestOptions
 
 if TYPE_CHECKING:
     from cudalock.spec import Spec, TargetSummary
@@ -81,15 +80,8 @@ def lock(*, output_dir: str, check: bool, upgrade: bool, spec: str | None,
                f"{result.requirements_path}")
 
 
-def _run(values: Mapping[str, Any]) -> None:
-    lock(output_dir=values["output_dir"], check=values["check"], upgrade=values["upgrade"],
-         spec=values["spec"], cache_dir=values["cache_dir"], timeout=values["timeout"],
-         retries=values["retries"], force=values["force"], quiet=values["quiet"],
-         json_output=values["json_output"], target_opts=target_options_from(values),
-         request_opts=request_options_from(values))
-
-
 COMMAND = Command(
+    lock,
     flags=(
         Flag("output_dir", ("--output-dir", "-o"), "str", default=".",
              help="Where pylock.toml and requirements.lock.txt go."),
@@ -115,11 +107,8 @@ COMMAND = Command(
         Flag("json_output", ("--json",), "bool", default=False,
              help="Print the result as JSON: {lock, requirements, packages} or, with --check, "
              "{current, lock, changes}."),
-        *REQUEST_FLAGS,
-        *TARGET_FLAGS,
     ),
-    run=_run,
-    help=lock.__doc__ or "",
+    groups=(REQUEST_OPTIONS, TARGET_OPTIONS),
 )
 
 

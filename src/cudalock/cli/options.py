@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudalock.cli.flags import Flag
+from cudalock.cli.flags import Flag, FlagGroup
 
 TARGET_PANEL = "Target (which machine)"
 
@@ -76,3 +76,7 @@ def target_options_from(values: Mapping[str, Any]) -> TargetOptions:
         platform=values["platform"],
         matrix_dir=values["matrix"],
     )
+
+
+#: The Target flags, handed to a command as ``target_opts: TargetOptions``.
+TARGET_OPTIONS = FlagGroup("target_opts", TARGET_FLAGS, target_options_from)

@@ -6,11 +6,10 @@ without typer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cudalock.cli.flags import Command, Flag
-from cudalock.cli.options import TARGET_FLAGS, TargetOptions, target_options_from
+from cudalock.cli.options import TARGET_OPTIONS, TargetOptions
 
 if TYPE_CHECKING:
     from cudalock.model import Target
@@ -37,19 +36,14 @@ def probe(*, json_output: bool, target_opts: TargetOptions) -> None:
     echo("\n\n".join(summary(t) for t in targets))
 
 
-def _run(values: Mapping[str, Any]) -> None:
-    probe(json_output=values["json_output"], target_opts=target_options_from(values))
-
-
 COMMAND = Command(
+    probe,
     flags=(
         Flag("json_output", ("--json",), "bool", default=False,
              help="Print the Target as JSON (schema_version 1; a list when several --probe "
              "files are given)."),
-        *TARGET_FLAGS,
     ),
-    run=_run,
-    help=probe.__doc__ or "",
+    groups=(TARGET_OPTIONS,),
 )
 
 

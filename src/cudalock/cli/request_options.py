@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cudalock.cli.flags import Flag
+from cudalock.cli.flags import Flag, FlagGroup
 
 if TYPE_CHECKING:
     from cudalock.cli.flags import Kind
@@ -98,3 +98,7 @@ def request_options_from(values: Mapping[str, Any]) -> RequestOptions:
         pypi_index=values["pypi_index"],
         allow_insecure_index=values["allow_insecure_index"],
     )
+
+
+#: The Request flags, handed to a command as ``request_opts: RequestOptions``.
+REQUEST_OPTIONS = FlagGroup("request_opts", REQUEST_FLAGS, request_options_from)

@@ -8,12 +8,10 @@ inside the command (no requests, tomlkit, rich or torch on this path).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
-from typing import Any
 
 from cudalock.cli.flags import Command, Flag
-from cudalock.cli.options import TARGET_FLAGS, TargetOptions, target_options_from
-from cudalock.cli.request_options import REQUEST_FLAGS, RequestOptions, request_options_from
+from cudalock.cli.options import TARGET_OPTIONS, TargetOptions
+from cudalock.cli.request_options import REQUEST_OPTIONS, RequestOptions
 
 
 def resolve(*, json_output: bool, target_opts: TargetOptions,
@@ -53,21 +51,14 @@ def resolve(*, json_output: bool, target_opts: TargetOptions,
     echo(redact(render_plan(plan, bootstrap_command(target_opts, request_opts))))
 
 
-def _run(values: Mapping[str, Any]) -> None:
-    resolve(json_output=values["json_output"], target_opts=target_options_from(values),
-            request_opts=request_options_from(values))
-
-
 COMMAND = Command(
+    resolve,
     flags=(
         Flag("json_output", ("--json",), "bool", default=False,
              help="Print the Plan as JSON (the documented, stable object); when nothing fits, "
              "{\"error\", \"hint\", \"rejected\"} and exit 1."),
-        *REQUEST_FLAGS,
-        *TARGET_FLAGS,
     ),
-    run=_run,
-    help=resolve.__doc__ or "",
+    groups=(REQUEST_OPTIONS, TARGET_OPTIONS),
 )
 
 
