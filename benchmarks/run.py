@@ -201,13 +201,13 @@ STARTUP_STEPS = (
     ("+ the standard library cudalock itself needs (re, enum, typing, dataclasses, pathlib, "
      "json)", "import re, enum, typing, dataclasses, pathlib, json"),
     ("+ `cudalock.cli.main` and the resolve command module (its flag tables; no typer)",
-     "import cudalock.cli.main, cudalock.cli.resolve_cmd"),
-    ("+ `cudalock.resolve`, `cudalock.explain`, `cudalock.targets` (packaging, the model, the "
-     "matrix types)", "import cudalock.resolve, cudalock.explain, cudalock.targets"),
-    ("+ `cudalock.probe` (the live probe that the overrides apply to; pynvml only where "
-     "libnvidia-ml loads)", "import cudalock.probe"),
+     "import cudalock.cli.main, cudalock.cli.resolve"),
+    ("+ `cudalock.resolve.search`, `cudalock.resolve.explain`, `cudalock.target.overrides` (packaging, the model, the "
+     "matrix types)", "import cudalock.resolve.search, cudalock.resolve.explain, cudalock.target.overrides"),
+    ("+ `cudalock.target.probe` (the live probe that the overrides apply to; pynvml only where "
+     "libnvidia-ml loads)", "import cudalock.target.probe"),
     ("+ `load_matrix()` (from its precompiled cache)",
-     "from cudalock.matrix import load_matrix; load_matrix()"),
+     "from cudalock.matrix.load import load_matrix; load_matrix()"),
 )
 
 
@@ -216,9 +216,9 @@ STARTUP_STEPS = (
 WITHOUT_CLI = """\
 import json, sys
 from types import SimpleNamespace
-from cudalock.matrix import load_matrix
+from cudalock.matrix.load import load_matrix
 from cudalock.resolve import make_request, resolve
-from cudalock.targets import targets_from_options
+from cudalock.target.overrides import targets_from_options
 flags = SimpleNamespace(probe_files=(), driver_version="535.104.05", driver_cuda=None,
                         no_gpu=False, compute_capabilities=(), gpu_names=(), platform=None,
                         matrix_dir=None)
@@ -448,10 +448,10 @@ def case_lock(ctx: Context, fig: Figure) -> None:
 def child_lock_inputs(directory: Path, args: list[str]) -> dict[str, Any]:
     """The uv input project and arguments cudalock's lock uses for these flags."""
     from cudalock.cli.options import TargetOptions
-    from cudalock.lock import input_project, lock_input, target_glibc, uv_compile_args
-    from cudalock.matrix import load_matrix
+    from cudalock.lock.pylock import input_project, lock_input, target_glibc, uv_compile_args
+    from cudalock.matrix.load import load_matrix
     from cudalock.resolve import make_request, resolve
-    from cudalock.targets import targets_from_options
+    from cudalock.target.overrides import targets_from_options
 
     flags: dict[str, list[str]] = {}
     for flag, value in zip(args[::2], args[1::2], strict=True):
@@ -498,7 +498,7 @@ def case_matrix_load(ctx: Context, fig: Figure) -> None:
 
 
 def child_matrix_load() -> dict[str, Any]:
-    from cudalock.matrix import load_matrix
+    from cudalock.matrix.load import load_matrix
 
     started = time.perf_counter()
     matrix = load_matrix()
@@ -592,9 +592,9 @@ def child_fleet_floor(directory: Path) -> dict[str, Any]:
 
 def child_fleet(directory: Path) -> dict[str, Any]:
     """Read every probe file of the fleet and resolve one Plan for all of them."""
-    from cudalock.matrix import load_matrix
+    from cudalock.matrix.load import load_matrix
     from cudalock.resolve import make_request, resolve
-    from cudalock.targets import read_probe_files
+    from cudalock.target.overrides import read_probe_files
 
     paths = sorted(directory.glob("*.json"))
     started = time.perf_counter()
@@ -623,7 +623,7 @@ CASES: dict[str, tuple[str, str, str, Callable[[Context, Figure], None]]] = {
         "`cudalock lock`, second run, warm cache, same inputs",
         "`uv pip compile` with the equivalent inputs", "≤ 1.3× its time", case_lock),
     "matrix-load": (
-        "loading the shipped matrix: first `cudalock.matrix.load_matrix()` in a fresh process",
+        "loading the shipped matrix: first `cudalock.matrix.load.load_matrix()` in a fresh process",
         "(baseline column: later calls in the same process; no goal)", "≤ 10 ms",
         case_matrix_load),
     "fleet-resolve": (

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from cudalock.audit import CODES, audit, has_errors, sort_findings
-from cudalock.installed import (
+from cudalock.audit.checks import CODES, audit, has_errors, sort_findings
+from cudalock.audit.installed import (
     DeepSpeedBuild,
     Distribution,
     Installed,
@@ -20,7 +20,7 @@ from cudalock.installed import (
     SharedLibrary,
     TorchInstall,
 )
-from cudalock.matrix import Matrix, load_matrix
+from cudalock.matrix.load import Matrix, load_matrix
 from cudalock.model import Finding, Gpu, Target
 from cudalock.versions import DriverVersion
 

@@ -201,9 +201,9 @@ def test_cudalock_toml_syntax_error_names_the_line(tmp_path: Path) -> None:
 
 
 def test_bootstrap_cli_module_imports_only_typer_at_top() -> None:
-    code = ("import sys, cudalock.cli.bootstrap_cmd; "
-            "print(sorted(m for m in ('cudalock.bootstrap', 'cudalock.render', "
-            "'cudalock.resolve', 'yaml', 'tomlkit') if m in sys.modules))")
+    code = ("import sys, cudalock.cli.bootstrap; "
+            "print(sorted(m for m in ('cudalock.env.bootstrap', 'cudalock.env.render', "
+            "'cudalock.resolve.search', 'yaml', 'tomlkit') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"

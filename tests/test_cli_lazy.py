@@ -34,7 +34,7 @@ def test_resolve_imports_only_its_own_command_module() -> None:
     done, loaded = loaded_command_modules(
         "resolve", "--driver-version", "535.104.05", "--python", "3.11", "--json")
     assert '"torch"' in done.stdout
-    assert loaded == "['cudalock.cli.resolve_cmd'] False"
+    assert loaded == "['cudalock.cli.resolve'] False"
 
 
 def test_table_declared_commands_run_without_typer_when_well_formed() -> None:

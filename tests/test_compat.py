@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cudalock.compat import (
+from cudalock.model import Target
+from cudalock.resolve.compat import (
     arch_covers,
     driver_verdict,
     minor_compat_floor,
     missing_archs,
     target_driver_cuda,
 )
-from cudalock.model import Target
 from cudalock.versions import DriverVersion, parse_compute_capability
 from tests.support.small_matrix import LINUX, WINDOWS, small_matrix
 

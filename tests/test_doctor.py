@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.doctor import (
+from cudalock.doctor.diagnosis import (
     DoctorRequest,
     MachineReaders,
     SetupHints,
@@ -19,7 +19,7 @@ from cudalock.doctor import (
     merge_hints,
     run_doctor,
 )
-from cudalock.kernel_evidence import (
+from cudalock.doctor.kernel import (
     CgroupLevel,
     CgroupMemory,
     CommandResult,
@@ -354,7 +354,7 @@ def test_memory_command_against_a_probe_file(tmp_path: Path) -> None:
 
 
 def test_default_readers_take_every_root_and_command(tmp_path: Path) -> None:
-    from cudalock.doctor import default_readers
+    from cudalock.doctor.diagnosis import default_readers
 
     proc, sys_root, root = tmp_path / "proc", tmp_path / "sys", tmp_path / "root"
     (proc / "self").mkdir(parents=True)
@@ -388,8 +388,9 @@ def test_default_readers_take_every_root_and_command(tmp_path: Path) -> None:
 def test_every_code_in_the_source_is_documented() -> None:
     import re
 
-    from cudalock import doctor, memory
-    from cudalock.doctor import FINDING_CODES
+    from cudalock.doctor import diagnosis as doctor
+    from cudalock.doctor.diagnosis import FINDING_CODES
+    from cudalock.memory import estimates as memory
 
     used: set[str] = set()
     for module in (doctor, memory):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.doctor_log import (
+from cudalock.doctor.logs import (
     params_from_model_name,
     parse_exit_code,
     scan_training_log,

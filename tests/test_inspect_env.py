@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.errors import EnvironmentFailure, InputError
-from cudalock.inspect_env import (
+from cudalock.audit.inspection import (
     default_python,
     inspect_environment,
     installed_from_document,
@@ -20,6 +19,7 @@ from cudalock.inspect_env import (
     python_for_prefix,
     start_inspection,
 )
+from cudalock.errors import EnvironmentFailure, InputError
 from tests.support.venvs import hide_cuda_toolkit, site_packages, standin_env
 
 

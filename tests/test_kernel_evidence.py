@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cudalock.kernel_evidence import (
+from cudalock.doctor.kernel import (
     CommandResult,
     parse_kernel_log,
     read_cgroup_memory,

@@ -10,7 +10,8 @@ import pytest
 from packaging.pylock import Pylock
 
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
-from cudalock.lock import (
+from cudalock.lock.check import LockState, compare, pins_missing_from_lock
+from cudalock.lock.pylock import (
     LockInput,
     build_interpreter,
     classify_uv_failure,
@@ -26,9 +27,8 @@ from cudalock.lock import (
     uv_compile_args,
     uv_python_platform,
 )
-from cudalock.lockcheck import LockState, compare, pins_missing_from_lock
+from cudalock.lock.uv import find_uv, run_uv, uv_environment
 from cudalock.model import Gpu, Host, PackagePin, Plan, Request, Target
-from cudalock.uvrunner import find_uv, run_uv, uv_environment
 from cudalock.versions import parse_compute_capability, parse_cuda_version, parse_driver_version
 
 if sys.version_info >= (3, 11):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from packaging.pylock import Pylock
 
-from cudalock.lock import parse_lock
+from cudalock.lock.pylock import parse_lock
 from tests.support.index import IndexServer, offline_env, serve_indexes
 from tests.support.tmpfs import snapshot
 from tests.support.wheels import StandIn, torch_standin
@@ -476,7 +476,7 @@ def test_mirrors_from_the_environment_and_json_output(index: IndexServer, tmp_pa
 
 def test_check_fails_naming_a_newer_matrix(index: IndexServer, locked: Path,
                                            tmp_path: Path) -> None:
-    from cudalock.matrix import default_matrix_dir, load_matrix
+    from cudalock.matrix.load import default_matrix_dir, load_matrix
 
     shipped = load_matrix().matrix_version
     newer = tmp_path / "matrix"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cudalock import matrix as matrix_module
-from cudalock.matrix import default_matrix_dir, load_matrix, matrix_cache_dir
+from cudalock.matrix import load as matrix_module
+from cudalock.matrix.load import default_matrix_dir, load_matrix, matrix_cache_dir
 
 OLD = time.time() - 3600  # well outside the "racy" window in which files are not cached
 

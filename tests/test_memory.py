@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cudalock.errors import UsageError
-from cudalock.memory import (
+from cudalock.memory.estimates import (
     HostMemory,
     TrainingSetup,
     check_host_memory,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cudalock.errors import InputError
-from cudalock.model_config import params_from_config, read_model_size
+from cudalock.memory.model_size import params_from_config, read_model_size
 
 MODELS = Path(__file__).parent / "fixtures" / "doctor" / "models"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from cudalock.matrix import Matrix, default_matrix_dir, load_matrix
+from cudalock.matrix.load import Matrix, default_matrix_dir, load_matrix
 from cudalock.model import Gpu, Target
-from cudalock.probe import (
+from cudalock.target.probe import (
     cgroup_memory_limit,
     cuda_visible_devices,
     glibc_version,
@@ -220,7 +220,7 @@ def test_real_pynvml_on_a_machine_without_nvidia(matrix: Matrix) -> None:
 @pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None,
                     reason="this machine has an NVIDIA library")
 def test_probe_without_nvidia_library_does_not_import_pynvml() -> None:
-    code = ("import sys; from cudalock.probe import probe_machine; probe_machine(); "
+    code = ("import sys; from cudalock.target.probe import probe_machine; probe_machine(); "
             "print('pynvml' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=120)
@@ -476,7 +476,7 @@ def test_platform_strings(system: str, machine: str, expected: str) -> None:
 
 def test_live_probe_json_round_trips(matrix: Matrix) -> None:
     """The probe's Target survives to_json → probe-file reading unchanged (bar source/notes)."""
-    from cudalock.targets import target_from_json
+    from cudalock.target.overrides import target_from_json
 
     target, _ = run_probe(matrix, "mixed_a100_t4", tree="proprietary_535_cgroup_v2")
     again = target_from_json(json.loads(json.dumps(target.to_json())))
@@ -498,7 +498,7 @@ def test_uname_answers_what_platform_and_socket_would() -> None:
     import platform
     import socket
 
-    from cudalock.probe import hostname, system_and_machine
+    from cudalock.target.probe import hostname, system_and_machine
 
     assert system_and_machine() == (platform.system(), platform.machine())
     assert hostname() == (socket.gethostname() or None)
@@ -509,7 +509,7 @@ def test_find_executable_agrees_with_shutil_which(tmp_path: Path,
     import os
     import shutil
 
-    from cudalock.probe import find_executable
+    from cudalock.target.probe import find_executable
 
     runnable, plain = tmp_path / "bin", tmp_path / "other"
     runnable.mkdir()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cudalock.errors import InputError
 from cudalock.model import Target
-from cudalock.targets import read_probe_file, target_from_json
+from cudalock.target.overrides import read_probe_file, target_from_json
 from cudalock.versions import (
     parse_compute_capability,
     parse_cuda_version,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.audit import CODES
-from cudalock.doctor import FINDING_CODES
+from cudalock.audit.checks import CODES
+from cudalock.doctor.diagnosis import FINDING_CODES
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 

@@ -25,14 +25,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cudalock.doctor import read_deepspeed_config
-from cudalock.doctor_log import parse_exit_code, scan_training_log, shape_from_deepspeed_config
+from cudalock.audit.reports import MAX_REPORT_CHARS
+from cudalock.doctor.diagnosis import read_deepspeed_config
+from cudalock.doctor.logs import parse_exit_code, scan_training_log, shape_from_deepspeed_config
 from cudalock.errors import EnvironmentFailure, InputError, UsageError
 from cudalock.fsutil import write_atomic, write_group
-from cudalock.matrix import default_matrix_dir
-from cudalock.reports import MAX_REPORT_CHARS
+from cudalock.matrix.load import default_matrix_dir
+from cudalock.memory.sizes import parse_bytes, parse_param_count
 from cudalock.resolve import parse_torch_spec
-from cudalock.sizes import parse_bytes, parse_param_count
 from cudalock.urls import redact, validate_index_url
 from cudalock.versions import parse_python_version
 from tests.support.index import offline_env

@@ -13,9 +13,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cudalock.errors import UsageError
-from cudalock.model import Gpu, PackagePin, Plan, Target
-from cudalock.render import (
+from cudalock.env.render import (
     RenderOptions,
     check_env_name,
     classify_framework,
@@ -24,6 +22,8 @@ from cudalock.render import (
     torch_family,
     yaml_scalar,
 )
+from cudalock.errors import UsageError
+from cudalock.model import Gpu, PackagePin, Plan, Target
 from cudalock.versions import DriverVersion
 
 if sys.version_info >= (3, 11):

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cudalock.errors import InputError
-from cudalock.matrix import Matrix, load_matrix
-from cudalock.reports import (
+from cudalock.audit.reports import (
     MAX_REPORT_CHARS,
     ParsedReport,
     decode_report,
     parse_report,
     report_target,
 )
+from cudalock.errors import InputError
+from cudalock.matrix.load import Matrix, load_matrix
 from cudalock.versions import DriverVersion
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reports"

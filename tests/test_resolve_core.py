@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cudalock.compat import driver_verdict, missing_archs
 from cudalock.errors import InputError, Unsatisfiable, UsageError
 from cudalock.model import Gpu, Target
 from cudalock.resolve import make_request, parse_torch_spec, resolve
+from cudalock.resolve.compat import driver_verdict, missing_archs
 from cudalock.versions import DriverVersion, parse_compute_capability
 from tests.support.small_matrix import LINUX, small_matrix
 

@@ -8,9 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cudalock.errors import InputError
-from cudalock.model import Gpu, Request, Target
-from cudalock.spec import (
+from cudalock.env.spec import (
     OutputSpec,
     Spec,
     TargetSummary,
@@ -20,6 +18,8 @@ from cudalock.spec import (
     update_spec,
     update_spec_text,
 )
+from cudalock.errors import InputError
+from cudalock.model import Gpu, Request, Target
 from cudalock.versions import DriverVersion
 
 SPEC = Spec(

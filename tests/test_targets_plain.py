@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from cudalock.errors import InputError
 from cudalock.model import Gpu, Host, Target
-from cudalock.targets import (
+from cudalock.target.overrides import (
     _checked_target,
     _Parsed,
     _plain_target,
@@ -224,7 +224,7 @@ def test_read_bytes_errors_are_those_of_path_read_bytes(tmp_path: Path) -> None:
 
 
 def test_difflib_is_imported_only_for_suggestions() -> None:
-    code = "import sys, cudalock.targets; print('difflib' in sys.modules)"
+    code = "import sys, cudalock.target.overrides; print('difflib' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True)
     assert shown.stdout.strip() == "False"

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cudalock.env.render import RenderOptions, render
 from cudalock.errors import UsageError
-from cudalock.render import RenderOptions, render
 from cudalock.urls import redact, strip_credentials, validate_index_url
 from tests.test_render import make_plan
 

@@ -16,6 +16,11 @@ from typing import Any
 
 from cudalock.errors import UsageError
 
+#: Where torch's CUDA and CPU builds are published; a build's index is ``BASE/<variant>``.
+DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"
+#: The Python Package Index's simple API.
+DEFAULT_PYPI_INDEX = "https://pypi.org/simple"
+
 _CREDENTIALS_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from cudalock.matrix import Matrix, build_matrix
+from cudalock.matrix.load import Matrix, build_matrix
 
 NVIDIA_NOTES = "https://docs.nvidia.com/cuda/archive/13.2.2/cuda-toolkit-release-notes/index.html"
 MVC = "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html"

@@ -67,7 +67,7 @@ app = typer.Typer(
 def _version_callback(value: bool) -> None:
     if value:
         from cudalock import __version__
-        from cudalock.matrix import load_matrix
+        from cudalock.matrix.load import load_matrix
 
         try:
             matrix = load_matrix()

@@ -13,21 +13,21 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from cudalock.cli.common import echo
+from cudalock.cli.output import echo
 from cudalock.errors import CudalockError
 
 #: Every command, in the order ``--help`` lists them: name → (module, attribute). A module is
 #: imported only when its command runs (or help lists them all). The attribute is either a
 #: :class:`~cudalock.cli.flags.Command` table or a typer-declared function or sub-application.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "probe": ("cudalock.cli.probe_cmd", "COMMAND"),
-    "resolve": ("cudalock.cli.resolve_cmd", "COMMAND"),
-    "bootstrap": ("cudalock.cli.bootstrap_cmd", "COMMAND"),
-    "lock": ("cudalock.cli.lock_cmd", "COMMAND"),
-    "audit": ("cudalock.cli.audit_cmd", "COMMAND"),
-    "doctor": ("cudalock.cli.doctor_cmd", "DOCTOR"),
-    "memory": ("cudalock.cli.doctor_cmd", "MEMORY"),
-    "matrix": ("cudalock.cli.matrix_cmd", "app"),  # a typer sub-application
+    "probe": ("cudalock.cli.probe", "COMMAND"),
+    "resolve": ("cudalock.cli.resolve", "COMMAND"),
+    "bootstrap": ("cudalock.cli.bootstrap", "COMMAND"),
+    "lock": ("cudalock.cli.lock", "COMMAND"),
+    "audit": ("cudalock.cli.audit", "COMMAND"),
+    "doctor": ("cudalock.cli.doctor", "DOCTOR"),
+    "memory": ("cudalock.cli.doctor", "MEMORY"),
+    "matrix": ("cudalock.cli.matrix", "app"),  # a typer sub-application
 }
 
 

@@ -9,38 +9,12 @@ library only: commands read these without importing typer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from cudalock.cli.flags import Flag, FlagGroup
+from cudalock.target.overrides import TargetOptions
 
 TARGET_PANEL = "Target (which machine)"
-
-
-@dataclass(frozen=True)
-class TargetOptions:
-    """The Target flags as given; :func:`cudalock.targets.targets_from_options` reads them."""
-
-    probe_files: tuple[Path, ...] = ()
-    driver_version: str | None = None
-    driver_cuda: str | None = None
-    no_gpu: bool = False
-    compute_capabilities: tuple[str, ...] = ()
-    gpu_names: tuple[str, ...] = ()
-    platform: str | None = None
-    matrix_dir: Path | None = None
-
-    @property
-    def overrides_given(self) -> bool:
-        return bool(
-            self.driver_version
-            or self.driver_cuda
-            or self.no_gpu
-            or self.compute_capabilities
-            or self.gpu_names
-            or self.platform
-        )
 
 
 TARGET_FLAGS: tuple[Flag, ...] = (

@@ -10,49 +10,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cudalock.cli.flags import Flag, FlagGroup
+from cudalock.resolve.request import RequestOptions
 
 if TYPE_CHECKING:
     from cudalock.cli.flags import Kind
-    from cudalock.model import Request
 
 REQUEST_PANEL = "Request (what to install)"
-
-
-@dataclass(frozen=True)
-class RequestOptions:
-    """The Request flags as given (None: not given)."""
-
-    torch: str | None = None
-    python: str | None = None
-    cuda: str | None = None
-    compat: str | None = None
-    #: As given: entries add to the default torchvision; "none" drops it.
-    with_packages: tuple[str, ...] | None = None
-    framework: str | None = None
-    pytorch_index: str | None = None
-    pypi_index: str | None = None
-    allow_insecure_index: bool = False
-
-    def to_request(self, base: Request | None = None) -> Request:
-        """``base`` (e.g. from ``cudalock.toml``) overridden by the flags given, validated."""
-        from cudalock.request import merge_request
-
-        return merge_request(
-            base,
-            allow_insecure_index=self.allow_insecure_index,
-            torch=self.torch,
-            python=self.python,
-            cuda=self.cuda,
-            compat=self.compat,
-            with_packages=self.with_packages,
-            framework=self.framework,
-            pytorch_index=self.pytorch_index,
-            pypi_index=self.pypi_index,
-        )
 
 
 def _flag(dest: str, name: str, kind: Kind, help: str, envvar: str | None = None,

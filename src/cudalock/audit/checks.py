@@ -1,0 +1,853 @@
+"""Audit: what in an installed environment will crash (or quietly misbehave) on a target.
+
+``audit(installed, target, matrix) -> list[Finding]`` is pure: it judges the
+:class:`~cudalock.audit.installed.Installed` value (from a live inspection or a pasted
+report) with the
+policy predicates of :mod:`cudalock.resolve.compat` and the facts of the matrix, and names the
+replacement build the resolver would choose. Findings come errors first, then warnings, then
+notes; their ``code`` values are part of the interface (README "Finding codes").
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from cudalock.audit.installed import (
+    Distribution,
+    Installed,
+    SharedLibrary,
+    TorchInstall,
+    local_label,
+    public_version,
+)
+from cudalock.errors import CudalockError
+from cudalock.matrix.load import Matrix, TorchBuild, TorchRelease
+from cudalock.model import Finding, Plan, Severity, Target
+from cudalock.resolve.compat import (
+    arch_covers,
+    driver_verdict,
+    missing_archs,
+)
+from cudalock.versions import (
+    ComputeCapability,
+    CudaVersion,
+    cuda_from_variant,
+    format_cc,
+    format_cuda,
+    parse_compute_capability,
+    parse_cuda_version,
+    parse_python_version,
+    variant_for_cuda,
+)
+
+#: Every code audit can emit (README "Finding codes"). doctor adds its own.
+CODES = (
+    "no-driver", "driver-too-old", "minor-compat-only", "gpu-arch-unsupported", "cpu-only-build",
+    "mixed-cuda-builds", "torchvision-mismatch", "torchaudio-mismatch", "duplicate-torch",
+    "deepspeed-built-without-torch", "deepspeed-cuda-mismatch", "deepspeed-torch-mismatch",
+    "nvcc-mismatch", "library-shadowing", "torch-import-crash", "torch-import-timeout",
+    "torch-import-failed", "cuda-init-failed", "no-torch", "unknown-torch-build",
+    "driver-unknown", "rocm-build-on-nvidia", "broken-torch-install", "cuda-unavailable",
+)
+
+_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
+
+#: CUDA libraries on LD_LIBRARY_PATH → the pip distribution that ships the same library.
+_LIBRARY_PACKAGES = {
+    "libnvJitLink": "nvidia-nvjitlink",
+    "libcudart": "nvidia-cuda-runtime",
+    "libcublas": "nvidia-cublas",
+    "libcublasLt": "nvidia-cublas",
+    "libcusparse": "nvidia-cusparse",
+    "libcusolver": "nvidia-cusolver",
+    "libcufft": "nvidia-cufft",
+    "libcurand": "nvidia-curand",
+    "libnvrtc": "nvidia-cuda-nvrtc",
+    "libcupti": "nvidia-cuda-cupti",
+    "libcudnn": "nvidia-cudnn",
+    "libnccl": "nvidia-nccl",
+    "libnvToolsExt": "nvidia-nvtx",
+}
+#: Libraries whose version is the CUDA version itself (judged against torch's CUDA without a
+#: matching pip distribution, e.g. when torch bundles them).
+_CUDA_VERSIONED = ("libcudart", "libnvJitLink", "libnvrtc")
+#: NVIDIA pip packages without a -cuNN suffix whose version major is the CUDA major (CUDA 13).
+_UNSUFFIXED_CUDA_MAJOR = ("nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-nvjitlink",
+                          "nvidia-cuda-cupti", "nvidia-cublas", "nvidia-nvtx")
+
+
+def audit(installed: Installed, target: Target, matrix: Matrix, *,
+          driver_known: bool = True) -> list[Finding]:
+    """Findings for ``installed`` on ``target``, most severe first.
+
+    ``driver_known=False`` says the target's driver was not given (a report that names none):
+    driver checks become one ``driver-unknown`` note instead of ``no-driver``.
+    """
+    context = _Context(installed, target, matrix, driver_known)
+    findings: list[Finding] = []
+    for check in (_check_torch_present, _check_duplicates, _check_driver, _check_arch,
+                  _check_cpu_build, _check_companions, _check_nvidia_libraries,
+                  _check_deepspeed, _check_nvcc, _check_library_shadowing):
+        findings.extend(check(context))
+    return sort_findings(findings)
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Errors, then warnings, then notes; the order within each stays as found."""
+    return sorted(findings, key=lambda f: _ORDER.get(f.severity, 3))
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(f.severity == "error" for f in findings)
+
+
+# --------------------------------------------------------------------------------------------
+# What the checks share
+
+
+@dataclass(frozen=True)
+class _Torch:
+    """The active torch, read once: version, label, CUDA, and its matrix entry."""
+
+    install: TorchInstall
+    public: str | None
+    label: str | None
+    cuda: CudaVersion | None
+    release: TorchRelease | None
+    build: TorchBuild | None
+
+    @property
+    def described(self) -> str:
+        return f"torch {self.install.version}" if self.install.version else "torch"
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.cuda is not None
+
+    @property
+    def is_rocm(self) -> bool:
+        return bool(self.install.hip) or bool(self.label and self.label.startswith("rocm"))
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.install.cuda_known and not self.is_cuda and not self.is_rocm
+
+
+class _Context:
+    def __init__(self, installed: Installed, target: Target, matrix: Matrix,
+                 driver_known: bool) -> None:
+        self.installed = installed
+        self.target = target
+        self.matrix = matrix
+        self.driver_known = driver_known
+
+    @cached_property
+    def torch(self) -> _Torch | None:
+        install = self.installed.active_torch
+        if install is None or not install.version:
+            return None  # a torch without a readable version is reported as broken
+        version = install.version
+        public = public_version(version) if version else None
+        label = local_label(version)
+        cuda = _cuda_or_none(install.cuda)
+        if cuda is None and not install.cuda_known and label:
+            cuda = cuda_from_variant(label)
+        release = self.matrix.torch_release(public) if public else None
+        build = None
+        if release is not None:
+            variant = label or (variant_for_cuda(cuda) if cuda else None)
+            if variant is None and install.cuda_known and not install.hip:
+                variant = "cpu"
+            if variant:
+                build = next((b for b in release.builds_for(self.target.platform)
+                              if b.variant == variant), None)
+        return _Torch(install, public, label, cuda, release, build)
+
+    @cached_property
+    def pip(self) -> str:
+        """How the fixes call pip: the audited interpreter's own pip when known."""
+        if self.installed.python:
+            return f"{shlex.quote(self.installed.python)} -m pip"
+        return "pip"
+
+    @cached_property
+    def python(self) -> str | None:
+        if not self.installed.python_version:
+            return None
+        try:
+            return parse_python_version(self.installed.python_version)
+        except CudalockError:
+            return None
+
+    @cached_property
+    def companions(self) -> list[str]:
+        return [name for name in ("torchvision", "torchaudio") if self.installed.dist(name)]
+
+    def replacement(self, *, same_version: bool = True,
+                    same_major_as_driver: bool = False) -> _Replacement:
+        """The build the resolver chooses instead (strict policy), as pip commands."""
+        return _replacement(self, same_version=same_version,
+                            same_major_as_driver=same_major_as_driver)
+
+
+@dataclass(frozen=True)
+class _Replacement:
+    plan: Plan | None
+    commands: tuple[str, ...]
+    #: Why nothing fits, or the resolver's hint for a looser choice.
+    remark: str | None = None
+
+    @property
+    def pin(self) -> str | None:
+        return self.plan.torch_pin.version if self.plan else None
+
+
+def _replacement(context: _Context, *, same_version: bool,
+                 same_major_as_driver: bool) -> _Replacement:
+    from cudalock.resolve import make_request, resolve
+
+    torch = context.torch
+    companions = context.companions or ["none"]
+    attempts: list[dict[str, str | None]] = []
+    if same_version and torch is not None and torch.public:
+        attempts.append({"torch": f"=={torch.public}", "cuda": None})
+    if same_major_as_driver:
+        from cudalock.resolve.compat import target_driver_cuda
+
+        driver_cuda = target_driver_cuda(context.matrix, context.target)
+        if driver_cuda is not None:
+            for minor in range(driver_cuda[1], -1, -1):
+                attempts.append({"torch": None, "cuda": f"{driver_cuda[0]}.{minor}"})
+    attempts.append({"torch": None, "cuda": None})
+    kept_hint: str | None = None
+    last_error = ""
+    for attempt in attempts:
+        try:
+            request = make_request(torch=attempt["torch"], python=context.python,
+                                   cuda=attempt["cuda"], with_packages=companions)
+            plan = resolve(context.matrix, [context.target], request)
+        except CudalockError as err:
+            last_error = err.message
+            if attempt["torch"] and err.hint and torch is not None:
+                # What would keep the installed release (a driver upgrade, --compat minor).
+                kept_hint = (f"to keep torch {torch.public} (cudalock bootstrap --torch "
+                             f"{torch.public}): {err.hint}")
+            continue
+        return _Replacement(plan, install_commands(plan, context.pip), kept_hint)
+    return _Replacement(None, (), last_error)
+
+
+def install_commands(plan: Plan, pip: str = "pip") -> tuple[str, ...]:
+    """``pip install --force-reinstall`` of the plan's pins, one command per index."""
+    groups: dict[str | None, list[str]] = {}
+    for pin in plan.packages:
+        groups.setdefault(pin.index_url, []).append(shlex.quote(pin.requirement))
+    commands = []
+    for index, pins in groups.items():
+        command = f"{pip} install --force-reinstall {' '.join(pins)}"
+        if index:
+            command += f" --index-url {shlex.quote(index)}"
+        commands.append(command)
+    return tuple(commands)
+
+
+def _cuda_or_none(text: str | None) -> CudaVersion | None:
+    if not text:
+        return None
+    try:
+        version = parse_cuda_version(text)
+    except CudalockError:
+        return None
+    return None if version == (0, 0) else version
+
+
+def _finding(code: str, severity: Severity, message: str, evidence: Sequence[str],
+             fix: Sequence[str] = ()) -> Finding:
+    return Finding(code=code, severity=severity, message=message, evidence=tuple(evidence),
+                   fix=tuple(fix))
+
+
+def _torch_evidence(torch: _Torch) -> list[str]:
+    install = torch.install
+    evidence = [f"torch.__version__ = {install.version!r}",
+                f"torch.version.cuda = {install.cuda!r}"]
+    if install.location and install.location != "report":
+        evidence.append(f"torch location: {install.location}")
+    return evidence
+
+
+def _target_evidence(context: _Context) -> list[str]:
+    target = context.target
+    evidence = [f"target: {target.name} ({target.platform}, from {target.source})"]
+    if target.driver_version is not None:
+        evidence.append(f"NVIDIA driver {target.driver_version}")
+    if target.driver_cuda is not None:
+        evidence.append(f"driver supports CUDA ≤ {format_cuda(target.driver_cuda)}")
+    return evidence
+
+
+def _fix_lines(replacement: _Replacement, what: str) -> list[str]:
+    if replacement.commands:
+        lines = [f"# {what}: torch {replacement.pin}"]
+        lines.extend(replacement.commands)
+        if replacement.remark:
+            lines.append(f"# or, {replacement.remark}")
+        return lines
+    return [f"# no torch build in the matrix fits this target: {replacement.remark}"]
+
+
+# --------------------------------------------------------------------------------------------
+# The checks
+
+
+def _check_torch_present(context: _Context) -> list[Finding]:
+    torch = context.torch
+    broken = context.installed.active_torch
+    if torch is None and broken is not None:
+        replacement = context.replacement(same_version=False)
+        return [_finding(
+            "broken-torch-install", "error",
+            "the torch package directory has no readable torch/version.py: a partial or "
+            "interrupted install, which fails at import",
+            [f"torch location: {broken.location}"]
+            + [f"{d.location}: torch {d.version}" for d in context.installed.dists("torch")],
+            [f"{context.pip} uninstall -y torch",
+             *_fix_lines(replacement, "then install one build")],
+        )]
+    if torch is None:
+        if context.installed.dists("torch"):
+            return []  # a dist-info without a package: reported by _check_duplicates
+        replacement = context.replacement(same_version=False)
+        from_report = context.installed.source.startswith("report")
+        return [_finding(
+            "no-torch", "info",
+            "the report names no torch, so the torch checks are skipped" if from_report else
+            "torch is not installed in this environment: nothing here uses the GPU through torch",
+            [f"environment: {context.installed.source}"],
+            _fix_lines(replacement, "the build cudalock would install for this target"),
+        )]
+    findings = []
+    if torch.install.cuda_known and torch.build is None and not torch.is_rocm:
+        matrix_version = context.matrix.matrix_version
+        what = (f"torch {torch.public} is not in the matrix ({matrix_version})"
+                if torch.release is None else
+                f"the matrix ({matrix_version}) lists no "
+                f"{torch.label or 'such'} build of torch {torch.public} for "
+                f"{context.target.platform}")
+        findings.append(_finding(
+            "unknown-torch-build", "info",
+            f"{what}: its GPU architectures are unknown, so it is judged by its CUDA version "
+            "alone (run 'cudalock audit --deep' on the GPU machine to read its arch list)",
+            _torch_evidence(torch),
+        ))
+    if not torch.install.cuda_known:
+        findings.append(_finding(
+            "unknown-torch-build", "info",
+            f"{torch.described}: the report does not say which CUDA it was built for, so the "
+            "driver and GPU checks are skipped",
+            _torch_evidence(torch),
+        ))
+    return findings
+
+
+def _check_duplicates(context: _Context) -> list[Finding]:
+    installed = context.installed
+    dists = [d for d in installed.dists("torch") if d.location is None
+             or not d.location.startswith("report")]
+    live_dirs = [t for t in installed.torch if t.location and t.location != "report"
+                 and not t.location.startswith("report")]
+    report_installs = [t for t in installed.torch if t.location and t.location.startswith("report")]
+    evidence: list[str] = []
+    conda_builds: list[TorchInstall] = []
+    if len(dists) > 1 or len(live_dirs) > 1:
+        evidence += [f"{d.location}: torch {d.version}" for d in dists]
+        if len(live_dirs) > 1:
+            evidence += [f"{t.location}: torch/version.py says {t.version}" for t in live_dirs]
+        count = max(len(dists), 1)
+    elif len(report_installs) > 1:
+        evidence += [f"{_where(t.location)}: torch {t.version}" for t in report_installs]
+        conda_builds = [t for t in report_installs if t.location and "[conda]" in t.location
+                        and not t.location.endswith("pypi")]
+        count = len(report_installs) - len(conda_builds)
+    else:
+        return []
+    directories = {re.sub(r"[^/]*$", "", d.location or "") for d in dists}
+    same_dir = len(dists) > 1 and len(directories) == 1
+    message = (
+        "more than one torch is installed: "
+        + ("their dist-info directories sit in the same site-packages, so the files on disk "
+           "are a mix of both versions" if same_dir else
+           "one shadows the other, so 'import torch' loads a different build than pip reports")
+        + "; mixed files crash at import (-11 or undefined symbols)"
+    )
+    replacement = context.replacement()
+    fix = [f"{context.pip} uninstall -y torch"] * max(count, 1)
+    # A torch directory with no dist-info beside it is outside pip's reach (PYTHONPATH, a copy).
+    for install in live_dirs:
+        parent = re.sub(r"/torch/?$", "/", install.location or "")
+        if not any((d.location or "").startswith(parent) for d in dists):
+            fix.append(f"# {install.location} has no pip metadata: remove it, or its directory "
+                       "from PYTHONPATH")
+    if conda_builds:
+        fix.append("conda remove -y --force pytorch   # conda's pytorch beside pip's torch")
+    fix += _fix_lines(replacement, "then install one build")
+    return [_finding("duplicate-torch", "error", message, evidence, fix)]
+
+
+def _where(location: str | None) -> str:
+    if not location or location == "report":
+        return "the report's torch"
+    return location.removeprefix("report:")
+
+
+def _check_driver(context: _Context) -> list[Finding]:
+    torch = context.torch
+    if torch is None or not torch.is_cuda or torch.cuda is None:
+        return []
+    target = context.target
+    evidence = _torch_evidence(torch) + _target_evidence(context)
+    if not context.driver_known:
+        return [_finding(
+            "driver-unknown", "info",
+            f"the NVIDIA driver is not known (the report does not name it), so whether it can "
+            f"run {torch.described} (CUDA {format_cuda(torch.cuda)}) is not checked",
+            evidence,
+            ["# give the driver: cudalock audit --report FILE --driver-version 535.104.05",
+             "# (read it with: nvidia-smi --query-gpu=driver_version --format=csv,noheader)"],
+        )]
+    verdict = driver_verdict(context.matrix, torch.cuda, target, compat="minor")
+    if verdict.status == "ok":
+        return []
+    if verdict.status == "no-driver":
+        severity: Severity = "error" if target.gpus else "warning"
+        replacement = context.replacement()
+        return [_finding(
+            "no-driver", severity,
+            f"{torch.described} is a CUDA {format_cuda(torch.cuda)} build but the target has no "
+            "NVIDIA driver: torch.cuda.is_available() is False and everything runs on the CPU"
+            + (" although the target lists GPUs" if target.gpus else ""),
+            evidence + list(target.notes),
+            ["# install the NVIDIA driver (then check: nvidia-smi), or use the CPU build:",
+             *_fix_lines(replacement, "the build for this target")[1:]],
+        )]
+    if verdict.status == "minor-compat":
+        replacement = context.replacement(same_version=False, same_major_as_driver=True)
+        return [_finding(
+            "minor-compat-only", "warning",
+            f"{torch.described} runs on this driver only through NVIDIA's minor-version "
+            f"compatibility: {verdict.reason}. Minor-version compatibility does not cover PTX "
+            "JIT of PTX newer than the driver (kernels shipped only as PTX fail with "
+            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION) nor CUDA features that need the newer driver "
+            "(cudaErrorCallRequiresNewerDriver)",
+            [*evidence,
+             f"CUDA {torch.cuda[0]}.x minor-version-compatibility floor: driver ≥ "
+             f"{verdict.floor}",
+             f"CUDA {format_cuda(torch.cuda)} needs driver ≥ {verdict.required_driver} "
+             "without it"],
+            _fix_lines(replacement, "a build this driver runs without minor-version "
+                                    "compatibility")
+            + ([f"# or upgrade the NVIDIA driver to ≥ {verdict.required_driver}"]
+               if verdict.required_driver else []),
+        )]
+    replacement = context.replacement()
+    floor_text = (f"; CUDA {torch.cuda[0]}.x needs at least driver {verdict.floor} even under "
+                  "minor-version compatibility" if verdict.floor else "")
+    return [_finding(
+        "driver-too-old", "error",
+        f"the NVIDIA driver cannot run {torch.described} (CUDA {format_cuda(torch.cuda)}): "
+        f"{verdict.reason}{floor_text}. CUDA initialisation fails (\"The NVIDIA driver on your "
+        "system is too old\"), or the process dies with SIGSEGV when libraries are mixed",
+        evidence + ([f"CUDA {format_cuda(torch.cuda)} needs driver ≥ {verdict.required_driver}"]
+                    if verdict.required_driver else []),
+        _fix_lines(replacement, "a build this driver runs")
+        + ([f"# or upgrade the NVIDIA driver to ≥ {verdict.required_driver}"]
+           if verdict.required_driver else []),
+    )]
+
+
+def _arch_lists(context: _Context, torch: _Torch) -> tuple[
+        tuple[ComputeCapability, ...], tuple[ComputeCapability, ...], str] | None:
+    """(SASS, PTX, where from): the live arch list when known, else the matrix's."""
+    arch_list = context.installed.arch_list
+    if arch_list:
+        sass: list[ComputeCapability] = []
+        ptx: list[ComputeCapability] = []
+        for entry in arch_list:
+            try:
+                cc = parse_compute_capability(entry)
+            except CudalockError:
+                continue
+            (ptx if entry.strip().lower().startswith("compute_") else sass).append(cc)
+        return tuple(sass), tuple(ptx), "torch.cuda.get_arch_list()"
+    if torch.build is not None and (torch.build.sass or torch.build.ptx):
+        return torch.build.sass, torch.build.ptx, f"matrix ({context.matrix.matrix_version})"
+    return None
+
+
+def _check_arch(context: _Context) -> list[Finding]:
+    torch = context.torch
+    if torch is None or not torch.is_cuda or not context.target.gpus:
+        return []
+    lists = _arch_lists(context, torch)
+    if lists is None:
+        return []
+    sass, ptx, origin = lists
+    if torch.build is not None and origin.startswith("matrix"):
+        missing = set(missing_archs(torch.build, context.target.compute_capabilities))
+    else:
+        missing = {cc for cc in context.target.compute_capabilities
+                   if not arch_covers(sass, ptx, cc)}
+    if not missing:
+        return []
+    gpus = [g for g in context.target.gpus if g.compute_capability in missing]
+    names = sorted({f"{g.name} (compute capability {format_cc(g.compute_capability)})"
+                    for g in gpus if g.compute_capability})
+    built = " ".join([f"sm_{c[0]}{c[1]}" for c in sass] + [f"compute_{c[0]}{c[1]}" for c in ptx])
+    replacement = context.replacement()
+    return [_finding(
+        "gpu-arch-unsupported", "error",
+        f"{torch.described} has no kernels for {', '.join(names)}: CUDA calls fail with "
+        "\"no kernel image is available for execution on the device\"",
+        _torch_evidence(torch) + [f"built for: {built} ({origin})"]
+        + [f"GPU {g.index if g.index is not None else ''}: {g.name}".replace("GPU : ", "GPU: ")
+           for g in gpus],
+        _fix_lines(replacement, "a build with kernels for every target GPU"),
+    )]
+
+
+def _check_cpu_build(context: _Context) -> list[Finding]:
+    torch = context.torch
+    target = context.target
+    if torch is None or target.platform.startswith("macos"):
+        return []
+    gpu_machine = target.has_driver or bool(target.gpus)
+    if not gpu_machine:
+        return []
+    if torch.is_rocm:
+        replacement = context.replacement()
+        return [_finding(
+            "rocm-build-on-nvidia", "error",
+            f"{torch.described} is a ROCm (AMD) build on a machine with NVIDIA GPUs: it cannot "
+            "use them",
+            _torch_evidence(torch) + _target_evidence(context),
+            _fix_lines(replacement, "the CUDA build for this target"),
+        )]
+    if not torch.is_cpu:
+        return []
+    replacement = context.replacement()
+    return [_finding(
+        "cpu-only-build", "error",
+        f"{torch.described} is a CPU-only build on a machine with an NVIDIA GPU: "
+        "torch.cuda.is_available() is False and training runs on the CPU",
+        _torch_evidence(torch) + _target_evidence(context),
+        _fix_lines(replacement, "the CUDA build for this target"),
+    )]
+
+
+def _companion_cuda(dist: Distribution) -> tuple[str, CudaVersion | None] | None:
+    """("cu118", (11, 8)) / ("cpu", None) from a companion's label; None without a label."""
+    label = local_label(dist.version)
+    if label is None:
+        return None
+    return label, cuda_from_variant(label)
+
+
+def _check_companions(context: _Context) -> list[Finding]:
+    torch = context.torch
+    if torch is None:
+        return []
+    findings: list[Finding] = []
+    torch_variant = torch.label or (variant_for_cuda(torch.cuda) if torch.cuda else
+                                    ("cpu" if torch.is_cpu else None))
+    mixed_errors: list[str] = []
+    mixed_warnings: list[str] = []
+    for name in ("torchvision", "torchaudio"):
+        dist = context.installed.dist(name)
+        if dist is None or not dist.version:
+            continue
+        companion = _companion_cuda(dist)
+        if companion is not None and torch_variant is not None and torch.install.cuda_known:
+            label, cuda = companion
+            line = f"{name} {dist.version} ({label}) with torch {torch.install.version}"
+            if label != torch_variant and not label.startswith("rocm"):
+                if cuda is None or torch.cuda is None or cuda[0] != torch.cuda[0]:
+                    mixed_errors.append(line)
+                else:
+                    mixed_warnings.append(line)
+        expected = getattr(torch.release, name) if torch.release else None
+        if expected and public_version(dist.version) != expected:
+            replacement = context.replacement()
+            findings.append(_finding(
+                f"{name}-mismatch", "error",
+                f"{name} {dist.version} does not belong to {torch.described}: torch "
+                f"{torch.public} pairs with {name} {expected}. Its compiled operators are "
+                "registered against another torch ABI (\"operator torchvision::nms does not "
+                "exist\", undefined symbols, or a crash at import)",
+                [f"{name} {dist.version}", f"torch {torch.install.version}",
+                 f"matrix: torch {torch.public} ↔ {name} {expected}"],
+                _fix_lines(replacement, "install the matching set"),
+            ))
+    if mixed_errors or mixed_warnings:
+        severity: Severity = "error" if mixed_errors else "warning"
+        replacement = context.replacement()
+        detail = ("different CUDA major versions: torchvision/torchaudio refuse to load their "
+                  "CUDA operators (\"compiled with different CUDA major versions\") or crash"
+                  if mixed_errors else
+                  "the same CUDA major with different minors: they load, but two CUDA runtimes "
+                  "of different minor versions end up in one process")
+        findings.append(_finding(
+            "mixed-cuda-builds", severity,
+            f"the torch family is built for different CUDA versions ({detail})",
+            mixed_errors + mixed_warnings,
+            _fix_lines(replacement, "install torch and its companions from one index"),
+        ))
+    return findings
+
+
+def _nvidia_major(dist: Distribution) -> int | None:
+    """The CUDA major an NVIDIA runtime distribution belongs to (None: not one, or unclear)."""
+    suffix = re.fullmatch(r"nvidia-[a-z0-9-]+-cu(\d{2})", dist.name)
+    if suffix:
+        return int(suffix.group(1))
+    if dist.name == "cuda-toolkit" or dist.name in _UNSUFFIXED_CUDA_MAJOR:
+        major = re.match(r"(\d+)\.", dist.version or "")
+        return int(major.group(1)) if major else None
+    return None
+
+
+def _check_nvidia_libraries(context: _Context) -> list[Finding]:
+    torch = context.torch
+    if torch is None or torch.cuda is None:
+        return []
+    others = []
+    for dist in context.installed.distributions:
+        major = _nvidia_major(dist)
+        if major is not None and major != torch.cuda[0]:
+            others.append(f"{dist.name} {dist.version} (CUDA {major})")
+    if not others:
+        return []
+    names = " ".join(sorted({shlex.quote(o.split(" ")[0]) for o in others}))
+    return [_finding(
+        "mixed-cuda-builds", "warning",
+        f"NVIDIA runtime packages of another CUDA major sit beside {torch.described} "
+        f"(CUDA {format_cuda(torch.cuda)}): usually leftovers of an earlier torch; if anything "
+        "puts their lib directories on the library path, two CUDA majors load into one process",
+        others,
+        [f"{context.pip} uninstall -y {names}   # if nothing else in the environment needs them"],
+    )]
+
+
+def _major_minor(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    match = re.match(r"(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _deepspeed_fix(context: _Context, version: str | None) -> list[str]:
+    spec = f"deepspeed=={version}" if version else "deepspeed"
+    return [
+        "# rebuild DeepSpeed against the installed torch (no build isolation, torch importable):",
+        f"{context.pip} install --force-reinstall --no-deps --no-build-isolation "
+        f"--no-cache-dir {shlex.quote(spec)}",
+    ]
+
+
+def _check_deepspeed(context: _Context) -> list[Finding]:
+    ds = context.installed.deepspeed
+    torch = context.torch
+    if ds is None or not ds.has_build_info:
+        return []
+    evidence = [f"deepspeed {ds.version}",
+                f"built with torch {ds.torch_version}, cuda {ds.torch_cuda}"]
+    if torch is not None:
+        evidence.append(f"installed torch {torch.install.version} "
+                        f"(CUDA {torch.install.cuda})")
+    if ds.built_without_torch:
+        return [_finding(
+            "deepspeed-built-without-torch", "warning",
+            "DeepSpeed was built where torch could not be imported (an isolated pip build "
+            "environment): it records torch 0.0 / cuda 0.0, no op was pre-compiled, and every op "
+            "(FusedAdam, cpu_adam for ZeRO offload, ...) is JIT-compiled on first use, which "
+            "needs ninja and an nvcc matching torch's CUDA",
+            evidence,
+            _deepspeed_fix(context, ds.version),
+        )]
+    if torch is None:
+        return []
+    findings = []
+    severity: Severity = "error" if ds.installed_ops else "warning"
+    consequence = (f"its pre-compiled ops ({', '.join(ds.installed_ops[:6])}) refuse to load "
+                   "(\"DeepSpeed ops were compiled and installed with a different version\")"
+                   if ds.installed_ops else
+                   "no op was pre-compiled, so this matters only once ops are rebuilt")
+    built_cuda = _major_minor(ds.torch_cuda)
+    if built_cuda and built_cuda != (0, 0) and torch.cuda and built_cuda != torch.cuda:
+        findings.append(_finding(
+            "deepspeed-cuda-mismatch", severity,
+            f"DeepSpeed was compiled for CUDA {format_cuda(built_cuda)} but torch uses CUDA "
+            f"{format_cuda(torch.cuda)}: {consequence}",
+            evidence, _deepspeed_fix(context, ds.version),
+        ))
+    built_torch = _major_minor(ds.torch_version)
+    installed_torch = _major_minor(torch.public)
+    if built_torch and installed_torch and built_torch != installed_torch:
+        findings.append(_finding(
+            "deepspeed-torch-mismatch", severity,
+            f"DeepSpeed was compiled with torch {built_torch[0]}.{built_torch[1]} but torch "
+            f"{torch.public} is installed: {consequence}",
+            evidence, _deepspeed_fix(context, ds.version),
+        ))
+    return findings
+
+
+def _deepspeed_accepts(context: _Context, nvcc: CudaVersion, torch_cuda: CudaVersion) -> bool:
+    """DeepSpeed's op builder accepts a minor mismatch when both versions are in its list."""
+    ds = context.installed.deepspeed
+    if ds is None or not ds.version:
+        return False
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        version = Version(ds.version)
+    except InvalidVersion:
+        return False
+    for check in context.matrix.deepspeed_cuda_checks:
+        try:
+            applies = version in SpecifierSet(check.deepspeed)
+        except InvalidSpecifier:
+            continue
+        if applies:
+            allowed = check.minor_mismatch_ok.get(nvcc[0], ())
+            return nvcc in allowed and torch_cuda in allowed
+    return False
+
+
+def _check_nvcc(context: _Context) -> list[Finding]:
+    torch = context.torch
+    nvcc = context.installed.effective_nvcc
+    if torch is None or torch.cuda is None or nvcc is None:
+        return []
+    nvcc_cuda = _major_minor(nvcc.version)
+    if nvcc_cuda is None or nvcc_cuda == torch.cuda:
+        return []
+    has_deepspeed = context.installed.deepspeed is not None or bool(
+        context.installed.dist("deepspeed"))
+    major_differs = nvcc_cuda[0] != torch.cuda[0]
+    if has_deepspeed:
+        if not major_differs and _deepspeed_accepts(context, nvcc_cuda, torch.cuda):
+            return []
+        severity: Severity = "error"
+        consequence = ("DeepSpeed refuses to JIT-build its ops (\"Installed CUDA version "
+                       f"{format_cuda(nvcc_cuda)} does not match the version torch was compiled "
+                       f"with {format_cuda(torch.cuda)}\") unless DS_SKIP_CUDA_CHECK=1")
+    elif major_differs:
+        severity = "warning"
+        consequence = ("torch's cpp_extension refuses to build CUDA extensions "
+                       "(flash-attn, apex, ...) with a different CUDA major")
+    else:
+        return []
+    where = f"{nvcc.path}, via {nvcc.origin}" if nvcc.path else f"{nvcc.origin}, per the report"
+    home = f"/usr/local/cuda-{format_cuda(torch.cuda)}"
+    toolkit = next((tk.version for tk in context.matrix.toolkits if tk.cuda == torch.cuda),
+                   None)
+    fix = [f"export CUDA_HOME={home}   # a CUDA {format_cuda(torch.cuda)} toolkit, if one is "
+           "installed there",
+           "export PATH=\"$CUDA_HOME/bin:$PATH\""]
+    if toolkit:
+        fix.append(f"conda install -y -c nvidia/label/cuda-{toolkit} cuda-nvcc cuda-cudart-dev"
+                   "   # inside a conda env, then: export CUDA_HOME=\"$CONDA_PREFIX\"")
+    return [_finding(
+        "nvcc-mismatch", severity,
+        f"the nvcc that JIT-built ops would use is CUDA {format_cuda(nvcc_cuda)}, but "
+        f"{torch.described} uses CUDA {format_cuda(torch.cuda)}: {consequence}",
+        [f"nvcc {nvcc.version} ({where})",
+         f"torch.version.cuda = {torch.install.cuda!r}"],
+        fix,
+    )]
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    parts = re.findall(r"\d+", text)
+    return tuple(int(p) for p in parts[:4]) if parts else None
+
+
+def _wheel_library(context: _Context, library: SharedLibrary) -> Distribution | None:
+    base = _LIBRARY_PACKAGES.get(library.name)
+    if base is None:
+        return None
+    for dist in context.installed.distributions:
+        if dist.name == base or re.fullmatch(re.escape(base) + r"-cu\d{2}", dist.name):
+            return dist
+    return None
+
+
+def _check_library_shadowing(context: _Context) -> list[Finding]:
+    torch = context.torch
+    if torch is None or torch.cuda is None:
+        return []
+    evidence: list[str] = []
+    severity: Severity = "warning"
+    shadowing_dirs: list[str] = []
+    for library in context.installed.cuda_libraries:
+        found = _version_tuple(library.version)
+        if found is None:
+            continue
+        wheel = _wheel_library(context, library)
+        problem: str | None = None
+        wheel_version = _version_tuple(wheel.version) if wheel else None
+        if wheel is not None and wheel_version:
+            if found[0] != wheel_version[0]:
+                continue  # another soname: it cannot stand in for the wheel's copy
+            if len(found) == 1:
+                problem = (f"{library.path} (version unknown beyond {library.version}) can be "
+                           f"loaded instead of {wheel.name} {wheel.version}")
+            elif found < wheel_version:
+                problem = (f"{library.path} ({library.version}) is loaded instead of the "
+                           f"newer {wheel.name} {wheel.version}")
+                severity = "error"
+        elif (library.name in _CUDA_VERSIONED and found[0] == torch.cuda[0]
+              and len(found) >= 2 and found[:2] < torch.cuda):
+            problem = (f"{library.path} ({library.version}) is older than torch's CUDA "
+                       f"{format_cuda(torch.cuda)} and is found first")
+            severity = "error"
+        if problem:
+            evidence.append(problem)
+            if library.directory not in shadowing_dirs:
+                shadowing_dirs.append(library.directory)
+    if not evidence:
+        return []
+    kept = [p for p in context.installed.ld_library_path if p not in shadowing_dirs]
+    fix = ([f"export LD_LIBRARY_PATH={shlex.quote(':'.join(kept))}"] if kept
+           else ["unset LD_LIBRARY_PATH"])
+    fix.append("# and remove those directories where LD_LIBRARY_PATH is set (~/.bashrc, "
+               "module files, the job script)")
+    return [_finding(
+        "library-shadowing", severity,
+        "CUDA libraries on LD_LIBRARY_PATH take precedence over the copies torch's wheels "
+        "ship: an older one is loaded in their place, and newer libraries then fail with "
+        "undefined symbols (e.g. __nvJitLinkComplete_12_4 in libnvJitLink.so.12) or crash",
+        [*evidence, f"LD_LIBRARY_PATH={':'.join(context.installed.ld_library_path)}"],
+        fix,
+    )]
+
+
+def findings_to_json(findings: Iterable[Finding]) -> list[dict[str, object]]:
+    return [f.to_json() for f in findings]
+
+
+__all__ = [
+    "CODES",
+    "audit",
+    "findings_to_json",
+    "has_errors",
+    "install_commands",
+    "sort_findings",
+]

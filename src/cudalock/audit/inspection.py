@@ -1,0 +1,287 @@
+"""Inspect a live environment without importing torch: the audit's eyes.
+
+Runs the environment's own interpreter on :mod:`cudalock.audit.inspect_script` (standard
+library only) and turns the JSON it prints into an :class:`~cudalock.audit.installed.Installed`
+value. A missing or
+non-Python interpreter is an :class:`InputError`; one that hangs or dies by a signal is an
+:class:`EnvironmentFailure` that names the signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cudalock.errors import EnvironmentFailure, InputError
+
+# The model of what is installed is imported where a document is read, not here: ``audit``
+# starts the inspection first, and every import before the start delays the child.
+if TYPE_CHECKING:
+    from cudalock.audit.installed import Installed
+
+__all__ = [
+    "RunningInspection",
+    "default_python",
+    "inspect_environment",
+    "installed_from_document",
+    "python_for_prefix",
+    "signal_name",
+    "start_inspection",
+]
+
+_SCRIPT = Path(__file__).with_name("inspect_script.py")
+#: The script prints a few hundred kB at most; anything far beyond is not our script talking.
+_MAX_OUTPUT = 32 * 1024 * 1024
+
+
+def python_for_prefix(prefix: Path) -> Path:
+    """The interpreter of a conda environment or venv rooted at ``prefix``."""
+    for candidate in (prefix / "bin" / "python", prefix / "python.exe",
+                      prefix / "Scripts" / "python.exe", prefix / "bin" / "python3"):
+        if candidate.is_file():
+            return candidate
+    raise InputError(
+        f"no Python interpreter in environment prefix {str(prefix)!r}: "
+        "expected bin/python (or python.exe) inside a conda environment or venv"
+    )
+
+
+def default_python(environ: Mapping[str, str] | None = None) -> Path:
+    """The active environment's interpreter: VIRTUAL_ENV, CONDA_PREFIX, else python3 on PATH."""
+    env = os.environ if environ is None else environ
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        root = env.get(var)
+        if root:
+            try:
+                return python_for_prefix(Path(root))
+            except InputError:
+                continue
+    import shutil
+
+    found = shutil.which("python3", path=env.get("PATH")) or shutil.which(
+        "python", path=env.get("PATH"))
+    if not found:
+        raise InputError(
+            "no active Python environment found (no VIRTUAL_ENV, no CONDA_PREFIX, no python3 on "
+            "PATH): name one with --python PATH or --prefix CONDA_PREFIX"
+        )
+    return Path(found)
+
+
+def signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def inspect_environment(python: Path | None = None, prefix: Path | None = None,
+                        timeout: float = 30) -> Installed:
+    """Inspect the environment of ``python`` (or of ``prefix``; default: the active one)."""
+    return start_inspection(python=python, prefix=prefix, timeout=timeout).installed()
+
+
+def start_inspection(python: Path | None = None, prefix: Path | None = None,
+                     timeout: float = 30) -> RunningInspection:
+    """Start inspecting the environment of ``python`` (or ``prefix``) and return at once.
+
+    The audited interpreter needs about as long to start and read its metadata as cudalock
+    needs to load the matrix and probe the machine, so ``audit`` starts it first and does
+    both at the same time; :meth:`RunningInspection.installed` waits for the answer.
+    """
+    if python is not None and prefix is not None:
+        raise InputError("give either --python or --prefix, not both")
+    if python is None:
+        python = python_for_prefix(prefix) if prefix is not None else default_python()
+    if not python.exists():
+        raise InputError(f"Python interpreter {str(python)!r} does not exist")
+    if python.is_dir():
+        raise InputError(
+            f"{str(python)!r} is a directory: --python expects an interpreter such as "
+            f"{str(python / 'bin' / 'python')!r} (or use --prefix for an environment root)"
+        )
+    source = _SCRIPT.read_text(encoding="utf-8")
+    env = dict(os.environ)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("PYTHONSTARTUP", None)
+    try:
+        process = subprocess.Popen(  # noqa: S603 - the interpreter is the one the user names
+            [str(python), "-c", source],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )
+    except PermissionError:
+        raise InputError(f"{str(python)!r} is not executable") from None
+    except OSError as err:
+        raise InputError(f"cannot run {str(python)!r}: {err.strerror or err}") from None
+    return RunningInspection(python, process, timeout)
+
+
+class RunningInspection:
+    """The inspection script running in the audited interpreter."""
+
+    def __init__(self, python: Path, process: subprocess.Popen[bytes], timeout: float) -> None:
+        self.python = python
+        self._process = process
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout
+
+    def installed(self) -> Installed:
+        """Wait for the script (until the timeout given at the start) and read its answer."""
+        python, process = self.python, self._process
+        try:
+            stdout, stderr = process.communicate(
+                timeout=max(0.0, self._deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise EnvironmentFailure(
+                f"{str(python)!r} did not finish inspecting its environment within "
+                f"{self._timeout:g} s",
+                hint="something run at interpreter start-up (sitecustomize, a .pth file) may "
+                "hang",
+            ) from None
+        if process.returncode < 0:
+            name = signal_name(-process.returncode)
+            raise EnvironmentFailure(
+                f"{str(python)!r} was killed by {name} ({process.returncode}) while starting up, "
+                "before importing anything but the standard library",
+                hint="the interpreter itself, or a sitecustomize/.pth file it runs, crashes",
+            )
+        document = _parse_output(python, process.returncode, stdout, stderr)
+        return installed_from_document(document, source=f"python:{python}")
+
+    def close(self) -> None:
+        """Stop the script if it is still running (the audit failed before reading it)."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.communicate()
+
+    def __enter__(self) -> RunningInspection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _parse_output(python: Path, returncode: int, stdout: bytes, stderr: bytes) -> dict[str, Any]:
+    errors = stderr.decode("utf-8", "replace").strip()
+    if returncode != 0:
+        last = errors.splitlines()[-1] if errors else f"exit status {returncode}"
+        if "SyntaxError" in errors:
+            raise InputError(
+                f"{str(python)!r} is too old to inspect (Python 3.7 or newer is needed): {last}"
+            )
+        raise InputError(f"{str(python)!r} could not inspect its environment: {last}")
+    try:
+        document = json.loads(stdout[:_MAX_OUTPUT].decode("utf-8", "replace"))
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or "script_version" not in document:
+        raise InputError(
+            f"{str(python)!r} does not look like a Python interpreter: it did not run the "
+            "inspection script"
+        )
+    return document
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _items(value: object) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    return [item for item in value if isinstance(item, Mapping)]
+
+
+def platform_name(sys_platform: str | None, machine: str | None) -> str | None:
+    """``("linux", "x86_64")`` → ``"linux-x86_64"``; unknown combinations → None."""
+    arch = (machine or "").lower()
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+    if sys_platform == "linux" and arch in ("x86_64", "aarch64"):
+        return f"linux-{arch}"
+    if sys_platform == "win32" and arch == "x86_64":
+        return "windows-x86_64"
+    if sys_platform == "darwin" and arch == "aarch64":
+        return "macos-arm64"
+    return None
+
+
+def installed_from_document(document: Mapping[str, Any], source: str) -> Installed:
+    """The inspection script's JSON → :class:`Installed` (tolerant of missing fields)."""
+    from cudalock.audit.installed import (
+        DeepSpeedBuild,
+        Distribution,
+        Installed,
+        Nvcc,
+        SharedLibrary,
+        TorchInstall,
+    )
+
+    py = document.get("python")
+    py = py if isinstance(py, Mapping) else {}
+    notes: list[str] = []
+    torch = tuple(
+        TorchInstall(
+            version=_str(t.get("version")),
+            cuda=_str(t.get("cuda")),
+            hip=_str(t.get("hip")),
+            git_version=_str(t.get("git_version")),
+            location=_str(t.get("location")),
+            has_version_file=bool(t.get("has_version_file", True)),
+        )
+        for t in _items(document.get("torch"))
+    )
+    for install in torch:
+        if not install.has_version_file:
+            notes.append(f"torch at {install.location} has no torch/version.py")
+    ds = document.get("deepspeed")
+    deepspeed = None
+    if isinstance(ds, Mapping):
+        deepspeed = DeepSpeedBuild(
+            version=_str(ds.get("version")),
+            torch_version=_str(ds.get("torch_version")),
+            torch_cuda=_str(ds.get("torch_cuda")),
+            torch_hip=_str(ds.get("torch_hip")),
+            accelerator=_str(ds.get("accelerator")),
+            installed_ops=tuple(o for o in ds.get("installed_ops") or () if isinstance(o, str)),
+            has_build_info=bool(ds.get("has_build_info", True)),
+            location=_str(ds.get("location")),
+        )
+    nvcc = tuple(
+        Nvcc(path=_str(n.get("path")), version=_str(n.get("version")),
+             origin=_str(n.get("origin")) or "unknown", problem=_str(n.get("problem")))
+        for n in _items(document.get("nvcc"))
+    )
+    libraries = tuple(
+        SharedLibrary(name=str(lib.get("name")), path=str(lib.get("path")),
+                      version=_str(lib.get("version")), directory=str(lib.get("directory")))
+        for lib in _items(document.get("cuda_libraries"))
+        if _str(lib.get("name")) and _str(lib.get("path"))
+    )
+    ld_path = document.get("ld_library_path")
+    return Installed(
+        source=source,
+        python=_str(py.get("executable")),
+        python_version=_str(py.get("version")),
+        platform=platform_name(_str(py.get("platform")), _str(py.get("machine"))),
+        prefix=_str(py.get("prefix")),
+        distributions=tuple(
+            Distribution(name=str(d.get("name")), version=_str(d.get("version")),
+                         location=_str(d.get("location")))
+            for d in _items(document.get("distributions")) if _str(d.get("name"))
+        ),
+        torch=torch,
+        deepspeed=deepspeed,
+        nvcc=nvcc,
+        ld_library_path=tuple(p for p in ld_path if isinstance(p, str))
+        if isinstance(ld_path, list) else (),
+        cuda_libraries=libraries,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,123 @@
+"""The audit's edge: inspect (or parse), optionally run the deep check, then judge.
+
+``audit.audit`` is pure; this module does the I/O around it for the CLI and for ``doctor``
+(``audit_findings(python, deep)`` fits doctor's ``AuditRunner``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cudalock.audit.checks import audit, sort_findings
+from cudalock.audit.checks import has_errors as _has_errors
+from cudalock.audit.installed import Installed
+from cudalock.matrix.load import Matrix
+from cudalock.model import Finding, Target
+
+if TYPE_CHECKING:
+    from cudalock.audit.inspection import RunningInspection
+
+    # Only ``audit --report`` reads pasted reports: the live audit does not import their parsers.
+    from cudalock.audit.reports import ParsedReport
+    from cudalock.target.overrides import TargetOptions
+
+
+@dataclass(frozen=True)
+class AuditOutcome:
+    findings: tuple[Finding, ...]
+    installed: Installed
+    targets: tuple[Target, ...]
+    report: ParsedReport | None = None
+
+    @property
+    def has_errors(self) -> bool:
+        return _has_errors(self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "findings": [f.to_json() for f in self.findings],
+            "target": self.targets[0].to_json() if self.targets else None,
+            "installed": self.installed.to_json(),
+        }
+        if len(self.targets) > 1:
+            document["targets"] = [t.to_json() for t in self.targets]
+        if self.report is not None:
+            document["report"] = self.report.to_json()
+        return document
+
+
+def judge(installed: Installed, targets: Sequence[Target], matrix: Matrix, *,
+          driver_known: bool = True, extra: Sequence[Finding] = ()) -> tuple[Finding, ...]:
+    """Audit against every target; a finding that several targets share is listed once."""
+    findings: list[Finding] = list(extra)
+    for target in targets:
+        for finding in audit(installed, target, matrix, driver_known=driver_known):
+            if finding not in findings:
+                findings.append(finding)
+    return tuple(sort_findings(findings))
+
+
+def audit_live(targets: Sequence[Target], matrix: Matrix, inspection: RunningInspection, *,
+               deep: bool = False, deep_timeout: float = 120) -> AuditOutcome:
+    """Judge a live environment from its ``inspection`` (started by the caller, see
+    ``start_inspection``, so that it runs while the caller probes); torch is never imported
+    unless ``deep``, then in a child."""
+    installed = inspection.installed()
+    extra: list[Finding] = []
+    if deep:
+        from cudalock.audit.deep import deep_inspect
+
+        interpreter = Path(installed.python) if installed.python else inspection.python
+        result = deep_inspect(interpreter, deep_timeout)
+        extra.extend(result.findings)
+        if result.arch_list:
+            installed = replace(installed, arch_list=result.arch_list)
+    findings = judge(installed, targets, matrix, extra=extra)
+    return AuditOutcome(findings, installed, tuple(targets))
+
+
+def report_targets(report: ParsedReport, matrix: Matrix,
+                   options: TargetOptions | None = None) -> tuple[tuple[Target, ...], bool]:
+    """The targets a report is judged on, and whether the driver is known.
+
+    The report's own driver and GPUs, with any override flags replacing the fields they give;
+    ``--probe`` files replace the report's machine altogether.
+    """
+    from cudalock.audit.reports import report_target
+    from cudalock.target.overrides import apply_overrides, overrides_from_options, read_probe_files
+
+    if options is not None and options.probe_files:
+        overrides = overrides_from_options(options, matrix)
+        targets = read_probe_files(options.probe_files)
+        return tuple(apply_overrides(t, overrides, matrix) for t in targets), True
+    base = report_target(report, matrix)
+    if options is None or not options.overrides_given:
+        return (base,), report.driver_known
+    overrides = overrides_from_options(options, matrix)
+    driver_given = overrides.driver_version is not None or overrides.driver_cuda is not None
+    target = apply_overrides(base, overrides, matrix)
+    return (target,), report.driver_known or driver_given or overrides.no_gpu
+
+
+def audit_report(report: ParsedReport, matrix: Matrix,
+                 options: TargetOptions | None = None) -> AuditOutcome:
+    """Audit a parsed report on the machine it names (or the one the flags describe)."""
+    targets, driver_known = report_targets(report, matrix, options)
+    findings = judge(report.installed, targets, matrix, driver_known=driver_known)
+    return AuditOutcome(findings, report.installed, targets, report)
+
+
+def audit_findings(python: Path | None, deep: bool) -> Sequence[Finding]:
+    """doctor's ``AuditRunner``: audit ``python``'s environment (default: the active one) on
+    this machine as probed now."""
+    from cudalock.audit.inspection import start_inspection
+    from cudalock.matrix.load import load_matrix
+    from cudalock.target.probe import probe_machine
+
+    with start_inspection(python=python) as inspection:  # runs while we probe
+        matrix = load_matrix()
+        target = probe_machine(matrix=matrix)
+        return audit_live([target], matrix, inspection, deep=deep).findings

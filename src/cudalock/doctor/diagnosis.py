@@ -1,0 +1,814 @@
+"""``cudalock doctor``: why a run ended with -9 / 137 (SIGKILL) or -11 / 139 (SIGSEGV).
+
+:func:`diagnose` is pure: it takes the return code, what the training log said, what the machine
+showed (kernel log, cgroup counters, /dev/shm, host RAM), the memory check and the audit's
+findings, and returns a verdict with findings that quote their evidence. :func:`run_doctor`
+gathers those inputs at the edge; every reader takes its roots and commands as parameters.
+
+Finding codes (stable): host-oom-kill, cgroup-oom-kill, gpu-oom, sigkill-not-oom,
+sigkill-collateral, oom-unconfirmed, kernel-log-unreadable, kubernetes-oomkilled-hint,
+slurm-time-limit, killed-during-checkpoint-save, memory-check-skipped, host-memory-short,
+host-memory-enough, host-memory-unknown, gpu-memory-short, segfault-in-library, gpu-xid-error,
+shm-too-small, dataloader-bus-error, segfault-other-causes, audit-clean, audit-unavailable,
+signal-other, exit-status-plain, plus the audit's own codes for -11.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from cudalock.doctor.kernel import (
+    HOW_TO_READ,
+    CgroupMemory,
+    CommandRunner,
+    KernelLog,
+    OomKill,
+    ShmInfo,
+)
+from cudalock.doctor.logs import (
+    ExitStatus,
+    LogFacts,
+    RunShape,
+    scan_training_log,
+    shape_from_deepspeed_config,
+    signal_name,
+)
+from cudalock.errors import InputError
+from cudalock.memory.estimates import (
+    HostMemory,
+    MemoryVerdict,
+    TrainingSetup,
+    check_host_memory,
+    memory_needs,
+)
+from cudalock.memory.sizes import format_gib
+from cudalock.model import Finding, Host, Target
+
+#: Every code doctor (and the memory check it runs) can report; the audit's codes come on top.
+FINDING_CODES = (
+    "host-oom-kill", "cgroup-oom-kill", "gpu-oom", "sigkill-not-oom", "sigkill-collateral",
+    "oom-unconfirmed", "kernel-log-unreadable", "kubernetes-oomkilled-hint", "slurm-time-limit",
+    "killed-during-checkpoint-save", "memory-check-skipped", "host-memory-short",
+    "host-memory-enough", "host-memory-unknown", "gpu-memory-short", "segfault-in-library",
+    "gpu-xid-error", "shm-too-small", "dataloader-bus-error", "segfault-other-causes",
+    "audit-clean", "audit-unavailable", "signal-other", "exit-status-plain",
+)
+
+SIGKILL, SIGBUS, SIGSEGV = 9, 7, 11
+#: ds_report warns below this /dev/shm size (DeepSpeed env_report.py).
+SHM_WARN_BYTES = 512 * 2**20
+MAX_QUOTED = 6
+MAX_LOG_BYTES = 256 * 2**20
+
+
+# --- the run's shape, from flags, DeepSpeed config, log and model files --------------------------
+
+
+@dataclass(frozen=True)
+class SetupHints:
+    """What one source says about the run; None: that source does not say."""
+
+    params: int | None = None
+    params_source: str | None = None
+    largest_layer_params: int | None = None
+    zero_stage: int | None = None
+    gpus_per_node: int | None = None
+    nodes: int | None = None
+    offload_optimizer: bool | None = None
+    offload_param: bool | None = None
+    gather_16bit_weights: bool | None = None
+    zero_init: bool | None = None
+
+    @classmethod
+    def from_shape(cls, shape: RunShape) -> SetupHints:
+        return cls(params=shape.params, params_source=shape.params_source,
+                   zero_stage=shape.zero_stage, gpus_per_node=shape.gpus_per_node,
+                   nodes=shape.nodes, offload_optimizer=shape.offload_optimizer,
+                   offload_param=shape.offload_param,
+                   gather_16bit_weights=shape.gather_16bit_weights)
+
+
+def merge_hints(*sources: SetupHints) -> SetupHints:
+    """The first source that says something wins, field by field (flags first)."""
+    merged: dict[str, Any] = {}
+    for name in SetupHints.__dataclass_fields__:
+        for source in sources:
+            value = getattr(source, name)
+            if value is not None:
+                merged[name] = value
+                break
+    if merged.get("params") is not None and merged.get("params_source") is None:
+        merged["params_source"] = "given"
+    return SetupHints(**merged)
+
+
+def build_setup(hints: SetupHints, default_gpus: int = 1) -> tuple[TrainingSetup | None, list[str]]:
+    """A TrainingSetup from merged hints, with notes on every assumption; None without params."""
+    notes: list[str] = []
+    if hints.params is None:
+        return None, notes
+    stage = hints.zero_stage
+    if stage is None and hints.offload_param:
+        stage = 3
+        notes.append("ZeRO stage unknown: assumed 3 (parameter offload needs ZeRO-3)")
+    elif stage is None:
+        stage = 2
+        notes.append("ZeRO stage unknown: assumed 2 (pass --zero 2|3)")
+    elif stage == 0:
+        notes.append("ZeRO stage 0 (plain data parallel): checked as ZeRO-2, which needs less")
+        stage = 2
+    gpus = hints.gpus_per_node
+    if gpus is None:
+        gpus = max(1, default_gpus)
+        notes.append(f"GPUs per node unknown: assumed {gpus} (pass --gpus-per-node)")
+    setup = TrainingSetup(
+        params=hints.params,
+        zero_stage=stage,
+        gpus_per_node=gpus,
+        nodes=hints.nodes or 1,
+        offload_optimizer=bool(hints.offload_optimizer),
+        offload_param=bool(hints.offload_param),
+        largest_layer_params=hints.largest_layer_params,
+        zero_init=True if hints.zero_init is None else hints.zero_init,
+        gather_16bit_weights=(True if hints.gather_16bit_weights is None
+                              else hints.gather_16bit_weights),
+        source=hints.params_source or "",
+    )
+    if stage == 3 and hints.gather_16bit_weights is None:
+        notes.append("stage3_gather_16bit_weights_on_model_save unknown: assumed true "
+                     "(the larger save-time need)")
+    return setup, notes
+
+
+# --- the diagnosis (pure) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    exit: ExitStatus
+    verdict: str
+    summary: str
+    findings: tuple[Finding, ...]
+    memory: MemoryVerdict | None = None
+    setup_notes: tuple[str, ...] = ()
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(f.severity == "error" for f in self.findings) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "exit": self.exit.to_json(),
+            "verdict": self.verdict,
+            "summary": self.summary,
+            "findings": [f.to_json() for f in self.findings],
+            "memory": self.memory.to_json() if self.memory else None,
+            "setup_notes": list(self.setup_notes),
+            "evidence": self.evidence,
+        }
+
+
+@dataclass(frozen=True)
+class Observations:
+    """What was read from the machine (any part None: not read)."""
+
+    kernel: KernelLog | None = None
+    cgroup: CgroupMemory | None = None
+    shm: ShmInfo | None = None
+    in_kubernetes: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel.to_json() if self.kernel else None,
+                "cgroup": self.cgroup.to_json() if self.cgroup else None,
+                "shm": self.shm.to_json() if self.shm else None,
+                "in_kubernetes": self.in_kubernetes}
+
+
+def _quote(lines: Sequence[str]) -> tuple[str, ...]:
+    quoted = tuple(lines[-MAX_QUOTED:])
+    if len(lines) > MAX_QUOTED:
+        quoted = (f"… {len(lines) - MAX_QUOTED} earlier lines not shown", *quoted)
+    return quoted
+
+
+def _kill_lines(kills: Sequence[OomKill]) -> list[str]:
+    return [line for kill in kills for line in kill.lines]
+
+
+def _matching(kills: Sequence[OomKill], pids: Sequence[int]) -> list[OomKill]:
+    return [kill for kill in kills if kill.pid is not None and kill.pid in pids]
+
+
+_OTHER_SIGKILL = (
+    "the launcher killing the other ranks after one rank failed (look for the first rank that "
+    "exited, and its own error, earlier in the log)",
+    "a scheduler: Slurm time limit or scancel, a Kubernetes eviction, preemption or failed "
+    "liveness probe (kubectl describe pod), a batch system's memory enforcement",
+    "a person or script running kill -9",
+    "an OOM kill before the last reboot (journalctl -k -b -1) or one that has scrolled out of "
+    "the kernel ring buffer",
+)
+
+
+def _sigkill_findings(exit_status: ExitStatus, log: LogFacts | None,
+                      seen: Observations) -> tuple[str, list[Finding]]:
+    findings: list[Finding] = []
+    kernel = seen.kernel
+    kills = kernel.events.kills if kernel else ()
+    pids = log.reported_pids if log else ()
+    host_kills = [k for k in kills if k.scope == "host"]
+    cgroup_kills = [k for k in kills if k.scope == "cgroup"]
+    cgroup_levels = seen.cgroup.kill_levels if seen.cgroup else ()
+    slurm_oom = log.of_kind("slurm-oom") if log else ()
+    cuda_oom = log.of_kind("cuda-oom") if log else ()
+    dataloader = log.of_kind("dataloader-killed") if log else ()
+    verdict = "unknown"
+
+    def pid_note(group: Sequence[OomKill]) -> str:
+        matched = _matching(group, pids)
+        if matched:
+            listed = ", ".join(str(k.pid) for k in matched)
+            return f" PID {listed} is the very process the training log reports as killed."
+        if pids and group:
+            return (" None of these PIDs is one the training log reports (a DataLoader worker "
+                    "or another rank may have been chosen): check that the times match the crash.")
+        return ""
+
+    if cgroup_kills or cgroup_levels or slurm_oom:
+        verdict = "cgroup-oom"
+        evidence: list[str] = _kill_lines(cgroup_kills)
+        for level in cgroup_levels:
+            evidence.extend(level.evidence)
+        evidence.extend(e.line for e in slurm_oom)
+        limit = seen.cgroup.limit_bytes if seen.cgroup else None
+        limit_text = f" ({format_gib(limit)})" if limit is not None else ""
+        findings.append(Finding(
+            "cgroup-oom-kill", "error",
+            "The container/cgroup memory limit" + limit_text + " was hit and the kernel's OOM "
+            "killer sent SIGKILL inside that cgroup; the host itself may have had memory left."
+            + pid_note(cgroup_kills),
+            _quote(evidence),
+            ("raise the container's memory limit (docker run --memory, Kubernetes "
+             "resources.limits.memory, Slurm --mem) to what the memory check below needs",
+             "or lower the run's host memory (see the memory check's alternatives)"),
+        ))
+    if host_kills:
+        if verdict == "unknown":
+            verdict = "host-oom"
+        findings.append(Finding(
+            "host-oom-kill", "error",
+            "The host ran out of RAM and the kernel's OOM killer sent SIGKILL to "
+            + ", ".join(k.describe() for k in host_kills[-3:]) + "." + pid_note(host_kills),
+            _quote(_kill_lines(host_kills)),
+            ("give the host more RAM or make the run need less (see the memory check below)",
+             "save checkpoints with ZeRO-3 and stage3_gather_16bit_weights_on_model_save: true, "
+             "or stagger saves, so the ranks do not all copy the 16-bit weights at once"),
+        ))
+    if cuda_oom:
+        if verdict == "unknown":
+            verdict = "gpu-oom"
+        findings.append(Finding(
+            "gpu-oom", "error",
+            "A GPU ran out of memory (CUDA out of memory). That is a different problem from a "
+            "host OOM: the rank raises an exception, and the launcher then kills the other "
+            "ranks, which is where a -9 comes from.",
+            _quote([e.line for e in cuda_oom]),
+            ("lower the micro-batch size or sequence length, enable gradient checkpointing",
+             "use ZeRO-3 or offload_optimizer/offload_param to CPU (costs host RAM; see the "
+             "memory check)",
+             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation"),
+        ))
+    if dataloader and verdict == "unknown":
+        findings.append(Finding(
+            "oom-unconfirmed", "warning",
+            "A DataLoader worker was killed with SIGKILL, which is usually the OOM killer, but "
+            "no kernel or cgroup record of it was found here.",
+            _quote([e.line for e in dataloader]),
+            ("check the kernel log with root rights: " + HOW_TO_READ[0],
+             "fewer DataLoader workers (num_workers) each hold a copy of the dataset state"),
+        ))
+    if kernel is not None and not kernel.readable:
+        reasons = [f"{s.name}: {s.reason}" for s in kernel.sources]
+        findings.append(Finding(
+            "kernel-log-unreadable", "warning",
+            "The kernel log could not be read here, so an OOM kill cannot be confirmed or ruled "
+            "out from it" + (" (the cgroup counters were read instead)." if seen.cgroup
+                             and seen.cgroup.levels else "."),
+            tuple(reasons),
+            (*HOW_TO_READ, "inside a container, run it on the host (the container cannot read "
+             "the host's kernel log without privileges)"),
+        ))
+    pod_lines = log.of_kind("kubernetes-oomkilled") if log else ()
+    if pod_lines or (exit_status.raw.strip() == "137" and seen.in_kubernetes):
+        findings.append(Finding(
+            "kubernetes-oomkilled-hint", "info",
+            "137 in Kubernetes: if the container's last state says reason OOMKilled, the "
+            "container's memory limit was hit (kubelet sets memory.oom.group, so one OOM "
+            "kill ends every process in the container).",
+            tuple(e.line for e in pod_lines),
+            ("kubectl get pod POD -o jsonpath="
+             "'{.status.containerStatuses[*].lastState.terminated.reason}'",
+             "kubectl describe pod POD"),
+        ))
+    time_limit = log.of_kind("slurm-time-limit", "slurm-cancelled") if log else ()
+    if time_limit:
+        findings.append(Finding(
+            "slurm-time-limit", "error" if verdict == "unknown" else "info",
+            "Slurm cancelled the job (time limit or scancel); Slurm stops jobs with SIGTERM, "
+            "then SIGKILL.",
+            _quote([e.line for e in time_limit]),
+            ("ask for more time (--time) or checkpoint and resume",),
+        ))
+        if verdict == "unknown":
+            verdict = "not-oom"
+    if verdict == "unknown" and log is not None:
+        other = [e for e in log.of_kind("launcher-exit", "launcher-signal")
+                 if e.signal not in (None, SIGKILL)]
+        if other:
+            verdict = "not-oom"
+            findings.append(Finding(
+                "sigkill-collateral", "warning",
+                f"Another rank failed first ({signal_name(other[0].signal or 0)}); the launcher "
+                "then killed the remaining ranks with SIGKILL. Explain that first failure: run "
+                f"cudalock doctor --exit-code -{other[0].signal}.",
+                _quote([e.line for e in other]),
+            ))
+    evidence_read = (kernel is not None and kernel.readable) or bool(
+        seen.cgroup and seen.cgroup.levels)
+    if verdict == "unknown" and evidence_read and kernel is not None and kernel.readable:
+        verdict = "not-oom"
+        findings.append(Finding(
+            "sigkill-not-oom", "warning",
+            "No OOM kill is recorded in the kernel log or the cgroup counters, so this SIGKILL "
+            "most likely came from somewhere else: " + "; ".join(_OTHER_SIGKILL) + ".",
+            tuple(f"{s.name}: read, no OOM kill" for s in kernel.sources if s.readable),
+        ))
+    return verdict, findings
+
+
+_LIBRARY_HINTS = (
+    (("libcuda", "libnvidia"), "the NVIDIA driver's own library: a driver/CUDA mismatch, a "
+     "driver upgraded without a reboot, or a GPU fault (see Xid lines)"),
+    (("libtorch_cuda", "libc10_cuda", "libcudnn", "libcublas", "libnvjitlink", "libcusparse",
+      "libnccl"), "a CUDA library of the PyTorch build: a build for a newer CUDA than the driver, "
+     "or CUDA libraries from two different installs mixed on the library path"),
+    (("cpu_adam", "fused_adam", "deepspeed", "transformer_inference", "_op"),
+     "a compiled DeepSpeed/extension op: built against another torch or CUDA version"),
+    (("libgomp", "libiomp", "libomp"), "two OpenMP runtimes in one process"),
+)
+
+
+def _library_meaning(library: str) -> str:
+    lower = library.lower()
+    for needles, meaning in _LIBRARY_HINTS:
+        if any(needle in lower for needle in needles):
+            return meaning
+    return "the library named (a native extension or system library)"
+
+
+#: How a problem the audit finds turns into SIGSEGV, by the audit's finding code.
+_AUDIT_CRASH_MEANING: dict[str, str] = {
+    "driver-too-old": "a build for a newer CUDA than the driver fails at CUDA initialisation, "
+                      "or crashes in native code when CUDA libraries of two versions get mixed",
+    "minor-compat-only": "under minor-version compatibility, kernels that need PTX JIT or newer "
+                         "driver features fail; extensions that skip error checks crash instead",
+    "gpu-arch-unsupported": "without kernels for the GPU's architecture CUDA calls fail; "
+                            "extensions that skip the error check crash instead of raising",
+    "mixed-cuda-builds": "two CUDA versions' libraries loaded into one process resolve symbols "
+                         "against each other and crash",
+    "torchvision-mismatch": "torchvision's C++ ops are built for another torch: calling them "
+                            "jumps into a changed ABI",
+    "torchaudio-mismatch": "torchaudio's C++ ops are built for another torch: calling them jumps "
+                           "into a changed ABI",
+    "duplicate-torch": "two torch installs: the extension modules of one load the libraries of "
+                       "the other",
+    "library-shadowing": "a library on LD_LIBRARY_PATH/LD_PRELOAD replaces the one torch was "
+                         "built with",
+    "nvcc-mismatch": "DeepSpeed JIT-builds its ops with this nvcc; ops built for another CUDA "
+                     "than torch's crash or fail to load",
+    "deepspeed-torch-mismatch": "DeepSpeed ops compiled against another torch call into a "
+                                "changed C++ ABI and crash",
+    "deepspeed-cuda-mismatch": "DeepSpeed ops compiled for another CUDA load a second CUDA "
+                               "runtime into the process",
+    "deepspeed-built-without-torch": "DeepSpeed's prebuilt ops were not built against this "
+                                     "torch",
+    "torch-import-crash": "the crash reproduces in a child process that only imports torch and "
+                          "initialises CUDA: the environment itself is at fault, not the "
+                          "training code",
+    "cuda-init-failed": "CUDA initialisation fails in a child process: the same failure inside "
+                        "native training code can end as a segfault",
+    "rocm-build-on-nvidia": "a ROCm build of torch cannot drive NVIDIA GPUs",
+}
+
+
+def explain_audit_finding(finding: Finding) -> Finding:
+    """The audit's finding, with a sentence on how it produces a segfault (code unchanged)."""
+    meaning = _AUDIT_CRASH_MEANING.get(finding.code)
+    if meaning is None:
+        return finding
+    message = finding.message.rstrip()
+    separator = " " if message.endswith((".", "!", ")")) else ". "
+    return replace(finding, message=f"{message}{separator}Why -11: {meaning}.")
+
+
+def _sigsegv_findings(log: LogFacts | None, seen: Observations,
+                      audit_findings: Sequence[Finding] | None,
+                      audit_error: str | None) -> tuple[str, list[Finding]]:
+    findings: list[Finding] = []
+    verdict = "segfault"
+    kernel = seen.kernel
+    if kernel is not None:
+        for seg in kernel.events.segfaults[-3:]:
+            if seg.library:
+                findings.append(Finding(
+                    "segfault-in-library", "error",
+                    f"The kernel recorded {seg.comm} (PID {seg.pid}) crashing in {seg.library}: "
+                    f"{_library_meaning(seg.library)}.",
+                    (seg.line,),
+                ))
+        if kernel.events.xids:
+            findings.append(Finding(
+                "gpu-xid-error", "error",
+                "The NVIDIA driver logged Xid errors (GPU faults). Processes using a faulting GPU "
+                "can die with SIGSEGV or SIGKILL; this is a driver or hardware problem, not a "
+                "package version.",
+                _quote(list(kernel.events.xids)),
+                ("look the Xid number up in NVIDIA's Xid catalogue; 79 (fallen off the bus), 48 "
+                 "and 63/64 (ECC) need the machine's administrator",),
+            ))
+    if audit_findings is not None:
+        problems = [f for f in audit_findings if f.severity in ("error", "warning")]
+        findings.extend(explain_audit_finding(f) for f in audit_findings)
+        if not problems:
+            findings.append(Finding(
+                "audit-clean", "info",
+                "The audit of the environment found no version problem (driver, GPU "
+                "architecture, CUDA libraries, DeepSpeed build) that explains a segfault.",
+            ))
+    elif audit_error:
+        findings.append(Finding("audit-unavailable", "warning",
+                                f"The environment audit could not run: {audit_error}"))
+    findings.extend(_shm_findings(log, seen.shm, crash=True))
+    shm = seen.shm
+    shm_evidence = (f"{shm.path}: {format_gib(shm.total_bytes)}, {format_gib(shm.free_bytes)} "
+                    "free" if shm else "/dev/shm: size not read",)
+    findings.append(Finding(
+        "segfault-other-causes", "info",
+        "Causes of -11 that are not version problems: DataLoader workers with too small "
+        "/dev/shm; forking DataLoader workers after CUDA was initialised; two OpenMP runtimes "
+        "(libgomp and libiomp5) in one process; a too small stack (ulimit -s) for deep "
+        "recursion; faulty GPU or host memory (Xid errors, ECC).",
+        evidence=shm_evidence,
+        fix=("re-run with num_workers=0 to rule DataLoader workers out",
+             "PYTHONFAULTHANDLER=1 (or python -X faulthandler) prints the Python stack at the "
+             "crash"),
+    ))
+    return verdict, findings
+
+
+def _shm_findings(log: LogFacts | None, shm: ShmInfo | None, *, crash: bool) -> list[Finding]:
+    bus_errors = log.of_kind("dataloader-bus-error", "shell-bus-error") if log else ()
+    findings: list[Finding] = []
+    fixes = ("docker run --shm-size=16g … (Docker's default is 64 MiB)",
+             "Kubernetes: mount an emptyDir with medium: Memory (and a sizeLimit) at /dev/shm",
+             "or lower DataLoader num_workers")
+    small = shm is not None and shm.total_bytes < SHM_WARN_BYTES
+    if bus_errors:
+        size = ""
+        if shm is not None:
+            size = f" {shm.path} here is {format_gib(shm.total_bytes)} " \
+                   f"({format_gib(shm.free_bytes)} free)"
+            size += "." if small else (": large enough now, so if the run was in a container, "
+                                       "check the container's /dev/shm (Docker's default is "
+                                       "64 MiB).")
+        findings.append(Finding(
+            "dataloader-bus-error", "error",
+            "DataLoader workers died of SIGBUS: they ran out of shared memory." + size
+            + " Check the kernel/cgroup evidence too: a cgroup OOM can show up the same way.",
+            _quote([e.line for e in bus_errors]), fixes,
+        ))
+    if shm is not None and small:
+        findings.append(Finding(
+            "shm-too-small", "error" if bus_errors or crash else "warning",
+            f"{shm.path} is {format_gib(shm.total_bytes)} ({format_gib(shm.free_bytes)} free); "
+            "DataLoader workers pass batches through it, and DeepSpeed's ds_report warns below "
+            "512 MiB.",
+            (f"statvfs({shm.path}): size {shm.total_bytes} bytes, free {shm.free_bytes} bytes",),
+            fixes,
+        ))
+    return findings
+
+
+_VERDICT_SUMMARY = {
+    "host-oom": "host OOM: the machine ran out of RAM and the kernel's OOM killer sent SIGKILL",
+    "cgroup-oom": "container/cgroup limit: the memory limit of the container (or job cgroup) "
+                  "was hit and the OOM killer sent SIGKILL",
+    "gpu-oom": "GPU OOM: a GPU ran out of memory; the -9 is the launcher stopping the other ranks",
+    "not-oom": "not an OOM: no OOM kill is recorded; something else sent SIGKILL",
+    "unknown": "undetermined: no record of an OOM kill could be read",
+    "likely-host-oom": "probably a host OOM: the host has less RAM than this run needs, but no "
+                       "kernel record of the kill could be read",
+    "segfault": "segmentation fault (SIGSEGV)",
+    "bus-error": "bus error (SIGBUS), usually DataLoader workers out of shared memory",
+    "other-signal": "killed by another signal",
+    "exit-status": "a plain exit status, not a signal",
+}
+
+
+def diagnose(exit_status: ExitStatus, *, log: LogFacts | None = None,
+             seen: Observations | None = None, memory: MemoryVerdict | None = None,
+             setup_notes: Sequence[str] = (), audit_findings: Sequence[Finding] | None = None,
+             audit_error: str | None = None) -> DoctorReport:
+    """The verdict and findings for one crash (pure)."""
+    seen = seen or Observations()
+    findings: list[Finding] = []
+    sig = exit_status.signal
+    if sig == SIGKILL:
+        verdict, found = _sigkill_findings(exit_status, log, seen)
+        findings.extend(found)
+        saving = log.died_while_saving if log else None
+        if saving is not None:
+            spike = ""
+            if memory is not None and memory.needs.save_spike_bytes:
+                setup = memory.needs.setup
+                who = (f"each of the {setup.gpus_per_node} ranks on a node copies"
+                       if setup.zero_stage in (1, 2) else "rank 0 gathers")
+                spike = (f" For this run {who} the full 16-bit weights into host RAM: "
+                         f"{format_gib(memory.needs.save_spike_bytes)} extra at that moment.")
+            findings.append(Finding(
+                "killed-during-checkpoint-save", "warning",
+                "The last thing the log shows before the kill is a checkpoint save, with no "
+                "training step after it: the save-time host memory spike is the likely trigger."
+                + spike,
+                (f"log line {saving.line_no}: {saving.line}",),
+                ('ZeRO-3 with "stage3_gather_16bit_weights_on_model_save": true keeps the 16-bit '
+                 "copy on rank 0 only",
+                 "or give the node the RAM the memory check asks for"),
+            ))
+        if memory is not None:
+            findings.extend(memory.findings)
+            if verdict == "unknown" and memory.host_enough is False:
+                verdict = "likely-host-oom"
+        else:
+            findings.append(Finding(
+                "memory-check-skipped", "info",
+                "No memory check: the model size is unknown. Pass --params 7B (or --model "
+                "PATH) with --zero and --gpus-per-node to compare this host with what the run "
+                "needs.",
+            ))
+    elif sig == SIGSEGV:
+        verdict, found = _sigsegv_findings(log, seen, audit_findings, audit_error)
+        findings.extend(found)
+    elif sig == SIGBUS:
+        verdict = "bus-error"
+        findings.extend(_shm_findings(log, seen.shm, crash=True))
+        if not findings:
+            findings.append(Finding(
+                "shm-too-small", "warning",
+                "SIGBUS in training is nearly always shared memory (/dev/shm) running out; its "
+                "size could not be read here.", fix=("df -h /dev/shm",)))
+    elif sig is not None:
+        verdict = "other-signal"
+        findings.append(Finding(
+            "signal-other", "info",
+            f"The process was killed by {signal_name(sig)} ({sig}); cudalock doctor explains -9 "
+            "(SIGKILL) and -11 (SIGSEGV) in depth. SIGABRT (-6) usually follows a C++ "
+            "exception or an NCCL watchdog timeout: look for the message just before it.",
+        ))
+    else:
+        verdict = "exit-status"
+        findings.append(Finding(
+            "exit-status-plain", "info",
+            f"Exit status {exit_status.code} is not a signal: the program exited by itself, "
+            "so its own error message (the last traceback in the log) explains it.",
+        ))
+    summary = _VERDICT_SUMMARY[verdict]
+    evidence: dict[str, Any] = {"machine": seen.to_json()}
+    if log is not None:
+        evidence["log"] = log.to_json()
+    return DoctorReport(exit_status, verdict, summary, tuple(findings), memory,
+                        tuple(setup_notes), evidence)
+
+
+# --- gathering the inputs (the edge) --------------------------------------------------------------
+
+
+def in_kubernetes(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
+    return "KUBERNETES_SERVICE_HOST" in environ or (
+        root / "var/run/secrets/kubernetes.io/serviceaccount").is_dir()
+
+
+def read_log(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - MAX_LOG_BYTES))
+            return handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise InputError(f"log file {path} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"log file {path} is a directory; expected a training log") from None
+    except OSError as err:
+        raise InputError(f"cannot read log file {path}: {err.strerror or err}") from None
+
+
+def read_deepspeed_config(path: Path) -> RunShape:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"cannot read DeepSpeed config {path}: {err.strerror or err}") from None
+    except ValueError as err:
+        raise InputError(f"DeepSpeed config {path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"DeepSpeed config {path} does not hold a JSON object")
+    return shape_from_deepspeed_config(data)
+
+
+def host_memory_from(host: Host | None, override: int | None,
+                     source: str = "/proc/meminfo and cgroup") -> HostMemory:
+    """``--host-memory`` wins; otherwise the probed host's RAM and cgroup limit."""
+    if override is not None:
+        return HostMemory(override, None, "--host-memory")
+    if host is None:
+        return HostMemory(source="not read")
+    return HostMemory(host.memory_total_bytes, host.cgroup_memory_limit_bytes, source)
+
+
+def smallest_gpu_memory(target: Target | None) -> int | None:
+    if target is None:
+        return None
+    sizes = [g.memory_total_bytes for g in target.gpus if g.memory_total_bytes]
+    return min(sizes) if sizes else None
+
+
+@dataclass(frozen=True)
+class DoctorRequest:
+    exit_code: str
+    log_path: Path | None = None
+    flags: SetupHints = field(default_factory=SetupHints)
+    model_path: Path | None = None
+    deepspeed_config: Path | None = None
+    host_memory_bytes: int | None = None
+    python: Path | None = None
+    no_run: bool = False
+
+
+#: The audit, as doctor calls it: (python, deep) → findings. Injected so tests need no torch.
+AuditRunner = Callable[[Path | None, bool], Sequence[Finding]]
+
+
+@dataclass(frozen=True)
+class MachineReaders:
+    """Where doctor looks on this machine; tests point these at prepared trees."""
+
+    read_kernel_log: Callable[[], KernelLog]
+    read_cgroup: Callable[[], CgroupMemory]
+    read_shm: Callable[[], ShmInfo | None]
+    probe: Callable[[], Target | None]
+    environ: Mapping[str, str] = field(default_factory=dict)
+    root: Path = Path("/")
+
+
+def default_readers(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys"),
+                    shm_path: Path = Path("/dev/shm"), root: Path = Path("/"),
+                    runner: CommandRunner | None = None,
+                    log_commands: Sequence[Sequence[str]] | None = None,
+                    environ: Mapping[str, str] | None = None) -> MachineReaders:
+    """This machine's evidence; every root, command and the environment can be replaced."""
+    from cudalock.doctor import kernel as ke
+
+    def probe() -> Target | None:
+        from cudalock.target.probe import probe_machine
+
+        return probe_machine(proc_root=proc_root, sys_root=sys_root)
+
+    return MachineReaders(
+        read_kernel_log=lambda: ke.read_kernel_log(
+            runner=runner or ke.run_command,
+            commands=ke.DEFAULT_LOG_COMMANDS if log_commands is None else log_commands,
+            root=root),
+        read_cgroup=lambda: ke.read_cgroup_memory(sys_root / "fs" / "cgroup", proc_root),
+        read_shm=lambda: ke.read_shm(shm_path),
+        probe=probe,
+        environ=dict(os.environ if environ is None else environ),
+        root=root,
+    )
+
+
+def default_audit(python: Path | None, deep: bool) -> Sequence[Finding]:
+    """Run cudalock's audit on an environment (imported lazily: it must not slow doctor down)."""
+    from cudalock.audit.runner import audit_findings
+
+    return audit_findings(python, deep)
+
+
+def run_doctor(request: DoctorRequest, readers: MachineReaders,
+               audit: AuditRunner = default_audit) -> DoctorReport:
+    from cudalock.doctor.logs import parse_exit_code
+    from cudalock.memory.model_size import read_model_size
+
+    exit_status = parse_exit_code(request.exit_code)
+    log = scan_training_log(read_log(request.log_path)) if request.log_path else None
+    sig = exit_status.signal
+    kernel = readers.read_kernel_log() if sig in (SIGKILL, SIGSEGV, SIGBUS) else None
+    cgroup = readers.read_cgroup() if sig == SIGKILL else None
+    shm = readers.read_shm() if sig in (SIGSEGV, SIGBUS) else None
+    seen = Observations(kernel, cgroup, shm, in_kubernetes(readers.environ, readers.root))
+
+    memory: MemoryVerdict | None = None
+    notes: list[str] = []
+    if sig == SIGKILL:
+        memory, notes = _memory_for_doctor(request, log, readers, read_model_size)
+
+    audit_findings: Sequence[Finding] | None = None
+    audit_error: str | None = None
+    if sig == SIGSEGV:
+        try:
+            audit_findings = tuple(audit(request.python, not request.no_run))
+        except (ImportError, InputError) as err:
+            audit_error = str(err)
+        except Exception as err:  # the audit failing must not hide the rest of the diagnosis
+            audit_error = f"{type(err).__name__}: {err}"
+    return diagnose(exit_status, log=log, seen=seen, memory=memory, setup_notes=notes,
+                    audit_findings=audit_findings, audit_error=audit_error)
+
+
+def _memory_for_doctor(request: DoctorRequest, log: LogFacts | None, readers: MachineReaders,
+                       read_model_size: Callable[[Path], Any]
+                       ) -> tuple[MemoryVerdict | None, list[str]]:
+    notes: list[str] = []
+    sources: list[SetupHints] = [request.flags]
+    if request.model_path is not None:
+        size = read_model_size(request.model_path)
+        sources.append(SetupHints(params=size.params, params_source=size.source,
+                                  largest_layer_params=size.largest_layer_params))
+    config_path = request.deepspeed_config
+    if config_path is None and log is not None and log.shape.deepspeed_config:
+        candidate = Path(log.shape.deepspeed_config)
+        if not candidate.is_absolute() and request.log_path is not None:
+            beside = request.log_path.parent / candidate
+            candidate = beside if beside.is_file() else candidate
+        if candidate.is_file():
+            config_path = candidate
+        else:
+            notes.append(f"the log names DeepSpeed config {log.shape.deepspeed_config}, which is "
+                         "not readable here (pass --deepspeed-config)")
+    if config_path is not None:
+        sources.append(SetupHints.from_shape(read_deepspeed_config(config_path)))
+        notes.append(f"ZeRO settings read from {config_path}")
+    if log is not None:
+        shape = log.shape
+        guessed = shape.params is None or "guess" in (shape.params_source or "")
+        if shape.model and guessed:
+            model_dir = Path(shape.model)
+            if model_dir.is_dir():
+                size = read_model_size(model_dir)
+                sources.append(SetupHints(params=size.params, params_source=size.source,
+                                          largest_layer_params=size.largest_layer_params))
+        sources.append(SetupHints.from_shape(shape))
+    hints = merge_hints(*sources)
+    target = readers.probe() if request.host_memory_bytes is None or hints.gpus_per_node is None \
+        else None
+    default_gpus = len(target.gpus) if target is not None and target.gpus else 1
+    setup, setup_notes = build_setup(hints, default_gpus)
+    notes.extend(setup_notes)
+    if setup is None:
+        return None, notes
+    host = host_memory_from(target.host if target else None, request.host_memory_bytes)
+    return check_host_memory(memory_needs(setup), host, smallest_gpu_memory(target)), notes
+
+
+# --- text output ----------------------------------------------------------------------------------
+
+
+def render_findings(findings: Sequence[Finding]) -> list[str]:
+    lines: list[str] = []
+    for finding in findings:
+        lines.append(f"[{finding.severity}] {finding.code}: {finding.message}")
+        for item in finding.evidence:
+            lines.append(f"    evidence: {item}")
+        for item in finding.fix:
+            lines.append(f"    fix: {item}")
+    return lines
+
+
+def render_report(report: DoctorReport) -> list[str]:
+    from cudalock.memory.estimates import render_verdict
+
+    status = report.exit
+    lines = [f"Return code {status.raw}: {status.name} ({status.form})",
+             f"Verdict: {report.summary}", ""]
+    lines.extend(render_findings(report.findings))
+    if report.memory is not None:
+        lines.append("")
+        lines.append("Memory check:")
+        lines.extend("  " + line if line else "" for line in render_verdict(report.memory))
+    for note in report.setup_notes:
+        lines.append(f"Assumed: {note}")
+    return lines

@@ -1,0 +1,469 @@
+"""Evidence of OOM kills and crashes on this machine: kernel log, cgroup counters, /dev/shm.
+
+Parsing is pure (:func:`parse_kernel_log`); reading takes its roots and commands as parameters so
+tests feed prepared trees and recorded logs. Formats (``mm/oom_kill.c``):
+
+- ``Out of memory: Killed process 1234 (python) total-vm:…kB, anon-rss:…kB, …`` (host OOM)
+- ``Memory cgroup out of memory: Killed process …`` (a container or cgroup limit)
+- ``oom-kill:constraint=CONSTRAINT_MEMCG,…,task_memcg=/…,task=python,pid=1234,uid=0``
+- ``python[1234]: segfault at 0 ip … sp … error 4 in libcuda.so.535.104.05[…]``
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cudalock.target.probe import (
+    cgroup_ancestry,
+    parse_cgroup_limit,
+    parse_proc_self_cgroup,
+    read_text_or_none,
+)
+
+READ_LIMIT = 64 * 2**20  # kernel logs can be large; the newest part is what matters
+
+DEFAULT_LOG_COMMANDS: tuple[tuple[str, ...], ...] = (
+    ("dmesg", "-T"),
+    ("journalctl", "-k", "--no-pager", "-q"),
+)
+DEFAULT_LOG_FILES = ("/var/log/kern.log", "/var/log/messages")
+HOW_TO_READ = (
+    "sudo dmesg -T | grep -i -E 'oom|killed process'",
+    "sudo journalctl -k | grep -i -E 'oom|killed process'",
+)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int
+    stdout: str
+    stderr: str = ""
+
+
+CommandRunner = Callable[[Sequence[str]], CommandResult]
+
+
+def run_command(argv: Sequence[str], timeout: float = 20.0) -> CommandResult:
+    """Run a log command; a missing program or a timeout becomes a failed result, not an error."""
+    try:
+        done = subprocess.run(  # noqa: S603 - fixed argv from DEFAULT_LOG_COMMANDS
+            list(argv), capture_output=True, text=True, errors="replace", timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError:
+        return CommandResult(127, "", f"{argv[0]}: command not found")
+    except subprocess.TimeoutExpired:
+        return CommandResult(124, "", f"{argv[0]}: timed out after {timeout:.0f}s")
+    except OSError as err:
+        return CommandResult(126, "", f"{argv[0]}: {err.strerror or err}")
+    return CommandResult(done.returncode, done.stdout[-READ_LIMIT:], done.stderr)
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+Scope = Literal["host", "cgroup"]
+
+
+@dataclass(frozen=True)
+class OomKill:
+    """One process the kernel's OOM killer chose, with the lines that say so."""
+
+    scope: Scope
+    pid: int | None
+    comm: str | None
+    anon_rss_kb: int | None = None
+    total_vm_kb: int | None = None
+    constraint: str | None = None
+    task_memcg: str | None = None
+    oom_memcg: str | None = None
+    lines: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        who = f"PID {self.pid} ({self.comm})" if self.pid is not None else str(self.comm)
+        rss = (f", {self.anon_rss_kb / 2**20:.1f} GiB resident"
+               if self.anon_rss_kb is not None else "")
+        where = (f" in cgroup {self.oom_memcg or self.task_memcg}" if self.scope == "cgroup"
+                 and (self.oom_memcg or self.task_memcg) else "")
+        return f"{who}{rss}{where}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scope": self.scope, "pid": self.pid, "comm": self.comm,
+                "anon_rss_kb": self.anon_rss_kb, "total_vm_kb": self.total_vm_kb,
+                "constraint": self.constraint, "task_memcg": self.task_memcg,
+                "oom_memcg": self.oom_memcg, "lines": list(self.lines)}
+
+
+@dataclass(frozen=True)
+class Segfault:
+    comm: str
+    pid: int
+    library: str | None
+    line: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"comm": self.comm, "pid": self.pid, "library": self.library, "line": self.line}
+
+
+@dataclass(frozen=True)
+class KernelEvents:
+    kills: tuple[OomKill, ...] = ()
+    segfaults: tuple[Segfault, ...] = ()
+    #: NVIDIA driver Xid lines (GPU faults: fallen off the bus, ECC, MMU faults).
+    xids: tuple[str, ...] = ()
+    #: ``… invoked oom-killer`` headers: who was allocating when memory ran out.
+    invocations: tuple[str, ...] = ()
+
+
+_KILLED = re.compile(
+    r"(?:(?P<prefix>Out of memory|Memory cgroup out of memory)(?: \(oom_kill_allocating_task\))?"
+    r": )?Killed process (?P<pid>\d+) \((?P<comm>[^)]*)\)"
+    r"(?:,? total-vm:(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB)?"
+)
+_OLD_KILL = re.compile(
+    r"(?P<prefix>Out of memory|Memory cgroup out of memory): Kill process (?P<pid>\d+) "
+    r"\((?P<comm>[^)]*)\)"
+)
+_SUMMARY = re.compile(r"oom-kill:(?P<fields>constraint=\S+)")
+_INVOKED = re.compile(r"\S+ invoked oom-killer:")
+_SEGFAULT = re.compile(
+    r"(?P<comm>[^\s\[\]]+)\[(?P<pid>\d+)\]: segfault at \S+ ip \S+ sp \S+ error \S+"
+    r"(?: in (?P<lib>[^\s\[]+)\[)?"
+)
+_XID = re.compile(r"NVRM: Xid \(")
+
+
+def _summary_fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def parse_kernel_log(text: str) -> KernelEvents:
+    """Every OOM kill, segfault and Xid in a kernel log (dmesg, journalctl -k, kern.log)."""
+    summaries: dict[int, tuple[dict[str, str], str]] = {}
+    pending: list[tuple[str, int | None, str | None, int | None, int | None, str]] = []
+    old_prefix: dict[int, str] = {}
+    segfaults: list[Segfault] = []
+    xids: list[str] = []
+    invocations: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if (summary := _SUMMARY.search(line)) is not None:
+            fields = _summary_fields(summary.group("fields"))
+            summary_pid = fields.get("pid", "")
+            if summary_pid.isdigit():
+                summaries[int(summary_pid)] = (fields, line)
+            continue
+        if (old := _OLD_KILL.search(line)) is not None:
+            old_prefix[int(old.group("pid"))] = old.group("prefix")
+            continue
+        if (killed := _KILLED.search(line)) is not None:
+            pid_value = int(killed.group("pid"))
+            prefix = killed.group("prefix") or old_prefix.get(pid_value, "")
+            pending.append((
+                prefix, pid_value, killed.group("comm"),
+                int(killed.group("anon")) if killed.group("anon") else None,
+                int(killed.group("vm")) if killed.group("vm") else None,
+                line,
+            ))
+            continue
+        if _INVOKED.search(line):
+            invocations.append(line)
+            continue
+        if (segv := _SEGFAULT.search(line)) is not None:
+            segfaults.append(Segfault(segv.group("comm"), int(segv.group("pid")),
+                                      segv.group("lib"), line))
+            continue
+        if _XID.search(line):
+            xids.append(line)
+    kills: list[OomKill] = []
+    for prefix, pid, comm, anon, vm, line in pending:
+        fields, summary_line = summaries.get(pid, ({}, "")) if pid is not None else ({}, "")
+        constraint = fields.get("constraint")
+        cgroup = prefix == "Memory cgroup out of memory" or constraint == "CONSTRAINT_MEMCG"
+        kills.append(OomKill(
+            scope="cgroup" if cgroup else "host",
+            pid=pid, comm=comm, anon_rss_kb=anon, total_vm_kb=vm, constraint=constraint,
+            task_memcg=fields.get("task_memcg"), oom_memcg=fields.get("oom_memcg"),
+            lines=tuple(x for x in (summary_line, line) if x),
+        ))
+    return KernelEvents(tuple(kills), tuple(segfaults), tuple(xids), tuple(invocations))
+
+
+# --- reading the kernel log -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogSource:
+    name: str
+    readable: bool
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "readable": self.readable, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    sources: tuple[LogSource, ...]
+    events: KernelEvents
+
+    @property
+    def readable(self) -> bool:
+        return any(source.readable for source in self.sources)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sources": [source.to_json() for source in self.sources],
+            "oom_kills": [kill.to_json() for kill in self.events.kills],
+            "segfaults": [seg.to_json() for seg in self.events.segfaults],
+            "xids": list(self.events.xids),
+        }
+
+
+_DENIED = ("operation not permitted", "permission denied", "insufficient permissions",
+           "no journal files were opened")
+
+
+def _command_source(argv: Sequence[str], result: CommandResult) -> tuple[LogSource, str]:
+    name = " ".join(argv)
+    message = (result.stderr or "").strip().splitlines()
+    first = message[0] if message else ""
+    if result.returncode != 0:
+        return LogSource(name, False, first or f"exit status {result.returncode}"), ""
+    denied = any(word in (result.stderr or "").lower() for word in _DENIED)
+    if denied and not result.stdout.strip():
+        return LogSource(name, False, first), ""
+    if not result.stdout.strip() or result.stdout.strip() == "-- No entries --":
+        return LogSource(name, False, "no output" + (f" ({first})" if first else "")), ""
+    return LogSource(name, True), result.stdout
+
+
+def _file_source(path: Path) -> tuple[LogSource, str]:
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - READ_LIMIT))
+            data = handle.read()
+    except FileNotFoundError:
+        return LogSource(str(path), False, "does not exist"), ""
+    except PermissionError:
+        return LogSource(str(path), False, "permission denied"), ""
+    except OSError as err:
+        return LogSource(str(path), False, err.strerror or str(err)), ""
+    return LogSource(str(path), True), data.decode("utf-8", errors="replace")
+
+
+def _dedupe(kills: Sequence[OomKill]) -> tuple[OomKill, ...]:
+    seen: dict[tuple[int | None, str | None, str], OomKill] = {}
+    for kill in kills:
+        key = (kill.pid, kill.comm, kill.scope)
+        # Keep the richest copy (the one carrying the oom-kill: summary).
+        if key not in seen or len(kill.lines) > len(seen[key].lines):
+            seen[key] = kill
+    return tuple(seen.values())
+
+
+def read_kernel_log(
+    runner: CommandRunner = run_command,
+    commands: Sequence[Sequence[str]] = DEFAULT_LOG_COMMANDS,
+    files: Sequence[str | Path] = DEFAULT_LOG_FILES,
+    root: Path = Path("/"),
+) -> KernelLog:
+    """Read every source that answers; one event seen in several is counted once."""
+    sources: list[LogSource] = []
+    kills: list[OomKill] = []
+    segfaults: dict[tuple[int, str | None], Segfault] = {}
+    xids: dict[str, None] = {}
+    invocations: dict[str, None] = {}
+    texts: list[str] = []
+    for argv in commands:
+        result = runner(argv)
+        if result.returncode != 0 and "-T" in argv and any(
+                word in result.stderr.lower() for word in ("invalid option", "unrecognized option",
+                                                           "unknown option")):
+            argv = [arg for arg in argv if arg != "-T"]  # busybox dmesg has no -T
+            result = runner(argv)
+        source, text = _command_source(argv, result)
+        sources.append(source)
+        texts.append(text)
+    for name in files:
+        path = root / str(name).lstrip("/")
+        source, text = _file_source(path)
+        sources.append(LogSource(str(name), source.readable, source.reason))
+        texts.append(text)
+    for text in texts:
+        if not text:
+            continue
+        events = parse_kernel_log(text)
+        kills.extend(events.kills)
+        for seg in events.segfaults:
+            segfaults.setdefault((seg.pid, seg.library), seg)
+        xids.update(dict.fromkeys(events.xids))
+        invocations.update(dict.fromkeys(events.invocations))
+    return KernelLog(tuple(sources), KernelEvents(
+        _dedupe(kills), tuple(segfaults.values()), tuple(xids), tuple(invocations)))
+
+
+# --- cgroup memory ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CgroupLevel:
+    """One cgroup directory on the way from the process's cgroup up to the root."""
+
+    path: str
+    limit_bytes: int | None = None
+    oom: int | None = None
+    oom_kill: int | None = None
+    peak_bytes: int | None = None
+    evidence: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "limit_bytes": self.limit_bytes, "oom": self.oom,
+                "oom_kill": self.oom_kill, "peak_bytes": self.peak_bytes,
+                "evidence": list(self.evidence)}
+
+
+@dataclass(frozen=True)
+class CgroupMemory:
+    version: int | None
+    levels: tuple[CgroupLevel, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def limit_bytes(self) -> int | None:
+        """The effective limit: the smallest one on the way up."""
+        limits = [level.limit_bytes for level in self.levels if level.limit_bytes is not None]
+        return min(limits) if limits else None
+
+    @property
+    def oom_kill_count(self) -> int:
+        """OOM kills counted by the process's own cgroup (hierarchical: it includes children)."""
+        counts = [level.oom_kill for level in self.levels if level.oom_kill is not None]
+        return max(counts) if counts else 0
+
+    @property
+    def kill_levels(self) -> tuple[CgroupLevel, ...]:
+        return tuple(level for level in self.levels if level.oom_kill)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "limit_bytes": self.limit_bytes,
+                "oom_kill": self.oom_kill_count,
+                "levels": [level.to_json() for level in self.levels], "notes": list(self.notes)}
+
+
+def _limit(text: str | None) -> int | None:
+    return parse_cgroup_limit(text) if text is not None else None
+
+
+def _keyed(text: str | None) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for line in (text or "").splitlines():
+        key, _, number = line.strip().partition(" ")
+        if number.strip().lstrip("-").isdigit():
+            values[key] = int(number.strip())
+    return values
+
+
+@dataclass(frozen=True)
+class _CgroupFiles:
+    """Where one cgroup version keeps a level's limit, OOM counters and peak usage."""
+
+    limit: str
+    counters: str
+    oom_key: str
+    peak: str
+
+
+_V2_FILES = _CgroupFiles("memory.max", "memory.events", "oom", "memory.peak")
+_V1_FILES = _CgroupFiles("memory.limit_in_bytes", "memory.oom_control", "under_oom",
+                         "memory.max_usage_in_bytes")
+
+
+def _cgroup_levels(base: Path, relative: str, files: _CgroupFiles) -> list[CgroupLevel]:
+    """The levels from the process's cgroup up that have a limit or counters file."""
+    levels = []
+    for rel, directory in cgroup_ancestry(base, relative):
+        limit_file = directory / files.limit
+        counters_file = directory / files.counters
+        limit_text = read_text_or_none(limit_file)
+        counters_text = read_text_or_none(counters_file)
+        if limit_text is None and counters_text is None:
+            continue
+        counters = _keyed(counters_text)
+        evidence = []
+        if counters_text is not None:
+            shown = ", ".join(f"{k} {v}" for k, v in counters.items())
+            evidence.append(f"{counters_file}: {shown}")
+        if limit_text is not None:
+            evidence.append(f"{limit_file}: {limit_text.strip()}")
+        peak = _limit(read_text_or_none(directory / files.peak))
+        levels.append(CgroupLevel(rel, _limit(limit_text), counters.get(files.oom_key),
+                                  counters.get("oom_kill"), peak, tuple(evidence)))
+    return levels
+
+
+def read_cgroup_memory(cgroup_root: Path = Path("/sys/fs/cgroup"),
+                       proc_root: Path = Path("/proc"), pid: str = "self") -> CgroupMemory:
+    """Memory limit and OOM-kill counters of a process's cgroup and its ancestors (v1 or v2)."""
+    own_v2, own_v1 = parse_proc_self_cgroup(read_text_or_none(proc_root / pid / "cgroup") or "")
+    if (cgroup_root / "cgroup.controllers").is_file():
+        levels = _cgroup_levels(cgroup_root, own_v2 or "/", _V2_FILES)
+        notes = () if levels else (f"no memory controller files under {cgroup_root}",)
+        return CgroupMemory(2, tuple(levels), notes)
+    memory_base = cgroup_root / "memory"
+    if memory_base.is_dir():
+        return CgroupMemory(1, tuple(_cgroup_levels(memory_base, own_v1 or "/", _V1_FILES)))
+    return CgroupMemory(None, (), (f"no cgroup memory controller found under {cgroup_root}",))
+
+
+# --- /dev/shm and the bundle doctor reads ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShmInfo:
+    path: str
+    total_bytes: int
+    free_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "total_bytes": self.total_bytes, "free_bytes": self.free_bytes}
+
+
+def read_shm(path: Path = Path("/dev/shm")) -> ShmInfo | None:
+    """Size and free space of the shared-memory mount DataLoader workers use."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    return ShmInfo(str(path), stat.f_frsize * stat.f_blocks, stat.f_frsize * stat.f_bavail)
+
+
+@dataclass(frozen=True)
+class MachineEvidence:
+    """Everything doctor reads from the machine, gathered at the edge."""
+
+    kernel: KernelLog
+    cgroup: CgroupMemory
+    memory_total_bytes: int | None
+    shm: ShmInfo | None
+    in_kubernetes: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel.to_json(), "cgroup": self.cgroup.to_json(),
+                "memory_total_bytes": self.memory_total_bytes,
+                "shm": self.shm.to_json() if self.shm else None,
+                "in_kubernetes": self.in_kubernetes}

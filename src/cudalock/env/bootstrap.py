@@ -1,0 +1,430 @@
+"""``cudalock bootstrap``: resolve, write the environment files, and optionally build the env.
+
+The edges around the pure parts: it reads ``cudalock.toml`` (flags override it), resolves the
+Plan (:func:`cudalock.resolve.resolve`), renders the files (:mod:`cudalock.env.render`),
+writes them
+as one group (nothing is overwritten without ``--force``), and with ``--create`` builds the
+environment by running the generated ``install.sh`` inside it, step by step, with the output kept
+in ``cudalock-bootstrap.log``. A failed step stops everything, names the step, its command and
+the log, and leaves the environment for inspection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudalock.env.render import (
+    OUTPUT_FORMATS,
+    OutputFormat,
+    RenderOptions,
+    Step,
+    check_env_name,
+    classify_framework,
+    default_env_name,
+    install_steps,
+    render,
+)
+from cudalock.env.spec import SPEC_FILE, OutputSpec, Spec, TargetSummary, read_spec, update_spec
+from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
+from cudalock.fsutil import refuse_existing, write_group
+from cudalock.matrix.load import Matrix
+from cudalock.model import Plan, Request
+from cudalock.resolve.request import RequestOptions
+from cudalock.target.overrides import TargetOptions
+from cudalock.urls import redact
+
+LOG_FILE = "cudalock-bootstrap.log"
+STEP_MARKER = "==> cudalock step "
+Echo = Callable[[str], None]
+
+#: pip's words for "these requirements cannot be satisfied together" (a plan problem, exit 1).
+_CONFLICT_WORDS = ("ResolutionImpossible", "conflicting dependencies", "Cannot install",
+                   "No matching distribution found")
+#: pip's words for a network that failed it: then "no matching distribution" is not a conflict.
+_NETWORK_WORDS = ("NewConnectionError", "Connection refused", "ConnectTimeout", "ReadTimeout",
+                  "Max retries exceeded", "Temporary failure in name resolution",
+                  "Name or service not known", "HTTP error 5", "IncompleteRead",
+                  "ProtocolError", "SSLError")
+
+
+@dataclass(frozen=True)
+class BootstrapOptions:
+    """The bootstrap-only flags (None: not given, so cudalock.toml or the default decides)."""
+
+    output_dir: Path = Path(".")
+    name: str | None = None
+    output_format: str | None = None
+    create: bool = False
+    venv: Path | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    plan: Plan
+    request: Request
+    written: tuple[Path, ...]
+    environment: Path | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+
+
+def target_options_from_summary(summary: TargetSummary,
+                                matrix_dir: Path | None) -> TargetOptions:
+    """The Target flags that describe a recorded target again."""
+    return TargetOptions(
+        driver_version=summary.driver_version,
+        driver_cuda=summary.driver_cuda,
+        no_gpu=not summary.gpu,
+        compute_capabilities=summary.compute_capabilities,
+        platform=summary.platform,
+        matrix_dir=matrix_dir,
+    )
+
+
+def absolute_framework(framework: str | None, cwd: Path) -> str | None:
+    """A local framework path made absolute (and checked); requirements and URLs unchanged."""
+    if framework is None or classify_framework(framework) != "path":
+        return framework
+    path = Path(os.path.expanduser(framework))
+    path = path if path.is_absolute() else cwd / path
+    if not path.is_dir():
+        raise UsageError(f"--framework {framework!r} looks like a local path, but no such "
+                         "directory exists; expected a requirement (name==version), a VCS URL "
+                         "or a project directory")
+    return str(Path(os.path.normpath(path)))
+
+
+def choose_format(given: str | None, spec: Spec | None) -> OutputFormat:
+    chosen = given or (spec.output.format if spec else None) or "conda"
+    for candidate in OUTPUT_FORMATS:
+        if candidate == chosen:
+            return candidate
+    raise UsageError(f"invalid --format {chosen!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+
+
+def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
+                  options: BootstrapOptions, show: Echo) -> BootstrapResult:
+    """Everything ``cudalock bootstrap`` does; ``show`` prints progress to the user."""
+
+    def echo(line: str) -> None:
+        show(redact(line))  # the plan's explanation names index URLs, credentials and all
+
+    from cudalock.matrix.load import load_matrix
+    from cudalock.resolve.search import resolve
+    from cudalock.target.overrides import targets_from_options
+
+    out_dir = options.output_dir
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"-o {str(out_dir)!r} is not a directory")
+    spec_path = out_dir / SPEC_FILE
+    spec = read_spec(spec_path)
+    request = request_opts.to_request(spec.request if spec else None)
+    request = dataclasses.replace(request,
+                                  framework=absolute_framework(request.framework, Path.cwd()))
+    output_format = choose_format(options.output_format, spec)
+    if options.create and output_format == "venv" and request.python is None:
+        # The venv is made from this interpreter unless asked otherwise: choosing the newest
+        # Python torch supports would send most users off to find an interpreter they lack.
+        request = dataclasses.replace(request, python=_running_python())
+        echo(f"python: {request.python}, the interpreter creating the venv "
+             "(--python chooses another)")
+    if options.create and output_format == "uv":
+        raise UsageError("--create builds conda or venv environments; with --format uv, run "
+                         "'uv sync' in the output directory instead")
+
+    if (spec is not None and spec.target is not None and not target_opts.overrides_given
+            and not target_opts.probe_files):
+        echo(f"target: as recorded in {spec_path} (give target flags to change it)")
+        target_opts = target_options_from_summary(spec.target, target_opts.matrix_dir)
+    matrix = load_matrix(target_opts.matrix_dir)
+    targets = targets_from_options(target_opts, matrix)
+    plan = resolve(matrix, targets, request)
+
+    name = check_env_name(options.name or (spec.output.name if spec else None)
+                          or default_env_name(plan))
+    render_options = RenderOptions(name=name, output_format=output_format,
+                                   framework=request.framework, pypi_index=request.pypi_index)
+    files = {out_dir / file: text for file, text in render(plan, render_options).items()}
+    new_spec = Spec(request=request, target=TargetSummary.of(targets),
+                    output=OutputSpec(format=output_format, name=options.name
+                                      or (spec.output.name if spec else None)))
+    refuse_existing(list(files), force=options.force)
+    files[spec_path] = update_spec(spec_path, new_spec)
+    script = out_dir / "install.sh"
+    # mkstemp creates 0600 files; these are meant to be read (and install.sh run) like any
+    # file the user writes.
+    modes = {path: 0o755 if path == script else 0o644 for path in files}
+    write_group(files, force=True, modes=modes)
+
+    torch = plan.torch_pin
+    echo(f"plan: torch {torch.version} from {redact(plan.index_url or 'the default index')}, "
+         f"Python {plan.python}")
+    for line in plan.explanation:
+        echo(f"  {line}")
+    echo("wrote: " + ", ".join(sorted(str(path) for path in files)))
+
+    environment = None
+    if options.create:
+        steps = install_steps(plan, render_options)
+        if output_format == "venv":
+            environment = create_venv(plan, options.venv or out_dir / ".venv", out_dir, steps,
+                                      echo)
+        else:
+            environment = create_conda(name, out_dir, steps, echo)
+        audit_new_environment(environment, plan, matrix, echo)
+    else:
+        echo(next_steps(output_format, out_dir, name))
+    return BootstrapResult(plan=plan, request=request, written=tuple(files),
+                           environment=environment)
+
+
+def next_steps(output_format: OutputFormat, out_dir: Path, name: str) -> str:
+    where = str(out_dir)
+    if output_format == "conda":
+        return (f"next: conda env create -f {where}/environment.yml && conda activate {name} "
+                f"&& bash {where}/install.sh   (or rerun with --create)")
+    if output_format == "venv":
+        return (f"next: python -m venv {where}/.venv && PYTHON={where}/.venv/bin/python "
+                f"bash {where}/install.sh   (or rerun with --create)")
+    return f"next: cd {where} && uv sync"
+
+
+# --------------------------------------------------------------------------------------------
+# --create
+
+
+def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...],
+                echo: Echo) -> Path:
+    """Create (or reuse) a virtual environment with the plan's Python, then run install.sh."""
+    venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    log = _start_log(out_dir)
+    removal = f"rm -rf {shlex.quote(str(venv))}"
+    if python.exists():
+        echo(f"environment: reusing {venv}")
+    else:
+        command = venv_command(plan.python, venv)
+        echo(f"environment: creating {venv} with Python {plan.python}")
+        _run_logged("create the virtual environment", command, log, echo, cwd=out_dir,
+                    env=dict(os.environ), removal=removal)
+    found = _python_version(python)
+    if found != plan.python.rstrip("t"):
+        raise UsageError(f"the environment at {venv} has Python {found}, the plan needs "
+                         f"{plan.python}; remove it ({removal}) or choose --venv")
+    env = dict(os.environ)
+    env.update({"PYTHON": str(python.absolute()), "VIRTUAL_ENV": str(venv.absolute()),
+                "PATH": f"{python.parent.absolute()}{os.pathsep}{env.get('PATH', '')}"})
+    env.pop("PYTHONHOME", None)
+    run_install_script(out_dir, steps, log, env, echo, removal=removal)
+    return venv
+
+
+def venv_command(python_version: str, venv: Path) -> list[str]:
+    """How to make a venv with ``python_version``: this interpreter, uv, or pythonX.Y."""
+    wanted = python_version.rstrip("t")
+    running = _running_python()
+    if running == wanted and not python_version.endswith("t"):
+        return [sys.executable, "-m", "venv", str(venv)]
+    uv = _uv_or_none()
+    if uv:
+        return [uv, "venv", "--seed", "--python", python_version, str(venv)]
+    versioned = shutil.which(f"python{wanted}")
+    if versioned:
+        return [versioned, "-m", "venv", str(venv)]
+    raise EnvironmentFailure(
+        f"no Python {python_version} found to create the environment with (this is "
+        f"Python {running}, and neither uv nor python{wanted} is on PATH)",
+        hint=f"install uv, or Python {python_version}, or choose --python {running}",
+    )
+
+
+def _running_python() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _uv_or_none() -> str | None:
+    from cudalock.lock.uv import find_uv
+
+    try:
+        return find_uv()
+    except EnvironmentFailure:
+        return None
+
+
+def _python_version(python: Path) -> str:
+    try:
+        result = subprocess.run(  # noqa: S603 - the interpreter cudalock just created
+            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=60, check=False)
+    except OSError as err:
+        raise EnvironmentFailure(f"cannot run {python}: {err.strerror or err}") from None
+    return result.stdout.strip()
+
+
+def create_conda(name: str, out_dir: Path, steps: tuple[Step, ...], echo: Echo) -> Path:
+    """Create the conda environment from environment.yml with conda/mamba/micromamba."""
+    tool = next((t for t in ("micromamba", "mamba", "conda") if shutil.which(t)), None)
+    if tool is None:
+        raise EnvironmentFailure(
+            "--create needs conda, mamba or micromamba on PATH to build a conda environment",
+            hint="install one of them, or use --format venv --create",
+        )
+    executable = shutil.which(tool) or tool
+    log = _start_log(out_dir)
+    removal = f"{tool} env remove -n {shlex.quote(name)}"
+    prefix = _conda_prefix(executable, name)
+    if prefix is None:
+        yml = str(out_dir / "environment.yml")
+        command = ([executable, "create", "-y", "-n", name, "-f", yml] if tool == "micromamba"
+                   else [executable, "env", "create", "-n", name, "-f", yml])
+        echo(f"environment: creating conda environment {name} with {tool}")
+        _run_logged(f"{tool} creates the environment", command, log, echo, cwd=out_dir,
+                    env=dict(os.environ), removal=removal)
+        prefix = _conda_prefix(executable, name)
+        if prefix is None:
+            raise EnvironmentFailure(f"{tool} reported success but environment {name} is "
+                                     f"not listed by '{tool} env list'")
+    else:
+        echo(f"environment: reusing conda environment {name} at {prefix}")
+    python = prefix / ("python.exe" if os.name == "nt" else "bin/python")
+    env = dict(os.environ)
+    env.update({"PYTHON": str(python), "CONDA_PREFIX": str(prefix),
+                "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}"})
+    run_install_script(out_dir, steps, log, env, echo, removal=removal)
+    return prefix
+
+
+def _conda_prefix(executable: str, name: str) -> Path | None:
+    try:
+        result = subprocess.run(  # noqa: S603 - conda/mamba/micromamba found on PATH
+            [executable, "env", "list", "--json"], capture_output=True, text=True,
+            timeout=120, check=False)
+        prefixes = json.loads(result.stdout).get("envs", [])
+    except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError):
+        return None
+    for prefix in prefixes:
+        if Path(prefix).name == name:
+            return Path(prefix)
+    return None
+
+
+def run_install_script(out_dir: Path, steps: tuple[Step, ...], log: Path,
+                       env: Mapping[str, str], echo: Echo, *, removal: str) -> None:
+    """Run install.sh, showing each step as it starts; a failed step raises, naming it."""
+    python = env.get("PYTHON", "python")
+    _run_logged("install.sh", ["bash", str((out_dir / "install.sh").absolute())], log, echo,
+                cwd=out_dir, env=env, removal=removal, steps=steps, python=python)
+
+
+def _start_log(out_dir: Path) -> Path:
+    """A fresh log for this run (the previous run's log is replaced)."""
+    log = out_dir / LOG_FILE
+    try:
+        log.write_text("cudalock bootstrap --create: the output of every step\n",
+                       encoding="utf-8")
+    except OSError as err:
+        raise EnvironmentFailure(f"cannot write the log {log}: {err.strerror or err}") from None
+    return log
+
+
+def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Path,
+                env: Mapping[str, str], removal: str,
+                steps: tuple[Step, ...] = (), python: str = "python") -> None:
+    """Run ``command``, its output (redacted) appended to ``log``; raise if it fails."""
+    current: tuple[int, str] | None = None
+    errors: list[str] = []
+    network: list[str] = []
+    causes: list[str] = []
+    in_causes = False
+    try:
+        with log.open("a", encoding="utf-8") as handle:
+            handle.write(f"\n### {what}: {redact(' '.join(command))}\n")
+            handle.flush()
+            process = subprocess.Popen(  # noqa: S603 - cudalock's own script / venv command
+                command, cwd=cwd, env=dict(env), stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+            assert process.stdout is not None
+            for raw in process.stdout:
+                line = redact(raw.rstrip("\n"))
+                handle.write(line + "\n")
+                if line.startswith(STEP_MARKER):
+                    label = line[len(STEP_MARKER):]
+                    number = label.split("/", 1)[0]
+                    current = (int(number) if number.isdigit() else 0, label)
+                    echo(f"  step {label}")
+                elif line.startswith("ERROR:") or "verification failed" in line:
+                    errors.append(line)
+                if any(word in line for word in _NETWORK_WORDS):
+                    network.append(line)
+                # pip's "The conflict is caused by:" block: the lines that explain a conflict.
+                if line.startswith("The conflict is caused by"):
+                    in_causes = True
+                elif in_causes and line.startswith("    "):
+                    causes.append(line.strip())
+                elif in_causes:
+                    in_causes = False
+            returncode = process.wait()
+    except OSError as err:
+        raise EnvironmentFailure(f"cannot run {what} ({command[0]}): {err.strerror or err}; "
+                                 f"log: {log}") from None
+    if returncode == 0:
+        return
+    if current is not None and 1 <= current[0] <= len(steps):
+        step_text = f"step {current[1]}"
+        shown = redact(steps[current[0] - 1].display(python))
+    else:
+        step_text, shown = what, redact(" ".join(command))
+    detail = f": {errors[0].removeprefix('ERROR: ')}" if errors else ""
+    if causes:
+        detail += " (" + "; ".join(causes) + ")"
+    message = (f"{step_text} failed (exit status {returncode}){detail}; command: {shown}; "
+               f"full output in {log}")
+    hint = f"the environment is left for inspection; remove it with: {removal}"
+    if network:
+        message += f"; the network failed: {network[-1].strip()}"
+        hint = f"check the index URLs and the network, then run again; {hint}"
+    elif any(word in line for line in errors for word in _CONFLICT_WORDS):
+        hint = ("choose a framework version that accepts the planned torch, or another "
+                f"--torch; {hint}")
+        raise Unsatisfiable(message, hint=hint)
+    raise EnvironmentFailure(message, hint=hint)
+
+
+def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: Echo) -> None:
+    """Audit the new environment as ``cudalock audit`` would (never importing torch).
+
+    Errors mean the environment cannot be trusted on the target even though every step
+    succeeded: exit 1, with the findings shown.
+    """
+    from cudalock.audit.inspection import python_for_prefix, start_inspection
+    from cudalock.audit.runner import audit_live
+
+    with start_inspection(python=python_for_prefix(environment)) as inspection:
+        outcome = audit_live(plan.targets, matrix, inspection)
+    torch = outcome.installed.torch[0] if outcome.installed.torch else None
+    for finding in outcome.findings:
+        echo(f"  audit {finding.severity}: {finding.code}: {finding.message}")
+    if torch is None or outcome.has_errors:
+        raise Unsatisfiable(
+            f"the new environment {environment} did not pass the audit"
+            + ("" if torch else ": it has no torch"),
+            hint=f"see the findings above and {LOG_FILE}; cudalock audit --python "
+            f"{shlex.quote(str(python_for_prefix(environment)))} repeats them")
+    echo(f"environment ready: {environment} (Python {outcome.installed.python_version}, "
+         f"torch {torch.version}, CUDA {torch.cuda or 'none'}); audit: no errors")

@@ -1,0 +1,641 @@
+"""The compatibility matrix: typed view of the TOML files in ``compat_matrix/``.
+
+Files, one concern each (all sharing ``schema_version``):
+
+- ``matrix.toml``    — ``schema_version``, ``matrix_version`` (a date).
+- ``cuda.toml``      — ``[[toolkit]]`` CUDA releases and their minimum drivers, ``[[major]]``
+                       minor-version-compatibility floors, ``[[arch_support]]`` nvcc targets.
+- ``torch.toml``     — ``[[release]]`` torch releases with ``[[release.build]]`` per variant.
+- ``gpus.toml``      — ``[[gpu]]`` GPU models and compute capabilities, matched by NVML name.
+- ``deepspeed.toml`` — ``[[release]]`` DeepSpeed releases, ``[[cuda_check]]`` op-builder rules.
+
+Every entry has ``source`` (a URL or repo@commit:path, or a list of them) and ``status``
+(``verified`` / ``unverified``); ``unverified = [field, ...]`` marks single fields of a verified
+entry that rest on weaker evidence. Loading validates types and raises :class:`InputError` naming
+the file and the entry; ``cudalock matrix check`` adds the cross-file rules.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from cudalock.errors import InputError
+from cudalock.versions import (
+    ComputeCapability,
+    CudaVersion,
+    DriverVersion,
+    parse_compute_capability,
+    parse_cuda_version,
+)
+
+SCHEMA_VERSION = 1
+MATRIX_FILES = ("matrix.toml", "cuda.toml", "torch.toml", "gpus.toml", "deepspeed.toml")
+STATUSES = ("verified", "unverified")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a fact comes from and whether it was verified against a primary source."""
+
+    source: tuple[str, ...]
+    status: str
+    #: Fields of this entry whose values are not verified even though the entry is.
+    unverified_fields: tuple[str, ...] = ()
+    note: str | None = None
+
+    @property
+    def verified(self) -> bool:
+        return self.status == "verified"
+
+    def field_verified(self, name: str) -> bool:
+        return self.verified and name not in self.unverified_fields
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    """A CUDA toolkit release (patch level) and the minimum driver it needs."""
+
+    version: str  # "12.1.0"
+    label: str
+    driver_linux: DriverVersion | None
+    driver_windows: DriverVersion | None
+    provenance: Provenance
+
+    @property
+    def cuda(self) -> CudaVersion:
+        return parse_cuda_version(self.version)
+
+
+@dataclass(frozen=True)
+class CudaMajor:
+    """Minor-version compatibility for one CUDA major (absent before 11)."""
+
+    major: int
+    minor_compat_linux: DriverVersion | None
+    minor_compat_windows: DriverVersion | None
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class ArchSupport:
+    """The GPU architectures nvcc of a CUDA version can compile for (SASS targets)."""
+
+    cuda: CudaVersion
+    sass: tuple[ComputeCapability, ...]
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    """One published build of a torch release: ``cpu``, ``cu121``, ``rocm6.1``, ..."""
+
+    variant: str
+    cuda: CudaVersion | None
+    cudnn: str | None
+    nccl: str | None
+    sass: tuple[ComputeCapability, ...]
+    ptx: tuple[ComputeCapability, ...]
+    platforms: tuple[str, ...]
+    provenance: Provenance
+
+    @property
+    def kind(self) -> str:
+        if self.variant == "cpu":
+            return "cpu"
+        if self.variant.startswith("cu"):
+            return "cuda"
+        if self.variant.startswith("rocm"):
+            return "rocm"
+        return "other"
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    """One torch release: its Python wheels, companions and builds (torch.toml)."""
+
+    version: str
+    date: str
+    requires_python: str
+    #: CPython versions with wheels, per platform ("3.13t" is free-threaded).
+    python: Mapping[str, tuple[str, ...]]
+    #: The variant PyPI serves by default, per platform (a CUDA build on Linux, CPU on Windows).
+    pypi_default: Mapping[str, str]
+    torchvision: str | None
+    torchaudio: str | None
+    builds: tuple[TorchBuild, ...]
+    provenance: Provenance
+
+    def builds_for(self, platform: str) -> tuple[TorchBuild, ...]:
+        return tuple(b for b in self.builds if platform in b.platforms)
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """A GPU model: how NVML names it and its compute capability (gpus.toml)."""
+
+    name: str
+    #: Substrings of NVML's device name that identify this model (case-insensitive).
+    match: tuple[str, ...]
+    compute_capability: ComputeCapability
+    architecture: str
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class DeepSpeedRelease:
+    """One DeepSpeed release and the torch versions it supports (deepspeed.toml)."""
+
+    version: str
+    date: str | None
+    requires_python: str | None
+    #: PEP 440 specifier of the torch versions this release supports.
+    torch: str
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class DeepSpeedCudaCheck:
+    """DeepSpeed's op builder rule: which nvcc/torch CUDA minor mismatches it accepts."""
+
+    deepspeed: str  # specifier of DeepSpeed versions this rule applies to
+    minor_mismatch_ok: Mapping[int, tuple[CudaVersion, ...]]
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """The whole compatibility matrix, loaded from compat_matrix/ (or its cache)."""
+
+    schema_version: int
+    matrix_version: str
+    toolkits: tuple[CudaToolkit, ...]
+    majors: tuple[CudaMajor, ...]
+    arch_support: tuple[ArchSupport, ...]
+    torch_releases: tuple[TorchRelease, ...]
+    gpus: tuple[GpuModel, ...]
+    deepspeed: tuple[DeepSpeedRelease, ...]
+    deepspeed_cuda_checks: tuple[DeepSpeedCudaCheck, ...]
+    directory: Path | None = field(default=None, compare=False)
+
+    @cached_property
+    def _releases_by_version(self) -> dict[str, TorchRelease]:
+        return {r.version: r for r in self.torch_releases}
+
+    def torch_release(self, version: str) -> TorchRelease | None:
+        return self._releases_by_version.get(version)
+
+    def cuda_major(self, major: int) -> CudaMajor | None:
+        return next((m for m in self.majors if m.major == major), None)
+
+    def min_driver_for_cuda(self, cuda: CudaVersion, platform: str) -> DriverVersion | None:
+        """The lowest driver that runs CUDA ``cuda`` by backward compatibility (its GA driver)."""
+        windows = platform.startswith("windows")
+        candidates = [
+            (tk.driver_windows if windows else tk.driver_linux)
+            for tk in self.toolkits
+            if tk.cuda == cuda
+        ]
+        known = [d for d in candidates if d is not None]
+        return min(known) if known else None
+
+    def max_cuda_for_driver(self, driver: DriverVersion, platform: str) -> CudaVersion | None:
+        """The newest CUDA version whose minimum driver is at or below ``driver``."""
+        windows = platform.startswith("windows")
+        best: CudaVersion | None = None
+        for tk in self.toolkits:
+            minimum = tk.driver_windows if windows else tk.driver_linux
+            if (minimum is not None and minimum <= driver and tk.provenance.verified
+                    and (best is None or tk.cuda > best)):
+                best = tk.cuda
+        return best
+
+    def gpu_by_name(self, name: str) -> GpuModel | None:
+        """The GPU model whose match strings best fit an NVML device name (longest match wins)."""
+        lowered = name.lower()
+        best: tuple[int, GpuModel] | None = None
+        for gpu in self.gpus:
+            for needle in gpu.match:
+                if needle.lower() in lowered and (best is None or len(needle) > best[0]):
+                    best = (len(needle), gpu)
+        return best[1] if best else None
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def default_matrix_dir() -> Path:
+    """The matrix shipped with cudalock."""
+    from cudalock.shipped import shipped_dir
+
+    return shipped_dir("compat_matrix")
+
+
+def matrix_dir_from(option: str | os.PathLike[str] | None) -> Path:
+    """``--matrix DIR`` wins over ``CUDALOCK_MATRIX``, which wins over the shipped matrix."""
+    chosen = option or os.environ.get("CUDALOCK_MATRIX") or None
+    return Path(chosen) if chosen else default_matrix_dir()
+
+
+def load_matrix(directory: str | os.PathLike[str] | None = None, *,
+                use_cache: bool = True) -> Matrix:
+    """Load and type-check a matrix directory (the shipped one by default).
+
+    Parsing the TOML costs ~100 ms, so the typed result is kept in the user's cache directory
+    (see :func:`_cache_key` for what makes an entry stale) and later loads take a few ms. Any
+    cache problem falls back silently to the TOML files.
+    """
+    path = matrix_dir_from(directory)
+    if not path.is_dir():
+        raise InputError(f"matrix directory {str(path)!r} does not exist")
+    key = _cache_key(path) if use_cache else None
+    if key is not None:
+        cached = _cache_read(path, key)
+        if cached is not None:
+            # The same directory may have been named differently (relative, via a symlink).
+            return cached if cached.directory == path else replace(cached, directory=path)
+    raw = {name: _read_toml(path / name) for name in MATRIX_FILES}
+    matrix = build_matrix(raw, path)
+    if key is not None and _settled(key):
+        _cache_write(path, key, matrix)
+    return matrix
+
+
+# --------------------------------------------------------------------------------------------
+# Precompiled cache of loaded matrices
+
+_CACHE_FORMAT = 1
+#: Files written this recently may change again within the file system's timestamp
+#: granularity without a visible mtime change, so they are not cached yet (as git does).
+_RACY_SECONDS = 2.0
+
+
+def matrix_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cudalock"
+
+
+def _cache_key(path: Path) -> tuple[Any, ...] | None:
+    """What the cached Matrix depends on: the files' identity and the code that typed them."""
+    from cudalock import __version__, versions
+
+    try:
+        stats = [(name, (path / name).stat()) for name in MATRIX_FILES]
+        code = [Path(module).stat() for module in (__file__, versions.__file__)]
+        resolved = str(path.resolve())
+    except OSError:
+        return None  # a missing file: let the TOML path report it
+    return (
+        _CACHE_FORMAT, __version__, sys.version_info[:2], resolved,
+        tuple((c.st_mtime_ns, c.st_size) for c in code),
+        tuple((name, st.st_mtime_ns, st.st_size, st.st_ino) for name, st in stats),
+    )
+
+
+def _settled(key: tuple[Any, ...]) -> bool:
+    import time
+
+    newest = max(mtime for _name, mtime, _size, _ino in key[-1])
+    return bool(newest < (time.time() - _RACY_SECONDS) * 1e9)
+
+
+def _cache_file(path: Path) -> Path:
+    import zlib  # not hashlib: its import alone costs more than reading the cache
+
+    # A name collision only costs a cache miss: the stored key names the directory.
+    name = str(path.resolve()).encode()
+    python = f"py{sys.version_info[0]}{sys.version_info[1]}"  # interpreters do not share
+    return matrix_cache_dir() / (f"matrix-{zlib.crc32(name):08x}{zlib.adler32(name):08x}-"
+                                 f"{python}.pickle")
+
+
+def _pickle_module() -> Any:
+    """The C pickler directly: importing the ``pickle`` wrapper costs ~4 ms, the load ~3 ms."""
+    try:
+        import _pickle
+
+        return _pickle
+    except ImportError:  # pragma: no cover - other Python implementations
+        import pickle
+
+        return pickle
+
+
+def _cache_read(path: Path, key: tuple[Any, ...]) -> Matrix | None:
+    pickle = _pickle_module()
+    try:
+        target = _cache_file(path)
+        with target.open("rb") as handle:
+            st = os.fstat(handle.fileno())
+            # Only our own, not group/world-writable file is trusted to unpickle.
+            if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+                return None
+            stored_key, matrix = pickle.load(handle)
+    except Exception:  # any unreadable or foreign cache is simply not used
+        return None
+    if stored_key != key or not isinstance(matrix, Matrix):
+        return None
+    return matrix
+
+
+def _cache_write(path: Path, key: tuple[Any, ...], matrix: Matrix) -> None:
+    import pickle
+    import tempfile
+
+    try:
+        target = _cache_file(path)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".matrix-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                pickle.dump((key, matrix), handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(temp, target)
+        except BaseException:
+            os.unlink(temp)
+            raise
+    except Exception:  # a read-only home or a full disk only costs speed
+        pass
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+    try:
+        with path.open("rb") as handle:
+            document: dict[str, Any] = tomllib.load(handle)
+            return document
+    except FileNotFoundError:
+        raise InputError(f"matrix file {str(path)!r} is missing") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"matrix file {str(path)!r} is not valid TOML: {err}") from None
+    except OSError as err:
+        raise InputError(f"matrix file {str(path)!r} cannot be read: {err.strerror}") from None
+
+
+class _Entry:
+    """Typed access to one TOML table, with errors naming the file and the entry."""
+
+    def __init__(self, file: str, where: str, table: Mapping[str, Any]) -> None:
+        if not isinstance(table, Mapping):
+            raise InputError(f"{file}: {where}: expected a table, got {type(table).__name__}")
+        self.file, self.where, self.table = file, where, table
+
+    def fail(self, problem: str) -> InputError:
+        return InputError(f"{self.file}: {self.where}: {problem}")
+
+    def str(self, key: builtins.str, *, optional: bool = False) -> builtins.str | None:
+        value = self.table.get(key)
+        if value is None:
+            if optional:
+                return None
+            raise self.fail(f"missing {key!r}")
+        if not isinstance(value, str):
+            raise self.fail(f"{key!r} must be a string, got {value!r}")
+        return value
+
+    def req(self, key: builtins.str) -> builtins.str:
+        value = self.str(key)
+        assert value is not None
+        return value
+
+    def strs(self, key: builtins.str) -> tuple[builtins.str, ...]:
+        value = self.table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(f"{key!r} must be a list of strings")
+        return tuple(value)
+
+    def int(self, key: builtins.str) -> builtins.int:
+        value = self.table.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.fail(f"{key!r} must be an integer, got {value!r}")
+        return value
+
+    def mapping(self, key: builtins.str) -> Mapping[builtins.str, Any]:
+        value = self.table.get(key, {})
+        if not isinstance(value, Mapping):
+            raise self.fail(f"{key!r} must be a table")
+        return value
+
+    def version(self, key: builtins.str) -> builtins.str:
+        """A required PEP 440 version, kept as its text.
+
+        Checked on load: a release whose version does not parse would otherwise be skipped
+        without a word. Looser fields (requires_python, dates) are left to ``matrix check``,
+        which reports every such problem at once.
+        """
+        text = self.req(key)
+        # Imported here: a cached Matrix is loaded without validating again.
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            Version(text)
+        except InvalidVersion:
+            raise self.fail(f"{key!r} is {text!r}, not a PEP 440 version like 2.1.0") from None
+        return text
+
+    def driver(self, key: builtins.str) -> DriverVersion | None:
+        text = self.str(key, optional=True)
+        if text is None:
+            return None
+        try:
+            return DriverVersion(text)
+        except InputError:
+            raise self.fail(f"{key!r} is not a driver version: {text!r}") from None
+
+    def cuda(self, key: builtins.str, *, optional: bool = False) -> CudaVersion | None:
+        text = self.str(key, optional=optional)
+        if text is None:
+            return None
+        try:
+            return parse_cuda_version(text)
+        except InputError:
+            raise self.fail(f"{key!r} is not a CUDA version: {text!r}") from None
+
+    def ccs(self, key: builtins.str) -> tuple[ComputeCapability, ...]:
+        try:
+            return tuple(parse_compute_capability(v) for v in self.strs(key))
+        except InputError as err:
+            raise self.fail(f"{key!r}: {err.message}") from None
+
+    def provenance(self) -> Provenance:
+        source = self.table.get("source")
+        if isinstance(source, str):
+            sources: tuple[str, ...] = (source,)
+        elif isinstance(source, list) and source and all(isinstance(s, str) for s in source):
+            sources = tuple(source)
+        else:
+            raise self.fail("missing 'source' (a URL or repo@commit:path, or a list of them)")
+        if not all(s.strip() for s in sources):
+            raise self.fail("'source' must not be empty")
+        status = self.str("status")
+        if status not in STATUSES:
+            raise self.fail(f"'status' must be one of {', '.join(STATUSES)}, got {status!r}")
+        return Provenance(
+            source=sources,
+            status=status,
+            unverified_fields=self.strs("unverified"),
+            note=self.str("note", optional=True),
+        )
+
+
+def _entries(file: str, data: Mapping[str, Any], key: str, label: str) -> Iterator[_Entry]:
+    tables = data.get(key, [])
+    if not isinstance(tables, list):
+        raise InputError(f"{file}: {key!r} must be an array of tables ([[{key}]])")
+    for position, table in enumerate(tables, start=1):
+        name = table.get(label) if isinstance(table, Mapping) else None
+        where = f"[[{key}]] #{position}" + (f" ({label} = {name!r})" if name else "")
+        yield _Entry(file, where, table)
+
+
+def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = None) -> Matrix:
+    """Turn the parsed TOML documents (file name → document) into a :class:`Matrix`."""
+    head = _Entry("matrix.toml", "top level", raw["matrix.toml"])
+    schema = head.int("schema_version")
+    if schema != SCHEMA_VERSION:
+        raise head.fail(
+            f"schema_version {schema} is not supported (this cudalock reads {SCHEMA_VERSION})"
+        )
+    for name in MATRIX_FILES[1:]:
+        declared = raw[name].get("schema_version")
+        if declared is not None and declared != SCHEMA_VERSION:
+            raise InputError(f"{name}: schema_version {declared} does not match matrix.toml")
+
+    cuda_doc = raw["cuda.toml"]
+    toolkits = tuple(_toolkit(e) for e in _entries("cuda.toml", cuda_doc, "toolkit", "version"))
+    majors = tuple(
+        CudaMajor(
+            major=e.int("major"),
+            minor_compat_linux=e.driver("minor_compat_linux"),
+            minor_compat_windows=e.driver("minor_compat_windows"),
+            provenance=e.provenance(),
+        )
+        for e in _entries("cuda.toml", cuda_doc, "major", "major")
+    )
+    arch_support = tuple(
+        ArchSupport(cuda=_need(e.cuda("cuda")), sass=e.ccs("sass"), provenance=e.provenance())
+        for e in _entries("cuda.toml", cuda_doc, "arch_support", "cuda")
+    )
+
+    releases = tuple(_torch_release(e) for e in _entries("torch.toml", raw["torch.toml"],
+                                                         "release", "version"))
+    gpus = tuple(
+        GpuModel(
+            name=e.req("name"),
+            match=e.strs("match") or (e.req("name"),),
+            compute_capability=_need_cc(e),
+            architecture=e.str("architecture", optional=True) or "",
+            provenance=e.provenance(),
+        )
+        for e in _entries("gpus.toml", raw["gpus.toml"], "gpu", "name")
+    )
+    ds_doc = raw["deepspeed.toml"]
+    deepspeed = tuple(
+        DeepSpeedRelease(
+            version=e.version("version"),
+            date=e.str("date", optional=True),
+            requires_python=e.str("requires_python", optional=True),
+            torch=e.str("torch", optional=True) or "",
+            provenance=e.provenance(),
+        )
+        for e in _entries("deepspeed.toml", ds_doc, "release", "version")
+    )
+    checks = tuple(_deepspeed_check(e) for e in _entries("deepspeed.toml", ds_doc,
+                                                         "cuda_check", "deepspeed"))
+    return Matrix(
+        schema_version=schema,
+        matrix_version=head.req("matrix_version"),
+        toolkits=toolkits,
+        majors=majors,
+        arch_support=arch_support,
+        torch_releases=releases,
+        gpus=gpus,
+        deepspeed=deepspeed,
+        deepspeed_cuda_checks=checks,
+        directory=directory,
+    )
+
+
+def _toolkit(e: _Entry) -> CudaToolkit:
+    e.cuda("version")  # validates the form before it is stored as text
+    return CudaToolkit(
+        version=e.req("version"),
+        label=e.str("label", optional=True) or e.req("version"),
+        driver_linux=e.driver("driver_linux"),
+        driver_windows=e.driver("driver_windows"),
+        provenance=e.provenance(),
+    )
+
+
+def _need(value: CudaVersion | None) -> CudaVersion:
+    assert value is not None
+    return value
+
+
+def _need_cc(entry: _Entry) -> ComputeCapability:
+    text = entry.req("compute_capability")
+    try:
+        return parse_compute_capability(text)
+    except InputError as err:
+        raise entry.fail(err.message) from None
+
+
+def _torch_release(e: _Entry) -> TorchRelease:
+    version = e.version("version")
+    python = {
+        platform: tuple(v) for platform, v in e.mapping("python").items() if isinstance(v, list)
+    }
+    builds = []
+    tables = e.table.get("build", [])
+    if not isinstance(tables, list):
+        raise e.fail("'build' must be an array of tables ([[release.build]])")
+    for position, table in enumerate(tables, start=1):
+        variant = table.get("variant") if isinstance(table, Mapping) else None
+        b = _Entry(e.file, f"{e.where} build #{position} ({variant!r})", table)
+        builds.append(
+            TorchBuild(
+                variant=b.req("variant"),
+                cuda=b.cuda("cuda", optional=True),
+                cudnn=b.str("cudnn", optional=True),
+                nccl=b.str("nccl", optional=True),
+                sass=b.ccs("sass"),
+                ptx=b.ccs("ptx"),
+                platforms=b.strs("platforms"),
+                provenance=b.provenance(),
+            )
+        )
+    return TorchRelease(
+        version=version,
+        date=e.req("date"),
+        requires_python=e.req("requires_python"),
+        python=python,
+        pypi_default={k: str(v) for k, v in e.mapping("pypi_default").items()},
+        torchvision=e.str("torchvision", optional=True),
+        torchaudio=e.str("torchaudio", optional=True),
+        builds=tuple(builds),
+        provenance=e.provenance(),
+    )
+
+
+def _deepspeed_check(e: _Entry) -> DeepSpeedCudaCheck:
+    allowed: dict[int, tuple[CudaVersion, ...]] = {}
+    for major, versions in e.mapping("minor_mismatch_ok").items():
+        if not str(major).isdigit() or not isinstance(versions, list):
+            raise e.fail("'minor_mismatch_ok' maps a CUDA major to a list of versions")
+        try:
+            allowed[int(major)] = tuple(parse_cuda_version(v) for v in versions)
+        except InputError as err:
+            raise e.fail(err.message) from None
+    return DeepSpeedCudaCheck(
+        deepspeed=e.req("deepspeed"), minor_mismatch_ok=allowed, provenance=e.provenance()
+    )

@@ -1,0 +1,25 @@
+"""Resolve: the torch stack a Target (or a fleet) can run, chosen from the matrix, and why.
+
+``resolve(matrix, targets, request) -> Plan`` is pure: no I/O, no globals.
+"""
+
+from cudalock.resolve.request import (
+    COMPANIONS,
+    CPU_VARIANT,
+    RequestOptions,
+    make_request,
+    parse_companion,
+    parse_torch_spec,
+)
+from cudalock.resolve.search import nearest, resolve
+
+__all__ = [
+    "COMPANIONS",
+    "CPU_VARIANT",
+    "RequestOptions",
+    "make_request",
+    "nearest",
+    "parse_companion",
+    "parse_torch_spec",
+    "resolve",
+]
