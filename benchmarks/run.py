@@ -202,8 +202,9 @@ STARTUP_STEPS = (
      "json)", "import re, enum, typing, dataclasses, pathlib, json"),
     ("+ `cudalock.cli.main` and the resolve command module (its flag tables; no typer)",
      "import cudalock.cli.main, cudalock.cli.resolve"),
-    ("+ `cudalock.resolve.search`, `cudalock.resolve.explain`, `cudalock.target.overrides` (packaging, the model, the "
-     "matrix types)", "import cudalock.resolve.search, cudalock.resolve.explain, cudalock.target.overrides"),
+    ("+ `cudalock.resolve`, `cudalock.resolve.explain`, `cudalock.target.overrides` (packaging, "
+     "the model, the matrix types)",
+     "import cudalock.resolve, cudalock.resolve.explain, cudalock.target.overrides"),
     ("+ `cudalock.target.probe` (the live probe that the overrides apply to; pynvml only where "
      "libnvidia-ml loads)", "import cudalock.target.probe"),
     ("+ `load_matrix()` (from its precompiled cache)",
