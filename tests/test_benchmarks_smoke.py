@@ -59,7 +59,7 @@ def test_cheap_cases_run_and_write_the_table(tmp_path: Path) -> None:
     assert "run.py --child fleet " in table and "run.py --child matrix-load`" in table
     assert "Chose `torch==" in table
     assert "Imports by top-level package" in table
-    assert "no CLI at all" in table and "from cudalock.resolve.search import make_request" in table
+    assert "no CLI at all" in table and "from cudalock.resolve import make_request" in table
     assert len(list((tmp_path / "work" / "fleet-20").glob("*.json"))) == 20
 
 

@@ -248,7 +248,7 @@ def test_document_with_missing_fields_still_gives_a_value() -> None:
 @pytest.mark.parametrize(("system", "machine", "expected"), [
     ("linux", "x86_64", "linux-x86_64"), ("linux", "aarch64", "linux-aarch64"),
     ("win32", "AMD64", "windows-x86_64"), ("darwin", "arm64", "macos-arm64"),
-    ("darwin", "x86_64", None), ("freebsd13", "amd64", None),
+    ("darwin", "x86_64", "macos-x86_64"), ("freebsd13", "amd64", None),
 ])
 def test_platform_names(system: str, machine: str, expected: str | None) -> None:
     assert platform_name(system, machine) == expected

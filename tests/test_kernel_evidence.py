@@ -9,14 +9,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cudalock.doctor.kernel import (
-    CommandResult,
-    parse_kernel_log,
-    read_cgroup_memory,
-    read_kernel_log,
-    read_shm,
-    run_command,
-)
+from cudalock.doctor.kernel import CommandResult, parse_kernel_log, read_kernel_log, run_command
+from cudalock.target.host import read_cgroup_memory, read_shm
 
 KERNEL = Path(__file__).parent / "fixtures" / "doctor" / "kernel"
 

@@ -20,21 +20,22 @@ import pytest
 
 from cudalock.matrix.load import Matrix, default_matrix_dir, load_matrix
 from cudalock.model import Gpu, Target
-from cudalock.target.probe import (
-    cgroup_memory_limit,
-    cuda_visible_devices,
-    glibc_version,
-    parse_cgroup_limit,
-    parse_meminfo_total,
+from cudalock.platforms import platform_for
+from cudalock.target.driver import (
     parse_nvidia_smi_csv,
     parse_proc_driver_version,
     parse_proc_gpu_information,
-    parse_proc_self_cgroup,
     parse_sys_driver_version,
-    platform_for,
-    probe_host,
-    probe_machine,
 )
+from cudalock.target.host import (
+    glibc_version,
+    parse_cgroup_limit,
+    parse_meminfo_total,
+    parse_proc_self_cgroup,
+    probe_host,
+    read_cgroup_memory,
+)
+from cudalock.target.probe import cuda_visible_devices, probe_machine
 from cudalock.versions import DriverVersion
 from tests.support.fake_nvml import FakeNvml, record
 
@@ -406,8 +407,11 @@ def test_cuda_visible_devices_exactness() -> None:
     ("no_driver_cgroup_v2_max", None),  # "max"
 ])
 def test_cgroup_limits(tree: str, limit: int | None) -> None:
-    assert cgroup_memory_limit(proc_root=TREES / tree / "proc",
-                               sys_root=TREES / tree / "sys") == limit
+    assert cgroup_limit(TREES / tree / "proc", TREES / tree / "sys") == limit
+
+
+def cgroup_limit(proc_root: Path, sys_root: Path) -> int | None:
+    return read_cgroup_memory(sys_root / "fs" / "cgroup", proc_root).limit_bytes
 
 
 def test_cgroup_takes_tightest_ancestor(tmp_path: Path) -> None:
@@ -420,7 +424,7 @@ def test_cgroup_takes_tightest_ancestor(tmp_path: Path) -> None:
     (base / "a" / "memory.max").write_text("1073741824\n")
     (base / "a" / "b" / "memory.max").write_text("2147483648\n")
     # The parent's 1 GiB binds even though the process's own cgroup allows 2 GiB.
-    assert cgroup_memory_limit(proc_root=tmp_path / "proc", sys_root=tmp_path / "sys") == GIB
+    assert cgroup_limit(tmp_path / "proc", tmp_path / "sys") == GIB
 
 
 def test_probe_survives_unreadable_roots(tmp_path: Path, matrix: Matrix) -> None:
@@ -435,7 +439,7 @@ def test_probe_survives_unreadable_roots(tmp_path: Path, matrix: Matrix) -> None
 
 
 def test_cgroup_missing_everything(tmp_path: Path) -> None:
-    assert cgroup_memory_limit(proc_root=tmp_path, sys_root=tmp_path) is None
+    assert cgroup_limit(tmp_path, tmp_path) is None
 
 
 def test_host_from_prepared_tree() -> None:
@@ -468,6 +472,7 @@ def test_glibc_version_on_this_machine() -> None:
     ("Linux", "arm64", "linux-aarch64"),
     ("Windows", "AMD64", "windows-x86_64"),
     ("Darwin", "arm64", "macos-arm64"),
+    ("Darwin", "x86_64", "macos-x86_64"),
     ("Linux", "ppc64le", "linux-ppc64le"),
 ])
 def test_platform_strings(system: str, machine: str, expected: str) -> None:
@@ -491,35 +496,3 @@ def test_fallback_with_the_shipped_matrix() -> None:
     assert target.driver_cuda == (12, 8)
     assert [(g.name, g.compute_capability) for g in target.gpus] == [
         ("NVIDIA H100 80GB HBM3", (9, 0)), ("NVIDIA L4", (8, 9))]
-
-
-def test_uname_answers_what_platform_and_socket_would() -> None:
-    # The probe reads os.uname() instead of importing platform and socket (start-up time).
-    import platform
-    import socket
-
-    from cudalock.target.probe import hostname, system_and_machine
-
-    assert system_and_machine() == (platform.system(), platform.machine())
-    assert hostname() == (socket.gethostname() or None)
-
-
-def test_find_executable_agrees_with_shutil_which(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-    import shutil
-
-    from cudalock.target.probe import find_executable
-
-    runnable, plain = tmp_path / "bin", tmp_path / "other"
-    runnable.mkdir()
-    plain.mkdir()
-    (runnable / "nvidia-smi").write_text("#!/bin/sh\n")
-    (runnable / "nvidia-smi").chmod(0o755)
-    (plain / "nvidia-smi").write_text("not executable")
-    (plain / "nvidia-smi").chmod(0o644)
-    (plain / "dir-smi").mkdir()
-    for path in (f"{plain}{os.pathsep}{runnable}", str(plain), ""):
-        monkeypatch.setenv("PATH", path)
-        for name in ("nvidia-smi", "dir-smi", "missing"):
-            assert find_executable(name) == shutil.which(name), (path, name)

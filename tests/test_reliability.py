@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cudalock.audit.reports import MAX_REPORT_CHARS
-from cudalock.doctor.diagnosis import read_deepspeed_config
 from cudalock.doctor.logs import parse_exit_code, scan_training_log, shape_from_deepspeed_config
+from cudalock.doctor.run import read_deepspeed_config
 from cudalock.errors import EnvironmentFailure, InputError, UsageError
 from cudalock.fsutil import write_atomic, write_group
 from cudalock.matrix.load import default_matrix_dir
@@ -319,13 +319,13 @@ def test_every_output_write_goes_through_fsutil() -> None:
     # other writes are the bootstrap log (started, then appended as it runs), lock's scratch
     # project in a temporary directory, and the matrix cache (itself temp file + rename).
     allowed = {("bootstrap.py", "log.open("), ("bootstrap.py", ".write_text("),
-               ("lock.py", ".write_text("),
-               ("matrix.py", "os.fdopen(fd")}
+               ("pylock.py", ".write_text("),
+               ("load.py", "os.fdopen(fd")}
     writes = re.compile(r"\.write_text\(|\.write_bytes\(|open\([^)]*['\"][wax]b?['\"]|"
                         r"log\.open\(|os\.fdopen\(fd")
     found = set()
     for path in SRC.rglob("*.py"):
-        if path.name in ("fsutil.py", "_inspect_script.py"):
+        if path.name in ("fsutil.py", "inspect_script.py"):
             continue
         for line in path.read_text().splitlines():
             match = writes.search(line)
@@ -501,9 +501,9 @@ def test_no_code_evaluates_user_input() -> None:
             if owner == "yaml" and name in ("load", "load_all", "unsafe_load", "full_load"):
                 offenders.append(f"{path.name}:{node.lineno} yaml.{name}")
             if name in ("loads", "load") and owner in ("pickle", "marshal", "shelve") and \
-                    path.name != "matrix.py":
+                    path.name != "load.py":
                 offenders.append(f"{path.name}:{node.lineno} {owner}.{name}")
-    # ast.literal_eval (reads literals only) is allowed; pickle only for matrix.py's own cache.
+    # ast.literal_eval (reads literals only) is allowed; pickle only for the matrix cache (matrix/load.py).
     assert offenders == []
 
 

@@ -17,8 +17,7 @@ from cudalock.versions import (
     format_cuda,
 )
 
-PLATFORMS = ("linux-x86_64", "linux-aarch64", "windows-x86_64", "macos-arm64")
-Platform = str
+PlatformName = str
 Compat = Literal["strict", "minor"]
 Severity = Literal["error", "warning", "info"]
 
@@ -79,7 +78,7 @@ class Target:
     the matrix's CUDA table says for the driver version when NVML did not answer.
     """
 
-    platform: Platform
+    platform: PlatformName
     driver_version: DriverVersion | None = None
     driver_cuda: CudaVersion | None = None
     gpus: tuple[Gpu, ...] = ()
@@ -183,7 +182,7 @@ class Plan:
 
     matrix_version: str
     python: str
-    platform: Platform
+    platform: PlatformName
     compat: Compat
     torch_version: str
     variant: str

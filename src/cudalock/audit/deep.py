@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudalock.audit.inspection import signal_name
 from cudalock.errors import InputError
 from cudalock.model import Finding
+from cudalock.procs import signal_name
 
 #: Runs inside the audited interpreter. Each stage is announced before it starts.
 _CHILD = r"""

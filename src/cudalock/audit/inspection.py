@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudalock.errors import EnvironmentFailure, InputError
+from cudalock.platforms import PLATFORMS, platform_for
+from cudalock.procs import signal_name
 
 # The model of what is installed is imported where a document is read, not here: ``audit``
 # starts the inspection first, and every import before the start delays the child.
@@ -30,7 +32,6 @@ __all__ = [
     "inspect_environment",
     "installed_from_document",
     "python_for_prefix",
-    "signal_name",
     "start_inspection",
 ]
 
@@ -71,15 +72,6 @@ def default_python(environ: Mapping[str, str] | None = None) -> Path:
             "PATH): name one with --python PATH or --prefix CONDA_PREFIX"
         )
     return Path(found)
-
-
-def signal_name(number: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def inspect_environment(python: Path | None = None, prefix: Path | None = None,
@@ -201,16 +193,11 @@ def _items(value: object) -> list[Mapping[str, Any]]:
 
 
 def platform_name(sys_platform: str | None, machine: str | None) -> str | None:
-    """``("linux", "x86_64")`` → ``"linux-x86_64"``; unknown combinations → None."""
-    arch = (machine or "").lower()
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
-    if sys_platform == "linux" and arch in ("x86_64", "aarch64"):
-        return f"linux-{arch}"
-    if sys_platform == "win32" and arch == "x86_64":
-        return "windows-x86_64"
-    if sys_platform == "darwin" and arch == "aarch64":
-        return "macos-arm64"
-    return None
+    """``("linux", "x86_64")`` → ``"linux-x86_64"``; platforms outside the table → None."""
+    if not sys_platform or not machine:
+        return None
+    name = platform_for(sys_platform, machine)
+    return name if name in {platform.name for platform in PLATFORMS} else None
 
 
 def installed_from_document(document: Mapping[str, Any], source: str) -> Installed:

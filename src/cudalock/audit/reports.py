@@ -27,6 +27,7 @@ from cudalock.audit.installed import (
 from cudalock.errors import InputError
 from cudalock.matrix.load import Matrix
 from cudalock.model import Gpu, Target
+from cudalock.platforms import PLATFORMS, platform_for
 from cudalock.versions import (
     CudaVersion,
     DriverVersion,
@@ -257,6 +258,9 @@ def _version_token(value: str | None) -> str | None:
     return match.group(0) if match else None
 
 
+_LINUX_WORDS = ("linux", "ubuntu", "centos", "debian", "red hat", "rocky", "glibc")
+
+
 def _platform(text: str | None) -> str | None:
     if not text:
         return None
@@ -267,14 +271,17 @@ def _platform(text: str | None) -> str | None:
     elif re.search(r"aarch64|arm64", lowered):
         arch = "aarch64"
     if "windows" in lowered or lowered.startswith("win"):
-        return "windows-x86_64" if arch in (None, "x86_64") else None
-    if "macos" in lowered or "darwin" in lowered or "mac os" in lowered:
-        return "macos-arm64" if arch in (None, "aarch64") else None
-    if arch and ("linux" in lowered or "ubuntu" in lowered or "centos" in lowered
-                 or "debian" in lowered or "red hat" in lowered or "rocky" in lowered
-                 or "glibc" in lowered):
-        return f"linux-{arch}"
-    return None
+        system = "windows"
+        arch = arch or "x86_64"  # torch publishes no other Windows wheels
+    elif "macos" in lowered or "darwin" in lowered or "mac os" in lowered:
+        system = "macos"
+        arch = arch or "aarch64"  # no architecture named: Apple silicon, the one torch serves
+    elif arch and any(word in lowered for word in _LINUX_WORDS):
+        system = "linux"
+    else:
+        return None
+    name = platform_for(system, arch)
+    return name if name in {platform.name for platform in PLATFORMS} else None
 
 
 def _cuda_of_torch_version(version: str | None) -> str | None:

@@ -133,7 +133,8 @@ def doctor(*, exit_code: str, log: Path | None, json_output: bool, no_run: bool,
     kernel segfault lines, /dev/shm. Exit 1 when a problem is found, 0 otherwise.
     """
     from cudalock.cli.output import echo, emit_json
-    from cudalock.doctor.diagnosis import DoctorRequest, default_readers, render_report, run_doctor
+    from cudalock.doctor.render import render_report
+    from cudalock.doctor.run import DoctorRequest, default_readers, run_doctor
 
     request = DoctorRequest(
         exit_code=exit_code,
@@ -180,14 +181,8 @@ def memory(*, probe_file: Path | None, json_output: bool, memory_opts: MemoryOpt
     16-bit weights x GPUs per node. Exit 0 when the host has enough, 1 when it falls short.
     """
     from cudalock.cli.output import echo, emit_json
-    from cudalock.doctor.diagnosis import (
-        SetupHints,
-        build_setup,
-        host_memory_from,
-        merge_hints,
-        read_deepspeed_config,
-        smallest_gpu_memory,
-    )
+    from cudalock.doctor.diagnosis import SetupHints, build_setup, merge_hints
+    from cudalock.doctor.run import host_memory_from, read_deepspeed_config, smallest_gpu_memory
     from cudalock.errors import UsageError
     from cudalock.memory.estimates import check_host_memory, memory_needs, render_verdict
 
@@ -228,7 +223,7 @@ def memory(*, probe_file: Path | None, json_output: bool, memory_opts: MemoryOpt
         document["assumed"] = notes
         emit_json(document)
     else:
-        from cudalock.doctor.diagnosis import render_findings
+        from cudalock.doctor.render import render_findings
 
         lines = render_verdict(verdict)
         lines.extend(f"Assumed: {note}" for note in notes)

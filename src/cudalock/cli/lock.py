@@ -7,7 +7,6 @@ command.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,7 @@ from cudalock.resolve.request import RequestOptions
 from cudalock.target.overrides import TargetOptions
 
 if TYPE_CHECKING:
-    from cudalock.env.spec import Spec, TargetSummary
+    pass
 
 SPEC_FILE = "cudalock.toml"
 
@@ -35,15 +34,15 @@ def lock(*, output_dir: str, check: bool, upgrade: bool, spec: str | None,
     today's. Exit 3 on network failure, with the previous lock untouched.
     """
     from cudalock.cli.output import echo, emit_json, load_matrix_for
+    from cudalock.env.spec import read_inputs
     from cudalock.lock.pylock import check_lock, make_lock
     from cudalock.resolve.search import resolve as resolve_plan
     from cudalock.target.overrides import targets_from_options
 
     out = Path(output_dir)
-    spec_data = _read_spec(Path(spec) if spec else None)
-    request = request_opts.to_request(base=spec_data.request if spec_data else None)
-    if spec_data is not None and spec_data.target is not None:
-        target_opts = _target_from_spec(target_opts, spec_data.target)
+    inputs = read_inputs(request_opts, target_opts, spec_file=Path(spec) if spec else None,
+                         output_dir=out)
+    request, target_opts = inputs.request, inputs.target_options
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
     plan = resolve_plan(matrix, targets, request)
@@ -112,36 +111,3 @@ COMMAND = Command(
     ),
     groups=(REQUEST_OPTIONS, TARGET_OPTIONS),
 )
-
-
-def _read_spec(spec: Path | None) -> Spec | None:
-    """The spec file given, or ./cudalock.toml if present (flags are applied over it)."""
-    from cudalock.env.spec import read_spec
-    from cudalock.errors import InputError
-
-    path = spec if spec is not None else Path(SPEC_FILE)
-    found = read_spec(path)
-    if found is None and spec is not None:
-        raise InputError(f"spec file {spec} does not exist")
-    return found
-
-
-def _target_from_spec(options: TargetOptions, summary: TargetSummary) -> TargetOptions:
-    """The spec's [target], with each Target flag given overriding its part of it.
-
-    So a lock made for another machine is regenerated, and checked in CI, for that machine;
-    ``--driver-version 550.54.14`` alone asks "and if its driver were upgraded?".
-    """
-    if options.probe_files:
-        return options
-    driver_given = bool(options.driver_version or options.driver_cuda or options.no_gpu)
-    gpus_given = bool(options.compute_capabilities or options.gpu_names)
-    return dataclasses.replace(
-        options,
-        driver_version=options.driver_version if driver_given else summary.driver_version,
-        driver_cuda=options.driver_cuda if driver_given else summary.driver_cuda,
-        no_gpu=options.no_gpu if driver_given else not summary.gpu,
-        compute_capabilities=(options.compute_capabilities if gpus_given
-                              else tuple(summary.compute_capabilities)),
-        platform=options.platform or summary.platform,
-    )

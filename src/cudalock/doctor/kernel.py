@@ -19,12 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cudalock.target.probe import (
-    cgroup_ancestry,
-    parse_cgroup_limit,
-    parse_proc_self_cgroup,
-    read_text_or_none,
-)
+from cudalock.target.host import CgroupMemory, ShmInfo
 
 READ_LIMIT = 64 * 2**20  # kernel logs can be large; the newest part is what matters
 
@@ -319,136 +314,7 @@ def read_kernel_log(
 # --- cgroup memory ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CgroupLevel:
-    """One cgroup directory on the way from the process's cgroup up to the root."""
-
-    path: str
-    limit_bytes: int | None = None
-    oom: int | None = None
-    oom_kill: int | None = None
-    peak_bytes: int | None = None
-    evidence: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "limit_bytes": self.limit_bytes, "oom": self.oom,
-                "oom_kill": self.oom_kill, "peak_bytes": self.peak_bytes,
-                "evidence": list(self.evidence)}
-
-
-@dataclass(frozen=True)
-class CgroupMemory:
-    version: int | None
-    levels: tuple[CgroupLevel, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    @property
-    def limit_bytes(self) -> int | None:
-        """The effective limit: the smallest one on the way up."""
-        limits = [level.limit_bytes for level in self.levels if level.limit_bytes is not None]
-        return min(limits) if limits else None
-
-    @property
-    def oom_kill_count(self) -> int:
-        """OOM kills counted by the process's own cgroup (hierarchical: it includes children)."""
-        counts = [level.oom_kill for level in self.levels if level.oom_kill is not None]
-        return max(counts) if counts else 0
-
-    @property
-    def kill_levels(self) -> tuple[CgroupLevel, ...]:
-        return tuple(level for level in self.levels if level.oom_kill)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "limit_bytes": self.limit_bytes,
-                "oom_kill": self.oom_kill_count,
-                "levels": [level.to_json() for level in self.levels], "notes": list(self.notes)}
-
-
-def _limit(text: str | None) -> int | None:
-    return parse_cgroup_limit(text) if text is not None else None
-
-
-def _keyed(text: str | None) -> dict[str, int]:
-    values: dict[str, int] = {}
-    for line in (text or "").splitlines():
-        key, _, number = line.strip().partition(" ")
-        if number.strip().lstrip("-").isdigit():
-            values[key] = int(number.strip())
-    return values
-
-
-@dataclass(frozen=True)
-class _CgroupFiles:
-    """Where one cgroup version keeps a level's limit, OOM counters and peak usage."""
-
-    limit: str
-    counters: str
-    oom_key: str
-    peak: str
-
-
-_V2_FILES = _CgroupFiles("memory.max", "memory.events", "oom", "memory.peak")
-_V1_FILES = _CgroupFiles("memory.limit_in_bytes", "memory.oom_control", "under_oom",
-                         "memory.max_usage_in_bytes")
-
-
-def _cgroup_levels(base: Path, relative: str, files: _CgroupFiles) -> list[CgroupLevel]:
-    """The levels from the process's cgroup up that have a limit or counters file."""
-    levels = []
-    for rel, directory in cgroup_ancestry(base, relative):
-        limit_file = directory / files.limit
-        counters_file = directory / files.counters
-        limit_text = read_text_or_none(limit_file)
-        counters_text = read_text_or_none(counters_file)
-        if limit_text is None and counters_text is None:
-            continue
-        counters = _keyed(counters_text)
-        evidence = []
-        if counters_text is not None:
-            shown = ", ".join(f"{k} {v}" for k, v in counters.items())
-            evidence.append(f"{counters_file}: {shown}")
-        if limit_text is not None:
-            evidence.append(f"{limit_file}: {limit_text.strip()}")
-        peak = _limit(read_text_or_none(directory / files.peak))
-        levels.append(CgroupLevel(rel, _limit(limit_text), counters.get(files.oom_key),
-                                  counters.get("oom_kill"), peak, tuple(evidence)))
-    return levels
-
-
-def read_cgroup_memory(cgroup_root: Path = Path("/sys/fs/cgroup"),
-                       proc_root: Path = Path("/proc"), pid: str = "self") -> CgroupMemory:
-    """Memory limit and OOM-kill counters of a process's cgroup and its ancestors (v1 or v2)."""
-    own_v2, own_v1 = parse_proc_self_cgroup(read_text_or_none(proc_root / pid / "cgroup") or "")
-    if (cgroup_root / "cgroup.controllers").is_file():
-        levels = _cgroup_levels(cgroup_root, own_v2 or "/", _V2_FILES)
-        notes = () if levels else (f"no memory controller files under {cgroup_root}",)
-        return CgroupMemory(2, tuple(levels), notes)
-    memory_base = cgroup_root / "memory"
-    if memory_base.is_dir():
-        return CgroupMemory(1, tuple(_cgroup_levels(memory_base, own_v1 or "/", _V1_FILES)))
-    return CgroupMemory(None, (), (f"no cgroup memory controller found under {cgroup_root}",))
-
-
 # --- /dev/shm and the bundle doctor reads ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ShmInfo:
-    path: str
-    total_bytes: int
-    free_bytes: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "total_bytes": self.total_bytes, "free_bytes": self.free_bytes}
-
-
-def read_shm(path: Path = Path("/dev/shm")) -> ShmInfo | None:
-    """Size and free space of the shared-memory mount DataLoader workers use."""
-    try:
-        stat = os.statvfs(path)
-    except OSError:
-        return None
-    return ShmInfo(str(path), stat.f_frsize * stat.f_blocks, stat.f_frsize * stat.f_bavail)
 
 
 @dataclass(frozen=True)

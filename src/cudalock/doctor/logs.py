@@ -21,16 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudalock.errors import UsageError
+from cudalock.procs import signal_name
 
 #: The DeepSpeed launcher ends with sys.exit(-N); a shell then shows 256-N.
 _LAUNCHER_WRAPPED = {256 - n: n for n in (6, 7, 9, 11)}
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 @dataclass(frozen=True)

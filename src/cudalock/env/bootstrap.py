@@ -33,7 +33,14 @@ from cudalock.env.render import (
     install_steps,
     render,
 )
-from cudalock.env.spec import SPEC_FILE, OutputSpec, Spec, TargetSummary, read_spec, update_spec
+from cudalock.env.spec import (
+    SPEC_FILE,
+    OutputSpec,
+    Spec,
+    TargetSummary,
+    read_inputs,
+    update_spec,
+)
 from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.fsutil import refuse_existing, write_group
 from cudalock.matrix.load import Matrix
@@ -66,6 +73,8 @@ class BootstrapOptions:
     create: bool = False
     venv: Path | None = None
     force: bool = False
+    #: ``--spec``: the spec file to read (default: ``output_dir/cudalock.toml``).
+    spec_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -78,19 +87,6 @@ class BootstrapResult:
 
 # --------------------------------------------------------------------------------------------
 # Inputs
-
-
-def target_options_from_summary(summary: TargetSummary,
-                                matrix_dir: Path | None) -> TargetOptions:
-    """The Target flags that describe a recorded target again."""
-    return TargetOptions(
-        driver_version=summary.driver_version,
-        driver_cuda=summary.driver_cuda,
-        no_gpu=not summary.gpu,
-        compute_capabilities=summary.compute_capabilities,
-        platform=summary.platform,
-        matrix_dir=matrix_dir,
-    )
 
 
 def absolute_framework(framework: str | None, cwd: Path) -> str | None:
@@ -132,9 +128,9 @@ def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
     out_dir = options.output_dir
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"-o {str(out_dir)!r} is not a directory")
-    spec_path = out_dir / SPEC_FILE
-    spec = read_spec(spec_path)
-    request = request_opts.to_request(spec.request if spec else None)
+    inputs = read_inputs(request_opts, target_opts, spec_file=options.spec_file,
+                         output_dir=out_dir)
+    spec_path, spec, request = inputs.spec_path, inputs.spec, inputs.request
     request = dataclasses.replace(request,
                                   framework=absolute_framework(request.framework, Path.cwd()))
     output_format = choose_format(options.output_format, spec)
@@ -148,10 +144,9 @@ def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
         raise UsageError("--create builds conda or venv environments; with --format uv, run "
                          "'uv sync' in the output directory instead")
 
-    if (spec is not None and spec.target is not None and not target_opts.overrides_given
-            and not target_opts.probe_files):
-        echo(f"target: as recorded in {spec_path} (give target flags to change it)")
-        target_opts = target_options_from_summary(spec.target, target_opts.matrix_dir)
+    target_opts = inputs.target_options
+    if inputs.recorded_target:
+        echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
     matrix = load_matrix(target_opts.matrix_dir)
     targets = targets_from_options(target_opts, matrix)
     plan = resolve(matrix, targets, request)
@@ -165,7 +160,11 @@ def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
                     output=OutputSpec(format=output_format, name=options.name
                                       or (spec.output.name if spec else None)))
     refuse_existing(list(files), force=options.force)
-    files[spec_path] = update_spec(spec_path, new_spec)
+    # The spec is always written beside the outputs, so 'cudalock lock -o DIR' finds it; a
+    # --spec read from elsewhere lends its comments to a new one.
+    written_spec = out_dir / SPEC_FILE
+    files[written_spec] = update_spec(written_spec if written_spec.exists() else spec_path,
+                                      new_spec)
     script = out_dir / "install.sh"
     # mkstemp creates 0600 files; these are meant to be read (and install.sh run) like any
     # file the user writes.

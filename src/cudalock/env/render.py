@@ -26,6 +26,7 @@ from packaging.utils import canonicalize_name
 
 from cudalock.errors import UsageError
 from cudalock.model import PackagePin, Plan
+from cudalock.platforms import platform_named
 from cudalock.urls import redact
 from cudalock.versions import format_cuda
 
@@ -37,13 +38,6 @@ OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv")
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 #: conda-forge ships cuda-nvcc / cuda-version from CUDA 12.0; older compilers are NVIDIA's.
 CONDA_FORGE_FIRST_NVCC_MAJOR = 12
-#: cudalock platform → conda subdir (conda-lock's ``platforms:``).
-CONDA_SUBDIRS = {
-    "linux-x86_64": "linux-64",
-    "linux-aarch64": "linux-aarch64",
-    "windows-x86_64": "win-64",
-    "macos-arm64": "osx-arm64",
-}
 _ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _RESERVED_ENV_NAMES = ("base", "root")
 _VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
@@ -405,7 +399,7 @@ def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
                                                            *compilers]]
     dependencies.append("  - pip:")
     dependencies += [f"      - {yaml_scalar(pin.requirement)}" for pin in torch_family(plan)]
-    subdir = CONDA_SUBDIRS.get(plan.platform, plan.platform)
+    subdir = platform_named(plan.platform).conda_subdir
     return fill(_template("environment.conda-lock.yml.tmpl"), {
         "header": _header(plan, options, "environment.conda-lock.yml"),
         "name": yaml_scalar(options.name),

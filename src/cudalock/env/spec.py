@@ -1,9 +1,10 @@
 """``cudalock.toml``: the Request, a Target summary and the output choices, kept with comments.
 
 ``cudalock bootstrap`` writes it next to its outputs and ``cudalock lock`` regenerates lockfiles
-from it. If it exists, it is read (flags override its values) and updated in place with tomlkit,
-so the user's comments and layout survive. Credentials in index URLs are not recorded here
-(the file is meant to be committed): pass them again with the flag or its environment variable.
+from it. Both read it the same way (:func:`read_inputs`: flags override its values) and bootstrap
+updates it in place with tomlkit, so the user's comments and layout survive. Credentials in
+index URLs are not recorded here (the file is meant to be committed): pass them again with the
+flag or its environment variable.
 
 Layout::
 
@@ -26,6 +27,8 @@ from tomlkit.exceptions import ParseError, TOMLKitError
 
 from cudalock.errors import InputError
 from cudalock.model import Request, Target
+from cudalock.resolve.request import RequestOptions
+from cudalock.target.overrides import TargetOptions
 from cudalock.urls import strip_credentials
 from cudalock.versions import format_cc, format_cuda
 
@@ -298,3 +301,54 @@ def _update_table(table: tomlkit.items.Table, values: Mapping[str, Any]) -> None
 
 def with_target(spec: Spec, targets: Sequence[Target]) -> Spec:
     return dataclasses.replace(spec, target=TargetSummary.of(targets))
+
+
+# --------------------------------------------------------------------------------------------
+# Flags over the spec: the one rule bootstrap and lock share
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The Request and Target flags after the spec file has filled in what they leave out."""
+
+    spec_path: Path
+    spec: Spec | None
+    request: Request
+    target_options: TargetOptions
+    #: Whether the spec's ``[target]`` describes (part of) the target.
+    recorded_target: bool
+
+
+def read_inputs(request_options: RequestOptions, target_options: TargetOptions, *,
+                spec_file: Path | None, output_dir: Path) -> Inputs:
+    """Read ``spec_file`` (``--spec``), else ``output_dir/cudalock.toml`` if it exists, and lay
+    the flags over it: each Request flag replaces its value; the Target flags replace the
+    recorded target by part (the driver, the GPUs, the platform), and ``--probe`` replaces it
+    whole. A ``--spec`` that does not exist is an :class:`InputError`."""
+    path = spec_file if spec_file is not None else output_dir / SPEC_FILE
+    spec = read_spec(path)
+    if spec is None and spec_file is not None:
+        raise InputError(f"spec file {spec_file} does not exist")
+    request = request_options.to_request(spec.request if spec else None)
+    recorded = spec.target if spec is not None else None
+    if recorded is None or target_options.probe_files:
+        return Inputs(path, spec, request, target_options, recorded_target=False)
+    return Inputs(path, spec, request, _over_recorded(target_options, recorded),
+                  recorded_target=True)
+
+
+def _over_recorded(options: TargetOptions, recorded: TargetSummary) -> TargetOptions:
+    """The recorded target with each part the flags give replaced: so a lock made for another
+    machine is regenerated, and checked in CI, for that machine, and ``--driver-version
+    550.54.14`` alone asks "and if its driver were upgraded?"."""
+    driver_given = bool(options.driver_version or options.driver_cuda or options.no_gpu)
+    gpus_given = bool(options.compute_capabilities or options.gpu_names)
+    return dataclasses.replace(
+        options,
+        driver_version=options.driver_version if driver_given else recorded.driver_version,
+        driver_cuda=options.driver_cuda if driver_given else recorded.driver_cuda,
+        no_gpu=options.no_gpu if driver_given else not recorded.gpu,
+        compute_capabilities=(options.compute_capabilities if gpus_given
+                              else tuple(recorded.compute_capabilities)),
+        platform=options.platform or recorded.platform,
+    )

@@ -33,7 +33,14 @@ from packaging.utils import canonicalize_name
 
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
 from cudalock.model import Plan, Request, Target
-from cudalock.urls import map_strings, redact, strip_credentials, validate_index_url
+from cudalock.platforms import platform_named
+from cudalock.urls import (
+    DEFAULT_PYPI_INDEX,
+    map_strings,
+    redact,
+    strip_credentials,
+    validate_index_url,
+)
 
 if TYPE_CHECKING:
     from cudalock.lock.check import LockState
@@ -41,27 +48,11 @@ if TYPE_CHECKING:
 
 LOCK_FILE = "pylock.toml"
 REQUIREMENTS_FILE = "requirements.lock.txt"
-DEFAULT_PYPI_INDEX = "https://pypi.org/simple"
 #: The name of the throw-away project uv compiles (uv's messages name it).
 INPUT_PROJECT = "cudalock-lock-input"
 #: Written into ``[tool.cudalock]``; bump when the record's shape changes.
 RECORD_VERSION = 1
 
-#: cudalock platform → (uv ``--python-platform`` family, PEP 751 environment marker).
-_PLATFORMS: dict[str, tuple[str, str]] = {
-    "linux-x86_64": (
-        "x86_64-manylinux", "sys_platform == 'linux' and platform_machine == 'x86_64'"
-    ),
-    "linux-aarch64": (
-        "aarch64-manylinux", "sys_platform == 'linux' and platform_machine == 'aarch64'"
-    ),
-    "windows-x86_64": (
-        "x86_64-pc-windows-msvc", "sys_platform == 'win32' and platform_machine == 'AMD64'"
-    ),
-    "macos-arm64": (
-        "aarch64-apple-darwin", "sys_platform == 'darwin' and platform_machine == 'arm64'"
-    ),
-}
 #: The glibc assumed when the Target does not say (what torch ≥ 2.6 wheels require anyway).
 DEFAULT_GLIBC_MINOR = 28
 #: uv knows manylinux_2_17 … manylinux_2_40 (``uv pip compile --help``).
@@ -74,19 +65,14 @@ _GLIBC_RANGE = (17, 40)
 
 def uv_python_platform(platform: str, glibc: str | None = None) -> str:
     """uv's ``--python-platform`` for a cudalock platform, honouring a known glibc on Linux."""
-    try:
-        family, _marker = _PLATFORMS[platform]
-    except KeyError:
-        raise UsageError(
-            f"cannot lock for platform {platform!r}; expected one of {', '.join(_PLATFORMS)}"
-        ) from None
-    if not family.endswith("-manylinux"):
-        return family
+    known = platform_named(platform, what="platform to lock for")
+    if not known.uses_glibc:
+        return known.uv_platform
     minor = DEFAULT_GLIBC_MINOR
     match = re.fullmatch(r"\s*2\.(\d+)(?:\.\d+)?\s*", glibc or "")
     if match:
         minor = min(max(int(match.group(1)), _GLIBC_RANGE[0]), _GLIBC_RANGE[1])
-    return f"{family}_2_{minor}"
+    return f"{known.uv_platform}_2_{minor}"
 
 
 def target_glibc(targets: Sequence[Target]) -> str | None:
@@ -106,7 +92,7 @@ def target_glibc(targets: Sequence[Target]) -> str | None:
 
 
 def environment_marker(platform: str) -> str:
-    return _PLATFORMS[platform][1]
+    return platform_named(platform).marker
 
 
 @dataclass(frozen=True)

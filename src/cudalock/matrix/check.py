@@ -28,6 +28,7 @@ from cudalock.matrix.load import (
     TorchRelease,
     load_matrix,
 )
+from cudalock.platforms import PLATFORMS as KNOWN_PLATFORMS
 from cudalock.versions import (
     CudaVersion,
     cuda_from_variant,
@@ -37,7 +38,7 @@ from cudalock.versions import (
 )
 
 #: Platform keys used in torch.toml (``python``, ``pypi_default``, build ``platforms``).
-PLATFORMS = ("linux-x86_64", "linux-aarch64", "windows-x86_64", "macos-arm64", "macos-x86_64")
+PLATFORMS = tuple(platform.name for platform in KNOWN_PLATFORMS)
 _VARIANT_RE = re.compile(r"^(cpu|cu\d{2,4}|rocm\d+(\.\d+){1,2}|xpu)$")
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 

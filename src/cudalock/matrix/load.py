@@ -18,8 +18,12 @@ the file and the entry; ``cudalock matrix check`` adds the cross-file rules.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import os
+import pickle
 import sys
+import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -248,9 +252,9 @@ def load_matrix(directory: str | os.PathLike[str] | None = None, *,
                 use_cache: bool = True) -> Matrix:
     """Load and type-check a matrix directory (the shipped one by default).
 
-    Parsing the TOML costs ~100 ms, so the typed result is kept in the user's cache directory
-    (see :func:`_cache_key` for what makes an entry stale) and later loads take a few ms. Any
-    cache problem falls back silently to the TOML files.
+    Parsing the TOML takes about ten times as long as reading a pickle of the typed result, so
+    that is kept in the user's cache directory (see :func:`_cache_key` for what makes an entry
+    stale). Any cache problem falls back silently to the TOML files.
     """
     path = matrix_dir_from(directory)
     if not path.is_dir():
@@ -301,36 +305,18 @@ def _cache_key(path: Path) -> tuple[Any, ...] | None:
 
 
 def _settled(key: tuple[Any, ...]) -> bool:
-    import time
-
     newest = max(mtime for _name, mtime, _size, _ino in key[-1])
     return bool(newest < (time.time() - _RACY_SECONDS) * 1e9)
 
 
 def _cache_file(path: Path) -> Path:
-    import zlib  # not hashlib: its import alone costs more than reading the cache
-
     # A name collision only costs a cache miss: the stored key names the directory.
-    name = str(path.resolve()).encode()
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
     python = f"py{sys.version_info[0]}{sys.version_info[1]}"  # interpreters do not share
-    return matrix_cache_dir() / (f"matrix-{zlib.crc32(name):08x}{zlib.adler32(name):08x}-"
-                                 f"{python}.pickle")
-
-
-def _pickle_module() -> Any:
-    """The C pickler directly: importing the ``pickle`` wrapper costs ~4 ms, the load ~3 ms."""
-    try:
-        import _pickle
-
-        return _pickle
-    except ImportError:  # pragma: no cover - other Python implementations
-        import pickle
-
-        return pickle
+    return matrix_cache_dir() / f"matrix-{digest}-{python}.pickle"
 
 
 def _cache_read(path: Path, key: tuple[Any, ...]) -> Matrix | None:
-    pickle = _pickle_module()
     try:
         target = _cache_file(path)
         with target.open("rb") as handle:
@@ -347,9 +333,6 @@ def _cache_read(path: Path, key: tuple[Any, ...]) -> Matrix | None:
 
 
 def _cache_write(path: Path, key: tuple[Any, ...], matrix: Matrix) -> None:
-    import pickle
-    import tempfile
-
     try:
         target = _cache_file(path)
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -36,34 +36,16 @@ from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import EnvironmentFailure, InputError
 from cudalock.fsutil import write_atomic
+from cudalock.platforms import PLATFORMS, platform_of_wheel_tag
+from cudalock.urls import DEFAULT_PYPI_INDEX, DEFAULT_PYTORCH_INDEX
 from cudalock.versions import cuda_from_variant, python_key, variant_for_cuda
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
-DEFAULT_PYPI = "https://pypi.org/simple"
-DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"
-_PLATFORM_ORDER = ("linux-x86_64", "linux-aarch64", "windows-x86_64", "macos-arm64",
-                   "macos-x86_64")
+_PLATFORM_ORDER = tuple(platform.name for platform in PLATFORMS)
 
 
 # --------------------------------------------------------------------------------------------
 # Reading wheel names (pure)
-
-
-def platform_of(tag_platform: str) -> str | None:
-    """Wheel platform tag → matrix platform key (None for platforms the matrix does not track)."""
-    if tag_platform == "win_amd64":
-        return "windows-x86_64"
-    if tag_platform.startswith(("manylinux", "linux", "musllinux")):
-        if tag_platform.endswith("_x86_64"):
-            return "linux-x86_64"
-        if tag_platform.endswith("_aarch64"):
-            return "linux-aarch64"
-    if tag_platform.startswith("macosx"):
-        if tag_platform.endswith("_arm64"):
-            return "macos-arm64"
-        if tag_platform.endswith("_x86_64"):
-            return "macos-x86_64"
-    return None
 
 
 @dataclass(frozen=True)
@@ -82,7 +64,7 @@ def read_wheel_name(filename: str) -> WheelName | None:
         return None
     targets = set()
     for tag in tags:
-        platform = platform_of(tag.platform)
+        platform = platform_of_wheel_tag(tag.platform)
         match = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
         if platform is None or match is None:
             continue
@@ -298,7 +280,7 @@ class Sources:
     companions: dict[str, dict[str, str]]
 
 
-def refresh_matrix(directory: Path, *, pypi_url: str = DEFAULT_PYPI,
+def refresh_matrix(directory: Path, *, pypi_url: str = DEFAULT_PYPI_INDEX,
                    pytorch_index: str = DEFAULT_PYTORCH_INDEX, write: bool = True,
                    fetcher: Fetcher | None = None,
                    today: datetime.date | None = None) -> RefreshResult:

@@ -13,6 +13,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from cudalock.matrix.load import Matrix, TorchBuild, TorchRelease
+from cudalock.platforms import PLATFORMS
 from cudalock.resolve.compat import arch_covers
 from cudalock.versions import (
     ComputeCapability,
@@ -98,8 +99,8 @@ def _cells(row: Row) -> tuple[str, ...]:
 
 
 def _short_platform(platform: str) -> str:
-    return {"linux-x86_64": "linux", "linux-aarch64": "linux-arm64", "windows-x86_64": "win",
-            "macos-arm64": "mac-arm64", "macos-x86_64": "mac-x86_64"}.get(platform, platform)
+    known = {p.name: p.short for p in PLATFORMS}
+    return known.get(platform, platform)
 
 
 def render_table(rows: list[Row]) -> str:

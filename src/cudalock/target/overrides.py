@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,12 +18,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from cudalock.errors import InputError, UsageError
 from cudalock.model import (
-    PLATFORMS,
     TARGET_SCHEMA_VERSION,
     Gpu,
     Host,
     Target,
 )
+from cudalock.platforms import PLATFORMS, is_platform_shaped, platform_named
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
@@ -39,9 +38,6 @@ from cudalock.versions import (
 if TYPE_CHECKING:
     from cudalock.matrix.load import GpuModel, Matrix
 
-#: Platform strings a probe file may carry: the supported four, or another ``os-arch`` that a
-#: probe on an unusual machine writes (it round-trips; resolve has no builds for it).
-_PLATFORM_SHAPE = re.compile(r"^[a-z0-9]+-[a-z0-9_]+$")
 
 
 @dataclass(frozen=True)
@@ -120,9 +116,8 @@ def overrides_from_options(options: TargetOptions, matrix: Matrix) -> Overrides:
     ]
     gpus.extend(_gpu_from_name(name, matrix) for name in options.gpu_names)
     platform = options.platform.strip() if options.platform is not None else None
-    if platform is not None and platform not in PLATFORMS:
-        raise InputError(f"unknown platform {options.platform!r}: expected one of "
-                         f"{', '.join(PLATFORMS)}")
+    if platform is not None:
+        platform = platform_named(platform).name
     if options.no_gpu:
         clashing = [flag for flag, value in (
             ("--driver-version", driver_version), ("--driver-cuda", driver_cuda),
@@ -408,7 +403,7 @@ def _plain_target(data: Any, name: str | None, read_from: str | None, parsed: _P
     if type(platform) is not str:
         return None
     if platform not in parsed.platforms:
-        if not _PLATFORM_SHAPE.match(platform):
+        if not is_platform_shaped(platform):
             return None
         parsed.platforms.add(platform)
     notes_raw = get("notes", [])
@@ -496,9 +491,9 @@ def _checked_target(data: Any, name: str | None = None, *, read_from: str | None
                          f"{TARGET_SCHEMA_VERSION}): write the file with a matching cudalock")
     platform = _string(document, "platform", required=True)
     assert platform is not None
-    if not _PLATFORM_SHAPE.match(platform):
+    if not is_platform_shaped(platform):
         raise InputError(f"'platform' {platform!r} is not a platform: expected one of "
-                         f"{', '.join(PLATFORMS)}")
+                         f"{', '.join(p.name for p in PLATFORMS)}")
     driver_text = _string(document, "driver_version")
     cuda_text = _string(document, "driver_cuda")
     gpus_raw = document.get("gpus", [])

@@ -1,0 +1,35 @@
+"""Doctor's findings and report as text for people (the JSON form is DoctorReport.to_json)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cudalock.doctor.diagnosis import DoctorReport
+from cudalock.model import Finding
+
+
+def render_findings(findings: Sequence[Finding]) -> list[str]:
+    lines: list[str] = []
+    for finding in findings:
+        lines.append(f"[{finding.severity}] {finding.code}: {finding.message}")
+        for item in finding.evidence:
+            lines.append(f"    evidence: {item}")
+        for item in finding.fix:
+            lines.append(f"    fix: {item}")
+    return lines
+
+
+def render_report(report: DoctorReport) -> list[str]:
+    from cudalock.memory.estimates import render_verdict
+
+    status = report.exit
+    lines = [f"Return code {status.raw}: {status.name} ({status.form})",
+             f"Verdict: {report.summary}", ""]
+    lines.extend(render_findings(report.findings))
+    if report.memory is not None:
+        lines.append("")
+        lines.append("Memory check:")
+        lines.extend("  " + line if line else "" for line in render_verdict(report.memory))
+    for note in report.setup_notes:
+        lines.append(f"Assumed: {note}")
+    return lines

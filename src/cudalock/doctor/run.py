@@ -1,0 +1,228 @@
+"""Gathering what doctor judges: the training log, the DeepSpeed config and model files, and the
+machine's evidence (kernel log, cgroup counters, /dev/shm, the probe), then :func:`diagnose`.
+
+Every reader takes its roots and commands as parameters, so tests point them at prepared trees."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudalock.doctor.diagnosis import (
+    SIGBUS,
+    SIGKILL,
+    SIGSEGV,
+    DoctorReport,
+    Observations,
+    SetupHints,
+    build_setup,
+    diagnose,
+    merge_hints,
+)
+from cudalock.doctor.kernel import CommandRunner, KernelLog
+from cudalock.doctor.logs import (
+    LogFacts,
+    RunShape,
+    scan_training_log,
+    shape_from_deepspeed_config,
+)
+from cudalock.errors import InputError
+from cudalock.memory.estimates import (
+    HostMemory,
+    MemoryVerdict,
+    check_host_memory,
+    memory_needs,
+)
+from cudalock.model import Finding, Host, Target
+from cudalock.target.host import CgroupMemory, ShmInfo, read_cgroup_memory, read_shm
+
+MAX_LOG_BYTES = 256 * 2**20
+
+
+def in_kubernetes(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
+    return "KUBERNETES_SERVICE_HOST" in environ or (
+        root / "var/run/secrets/kubernetes.io/serviceaccount").is_dir()
+
+
+def read_log(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - MAX_LOG_BYTES))
+            return handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise InputError(f"log file {path} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"log file {path} is a directory; expected a training log") from None
+    except OSError as err:
+        raise InputError(f"cannot read log file {path}: {err.strerror or err}") from None
+
+
+def read_deepspeed_config(path: Path) -> RunShape:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"cannot read DeepSpeed config {path}: {err.strerror or err}") from None
+    except ValueError as err:
+        raise InputError(f"DeepSpeed config {path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"DeepSpeed config {path} does not hold a JSON object")
+    return shape_from_deepspeed_config(data)
+
+
+def host_memory_from(host: Host | None, override: int | None,
+                     source: str = "/proc/meminfo and cgroup") -> HostMemory:
+    """``--host-memory`` wins; otherwise the probed host's RAM and cgroup limit."""
+    if override is not None:
+        return HostMemory(override, None, "--host-memory")
+    if host is None:
+        return HostMemory(source="not read")
+    return HostMemory(host.memory_total_bytes, host.cgroup_memory_limit_bytes, source)
+
+
+def smallest_gpu_memory(target: Target | None) -> int | None:
+    if target is None:
+        return None
+    sizes = [g.memory_total_bytes for g in target.gpus if g.memory_total_bytes]
+    return min(sizes) if sizes else None
+
+
+@dataclass(frozen=True)
+class DoctorRequest:
+    exit_code: str
+    log_path: Path | None = None
+    flags: SetupHints = field(default_factory=SetupHints)
+    model_path: Path | None = None
+    deepspeed_config: Path | None = None
+    host_memory_bytes: int | None = None
+    python: Path | None = None
+    no_run: bool = False
+
+
+#: The audit, as doctor calls it: (python, deep) → findings. Injected so tests need no torch.
+AuditRunner = Callable[[Path | None, bool], Sequence[Finding]]
+
+
+@dataclass(frozen=True)
+class MachineReaders:
+    """Where doctor looks on this machine; tests point these at prepared trees."""
+
+    read_kernel_log: Callable[[], KernelLog]
+    read_cgroup: Callable[[], CgroupMemory]
+    read_shm: Callable[[], ShmInfo | None]
+    probe: Callable[[], Target | None]
+    environ: Mapping[str, str] = field(default_factory=dict)
+    root: Path = Path("/")
+
+
+def default_readers(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys"),
+                    shm_path: Path = Path("/dev/shm"), root: Path = Path("/"),
+                    runner: CommandRunner | None = None,
+                    log_commands: Sequence[Sequence[str]] | None = None,
+                    environ: Mapping[str, str] | None = None) -> MachineReaders:
+    """This machine's evidence; every root, command and the environment can be replaced."""
+    from cudalock.doctor import kernel as ke
+
+    def probe() -> Target | None:
+        from cudalock.target.probe import probe_machine
+
+        return probe_machine(proc_root=proc_root, sys_root=sys_root)
+
+    return MachineReaders(
+        read_kernel_log=lambda: ke.read_kernel_log(
+            runner=runner or ke.run_command,
+            commands=ke.DEFAULT_LOG_COMMANDS if log_commands is None else log_commands,
+            root=root),
+        read_cgroup=lambda: read_cgroup_memory(sys_root / "fs" / "cgroup", proc_root),
+        read_shm=lambda: read_shm(shm_path),
+        probe=probe,
+        environ=dict(os.environ if environ is None else environ),
+        root=root,
+    )
+
+
+def default_audit(python: Path | None, deep: bool) -> Sequence[Finding]:
+    """Run cudalock's audit on an environment (imported lazily: it must not slow doctor down)."""
+    from cudalock.audit.runner import audit_findings
+
+    return audit_findings(python, deep)
+
+
+def run_doctor(request: DoctorRequest, readers: MachineReaders,
+               audit: AuditRunner = default_audit) -> DoctorReport:
+    from cudalock.doctor.logs import parse_exit_code
+    from cudalock.memory.model_size import read_model_size
+
+    exit_status = parse_exit_code(request.exit_code)
+    log = scan_training_log(read_log(request.log_path)) if request.log_path else None
+    sig = exit_status.signal
+    kernel = readers.read_kernel_log() if sig in (SIGKILL, SIGSEGV, SIGBUS) else None
+    cgroup = readers.read_cgroup() if sig == SIGKILL else None
+    shm = readers.read_shm() if sig in (SIGSEGV, SIGBUS) else None
+    seen = Observations(kernel, cgroup, shm, in_kubernetes(readers.environ, readers.root))
+
+    memory: MemoryVerdict | None = None
+    notes: list[str] = []
+    if sig == SIGKILL:
+        memory, notes = _memory_for_doctor(request, log, readers, read_model_size)
+
+    audit_findings: Sequence[Finding] | None = None
+    audit_error: str | None = None
+    if sig == SIGSEGV:
+        try:
+            audit_findings = tuple(audit(request.python, not request.no_run))
+        except (ImportError, InputError) as err:
+            audit_error = str(err)
+        except Exception as err:  # the audit failing must not hide the rest of the diagnosis
+            audit_error = f"{type(err).__name__}: {err}"
+    return diagnose(exit_status, log=log, seen=seen, memory=memory, setup_notes=notes,
+                    audit_findings=audit_findings, audit_error=audit_error)
+
+
+def _memory_for_doctor(request: DoctorRequest, log: LogFacts | None, readers: MachineReaders,
+                       read_model_size: Callable[[Path], Any]
+                       ) -> tuple[MemoryVerdict | None, list[str]]:
+    notes: list[str] = []
+    sources: list[SetupHints] = [request.flags]
+    if request.model_path is not None:
+        size = read_model_size(request.model_path)
+        sources.append(SetupHints(params=size.params, params_source=size.source,
+                                  largest_layer_params=size.largest_layer_params))
+    config_path = request.deepspeed_config
+    if config_path is None and log is not None and log.shape.deepspeed_config:
+        candidate = Path(log.shape.deepspeed_config)
+        if not candidate.is_absolute() and request.log_path is not None:
+            beside = request.log_path.parent / candidate
+            candidate = beside if beside.is_file() else candidate
+        if candidate.is_file():
+            config_path = candidate
+        else:
+            notes.append(f"the log names DeepSpeed config {log.shape.deepspeed_config}, which is "
+                         "not readable here (pass --deepspeed-config)")
+    if config_path is not None:
+        sources.append(SetupHints.from_shape(read_deepspeed_config(config_path)))
+        notes.append(f"ZeRO settings read from {config_path}")
+    if log is not None:
+        shape = log.shape
+        guessed = shape.params is None or "guess" in (shape.params_source or "")
+        if shape.model and guessed:
+            model_dir = Path(shape.model)
+            if model_dir.is_dir():
+                size = read_model_size(model_dir)
+                sources.append(SetupHints(params=size.params, params_source=size.source,
+                                          largest_layer_params=size.largest_layer_params))
+        sources.append(SetupHints.from_shape(shape))
+    hints = merge_hints(*sources)
+    target = readers.probe() if request.host_memory_bytes is None or hints.gpus_per_node is None \
+        else None
+    default_gpus = len(target.gpus) if target is not None and target.gpus else 1
+    setup, setup_notes = build_setup(hints, default_gpus)
+    notes.extend(setup_notes)
+    if setup is None:
+        return None, notes
+    host = host_memory_from(target.host if target else None, request.host_memory_bytes)
+    return check_host_memory(memory_needs(setup), host, smallest_gpu_memory(target)), notes
