@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cudalock.errors import InputError
-from cudalock.model import Target
+from cudalock.model import Gpu, Host, Target
 from cudalock.target.overrides import read_probe_file, target_from_json
 from cudalock.versions import (
+    DriverVersion,
     parse_compute_capability,
     parse_cuda_version,
     parse_driver_version,
@@ -109,3 +110,33 @@ def test_read_probe_file_only_raises_input_error(tmp_path_factory: Any, content:
         read_probe_file(path)
     except InputError as err:
         assert str(path) in err.message
+
+
+probe_targets = st.builds(
+    Target,
+    platform=st.sampled_from(["linux-x86_64", "linux-aarch64", "windows-x86_64", "macos-arm64",
+                              "linux-ppc64le"]),
+    driver_version=st.one_of(st.none(), st.sampled_from(
+        ["535.104.05", "470.57.02", "580.65.06", "537.13"]).map(DriverVersion)),
+    driver_cuda=st.one_of(st.none(), st.sampled_from([(12, 2), (11, 4), (13, 0)])),
+    gpus=st.lists(st.builds(
+        Gpu,
+        name=st.sampled_from(["NVIDIA A100-SXM4-80GB", "Tesla T4", "NVIDIA GeForce RTX 5090"]),
+        compute_capability=st.one_of(st.none(), st.sampled_from([(8, 0), (7, 5), (12, 0)])),
+        index=st.one_of(st.none(), st.integers(min_value=0, max_value=7)),
+        uuid=st.one_of(st.none(), st.just("GPU-0")),
+        memory_total_bytes=st.one_of(st.none(), st.integers(min_value=0, max_value=1 << 40)),
+    ), max_size=4).map(tuple),
+    host=st.builds(Host, os=st.sampled_from(["linux", None]), glibc=st.sampled_from(["2.35", None]),
+                   memory_total_bytes=st.one_of(st.none(), st.integers(min_value=0)),
+                   hostname=st.sampled_from(["node-07", None])),
+    name=st.sampled_from(["node-07", "this machine"]),
+    source=st.sampled_from(["nvml", "procfs", "override"]),
+    notes=st.lists(st.text(max_size=20), max_size=2).map(tuple),
+)
+
+
+@given(probe_targets)
+def test_probe_documents_round_trip(target: Target) -> None:
+    """Whatever 'cudalock probe --json' writes reads back as the same Target."""
+    assert target_from_json(json.loads(json.dumps(target.to_json()))) == target

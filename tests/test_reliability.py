@@ -503,7 +503,7 @@ def test_no_code_evaluates_user_input() -> None:
             if name in ("loads", "load") and owner in ("pickle", "marshal", "shelve") and \
                     path.name != "load.py":
                 offenders.append(f"{path.name}:{node.lineno} {owner}.{name}")
-    # ast.literal_eval (reads literals only) is allowed; pickle only for the matrix cache (matrix/load.py).
+    # ast.literal_eval (reads literals only) is allowed; pickle only for the matrix cache.
     assert offenders == []
 
 

@@ -10,8 +10,7 @@ probe's Target, or of each file's Target. No flags: the live probe.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -247,15 +246,6 @@ def _derived_note(driver: DriverVersion, cuda: CudaVersion | None) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Probe files
-#
-# A fleet is thousands of files and tens of thousands of GPU entries, so a document is read in
-# one of two ways. _plain_target makes one pass of exact-type checks over it (type(x) is str,
-# key sets compared as sets), parses each distinct version string once per read (_Parsed:
-# a fleet's files repeat the same few), and builds the Target. Anything it does not accept
-# outright, every invalid document included, goes to _checked_target: field by field, in a
-# fixed order, wording the first problem. _checked_target is the definition of what is valid
-# and what it reads as; _plain_target accepts only documents it accepts and builds equal
-# Targets (tests/test_targets_plain.py checks both on generated documents).
 
 
 def read_probe_files(paths: tuple[Path, ...] | list[Path]) -> list[Target]:
@@ -279,7 +269,7 @@ def read_probe_file(path: Path) -> Target:
 def _read_probe_file(path: Path, parsed: _Parsed) -> Target:
     shown = str(path)
     try:
-        text = _read_bytes(shown).decode("utf-8")  # bytes, then one decode: no text layer
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise InputError(f"probe file {shown!r} does not exist") from None
     except IsADirectoryError:
@@ -294,51 +284,21 @@ def _read_probe_file(path: Path, parsed: _Parsed) -> Target:
             else "nested too deeply"
         raise InputError(f"probe file {shown!r} is not valid JSON: {detail}",
                          hint="write it with 'cudalock probe --json > FILE'") from None
-    target = _plain_target(data, None, shown, parsed, file=path)
-    if target is not None:
-        return target
-    hostname = _recorded_hostname(data)
     try:
-        return _checked_target(data, hostname or path.stem, read_from=shown)
+        return _target(data, None, shown, parsed, file=path)
     except InputError as err:
         raise InputError(f"probe file {shown!r}: {err.message}", hint=err.hint) from None
 
 
-#: os.open flags for reading a file's bytes as they are (O_BINARY: no newline translation on
-#: Windows; it is 0 elsewhere).
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0)
-
-
-def _read_bytes(path: str) -> bytes:
-    """The file's bytes, as ``Path.read_bytes()`` reads them, with the same OSErrors.
-
-    Plain os.open/os.read: the buffered file object ``read_bytes`` builds costs more than
-    reading a small probe file, and a fleet means thousands of them. A directory fails as
-    with ``open()``: IsADirectoryError (from os.read), PermissionError on Windows.
-    """
-    fd = os.open(path, _READ_FLAGS)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
-
-
-def _recorded_hostname(data: Any) -> str | None:
-    if isinstance(data, Mapping):
-        host = data.get("host")
-        if isinstance(host, Mapping):
-            name = host.get("hostname")
-            if isinstance(name, str) and name.strip():
-                return name.strip()
-    return None
-
-
-_TOP_KEYS = ("schema_version", "name", "platform", "driver_version", "driver_cuda", "gpus",
-             "host", "source", "notes")
-_TOP_KEY_SET = frozenset(_TOP_KEYS)
+#: Each object's fields and the JSON type of their values (null is allowed for every one;
+#: ``object``: checked on its own, with its own wording).
+_TOP_FIELDS: dict[str, type] = {"schema_version": int, "name": str, "platform": str,
+                                 "driver_version": str, "driver_cuda": str, "gpus": object,
+                                 "host": object, "source": str, "notes": object}
+_GPU_FIELDS: dict[str, type] = {"index": int, "name": str, "uuid": str,
+                                 "compute_capability": str, "memory_total_bytes": int}
+_HOST_FIELDS: dict[str, type] = {"os": str, "arch": str, "glibc": str, "memory_total_bytes": int,
+                                  "cgroup_memory_limit_bytes": int, "hostname": str}
 
 
 def target_from_json(data: Any, name: str | None = None, *, read_from: str | None = None
@@ -349,27 +309,23 @@ def target_from_json(data: Any, name: str | None = None, *, read_from: str | Non
     machine that cannot run cudalock can be short. ``name`` replaces the recorded name;
     ``read_from`` (a file) becomes the source, the recorded source a note.
     """
-    target = _plain_target(data, name, read_from, _Parsed())
-    if target is not None:
-        return target
-    return _checked_target(data, name, read_from=read_from)
+    return _target(data, name, read_from, _Parsed())
 
 
 class _Parsed:
-    """The version strings and platforms met so far while reading one set of probe files.
+    """The version strings met so far while reading one set of probe files.
 
-    A fleet's files repeat the same few driver versions, CUDA versions, compute capabilities
-    and platforms: each is parsed (or matched) once per read, not once per file or GPU. The
-    values are immutable, so Targets may share them.
+    A fleet's files repeat the same few driver versions, CUDA versions and compute
+    capabilities: each is parsed once per read, not once per file or GPU. The values are
+    immutable, so Targets may share them.
     """
 
-    __slots__ = ("ccs", "cudas", "drivers", "platforms")
+    __slots__ = ("ccs", "cudas", "drivers")
 
     def __init__(self) -> None:
         self.drivers: dict[str, DriverVersion] = {}
         self.cudas: dict[str, CudaVersion] = {}
         self.ccs: dict[str, ComputeCapability] = {}
-        self.platforms: set[str] = set()
 
 
 _Value = TypeVar("_Value")
@@ -383,253 +339,100 @@ def _parse_once(cache: dict[str, _Value], text: str, parse: Callable[[str], _Val
     return value
 
 
-def _plain_target(data: Any, name: str | None, read_from: str | None, parsed: _Parsed,
-                  *, file: Path | None = None) -> Target | None:
-    """The Target of a valid document made of plain JSON values, in one pass; else None.
+def _target(data: Any, name: str | None, read_from: str | None, parsed: _Parsed,
+            *, file: Path | None = None) -> Target:
+    """The Target of a probe document, or :class:`InputError` worded for its first problem.
 
-    None means "not accepted here", never "invalid": the caller then asks _checked_target,
-    which reads what is valid but unusual (a Mapping that is not a dict, a str subclass) and
-    words the first problem of what is not. Names and sources as in :func:`target_from_json`;
-    with ``file``, the name is the recorded hostname (stripped, when not blank), else the
+    With ``file``, the name is the recorded hostname (stripped, when not blank), else the
     file's stem, as :func:`read_probe_file` names Targets.
     """
-    if type(data) is not dict or not data.keys() <= _TOP_KEY_SET:
-        return None
-    get = data.get
-    version = get("schema_version")
-    if type(version) is not int or version != TARGET_SCHEMA_VERSION:
-        return None
+    version = data.get("schema_version") if type(data) is dict else None
+    if type(data) is dict and type(version) is not int:
+        raise InputError(f"'schema_version' must be the integer {TARGET_SCHEMA_VERSION}, "
+                         f"got {version!r}")
+    document = _fields(data, _TOP_FIELDS, "the document")
+    get = document.get
+    if version != TARGET_SCHEMA_VERSION:
+        raise InputError(f"schema_version {version} is not supported (this cudalock reads "
+                         f"{TARGET_SCHEMA_VERSION}): write the file with a matching cudalock")
     platform = get("platform")
-    if type(platform) is not str:
-        return None
-    if platform not in parsed.platforms:
-        if not is_platform_shaped(platform):
-            return None
-        parsed.platforms.add(platform)
-    notes_raw = get("notes", [])
-    if type(notes_raw) is not list:
-        return None
-    for note in notes_raw:
-        if type(note) is not str:
-            return None
-    recorded_name = get("name")
-    source = get("source")
-    if (recorded_name is not None and type(recorded_name) is not str) \
-            or (source is not None and type(source) is not str):
-        return None
-    driver_text = get("driver_version")
-    cuda_text = get("driver_cuda")
-    if (driver_text is not None and type(driver_text) is not str) \
-            or (cuda_text is not None and type(cuda_text) is not str):
-        return None
-    try:
-        driver_version = (None if driver_text is None
-                          else _parse_once(parsed.drivers, driver_text, parse_driver_version))
-        driver_cuda = (None if cuda_text is None
-                       else _parse_once(parsed.cudas, cuda_text, parse_cuda_version))
-        gpus = _plain_gpus(get("gpus", []), parsed.ccs)
-    except InputError:  # a bad version string: _checked_target words it
-        return None
-    if gpus is None:
-        return None
-    host_raw = get("host")
-    host = Host() if host_raw is None else _plain_host(host_raw)
-    if host is None:
-        return None
+    if platform is None:
+        raise InputError("'platform' is missing")
+    if not is_platform_shaped(platform):
+        raise InputError(f"'platform' {platform!r} is not a platform: expected one of "
+                         f"{', '.join(p.name for p in PLATFORMS)}")
+    notes_entry = get("notes") or []
+    if type(notes_entry) is not list or not all(type(note) is str for note in notes_entry):
+        raise InputError("'notes' must be a list of strings")
+    notes = tuple(notes_entry)
+    driver_text, cuda_text = get("driver_version"), get("driver_cuda")
+    driver_version = (None if driver_text is None
+                      else _parse_once(parsed.drivers, driver_text, parse_driver_version))
+    driver_cuda = (None if cuda_text is None
+                   else _parse_once(parsed.cudas, cuda_text, parse_cuda_version))
+    gpus_entry = get("gpus") or []
+    if type(gpus_entry) is not list:
+        raise InputError(f"'gpus' must be a list, got {_kind(gpus_entry)}")
+    gpus = tuple([_gpu_from_json(entry, position, parsed)
+                  for position, entry in enumerate(gpus_entry)])
+    host_entry = get("host")
+    host = Host() if host_entry is None else _host_from_json(host_entry)
     if file is not None:
-        # The stem only when needed: most probe files record their hostname.
         name = (host.hostname.strip() if host.hostname is not None else "") or file.stem
-    source = source or "file"
-    notes = tuple(notes_raw)
+    source = get("source") or "file"
     if read_from is not None:
         notes = (f"read from {read_from} (probed there via {source})", *notes)
         source = f"file:{read_from}"
     return Target(platform=platform, driver_version=driver_version, driver_cuda=driver_cuda,
-                  gpus=gpus, host=host, name=name or recorded_name or "this machine",
+                  gpus=gpus, host=host, name=name or get("name") or "this machine",
                   source=source, notes=notes)
 
 
-def _plain_gpus(entries: Any, ccs: dict[str, ComputeCapability]
-                ) -> tuple[Gpu, ...] | None:
-    """The ``gpus`` list of :func:`_plain_target`: one pass per entry, None when it declines.
-
-    Raises InputError for a compute capability that does not parse.
-    """
-    if type(entries) is not list:
-        return None
-    gpus: list[Gpu] = []
-    for entry in entries:
-        if type(entry) is not dict or not _fields_plain(entry, _GPU_FIELDS, "name"):
-            return None
-        cc_text = entry.get("compute_capability")
-        cc = None if cc_text is None else _parse_once(ccs, cc_text, parse_compute_capability)
-        gpus.append(Gpu(entry["name"], cc, entry.get("index"), entry.get("uuid"),
-                        entry.get("memory_total_bytes")))
-    return tuple(gpus)
-
-
-def _plain_host(entry: Any) -> Host | None:
-    """The ``host`` object of :func:`_plain_target` (not null), or None when it declines."""
-    if type(entry) is not dict or not _fields_plain(entry, _HOST_FIELDS):
-        return None
+def _gpu_from_json(data: Any, position: int, parsed: _Parsed) -> Gpu:
+    entry = _fields(data, _GPU_FIELDS, f"gpus[{position}]")
     get = entry.get
-    return Host(get("os"), get("arch"), get("glibc"), get("memory_total_bytes"),
-                get("cgroup_memory_limit_bytes"), get("hostname"))
-
-
-def _checked_target(data: Any, name: str | None = None, *, read_from: str | None = None
-                    ) -> Target:
-    """:func:`target_from_json` field by field, wording the first problem (see above)."""
-    document = _object(data, "the document")
-    _no_unknown_keys(document, _TOP_KEYS, "the document")
-    version = document.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise InputError(f"'schema_version' must be the integer {TARGET_SCHEMA_VERSION}, "
-                         f"got {version!r}")
-    if version != TARGET_SCHEMA_VERSION:
-        raise InputError(f"schema_version {version} is not supported (this cudalock reads "
-                         f"{TARGET_SCHEMA_VERSION}): write the file with a matching cudalock")
-    platform = _string(document, "platform", required=True)
-    assert platform is not None
-    if not is_platform_shaped(platform):
-        raise InputError(f"'platform' {platform!r} is not a platform: expected one of "
-                         f"{', '.join(p.name for p in PLATFORMS)}")
-    driver_text = _string(document, "driver_version")
-    cuda_text = _string(document, "driver_cuda")
-    gpus_raw = document.get("gpus", [])
-    if not isinstance(gpus_raw, list):
-        raise InputError(f"'gpus' must be a list, got {_kind(gpus_raw)}")
-    notes_raw = document.get("notes", [])
-    if not isinstance(notes_raw, list) or not all(isinstance(n, str) for n in notes_raw):
-        raise InputError("'notes' must be a list of strings")
-    recorded_name = _string(document, "name")
-    source = _string(document, "source") or "file"
-    notes = tuple(notes_raw)
-    if read_from is not None:
-        notes = (f"read from {read_from} (probed there via {source})", *notes)
-        source = f"file:{read_from}"
-    return Target(
-        platform=platform,
-        driver_version=parse_driver_version(driver_text) if driver_text is not None else None,
-        driver_cuda=parse_cuda_version(cuda_text) if cuda_text is not None else None,
-        gpus=tuple(_gpu_from_json(g, position) for position, g in enumerate(gpus_raw)),
-        host=_host_from_json(document.get("host")),
-        name=name or recorded_name or "this machine",
-        source=source,
-        notes=notes,
-    )
-
-
-_GPU_FIELDS: dict[str, type] = {"index": int, "name": str, "uuid": str,
-                                 "compute_capability": str, "memory_total_bytes": int}
-_HOST_FIELDS: dict[str, type] = {"os": str, "arch": str, "glibc": str, "memory_total_bytes": int,
-                                  "cgroup_memory_limit_bytes": int, "hostname": str}
-
-
-def _gpu_from_json(data: Any, position: int) -> Gpu:
-    entry = _object(data, f"gpus[{position}]") if type(data) is not dict else data
-    _check_fields(entry, _GPU_FIELDS, position, required="name")
-    cc_text = entry.get("compute_capability")
+    gpu_name = get("name")
+    if gpu_name is None:
+        raise InputError(f"'gpus[{position}].name' is missing")
+    cc_text = get("compute_capability")
     cc: ComputeCapability | None = None
     if cc_text is not None:
         try:
-            cc = parse_compute_capability(cc_text)
+            cc = _parse_once(parsed.ccs, cc_text, parse_compute_capability)
         except InputError as err:
             raise InputError(f"gpus[{position}]: {err.message}") from None
-    return Gpu(
-        name=entry["name"],
-        compute_capability=cc,
-        index=entry.get("index"),
-        uuid=entry.get("uuid"),
-        memory_total_bytes=entry.get("memory_total_bytes"),
-    )
+    return Gpu(gpu_name, cc, get("index"), get("uuid"), get("memory_total_bytes"))
 
 
 def _host_from_json(data: Any) -> Host:
-    if data is None:
-        return Host()
-    entry = _object(data, "host")
-    _check_fields(entry, _HOST_FIELDS, "host")
-    return Host(
-        os=entry.get("os"),
-        arch=entry.get("arch"),
-        glibc=entry.get("glibc"),
-        memory_total_bytes=entry.get("memory_total_bytes"),
-        cgroup_memory_limit_bytes=entry.get("cgroup_memory_limit_bytes"),
-        hostname=entry.get("hostname"),
-    )
+    entry = _fields(data, _HOST_FIELDS, "host")
+    get = entry.get
+    return Host(os=get("os"), arch=get("arch"), glibc=get("glibc"),
+                memory_total_bytes=get("memory_total_bytes"),
+                cgroup_memory_limit_bytes=get("cgroup_memory_limit_bytes"),
+                hostname=get("hostname"))
 
 
-def _check_fields(entry: Mapping[str, Any], fields: dict[str, type], where: str | int,
-                  required: str | None = None) -> None:
-    """Every field known, of its type (null allowed), integers non-negative; else InputError.
-
-    The common case is one pass (:func:`_fields_plain`); only a bad entry takes the slower
-    path that words the error.
-    """
-    if _fields_plain(entry, fields, required):
-        return
-    if isinstance(where, int):  # worded only now: a position in the 'gpus' list
-        where = f"gpus[{where}]"
-    _no_unknown_keys(entry, tuple(fields), where)
-    for key, kind in fields.items():
-        if kind is int:
-            _count(entry, key, where)
-        else:
-            _string(entry, key, required=key == required, where=where)
-    raise AssertionError(f"{where}: a field failed the fast check but passed the slow one")
-
-
-def _fields_plain(entry: Mapping[str, Any], fields: dict[str, type],
-                  required: str | None = None) -> bool:
-    """Every key is one of ``fields`` and every value null or exactly of its type (integers
-    non-negative), ``required`` a string: the one-pass check, no wording."""
-    if required is not None and type(entry.get(required)) is not str:
-        return False
-    for key, value in entry.items():
+def _fields(data: Any, fields: dict[str, type], where: str) -> dict[str, Any]:
+    """``data`` when it is a JSON object whose every field is one of ``fields`` and null or
+    exactly of its type (integers non-negative); else :class:`InputError` naming the first
+    problem. One pass, as a fleet is thousands of documents."""
+    if type(data) is not dict:
+        raise InputError(f"{where} must be a JSON object, got {_kind(data)}")
+    for key, value in data.items():
         kind = fields.get(key)
         if kind is None:
-            return False
-        if value is not None and (type(value) is not kind
-                                  or (kind is int and cast(int, value) < 0)):
-            return False
-    return True
-
-
-def _object(data: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        raise InputError(f"{where} must be a JSON object, got {_kind(data)}")
+            unknown = sorted(str(k) for k in data if k not in fields)
+            raise InputError(f"{where} has unknown field(s) {', '.join(map(repr, unknown))}; "
+                             f"expected {', '.join(fields)}")
+        if value is None or kind is object or (type(value) is kind
+                                               and (kind is not int or cast(int, value) >= 0)):
+            continue
+        label = key if where == "the document" else f"{where}.{key}"
+        if kind is int:
+            raise InputError(f"{label!r} must be a non-negative integer or null, got {value!r}")
+        raise InputError(f"{label!r} must be {_kind(kind())} or null, got {_kind(value)}")
     return data
-
-
-def _no_unknown_keys(entry: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
-    unknown = [str(k) for k in entry if k not in known]
-    if unknown:
-        raise InputError(f"{where} has unknown field(s) {', '.join(map(repr, sorted(unknown)))}; "
-                         f"expected {', '.join(known)}")
-
-
-def _string(entry: Mapping[str, Any], key: str, *, required: bool = False,
-            where: str | None = None) -> str | None:
-    value = entry.get(key)
-    label = f"{where}.{key}" if where else key
-    if value is None:
-        if required:
-            raise InputError(f"{label!r} is missing")
-        return None
-    if not isinstance(value, str):
-        raise InputError(f"{label!r} must be a string or null, got {_kind(value)}")
-    return value
-
-
-def _count(entry: Mapping[str, Any], key: str, where: str) -> int | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InputError(f"'{where}.{key}' must be a non-negative integer or null, "
-                         f"got {value!r}")
-    return value
 
 
 def _kind(value: Any) -> str:
