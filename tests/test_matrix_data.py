@@ -27,7 +27,7 @@ def build(version: str, variant: str, platform: str = "linux-x86_64") -> TorchBu
 
 def test_every_release_from_1_13_to_2_15_is_present() -> None:
     assert [r.version for r in MATRIX.torch_releases] == TORCH_RELEASES
-    assert MATRIX.schema_version == 1 and MATRIX.matrix_version == "2026-11-29"
+    assert MATRIX.schema_version == 1 and MATRIX.matrix_version == "2026-11-30"
 
 
 def test_every_entry_names_a_source() -> None:
