@@ -47,12 +47,12 @@ def test_second_load_comes_from_the_cache(matrix_copy: Path,
 
 
 def test_a_changed_file_is_read_again(matrix_copy: Path) -> None:
-    assert load_matrix(matrix_copy).matrix_version == "2026-11-29"
+    assert load_matrix(matrix_copy).matrix_version == "2026-11-30"
     head = matrix_copy / "matrix.toml"
     # Same size, different content, and an mtime that is still in the past.
-    head.write_text(head.read_text().replace("2026-11-29", "2026-11-30"))
+    head.write_text(head.read_text().replace("2026-11-30", "2026-12-01"))
     os.utime(head, (OLD + 60, OLD + 60))
-    assert load_matrix(matrix_copy).matrix_version == "2026-11-30"
+    assert load_matrix(matrix_copy).matrix_version == "2026-12-01"
 
 
 def test_recently_written_files_are_not_cached(matrix_copy: Path) -> None:
@@ -66,8 +66,8 @@ def test_unwritable_cache_dir_falls_back_silently(matrix_copy: Path, tmp_path: P
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache directory should be")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
-    assert load_matrix(matrix_copy).matrix_version == "2026-11-29"
-    assert load_matrix(matrix_copy).matrix_version == "2026-11-29"
+    assert load_matrix(matrix_copy).matrix_version == "2026-11-30"
+    assert load_matrix(matrix_copy).matrix_version == "2026-11-30"
 
 
 def test_foreign_or_corrupt_cache_is_ignored(matrix_copy: Path,
@@ -75,7 +75,7 @@ def test_foreign_or_corrupt_cache_is_ignored(matrix_copy: Path,
     load_matrix(matrix_copy)
     (cached,) = matrix_cache_dir().glob("matrix-*.pickle")
     cached.write_bytes(b"not a pickle")
-    assert load_matrix(matrix_copy).matrix_version == "2026-11-29"  # and rewrites the cache
+    assert load_matrix(matrix_copy).matrix_version == "2026-11-30"  # and rewrites the cache
     # A group-writable cache file is not trusted (it could have been planted): TOML is read.
     cached.chmod(0o666)
     forbid_toml(monkeypatch)

@@ -27,7 +27,7 @@ def build(version: str, variant: str, platform: str = "linux-x86_64") -> TorchBu
 
 def test_every_release_from_1_13_to_2_15_is_present() -> None:
     assert [r.version for r in MATRIX.torch_releases] == TORCH_RELEASES
-    assert MATRIX.schema_version == 1 and MATRIX.matrix_version == "2026-11-29"
+    assert MATRIX.schema_version == 1 and MATRIX.matrix_version == "2026-11-30"
 
 
 def test_every_entry_names_a_source() -> None:
@@ -100,14 +100,16 @@ def test_pypi_default_builds() -> None:
 def test_torchaudio_ends_with_2_11() -> None:
     for release in MATRIX.torch_releases:
         major_minor = tuple(int(p) for p in release.version.split(".")[:2])
-        if major_minor >= (2, 12):
+        if (2, 12) <= major_minor < (2, 15):
             assert release.torchaudio is None, release.version
             assert release.provenance.note and "torchaudio" in release.provenance.note
         else:
             assert release.torchaudio is not None, release.version
     fifteen = MATRIX.torch_release("2.15.0")
     assert fifteen is not None and fifteen.torchvision == "0.29.2"
+    assert fifteen.torchaudio == "2.11.1"
     assert not fifteen.provenance.field_verified("torchvision")
+    assert not fifteen.provenance.field_verified("torchaudio")
 
 
 @pytest.mark.parametrize(("nvml_name", "model", "cc"), [
