@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cudalock.audit.checks import audit
-from cudalock.audit.deep import deep_check, deep_inspect
+from cudalock.audit.deep import deep_inspect
 from cudalock.audit.inspection import inspect_environment
 from cudalock.matrix.load import Matrix, load_matrix
 from cudalock.model import Finding, Gpu, Target
@@ -180,9 +180,13 @@ def test_old_nvjitlink_on_ld_library_path_shadows_the_wheel(
     assert finding.fix[0] == f"export LD_LIBRARY_PATH={keep}"
 
 
+def deep_findings(python: Path, timeout: float) -> list[Finding]:
+    return list(deep_inspect(python, timeout).findings)
+
+
 def test_deep_check_turns_a_segfault_into_a_finding(
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    findings = deep_check(_env(tmp_path_factory, "segfault-torch"), timeout=60)
+    findings = deep_findings(_env(tmp_path_factory, "segfault-torch"), timeout=60)
     assert [f.code for f in findings] == ["torch-import-crash"]
     crash = findings[0]
     assert crash.severity == "error"
@@ -194,14 +198,14 @@ def test_deep_check_turns_a_segfault_into_a_finding(
 def test_deep_check_stops_a_hang(tmp_path_factory: pytest.TempPathFactory) -> None:
     python = _env(tmp_path_factory, "hanging-torch")
     started = time.monotonic()
-    findings = deep_check(python, timeout=3)
+    findings = deep_findings(python, timeout=3)
     assert time.monotonic() - started < 30
     assert [f.code for f in findings] == ["torch-import-timeout"]
     assert "stage: import torch" in findings[0].evidence
 
 
 def test_deep_check_reports_an_import_error(tmp_path_factory: pytest.TempPathFactory) -> None:
-    findings = deep_check(_env(tmp_path_factory, "failing-torch"), timeout=60)
+    findings = deep_findings(_env(tmp_path_factory, "failing-torch"), timeout=60)
     assert [f.code for f in findings] == ["torch-import-failed"]
     assert "libcudnn.so.9" in findings[0].message
 

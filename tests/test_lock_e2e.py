@@ -218,7 +218,7 @@ def pip_reads_pylock() -> bool:
     import pip
     from packaging.version import Version
 
-    # pip 26.3 is the first release observed to take "-r pylock.toml" (research/peer_tools §5.2).
+    # pip 26.3 is the first release that takes "-r pylock.toml".
     return Version(pip.__version__) >= Version("26.3")
 
 

@@ -1,5 +1,6 @@
 """The shipped matrix says what the sources say. Expected values are copied by hand from
-/work/shared/research (NVIDIA Table 3, the PyPI wheels, pytorch/pytorch release matrices)."""
+the sources each matrix entry cites (NVIDIA Table 3, the PyPI wheels, pytorch/pytorch
+release matrices)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Targets × Requests → Plans on the shipped matrix, each expectation derived by hand.
 
-Facts used (from /work/shared/research, which the shipped matrix records with sources):
+Facts used (as the shipped matrix records them, with their sources):
 - Linux driver minimums (cuda_driver_table.json): 11.8 520.61.05, 12.0 525.60.13, 12.1 530.30.02,
   12.2.2 535.104.05, 12.4 550.54.14, 12.5 555.42.02, 12.6 560.28.03, 12.8 570.26, 12.9 575.51.03,
   13.0 580.65.06, 13.2 595.45.04. Windows: 12.2.2 537.13. Minor-compat floors: 12.x 525.60.13,

@@ -1,4 +1,4 @@
-"""The value types that flow between cudalock's parts (see DESIGN.md, "Flow of data").
+"""The value types that flow between cudalock's parts: Target, Request, Plan, Finding.
 
 Target (the machine), Request (what the user asked for), Plan (what resolve chose, and why) and
 Finding (what audit and doctor report). Plain frozen dataclasses, serialisable to JSON.

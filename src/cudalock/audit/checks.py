@@ -16,6 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from cudalock.audit.installed import (
     Distribution,
     Installed,
@@ -27,10 +30,12 @@ from cudalock.audit.installed import (
 from cudalock.errors import CudalockError
 from cudalock.matrix.load import Matrix, TorchBuild, TorchRelease
 from cudalock.model import Finding, Plan, Severity, Target
+from cudalock.resolve import make_request, resolve
 from cudalock.resolve.compat import (
     arch_covers,
     driver_verdict,
     missing_archs,
+    target_driver_cuda,
 )
 from cudalock.versions import (
     ComputeCapability,
@@ -208,7 +213,6 @@ class _Replacement:
 
 def _replacement(context: _Context, *, same_version: bool,
                  same_major_as_driver: bool) -> _Replacement:
-    from cudalock.resolve import make_request, resolve
 
     torch = context.torch
     companions = context.companions or ["none"]
@@ -216,7 +220,6 @@ def _replacement(context: _Context, *, same_version: bool,
     if same_version and torch is not None and torch.public:
         attempts.append({"torch": f"=={torch.public}", "cuda": None})
     if same_major_as_driver:
-        from cudalock.resolve.compat import target_driver_cuda
 
         driver_cuda = target_driver_cuda(context.matrix, context.target)
         if driver_cuda is not None:
@@ -710,8 +713,6 @@ def _deepspeed_accepts(context: _Context, nvcc: CudaVersion, torch_cuda: CudaVer
     ds = context.installed.deepspeed
     if ds is None or not ds.version:
         return False
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import InvalidVersion, Version
 
     try:
         version = Version(ds.version)
@@ -839,14 +840,9 @@ def _check_library_shadowing(context: _Context) -> list[Finding]:
     )]
 
 
-def findings_to_json(findings: Iterable[Finding]) -> list[dict[str, object]]:
-    return [f.to_json() for f in findings]
-
-
 __all__ = [
     "CODES",
     "audit",
-    "findings_to_json",
     "has_errors",
     "install_commands",
     "sort_findings",

@@ -70,11 +70,6 @@ class DeepResult:
     devices: tuple[dict[str, Any], ...] = ()
 
 
-def deep_check(python: Path, timeout: float = 120) -> list[Finding]:
-    """Findings from importing torch and running a kernel with ``python`` (doctor uses this)."""
-    return list(deep_inspect(python, timeout).findings)
-
-
 def deep_inspect(python: Path, timeout: float = 120) -> DeepResult:
     if not Path(python).exists():
         raise InputError(f"Python interpreter {str(python)!r} does not exist")

@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cudalock.audit.installed import (
+    DeepSpeedBuild,
+    Distribution,
+    Installed,
+    Nvcc,
+    SharedLibrary,
+    TorchInstall,
+)
 from cudalock.errors import EnvironmentFailure, InputError
 from cudalock.platforms import PLATFORMS, platform_for
 from cudalock.procs import signal_name
@@ -62,7 +71,6 @@ def default_python(environ: Mapping[str, str] | None = None) -> Path:
                 return python_for_prefix(Path(root))
             except InputError:
                 continue
-    import shutil
 
     found = shutil.which("python3", path=env.get("PATH")) or shutil.which(
         "python", path=env.get("PATH"))
@@ -202,14 +210,6 @@ def platform_name(sys_platform: str | None, machine: str | None) -> str | None:
 
 def installed_from_document(document: Mapping[str, Any], source: str) -> Installed:
     """The inspection script's JSON → :class:`Installed` (tolerant of missing fields)."""
-    from cudalock.audit.installed import (
-        DeepSpeedBuild,
-        Distribution,
-        Installed,
-        Nvcc,
-        SharedLibrary,
-        TorchInstall,
-    )
 
     py = document.get("python")
     py = py if isinstance(py, Mapping) else {}

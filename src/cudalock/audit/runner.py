@@ -13,9 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from cudalock.audit.checks import audit, sort_findings
 from cudalock.audit.checks import has_errors as _has_errors
+from cudalock.audit.deep import deep_inspect
+from cudalock.audit.inspection import start_inspection
 from cudalock.audit.installed import Installed
-from cudalock.matrix.load import Matrix
+from cudalock.audit.reports import report_target
+from cudalock.matrix.load import Matrix, load_matrix
 from cudalock.model import Finding, Target
+from cudalock.target.overrides import apply_overrides, overrides_from_options, read_probe_files
+from cudalock.target.probe import probe_machine
 
 if TYPE_CHECKING:
     from cudalock.audit.inspection import RunningInspection
@@ -68,7 +73,6 @@ def audit_live(targets: Sequence[Target], matrix: Matrix, inspection: RunningIns
     installed = inspection.installed()
     extra: list[Finding] = []
     if deep:
-        from cudalock.audit.deep import deep_inspect
 
         interpreter = Path(installed.python) if installed.python else inspection.python
         result = deep_inspect(interpreter, deep_timeout)
@@ -86,8 +90,6 @@ def report_targets(report: ParsedReport, matrix: Matrix,
     The report's own driver and GPUs, with any override flags replacing the fields they give;
     ``--probe`` files replace the report's machine altogether.
     """
-    from cudalock.audit.reports import report_target
-    from cudalock.target.overrides import apply_overrides, overrides_from_options, read_probe_files
 
     if options is not None and options.probe_files:
         overrides = overrides_from_options(options, matrix)
@@ -113,9 +115,6 @@ def audit_report(report: ParsedReport, matrix: Matrix,
 def audit_findings(python: Path | None, deep: bool) -> Sequence[Finding]:
     """doctor's ``AuditRunner``: audit ``python``'s environment (default: the active one) on
     this machine as probed now."""
-    from cudalock.audit.inspection import start_inspection
-    from cudalock.matrix.load import load_matrix
-    from cudalock.target.probe import probe_machine
 
     with start_inspection(python=python) as inspection:  # runs while we probe
         matrix = load_matrix()

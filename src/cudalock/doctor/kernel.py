@@ -15,11 +15,9 @@ import os
 import re
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-
-from cudalock.target.host import CgroupMemory, ShmInfo
 
 READ_LIMIT = 64 * 2**20  # kernel logs can be large; the newest part is what matters
 
@@ -317,19 +315,3 @@ def read_kernel_log(
 # --- /dev/shm and the bundle doctor reads ---------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MachineEvidence:
-    """Everything doctor reads from the machine, gathered at the edge."""
-
-    kernel: KernelLog
-    cgroup: CgroupMemory
-    memory_total_bytes: int | None
-    shm: ShmInfo | None
-    in_kubernetes: bool = False
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel.to_json(), "cgroup": self.cgroup.to_json(),
-                "memory_total_bytes": self.memory_total_bytes,
-                "shm": self.shm.to_json() if self.shm else None,
-                "in_kubernetes": self.in_kubernetes}

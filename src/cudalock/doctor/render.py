@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cudalock.doctor.diagnosis import DoctorReport
+from cudalock.memory.estimates import render_verdict
 from cudalock.model import Finding
 
 
@@ -20,7 +21,6 @@ def render_findings(findings: Sequence[Finding]) -> list[str]:
 
 
 def render_report(report: DoctorReport) -> list[str]:
-    from cudalock.memory.estimates import render_verdict
 
     status = report.exit
     lines = [f"Return code {status.raw}: {status.name} ({status.form})",

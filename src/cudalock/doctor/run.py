@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudalock.audit.runner import audit_findings
+from cudalock.doctor import kernel as ke
 from cudalock.doctor.diagnosis import (
     SIGBUS,
     SIGKILL,
@@ -27,6 +29,7 @@ from cudalock.doctor.kernel import CommandRunner, KernelLog
 from cudalock.doctor.logs import (
     LogFacts,
     RunShape,
+    parse_exit_code,
     scan_training_log,
     shape_from_deepspeed_config,
 )
@@ -37,8 +40,10 @@ from cudalock.memory.estimates import (
     check_host_memory,
     memory_needs,
 )
+from cudalock.memory.model_size import read_model_size
 from cudalock.model import Finding, Host, Target
 from cudalock.target.host import CgroupMemory, ShmInfo, read_cgroup_memory, read_shm
+from cudalock.target.probe import probe_machine
 
 MAX_LOG_BYTES = 256 * 2**20
 
@@ -125,10 +130,8 @@ def default_readers(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys
                     log_commands: Sequence[Sequence[str]] | None = None,
                     environ: Mapping[str, str] | None = None) -> MachineReaders:
     """This machine's evidence; every root, command and the environment can be replaced."""
-    from cudalock.doctor import kernel as ke
 
     def probe() -> Target | None:
-        from cudalock.target.probe import probe_machine
 
         return probe_machine(proc_root=proc_root, sys_root=sys_root)
 
@@ -147,15 +150,12 @@ def default_readers(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys
 
 def default_audit(python: Path | None, deep: bool) -> Sequence[Finding]:
     """Run cudalock's audit on an environment (imported lazily: it must not slow doctor down)."""
-    from cudalock.audit.runner import audit_findings
 
     return audit_findings(python, deep)
 
 
 def run_doctor(request: DoctorRequest, readers: MachineReaders,
                audit: AuditRunner = default_audit) -> DoctorReport:
-    from cudalock.doctor.logs import parse_exit_code
-    from cudalock.memory.model_size import read_model_size
 
     exit_status = parse_exit_code(request.exit_code)
     log = scan_training_log(read_log(request.log_path)) if request.log_path else None

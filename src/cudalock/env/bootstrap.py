@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudalock.audit.inspection import python_for_prefix, start_inspection
+from cudalock.audit.runner import audit_live
 from cudalock.env.render import (
     OUTPUT_FORMATS,
     OutputFormat,
@@ -43,10 +45,12 @@ from cudalock.env.spec import (
 )
 from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.fsutil import refuse_existing, write_group
-from cudalock.matrix.load import Matrix
+from cudalock.lock.uv import find_uv
+from cudalock.matrix.load import Matrix, load_matrix
 from cudalock.model import Plan, Request
 from cudalock.resolve.request import RequestOptions
-from cudalock.target.overrides import TargetOptions
+from cudalock.resolve.search import resolve
+from cudalock.target.overrides import TargetOptions, targets_from_options
 from cudalock.urls import redact
 
 LOG_FILE = "cudalock-bootstrap.log"
@@ -121,9 +125,6 @@ def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
     def echo(line: str) -> None:
         show(redact(line))  # the plan's explanation names index URLs, credentials and all
 
-    from cudalock.matrix.load import load_matrix
-    from cudalock.resolve.search import resolve
-    from cudalock.target.overrides import targets_from_options
 
     out_dir = options.output_dir
     if out_dir.exists() and not out_dir.is_dir():
@@ -258,7 +259,6 @@ def _running_python() -> str:
 
 
 def _uv_or_none() -> str | None:
-    from cudalock.lock.uv import find_uv
 
     try:
         return find_uv()
@@ -411,8 +411,6 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
     Errors mean the environment cannot be trusted on the target even though every step
     succeeded: exit 1, with the findings shown.
     """
-    from cudalock.audit.inspection import python_for_prefix, start_inspection
-    from cudalock.audit.runner import audit_live
 
     with start_inspection(python=python_for_prefix(environment)) as inspection:
         outcome = audit_live(plan.targets, matrix, inspection)

@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name
 from cudalock.errors import UsageError
 from cudalock.model import PackagePin, Plan
 from cudalock.platforms import platform_named
+from cudalock.shipped import shipped_dir
 from cudalock.urls import redact
 from cudalock.versions import format_cuda
 
@@ -255,7 +256,6 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
 
 def default_templates_dir() -> Path:
     """The templates shipped with cudalock."""
-    from cudalock.shipped import shipped_dir
 
     return shipped_dir("templates")
 

@@ -249,11 +249,6 @@ def spec_values(spec: Spec) -> dict[str, dict[str, Any]]:
     return tables
 
 
-def render_spec(spec: Spec) -> str:
-    """A new ``cudalock.toml`` for ``spec``."""
-    return update_spec_text(None, spec)
-
-
 def update_spec(path: Path, spec: Spec) -> str:
     """The new text of ``path`` holding ``spec``: its comments and layout kept where it exists."""
     try:
@@ -297,10 +292,6 @@ def _update_table(table: tomlkit.items.Table, values: Mapping[str, Any]) -> None
         plain = current.unwrap() if isinstance(current, tomlkit.items.Item) else current
         if plain != value:
             table[key] = value
-
-
-def with_target(spec: Spec, targets: Sequence[Target]) -> Spec:
-    return dataclasses.replace(spec, target=TargetSummary.of(targets))
 
 
 # --------------------------------------------------------------------------------------------

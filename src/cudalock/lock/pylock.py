@@ -22,18 +22,25 @@ import re
 import shutil
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import tomlkit
 from packaging.pylock import Package, Pylock, PylockValidationError
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from cudalock import __version__
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
+from cudalock.fsutil import refuse_existing, write_group
+from cudalock.lock.check import LockState, compare, pins_missing_from_lock
+from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
 from cudalock.model import Plan, Request, Target
 from cudalock.platforms import platform_named
+from cudalock.tomlfile import tomllib
 from cudalock.urls import (
     DEFAULT_PYPI_INDEX,
     map_strings,
@@ -41,6 +48,7 @@ from cudalock.urls import (
     strip_credentials,
     validate_index_url,
 )
+from cudalock.versions import format_cc, format_cuda
 
 if TYPE_CHECKING:
     from cudalock.lock.check import LockState
@@ -187,7 +195,6 @@ def lock_input(plan: Plan, request: Request, *, pypi_index: str | None = None,
 
 def input_project(inp: LockInput) -> str:
     """The ``pyproject.toml`` uv compiles: requirements, sources and explicit indexes."""
-    import tomlkit
 
     doc = tomlkit.document()
     doc.add(tomlkit.comment("Input for uv, written by cudalock lock; not a real project."))
@@ -263,7 +270,6 @@ def _without_none(value: Any) -> Any:
 
 def target_summary(target: Target) -> dict[str, Any]:
     """What of a Target a lock depends on (not host names, memory or probe notes)."""
-    from cudalock.versions import format_cc, format_cuda
 
     summary: dict[str, Any] = _without_none({
         "name": target.name,
@@ -333,10 +339,6 @@ def _strip_url_credentials(text: str) -> str:
 
 def parse_lock(text: str, *, source: str) -> tuple[Pylock, dict[str, Any]]:
     """Read a pylock.toml with packaging's PEP 751 reader; ``InputError`` naming what is wrong."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -353,7 +355,6 @@ def parse_lock(text: str, *, source: str) -> tuple[Pylock, dict[str, Any]]:
 def finalize_lock(uv_text: str, record: Mapping[str, Any], inp: LockInput, *,
                   cudalock_version: str) -> str:
     """uv's pylock.toml, made ours: created-by, environment, exact Python, indexes, record."""
-    import tomlkit
 
     try:
         uv_doc = tomlkit.parse(uv_text)
@@ -403,7 +404,6 @@ def check_routes(lock: Pylock, inp: LockInput) -> None:
 def _origin(url: str) -> tuple[str, str]:
     # An index may serve its files from another path of its own host (download.pytorch.org
     # does), never from another host.
-    import urllib.parse
 
     parts = urllib.parse.urlsplit(url)
     return parts.scheme.lower(), (parts.hostname or "").lower() + f":{parts.port or ''}"
@@ -529,9 +529,6 @@ def make_lock(plan: Plan, request: Request, *, output_dir: Path, upgrade: bool =
 
     On any failure nothing is written and the previous files stay as they were.
     """
-    from cudalock import __version__
-    from cudalock.fsutil import refuse_existing, write_group
-    from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
 
     say = echo or (lambda _line: None)
     lock_path = output_dir / LOCK_FILE
@@ -593,18 +590,12 @@ def read_lock_file(path: Path) -> tuple[Pylock, dict[str, Any]]:
     return parse_lock(text, source=str(path))
 
 
-def locked_pins(lock: Pylock, names: Sequence[str]) -> dict[str, str | None]:
-    versions = locked_versions(lock)
-    return {name: versions.get(canonicalize_name(name)) for name in names}
-
-
 # --------------------------------------------------------------------------------------------
 # --check
 
 
 def state_of(plan: Plan, request: Request) -> LockState:
     """The record today's inputs would produce (compared with the lock's by ``--check``)."""
-    from cudalock.lock.check import LockState
 
     return LockState(
         matrix_version=plan.matrix_version,
@@ -627,8 +618,6 @@ def check_lock(output_dir: Path, plan: Plan, request: Request, *,
 
     An unreadable or invalid lock is an ``InputError`` (exit 2); a missing one is stale.
     """
-    from cudalock import __version__
-    from cudalock.lock.check import LockState, compare, pins_missing_from_lock
 
     lock_path = output_dir / LOCK_FILE
     req_path = output_dir / REQUIREMENTS_FILE

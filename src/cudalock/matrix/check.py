@@ -10,6 +10,7 @@ move forward with torch). Pure: takes a :class:`Matrix`, returns :class:`Problem
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -392,7 +393,6 @@ def _version(text: str) -> Version | None:
 
 
 def _valid_date(text: str) -> bool:
-    import datetime
 
     try:
         datetime.date.fromisoformat(text)

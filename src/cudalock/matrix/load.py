@@ -30,7 +30,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import cudalock.versions
+from cudalock import __version__
 from cudalock.errors import InputError
+from cudalock.shipped import shipped_dir
+from cudalock.tomlfile import tomllib
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
@@ -237,7 +241,6 @@ class Matrix:
 
 def default_matrix_dir() -> Path:
     """The matrix shipped with cudalock."""
-    from cudalock.shipped import shipped_dir
 
     return shipped_dir("compat_matrix")
 
@@ -289,11 +292,10 @@ def matrix_cache_dir() -> Path:
 
 def _cache_key(path: Path) -> tuple[Any, ...] | None:
     """What the cached Matrix depends on: the files' identity and the code that typed them."""
-    from cudalock import __version__, versions
 
     try:
         stats = [(name, (path / name).stat()) for name in MATRIX_FILES]
-        code = [Path(module).stat() for module in (__file__, versions.__file__)]
+        code = [Path(module).stat() for module in (__file__, cudalock.versions.__file__)]
         resolved = str(path.resolve())
     except OSError:
         return None  # a missing file: let the TOML path report it
@@ -349,10 +351,6 @@ def _cache_write(path: Path, key: tuple[Any, ...], matrix: Matrix) -> None:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
     try:
         with path.open("rb") as handle:
             document: dict[str, Any] = tomllib.load(handle)

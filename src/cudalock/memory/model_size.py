@@ -33,8 +33,6 @@ DTYPE_BYTES = {
     "float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
     "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "uint8": 1,
 }
-SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
-                           "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 @dataclass(frozen=True)

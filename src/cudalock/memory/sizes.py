@@ -81,10 +81,6 @@ def parse_param_count(text: str) -> int:
     return value
 
 
-def gib(num_bytes: float) -> float:
-    return num_bytes / GIB
-
-
 def format_gib(num_bytes: float, width: int = 0) -> str:
     """Bytes as GiB with two decimals, the way DeepSpeed's estimator prints ``x/2**30``."""
     return f"{num_bytes / GIB:{width}.2f}GiB"

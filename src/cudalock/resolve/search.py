@@ -1,4 +1,4 @@
-"""The resolver: the torch stack a target (or a fleet) can run, and why (DESIGN.md policy).
+"""The resolver: the torch stack a target (or a fleet) can run, and why.
 
 ``resolve(matrix, targets, request) -> Plan`` is pure: no I/O, no globals. The choice is the
 newest torch release matching ``request.torch`` that has an allowed build for the Python and

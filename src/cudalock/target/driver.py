@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cudalock.errors import CudalockError
+from cudalock.matrix.load import load_matrix
 from cudalock.model import Gpu
 from cudalock.target.host import read_text_or_none
 from cudalock.versions import (
@@ -172,7 +173,6 @@ class MatrixOnDemand:
     def get(self) -> Matrix | None:
         if not self._tried:
             self._tried = True
-            from cudalock.matrix.load import load_matrix
 
             try:
                 self._matrix = load_matrix()

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     pass
 
 
-
 # NVML return codes (nvml.h); pynvml raises NVMLError subclasses carrying them as ``.value``.
 NVML_ERROR_NO_PERMISSION = 4
 
@@ -32,12 +31,6 @@ NVML_ERROR_DRIVER_NOT_LOADED = 9
 
 
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
-
-
-NVML_ERROR_FUNCTION_NOT_FOUND = 13
-
-
-NVML_ERROR_GPU_IS_LOST = 15
 
 
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
@@ -82,7 +75,7 @@ def load_pynvml(found: DriverFindings) -> NvmlLike | None:
 def nvml_library_loadable() -> bool:
     """Whether libnvidia-ml loads, asked the way nvidia-ml-py asks, without importing pynvml.
 
-    pynvml is a large module (~15 ms to import); on the many machines without an NVIDIA driver
+    pynvml is a large module; on the many machines without an NVIDIA driver
     this answers the same question for the price of one failed dlopen.
     """
     if not sys.platform.startswith("linux"):

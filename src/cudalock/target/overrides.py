@@ -9,6 +9,7 @@ probe's Target, or of each file's Target. No flags: the live probe.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from cudalock.model import (
     Target,
 )
 from cudalock.platforms import PLATFORMS, is_platform_shaped, platform_named
+from cudalock.target.probe import probe_machine
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
@@ -97,7 +99,6 @@ def targets_from_options(
 
 
 def _default_probe(matrix: Matrix) -> Target:
-    from cudalock.target.probe import probe_machine
 
     return probe_machine(matrix=matrix)
 
@@ -137,7 +138,6 @@ def nearest_gpu_names(name: str, matrix: Matrix, limit: int = 3) -> list[str]:
     """Up to ``limit`` GPU names of the matrix that look like ``name`` (typos, case, prefixes)."""
     # Imported here, not at the top: only an unknown --gpu name needs it, and every command
     # that builds a Target imports this module.
-    import difflib
 
     known = sorted({g.name for g in matrix.gpus} | {m for g in matrix.gpus for m in g.match})
     # Compare without case and without the vendor prefixes, so 'h1oo' finds 'H100 80GB' as
