@@ -1,7 +1,8 @@
 """A small hand-built compatibility matrix for the resolver's unit tests.
 
-Every value is copied from the shipped matrix's sourced entries (cuda.toml, torch.toml), trimmed to a handful of releases so that expected plans can be derived by
-hand. ``small_matrix(**changes)`` lets a test swap one document to probe one rule.
+Every value is copied from the shipped matrix's sourced entries (cuda.toml, torch.toml),
+trimmed to a handful of releases so that expected plans can be derived by hand.
+``small_matrix(**changes)`` lets a test swap one document to probe one rule.
 """
 
 from __future__ import annotations
