@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from cudalock.doctor.diagnosis import SetupHints, build_setup, explain_audit_finding, merge_hints
-from cudalock.doctor.kernel import CgroupMemory, CommandResult, KernelLog, ShmInfo, read_kernel_log
+from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
 from cudalock.doctor.run import DoctorRequest, MachineReaders, run_doctor
 from cudalock.model import Finding, Gpu, Host, Target
-from cudalock.target.host import CgroupLevel, read_cgroup_memory
+from cudalock.target.host import CgroupLevel, CgroupMemory, ShmInfo, read_cgroup_memory
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 KERNEL, LOGS = FIXTURES / "kernel", FIXTURES / "logs"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from cudalock.errors import UsageError
@@ -29,17 +29,14 @@ def redact(text: str) -> str:
     return _CREDENTIALS_RE.sub(lambda m: f"{m.group('scheme')}***@", text)
 
 
-def map_strings(document: Any, change: Callable[[str], str]) -> Any:
-    """``document`` (JSON data) with ``change`` applied to every string value in it, at any depth.
-
-    Used to hide credentials in a whole JSON document: ``map_strings(doc, redact)``.
-    """
+def redact_json(document: Any) -> Any:
+    """``document`` (JSON data) with :func:`redact` applied to every string in it, at any depth."""
     if isinstance(document, str):
-        return change(document)
+        return redact(document)
     if isinstance(document, Mapping):
-        return {key: map_strings(value, change) for key, value in document.items()}
+        return {key: redact_json(value) for key, value in document.items()}
     if isinstance(document, list):
-        return [map_strings(item, change) for item in document]
+        return [redact_json(item) for item in document]
     return document
 
 

@@ -39,9 +39,8 @@ def bootstrap(*, target_opts: TargetOptions, request_opts: RequestOptions, outpu
                                create=create, venv=venv, force=force)
     result = run_bootstrap(target_opts, request_opts, options, progress)
     if json_output:
-        import json
 
-        from cudalock.urls import redact
+        from cudalock.urls import redact_json
 
         document = {
             "plan": result.plan.to_json(),
@@ -49,7 +48,7 @@ def bootstrap(*, target_opts: TargetOptions, request_opts: RequestOptions, outpu
             "environment": str(result.environment) if result.environment else None,
         }
         # Index URLs in the plan may carry credentials: never print them.
-        emit_json(json.loads(redact(json.dumps(document))))
+        emit_json(redact_json(document))
     sys.stdout.flush()
 
 

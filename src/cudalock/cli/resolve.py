@@ -66,9 +66,9 @@ COMMAND = Command(
 
 def _redacted(document: object) -> object:
     """``document`` (JSON data) with the credentials of every URL in its strings redacted."""
-    from cudalock.urls import map_strings, redact
+    from cudalock.urls import redact_json
 
-    return map_strings(document, redact)
+    return redact_json(document)
 
 
 def bootstrap_command(target_opts: TargetOptions, request_opts: RequestOptions) -> str:

@@ -43,8 +43,8 @@ from cudalock.platforms import platform_named
 from cudalock.tomlfile import tomllib
 from cudalock.urls import (
     DEFAULT_PYPI_INDEX,
-    map_strings,
     redact,
+    redact_json,
     strip_credentials,
     validate_index_url,
 )
@@ -322,15 +322,6 @@ def lock_record(plan: Plan, request: Request, inp: LockInput, *, cudalock_versio
         "targets": targets,
         "plan": _without_none(redact_json(plan_json)),
     }
-
-
-def redact_json(value: Any) -> Any:
-    """Credentials stripped from every URL-looking string of a JSON document."""
-    return map_strings(value, _strip_url_credentials)
-
-
-def _strip_url_credentials(text: str) -> str:
-    return strip_credentials(text) if "://" in text and "@" in text else text
 
 
 # --------------------------------------------------------------------------------------------
