@@ -450,9 +450,9 @@ def child_lock_inputs(directory: Path, args: list[str]) -> dict[str, Any]:
     """The uv input project and arguments cudalock's lock uses for these flags."""
     from cudalock.cli.options import TargetOptions
     from cudalock.lock.pylock import input_project, lock_input, target_glibc, uv_compile_args
-    from cudalock.matrix.load import load_matrix
+    from cudalock.matrix import load_matrix
     from cudalock.resolve import make_request, resolve
-    from cudalock.target.overrides import targets_from_options
+    from cudalock.target import targets_from_options
 
     flags: dict[str, list[str]] = {}
     for flag, value in zip(args[::2], args[1::2], strict=True):
@@ -499,7 +499,7 @@ def case_matrix_load(ctx: Context, fig: Figure) -> None:
 
 
 def child_matrix_load() -> dict[str, Any]:
-    from cudalock.matrix.load import load_matrix
+    from cudalock.matrix import load_matrix
 
     started = time.perf_counter()
     matrix = load_matrix()
@@ -593,9 +593,9 @@ def child_fleet_floor(directory: Path) -> dict[str, Any]:
 
 def child_fleet(directory: Path) -> dict[str, Any]:
     """Read every probe file of the fleet and resolve one Plan for all of them."""
-    from cudalock.matrix.load import load_matrix
+    from cudalock.matrix import load_matrix
     from cudalock.resolve import make_request, resolve
-    from cudalock.target.overrides import read_probe_files
+    from cudalock.target import read_probe_files
 
     paths = sorted(directory.glob("*.json"))
     started = time.perf_counter()

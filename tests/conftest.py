@@ -15,6 +15,16 @@ from tests.support.wheels import StandIn
 ServeIndexes = Callable[..., IndexServer]
 
 
+@pytest.fixture(autouse=True)
+def no_cudalock_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests see only the CUDALOCK_* variables they set: a developer's own (a mirror, a matrix
+    directory, a driver override) would change what cudalock does."""
+    import os
+
+    for name in [name for name in os.environ if name.startswith("CUDALOCK_")]:
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def serve_indexes(tmp_path: Path) -> Iterator[ServeIndexes]:
     """Factory: ``serve_indexes(pytorch={"cu121": [...]}, pypi=[...]) -> IndexServer``.

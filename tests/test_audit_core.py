@@ -20,7 +20,7 @@ from cudalock.audit.installed import (
     SharedLibrary,
     TorchInstall,
 )
-from cudalock.matrix.load import Matrix, load_matrix
+from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Finding, Gpu, Target
 from cudalock.versions import DriverVersion
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.audit.checks import audit
+from cudalock.audit import audit
 from cudalock.audit.deep import deep_inspect
 from cudalock.audit.inspection import inspect_environment
-from cudalock.matrix.load import Matrix, load_matrix
+from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Finding, Gpu, Target
 from cudalock.versions import DriverVersion
 from tests.support.venvs import hide_cuda_toolkit, standin_env

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
 from cudalock.doctor.diagnosis import SetupHints, build_setup, explain_audit_finding, merge_hints
 from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
-from cudalock.doctor.run import DoctorRequest, MachineReaders, run_doctor
 from cudalock.model import Finding, Gpu, Host, Target
 from cudalock.target.host import CgroupLevel, CgroupMemory, ShmInfo, read_cgroup_memory
 
@@ -340,7 +340,7 @@ def test_memory_command_against_a_probe_file(tmp_path: Path) -> None:
 
 
 def test_default_readers_take_every_root_and_command(tmp_path: Path) -> None:
-    from cudalock.doctor.run import default_readers
+    from cudalock.doctor import default_readers
 
     proc, sys_root, root = tmp_path / "proc", tmp_path / "sys", tmp_path / "root"
     (proc / "self").mkdir(parents=True)

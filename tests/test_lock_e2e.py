@@ -476,7 +476,7 @@ def test_mirrors_from_the_environment_and_json_output(index: IndexServer, tmp_pa
 
 def test_check_fails_naming_a_newer_matrix(index: IndexServer, locked: Path,
                                            tmp_path: Path) -> None:
-    from cudalock.matrix.load import default_matrix_dir, load_matrix
+    from cudalock.matrix import default_matrix_dir, load_matrix
 
     shipped = load_matrix().matrix_version
     newer = tmp_path / "matrix"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from cudalock.matrix import default_matrix_dir, load_matrix
 from cudalock.matrix.check import Problem, check_matrix, check_matrix_dir
-from cudalock.matrix.load import default_matrix_dir, load_matrix
 
 SHIPPED = default_matrix_dir()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cudalock.matrix.load import TorchBuild, load_matrix
+from cudalock.matrix import TorchBuild, load_matrix
 from cudalock.versions import DriverVersion
 
 MATRIX = load_matrix()

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from cudalock.errors import EnvironmentFailure
+from cudalock.matrix import default_matrix_dir, load_matrix
 from cudalock.matrix.check import check_matrix
-from cudalock.matrix.load import default_matrix_dir, load_matrix
 from cudalock.matrix.refresh import (
     Fetcher,
     RefreshResult,

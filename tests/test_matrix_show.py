@@ -14,10 +14,10 @@ import sys
 import pytest
 
 from cudalock.errors import UsageError
-from cudalock.matrix.load import GpuModel, load_matrix
+from cudalock.matrix import GpuModel, load_matrix
 from cudalock.matrix.show import Row, render_table, rows_as_json, select_rows
 from cudalock.resolve import parse_torch_spec as torch_filter
-from cudalock.target.overrides import gpu_model_named
+from cudalock.target import gpu_model_named
 
 MATRIX = load_matrix()
 

@@ -33,9 +33,9 @@ from cudalock.memory.estimates import (
     estimate_zero3_model_states_mem_needs,
     estimator_table,
     memory_needs,
-    render_needs,
     rule_of_thumb,
 )
+from cudalock.memory.render import render_needs
 
 GIB = 2**30
 T0_3B = 2851 * 10**6

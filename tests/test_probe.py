@@ -18,7 +18,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from cudalock.matrix.load import Matrix, default_matrix_dir, load_matrix
+from cudalock.matrix import Matrix, default_matrix_dir, load_matrix
 from cudalock.model import Gpu, Target
 from cudalock.platforms import platform_for
 from cudalock.target.driver import (
@@ -481,7 +481,7 @@ def test_platform_strings(system: str, machine: str, expected: str) -> None:
 
 def test_live_probe_json_round_trips(matrix: Matrix) -> None:
     """The probe's Target survives to_json → probe-file reading unchanged (bar source/notes)."""
-    from cudalock.target.overrides import target_from_json
+    from cudalock.target import target_from_json
 
     target, _ = run_probe(matrix, "mixed_a100_t4", tree="proprietary_535_cgroup_v2")
     again = target_from_json(json.loads(json.dumps(target.to_json())))

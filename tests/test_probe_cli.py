@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.matrix.load import default_matrix_dir
-from cudalock.target.overrides import target_from_json
+from cudalock.matrix import default_matrix_dir
+from cudalock.target import target_from_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"
 TEST_MATRIX = FIXTURES / "matrix"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cudalock.errors import InputError
 from cudalock.model import Gpu, Host, Target
-from cudalock.target.overrides import read_probe_file, target_from_json
+from cudalock.target import read_probe_file, target_from_json
 from cudalock.versions import (
     DriverVersion,
     parse_compute_capability,

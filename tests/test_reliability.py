@@ -30,8 +30,8 @@ from cudalock.doctor.logs import parse_exit_code, scan_training_log, shape_from_
 from cudalock.doctor.run import read_deepspeed_config
 from cudalock.errors import EnvironmentFailure, InputError, UsageError
 from cudalock.fsutil import write_atomic, write_group
-from cudalock.matrix.load import default_matrix_dir
-from cudalock.memory.sizes import parse_bytes, parse_param_count
+from cudalock.matrix import default_matrix_dir
+from cudalock.memory import parse_bytes, parse_param_count
 from cudalock.resolve import parse_torch_spec
 from cudalock.urls import redact, validate_index_url
 from cudalock.versions import parse_python_version

@@ -17,7 +17,7 @@ from cudalock.audit.reports import (
     report_target,
 )
 from cudalock.errors import InputError
-from cudalock.matrix.load import Matrix, load_matrix
+from cudalock.matrix import Matrix, load_matrix
 from cudalock.versions import DriverVersion
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reports"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from cudalock.errors import Unsatisfiable
-from cudalock.matrix.load import Matrix, load_matrix
+from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Gpu, Request, Target
 from cudalock.resolve import make_request, resolve
 from cudalock.versions import DriverVersion, parse_compute_capability

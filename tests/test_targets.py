@@ -15,9 +15,9 @@ import pytest
 
 from cudalock.cli.options import TargetOptions
 from cudalock.errors import InputError, UsageError
-from cudalock.matrix.load import Matrix, load_matrix
+from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Gpu, Host, Target
-from cudalock.target.overrides import read_probe_file, target_from_json, targets_from_options
+from cudalock.target import read_probe_file, target_from_json, targets_from_options
 from cudalock.versions import DriverVersion
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cudalock.env.render import RenderOptions, render
+from cudalock.env import RenderOptions, render
 from cudalock.errors import UsageError
 from cudalock.urls import redact, strip_credentials, validate_index_url
 from tests.test_render import make_plan

@@ -28,7 +28,7 @@ from cudalock.audit.installed import (
     public_version,
 )
 from cudalock.errors import CudalockError
-from cudalock.matrix.load import Matrix, TorchBuild, TorchRelease
+from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.model import Finding, Plan, Severity, Target
 from cudalock.resolve import make_request, resolve
 from cudalock.resolve.compat import (

@@ -25,7 +25,7 @@ from cudalock.audit.installed import (
     public_version,
 )
 from cudalock.errors import InputError
-from cudalock.matrix.load import Matrix
+from cudalock.matrix import Matrix
 from cudalock.model import Gpu, Target
 from cudalock.platforms import PLATFORMS, platform_for
 from cudalock.versions import (

@@ -17,17 +17,16 @@ from cudalock.audit.deep import deep_inspect
 from cudalock.audit.inspection import start_inspection
 from cudalock.audit.installed import Installed
 from cudalock.audit.reports import report_target
-from cudalock.matrix.load import Matrix, load_matrix
+from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Finding, Target
+from cudalock.target import probe_machine
 from cudalock.target.overrides import apply_overrides, overrides_from_options, read_probe_files
-from cudalock.target.probe import probe_machine
 
 if TYPE_CHECKING:
-    from cudalock.audit.inspection import RunningInspection
-
     # Only ``audit --report`` reads pasted reports: the live audit does not import their parsers.
+    from cudalock.audit.inspection import RunningInspection
     from cudalock.audit.reports import ParsedReport
-    from cudalock.target.overrides import TargetOptions
+    from cudalock.target import TargetOptions
 
 
 @dataclass(frozen=True)

@@ -184,7 +184,8 @@ def memory(*, probe_file: Path | None, json_output: bool, memory_opts: MemoryOpt
     from cudalock.doctor.diagnosis import SetupHints, build_setup, merge_hints
     from cudalock.doctor.run import host_memory_from, read_deepspeed_config, smallest_gpu_memory
     from cudalock.errors import UsageError
-    from cudalock.memory.estimates import check_host_memory, memory_needs, render_verdict
+    from cudalock.memory.estimates import check_host_memory, memory_needs
+    from cudalock.memory.render import render_verdict
 
     flags = memory_opts.hints()
     model, deepspeed_config = memory_opts.model, memory_opts.deepspeed_config

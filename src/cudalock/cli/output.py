@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cudalock.matrix.load import Matrix
+    from cudalock.matrix import Matrix
     from cudalock.target.overrides import TargetOptions
 
 

@@ -30,11 +30,7 @@ from cudalock.doctor.logs import (
     LogFacts,
     RunShape,
 )
-from cudalock.memory.estimates import (
-    MemoryVerdict,
-    TrainingSetup,
-)
-from cudalock.memory.sizes import format_gib
+from cudalock.memory import MemoryVerdict, TrainingSetup, format_gib
 from cudalock.model import Finding
 from cudalock.procs import signal_name
 from cudalock.target.host import CgroupMemory, ShmInfo

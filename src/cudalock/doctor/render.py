@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cudalock.doctor.diagnosis import DoctorReport
-from cudalock.memory.estimates import render_verdict
+from cudalock.memory.render import render_verdict
 from cudalock.model import Finding
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudalock.audit.runner import audit_findings
+from cudalock.audit import audit_findings
 from cudalock.doctor import kernel as ke
 from cudalock.doctor.diagnosis import (
     SIGBUS,
@@ -34,16 +34,16 @@ from cudalock.doctor.logs import (
     shape_from_deepspeed_config,
 )
 from cudalock.errors import InputError
-from cudalock.memory.estimates import (
+from cudalock.memory import (
     HostMemory,
     MemoryVerdict,
     check_host_memory,
     memory_needs,
+    read_model_size,
 )
-from cudalock.memory.model_size import read_model_size
 from cudalock.model import Finding, Host, Target
+from cudalock.target import probe_machine
 from cudalock.target.host import CgroupMemory, ShmInfo, read_cgroup_memory, read_shm
-from cudalock.target.probe import probe_machine
 
 MAX_LOG_BYTES = 256 * 2**20
 

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudalock.audit import audit_live
 from cudalock.audit.inspection import python_for_prefix, start_inspection
-from cudalock.audit.runner import audit_live
 from cudalock.env.render import (
     OUTPUT_FORMATS,
     OutputFormat,
@@ -46,11 +46,10 @@ from cudalock.env.spec import (
 from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.fsutil import refuse_existing, write_group
 from cudalock.lock.uv import find_uv
-from cudalock.matrix.load import Matrix, load_matrix
+from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Plan, Request
-from cudalock.resolve.request import RequestOptions
-from cudalock.resolve.search import resolve
-from cudalock.target.overrides import TargetOptions, targets_from_options
+from cudalock.resolve import RequestOptions, resolve
+from cudalock.target import TargetOptions, targets_from_options
 from cudalock.urls import redact
 
 LOG_FILE = "cudalock-bootstrap.log"

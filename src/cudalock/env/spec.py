@@ -27,8 +27,8 @@ from tomlkit.exceptions import ParseError, TOMLKitError
 
 from cudalock.errors import InputError
 from cudalock.model import Request, Target
-from cudalock.resolve.request import RequestOptions
-from cudalock.target.overrides import TargetOptions
+from cudalock.resolve import RequestOptions
+from cudalock.target import TargetOptions
 from cudalock.urls import strip_credentials
 from cudalock.versions import format_cc, format_cuda
 

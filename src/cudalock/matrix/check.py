@@ -20,14 +20,14 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import InputError
-from cudalock.matrix.load import (
+from cudalock.matrix.load import load_matrix
+from cudalock.matrix.model import (
     STATUSES,
     ArchSupport,
     Matrix,
     Provenance,
     TorchBuild,
     TorchRelease,
-    load_matrix,
 )
 from cudalock.platforms import PLATFORMS as KNOWN_PLATFORMS
 from cudalock.versions import (

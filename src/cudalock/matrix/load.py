@@ -25,14 +25,28 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import cudalock.versions
 from cudalock import __version__
 from cudalock.errors import InputError
+from cudalock.matrix.model import (
+    MATRIX_FILES,
+    SCHEMA_VERSION,
+    STATUSES,
+    ArchSupport,
+    CudaMajor,
+    CudaToolkit,
+    DeepSpeedCudaCheck,
+    DeepSpeedRelease,
+    GpuModel,
+    Matrix,
+    Provenance,
+    TorchBuild,
+    TorchRelease,
+)
 from cudalock.shipped import shipped_dir
 from cudalock.tomlfile import tomllib
 from cudalock.versions import (
@@ -42,198 +56,6 @@ from cudalock.versions import (
     parse_compute_capability,
     parse_cuda_version,
 )
-
-SCHEMA_VERSION = 1
-MATRIX_FILES = ("matrix.toml", "cuda.toml", "torch.toml", "gpus.toml", "deepspeed.toml")
-STATUSES = ("verified", "unverified")
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where a fact comes from and whether it was verified against a primary source."""
-
-    source: tuple[str, ...]
-    status: str
-    #: Fields of this entry whose values are not verified even though the entry is.
-    unverified_fields: tuple[str, ...] = ()
-    note: str | None = None
-
-    @property
-    def verified(self) -> bool:
-        return self.status == "verified"
-
-    def field_verified(self, name: str) -> bool:
-        return self.verified and name not in self.unverified_fields
-
-
-@dataclass(frozen=True)
-class CudaToolkit:
-    """A CUDA toolkit release (patch level) and the minimum driver it needs."""
-
-    version: str  # "12.1.0"
-    label: str
-    driver_linux: DriverVersion | None
-    driver_windows: DriverVersion | None
-    provenance: Provenance
-
-    @property
-    def cuda(self) -> CudaVersion:
-        return parse_cuda_version(self.version)
-
-
-@dataclass(frozen=True)
-class CudaMajor:
-    """Minor-version compatibility for one CUDA major (absent before 11)."""
-
-    major: int
-    minor_compat_linux: DriverVersion | None
-    minor_compat_windows: DriverVersion | None
-    provenance: Provenance
-
-
-@dataclass(frozen=True)
-class ArchSupport:
-    """The GPU architectures nvcc of a CUDA version can compile for (SASS targets)."""
-
-    cuda: CudaVersion
-    sass: tuple[ComputeCapability, ...]
-    provenance: Provenance
-
-
-@dataclass(frozen=True)
-class TorchBuild:
-    """One published build of a torch release: ``cpu``, ``cu121``, ``rocm6.1``, ..."""
-
-    variant: str
-    cuda: CudaVersion | None
-    cudnn: str | None
-    nccl: str | None
-    sass: tuple[ComputeCapability, ...]
-    ptx: tuple[ComputeCapability, ...]
-    platforms: tuple[str, ...]
-    provenance: Provenance
-
-    @property
-    def kind(self) -> str:
-        if self.variant == "cpu":
-            return "cpu"
-        if self.variant.startswith("cu"):
-            return "cuda"
-        if self.variant.startswith("rocm"):
-            return "rocm"
-        return "other"
-
-
-@dataclass(frozen=True)
-class TorchRelease:
-    """One torch release: its Python wheels, companions and builds (torch.toml)."""
-
-    version: str
-    date: str
-    requires_python: str
-    #: CPython versions with wheels, per platform ("3.13t" is free-threaded).
-    python: Mapping[str, tuple[str, ...]]
-    #: The variant PyPI serves by default, per platform (a CUDA build on Linux, CPU on Windows).
-    pypi_default: Mapping[str, str]
-    torchvision: str | None
-    torchaudio: str | None
-    builds: tuple[TorchBuild, ...]
-    provenance: Provenance
-
-    def builds_for(self, platform: str) -> tuple[TorchBuild, ...]:
-        return tuple(b for b in self.builds if platform in b.platforms)
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    """A GPU model: how NVML names it and its compute capability (gpus.toml)."""
-
-    name: str
-    #: Substrings of NVML's device name that identify this model (case-insensitive).
-    match: tuple[str, ...]
-    compute_capability: ComputeCapability
-    architecture: str
-    provenance: Provenance
-
-
-@dataclass(frozen=True)
-class DeepSpeedRelease:
-    """One DeepSpeed release and the torch versions it supports (deepspeed.toml)."""
-
-    version: str
-    date: str | None
-    requires_python: str | None
-    #: PEP 440 specifier of the torch versions this release supports.
-    torch: str
-    provenance: Provenance
-
-
-@dataclass(frozen=True)
-class DeepSpeedCudaCheck:
-    """DeepSpeed's op builder rule: which nvcc/torch CUDA minor mismatches it accepts."""
-
-    deepspeed: str  # specifier of DeepSpeed versions this rule applies to
-    minor_mismatch_ok: Mapping[int, tuple[CudaVersion, ...]]
-    provenance: Provenance
-
-
-@dataclass(frozen=True)
-class Matrix:
-    """The whole compatibility matrix, loaded from compat_matrix/ (or its cache)."""
-
-    schema_version: int
-    matrix_version: str
-    toolkits: tuple[CudaToolkit, ...]
-    majors: tuple[CudaMajor, ...]
-    arch_support: tuple[ArchSupport, ...]
-    torch_releases: tuple[TorchRelease, ...]
-    gpus: tuple[GpuModel, ...]
-    deepspeed: tuple[DeepSpeedRelease, ...]
-    deepspeed_cuda_checks: tuple[DeepSpeedCudaCheck, ...]
-    directory: Path | None = field(default=None, compare=False)
-
-    @cached_property
-    def _releases_by_version(self) -> dict[str, TorchRelease]:
-        return {r.version: r for r in self.torch_releases}
-
-    def torch_release(self, version: str) -> TorchRelease | None:
-        return self._releases_by_version.get(version)
-
-    def cuda_major(self, major: int) -> CudaMajor | None:
-        return next((m for m in self.majors if m.major == major), None)
-
-    def min_driver_for_cuda(self, cuda: CudaVersion, platform: str) -> DriverVersion | None:
-        """The lowest driver that runs CUDA ``cuda`` by backward compatibility (its GA driver)."""
-        windows = platform.startswith("windows")
-        candidates = [
-            (tk.driver_windows if windows else tk.driver_linux)
-            for tk in self.toolkits
-            if tk.cuda == cuda
-        ]
-        known = [d for d in candidates if d is not None]
-        return min(known) if known else None
-
-    def max_cuda_for_driver(self, driver: DriverVersion, platform: str) -> CudaVersion | None:
-        """The newest CUDA version whose minimum driver is at or below ``driver``."""
-        windows = platform.startswith("windows")
-        best: CudaVersion | None = None
-        for tk in self.toolkits:
-            minimum = tk.driver_windows if windows else tk.driver_linux
-            if (minimum is not None and minimum <= driver and tk.provenance.verified
-                    and (best is None or tk.cuda > best)):
-                best = tk.cuda
-        return best
-
-    def gpu_by_name(self, name: str) -> GpuModel | None:
-        """The GPU model whose match strings best fit an NVML device name (longest match wins)."""
-        lowered = name.lower()
-        best: tuple[int, GpuModel] | None = None
-        for gpu in self.gpus:
-            for needle in gpu.match:
-                if needle.lower() in lowered and (best is None or len(needle) > best[0]):
-                    best = (len(needle), gpu)
-        return best[1] if best else None
-
 
 # --------------------------------------------------------------------------------------------
 # Loading

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from cudalock.matrix.load import Matrix, TorchBuild
+from cudalock.matrix import Matrix, TorchBuild
 from cudalock.model import Target
 from cudalock.versions import (
     ComputeCapability,

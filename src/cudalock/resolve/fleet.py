@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cudalock.errors import Unsatisfiable, UsageError
-from cudalock.matrix.load import Matrix
+from cudalock.matrix import Matrix
 from cudalock.model import Target
 from cudalock.resolve.compat import DriverVerdict, driver_verdict, target_driver_cuda
 from cudalock.versions import ComputeCapability, CudaVersion, DriverVersion, format_cc

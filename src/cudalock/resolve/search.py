@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import Unsatisfiable, UsageError
-from cudalock.matrix.load import DeepSpeedRelease, Matrix, TorchBuild, TorchRelease
+from cudalock.matrix import DeepSpeedRelease, Matrix, TorchBuild, TorchRelease
 from cudalock.model import Compat, PackagePin, Plan, Rejection, Request, Target
 from cudalock.resolve.compat import MINOR_COMPAT_COST, DriverVerdict, missing_archs
 from cudalock.resolve.fleet import Fleet, cc_text, node_name, reduce_fleet

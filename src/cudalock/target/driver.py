@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cudalock.errors import CudalockError
-from cudalock.matrix.load import load_matrix
+from cudalock.matrix import load_matrix
 from cudalock.model import Gpu
 from cudalock.target.host import read_text_or_none
 from cudalock.versions import (
@@ -25,7 +25,7 @@ from cudalock.versions import (
 )
 
 if TYPE_CHECKING:
-    from cudalock.matrix.load import Matrix
+    from cudalock.matrix import Matrix
 
 
 

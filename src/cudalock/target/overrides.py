@@ -37,7 +37,7 @@ from cudalock.versions import (
 )
 
 if TYPE_CHECKING:
-    from cudalock.matrix.load import GpuModel, Matrix
+    from cudalock.matrix import GpuModel, Matrix
 
 
 

@@ -37,7 +37,7 @@ from cudalock.versions import (
 )
 
 if TYPE_CHECKING:
-    from cudalock.matrix.load import Matrix
+    from cudalock.matrix import Matrix
 
 
 @dataclass(frozen=True)
