@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cudalock.matrix.model import arch_covers
 from cudalock.model import Target
 from cudalock.resolve.compat import (
-    arch_covers,
     driver_verdict,
     minor_compat_floor,
     missing_archs,

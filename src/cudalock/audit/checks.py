@@ -29,10 +29,10 @@ from cudalock.audit.installed import (
 )
 from cudalock.errors import CudalockError
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
+from cudalock.matrix.model import arch_covers
 from cudalock.model import Finding, Plan, Severity, Target
 from cudalock.resolve import make_request, resolve
 from cudalock.resolve.compat import (
-    arch_covers,
     driver_verdict,
     missing_archs,
     target_driver_cuda,

@@ -3,7 +3,7 @@ DeepSpeed releases, each with its provenance."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -209,3 +209,18 @@ class Matrix:
                 if needle.lower() in lowered and (best is None or len(needle) > best[0]):
                     best = (len(needle), gpu)
         return best[1] if best else None
+
+
+def arch_covers(
+    sass: Iterable[ComputeCapability],
+    ptx: Iterable[ComputeCapability],
+    cc: ComputeCapability,
+) -> bool:
+    """True when a GPU of compute capability ``cc`` can run code built for ``sass``/``ptx``.
+
+    SASS runs on the same major architecture at an equal or higher minor (sm_80 on 8.6, sm_60
+    on 6.1, but not sm_90 on 10.0); PTX is JIT-compiled forward to any equal or newer GPU.
+    """
+    if any(s[0] == cc[0] and s[1] <= cc[1] for s in sass):
+        return True
+    return any(p <= cc for p in ptx)

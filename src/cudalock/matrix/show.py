@@ -12,9 +12,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from cudalock.matrix.model import Matrix, TorchBuild, TorchRelease
+from cudalock.matrix.model import Matrix, TorchBuild, TorchRelease, arch_covers
 from cudalock.platforms import PLATFORMS
-from cudalock.resolve.compat import arch_covers
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,

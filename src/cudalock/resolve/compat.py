@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cudalock.matrix import Matrix, TorchBuild
+from cudalock.matrix.model import arch_covers
 from cudalock.model import Target
 from cudalock.versions import (
     ComputeCapability,
@@ -28,21 +29,6 @@ MINOR_COMPAT_COST = (
     "no PTX JIT for PTX newer than the driver, and features that need a newer driver fail "
     "at run time"
 )
-
-
-def arch_covers(
-    sass: Iterable[ComputeCapability],
-    ptx: Iterable[ComputeCapability],
-    cc: ComputeCapability,
-) -> bool:
-    """True when a GPU of compute capability ``cc`` can run code built for ``sass``/``ptx``.
-
-    SASS runs on the same major architecture at an equal or higher minor (sm_80 on 8.6, sm_60
-    on 6.1, but not sm_90 on 10.0); PTX is JIT-compiled forward to any equal or newer GPU.
-    """
-    if any(s[0] == cc[0] and s[1] <= cc[1] for s in sass):
-        return True
-    return any(p <= cc for p in ptx)
 
 
 def missing_archs(

@@ -1,0 +1,71 @@
+"""The package layout follows the data flow: each package imports only the ones below it, and
+nothing but the command line imports the command line."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "cudalock"
+
+#: Shared building blocks every package may use.
+BASE = frozenset({"errors", "versions", "model", "platforms", "urls", "fsutil", "procs",
+                  "shipped", "tomlfile"})
+#: What each package may import besides the base (and itself); "cli" may import anything.
+ALLOWED: dict[str, frozenset[str]] = {
+    "matrix": frozenset(),
+    "target": frozenset({"matrix"}),
+    "resolve": frozenset({"matrix"}),
+    "memory": frozenset(),
+    "lock": frozenset({"matrix", "resolve"}),
+    "audit": frozenset({"matrix", "target", "resolve"}),
+    "env": frozenset({"matrix", "target", "resolve", "lock", "audit"}),
+    "doctor": frozenset({"matrix", "target", "resolve", "audit", "memory"}),
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    """The top-level parts of cudalock (``cudalock.X...`` → X) that ``path`` imports."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "cudalock" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def package_of(path: Path) -> str:
+    relative = path.relative_to(SRC)
+    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+
+
+def test_nothing_but_the_command_line_imports_it() -> None:
+    offenders = [str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
+                 if package_of(path) not in ("cli", "__main__")
+                 and "cli" in imported_packages(path)]
+    assert offenders == []
+
+
+def test_each_package_imports_only_those_below_it() -> None:
+    problems = []
+    for path in sorted(SRC.rglob("*.py")):
+        package = package_of(path)
+        if package in ("cli", "__main__", "__init__"):
+            continue
+        allowed = BASE | ALLOWED.get(package, frozenset()) | {package}
+        for imported in sorted(imported_packages(path) - allowed):
+            problems.append(f"{path.relative_to(SRC)} imports cudalock.{imported}")
+    assert problems == []
+
+
+def test_every_module_belongs_to_a_known_package_or_the_base() -> None:
+    unknown = {package_of(path) for path in SRC.rglob("*.py")} - BASE - set(ALLOWED) - {
+        "cli", "__main__", "__init__"}
+    assert unknown == set()
