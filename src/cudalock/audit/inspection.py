@@ -16,7 +16,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cudalock.audit.installed import (
     DeepSpeedBuild,
@@ -29,11 +29,6 @@ from cudalock.audit.installed import (
 from cudalock.errors import EnvironmentFailure, InputError
 from cudalock.platforms import PLATFORMS, platform_for
 from cudalock.procs import signal_name
-
-# The model of what is installed is imported where a document is read, not here: ``audit``
-# starts the inspection first, and every import before the start delays the child.
-if TYPE_CHECKING:
-    from cudalock.audit.installed import Installed
 
 __all__ = [
     "RunningInspection",

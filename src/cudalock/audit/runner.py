@@ -23,7 +23,6 @@ from cudalock.target import probe_machine
 from cudalock.target.overrides import apply_overrides, overrides_from_options, read_probe_files
 
 if TYPE_CHECKING:
-    # Only ``audit --report`` reads pasted reports: the live audit does not import their parsers.
     from cudalock.audit.inspection import RunningInspection
     from cudalock.audit.reports import ParsedReport
     from cudalock.target import TargetOptions

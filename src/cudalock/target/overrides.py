@@ -136,9 +136,6 @@ _NAME_PREFIXES = ("", "NVIDIA ", "Tesla ", "NVIDIA GeForce ")
 
 def nearest_gpu_names(name: str, matrix: Matrix, limit: int = 3) -> list[str]:
     """Up to ``limit`` GPU names of the matrix that look like ``name`` (typos, case, prefixes)."""
-    # Imported here, not at the top: only an unknown --gpu name needs it, and every command
-    # that builds a Target imports this module.
-
     known = sorted({g.name for g in matrix.gpus} | {m for g in matrix.gpus for m in g.match})
     # Compare without case and without the vendor prefixes, so 'h1oo' finds 'H100 80GB' as
     # readily as 'RTX 4O90' finds 'RTX 4090'.
