@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -534,3 +536,76 @@ def test_ctrl_c_exits_130_with_one_line() -> None:
         out, err = child.communicate(timeout=60)
     assert child.returncode == 130
     assert (out, err) == ("", "cudalock: interrupted\n")
+
+
+@pytest.fixture(scope="module")
+def completion_script(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    done = subprocess.run(
+        [str(CUDALOCK), "--print-completion", "bash"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    path = tmp_path_factory.mktemp("completion") / "cudalock.bash"
+    path.write_text(done.stdout)
+    yield path
+
+
+def test_completion_script_is_valid_bash(completion_script: Path) -> None:
+    subprocess.run(["bash", "-n", str(completion_script)], check=True, timeout=60)
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which(
+        "shellcheck"
+    )
+    if shellcheck:
+        subprocess.run([shellcheck, "--shell=bash", str(completion_script)], check=True, timeout=60)
+
+
+def complete(script: Path, words: list[str], cwd: Path | None = None) -> list[str]:
+    """What bash offers for the last of ``words`` (``cudalock ...``), one per line."""
+    program = (
+        f"source {script}\n"
+        f"COMP_WORDS=({' '.join(repr(w) for w in words)})\n"
+        f"COMP_CWORD={len(words) - 1}\n"
+        "_cudalock\n"
+        "printf '%s\\n' \"${COMPREPLY[@]}\"\n"
+    )
+    done = subprocess.run(
+        ["bash", "-c", program], capture_output=True, text=True, cwd=cwd, timeout=60, check=True
+    )
+    return [line for line in done.stdout.splitlines() if line]
+
+
+def test_completion_offers_commands_flags_and_files(
+    completion_script: Path, tmp_path: Path
+) -> None:
+    assert complete(completion_script, ["cudalock", ""]) == [
+        *COMMANDS,
+        "-h",
+        "--help",
+        "--version",
+        "--print-completion",
+    ]
+    assert complete(completion_script, ["cudalock", "re"]) == ["resolve"]
+    assert complete(completion_script, ["cudalock", "resolve", "--dri"]) == [
+        "--driver-version",
+        "--driver-cuda",
+    ]
+    assert complete(completion_script, ["cudalock", "doctor", "--gath"]) == [
+        "--gather-16bit-weights"
+    ]
+    assert complete(completion_script, ["cudalock", "matrix", ""])[:3] == [
+        "check",
+        "show",
+        "refresh",
+    ]
+    assert complete(completion_script, ["cudalock", "matrix", "show", "--j"]) == ["--json"]
+    (tmp_path / "node.json").write_text("{}")
+    assert complete(completion_script, ["cudalock", "resolve", "--probe", "no"], cwd=tmp_path) == [
+        "node.json"
+    ]
+    assert complete(completion_script, ["cudalock", "resolve", "--torch", ""]) == []
+    assert complete(completion_script, ["cudalock", "--print-completion", ""]) == ["bash"]
+    assert complete(completion_script, ["cudalock", "matrix", "check", "no"], cwd=tmp_path) == [
+        "node.json"
+    ]

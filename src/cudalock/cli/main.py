@@ -166,6 +166,22 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _CompletionAction(argparse.Action):
+    """``--print-completion bash``: a static completion script generated from the parser."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from cudalock.cli.completion import bash_completion
+
+        sys.stdout.write(bash_completion(build_parser(COMMANDS, with_flags=True)))
+        parser.exit()
+
+
 def version_line() -> str:
     from cudalock import __version__
     from cudalock.matrix.load import load_matrix
@@ -188,6 +204,14 @@ def build_parser(commands: Iterable[str], *, with_flags: bool) -> Parser:
         usage="%(prog)s [--version] COMMAND [options]",
     )
     parser.add_argument("--version", action=_VersionAction)
+    parser.add_argument(
+        "--print-completion",
+        action=_CompletionAction,
+        choices=("bash",),
+        metavar="SHELL",
+        help="Print a completion script for SHELL (bash), then exit: "
+        'eval "$(cudalock --print-completion bash)".',
+    )
     parser.set_defaults(handler=help_and_exit(parser))  # no command: what there is to run
     subparsers = parser.add_subparsers(title="Commands", metavar="COMMAND")
     for name in commands:
