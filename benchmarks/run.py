@@ -200,7 +200,7 @@ STARTUP_STEPS = (
     ("the interpreter alone", "pass"),
     ("+ the standard library cudalock itself needs (re, enum, typing, dataclasses, pathlib, "
      "json)", "import re, enum, typing, dataclasses, pathlib, json"),
-    ("+ `cudalock.cli.main` and the resolve command module (its flag tables; no typer)",
+    ("+ `cudalock.cli.main` and the resolve command module (argparse, the shared flag groups)",
      "import cudalock.cli.main, cudalock.cli.resolve"),
     ("+ `cudalock.resolve`, `cudalock.resolve.explain`, `cudalock.target.overrides` (packaging, "
      "the model, the matrix types)",
@@ -252,18 +252,15 @@ def startup_breakdown(ctx: Context, whole: float) -> str:
                for _ in range(ctx.repeat)]
     rows.append(f"| the same Plan from library calls, no CLI at all (below) | "
                 f"{statistics.median(library) * 1000:.1f} | |")
-    typer_alone = [run_timed([ctx.python, "-c", "import typer"], ctx.env)[0]
-                   for _ in range(ctx.repeat)]
     return (
         "Where the start-up goes: each line is the median wall time of "
         f"`{shown(ctx.python)} -c \"<the imports of this line and those above>\"`, "
         f"{ctx.repeat} runs each, alternating; the last column is what the line adds.\n\n"
         "| imports | ms | adds |\n|---|---:|---:|\n" + "\n".join(rows) +
-        "\n\nThe command reads a well-formed command line with the standard-library parser of "
-        "`cudalock.cli.flags` and does not import typer, which alone takes "
-        f"{statistics.median(typer_alone) * 1000:.1f} ms to import here (`{shown(ctx.python)} -c "
-        "\"import typer\"`); `--help`, usage errors and the `matrix` command group use it. "
-        "The last line is the same work as library calls, no CLI at all: "
+        "\n\nThe command line is read by argparse; `cudalock.cli.main` builds the parser for "
+        "the command named (importing that command's module alone) and each command imports "
+        "the core it uses when it runs. The last line is the same work as library calls, no CLI "
+        "at all: "
         f"`{shown(ctx.python)} -c` running\n\n```python\n{WITHOUT_CLI}```"
     )
 
@@ -448,11 +445,10 @@ def case_lock(ctx: Context, fig: Figure) -> None:
 
 def child_lock_inputs(directory: Path, args: list[str]) -> dict[str, Any]:
     """The uv input project and arguments cudalock's lock uses for these flags."""
-    from cudalock.cli.options import TargetOptions
     from cudalock.lock.pylock import input_project, lock_input, target_glibc, uv_compile_args
     from cudalock.matrix import load_matrix
     from cudalock.resolve import make_request, resolve
-    from cudalock.target import targets_from_options
+    from cudalock.target import TargetOptions, targets_from_options
 
     flags: dict[str, list[str]] = {}
     for flag, value in zip(args[::2], args[1::2], strict=True):

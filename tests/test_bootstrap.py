@@ -200,7 +200,7 @@ def test_cudalock_toml_syntax_error_names_the_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_bootstrap_cli_module_imports_only_typer_at_top() -> None:
+def test_bootstrap_cli_module_imports_only_the_standard_library_at_top() -> None:
     code = ("import sys, cudalock.cli.bootstrap; "
             "print(sorted(m for m in ('cudalock.env.bootstrap', 'cudalock.env.render', "
             "'cudalock.resolve.search', 'yaml', 'tomlkit') if m in sys.modules))")

@@ -1,17 +1,19 @@
-"""The command group imports a command's module only when that command runs (start-up time)."""
+"""A command imports its own module and the core it uses, nothing more (start-up time)."""
 
 from __future__ import annotations
 
-import os
+import ctypes
 import subprocess
 import sys
+from pathlib import Path
 
-from typer.testing import CliRunner
+import pytest
 
-from cudalock.cli.app import app
 from cudalock.cli.main import COMMANDS
 
-#: Run `cudalock ARGS` in a fresh interpreter, then print the command modules it imported.
+CLI = Path(__file__).resolve().parents[1] / "src" / "cudalock" / "cli"
+
+#: Run `cudalock ARGS` in a fresh interpreter, then print the modules it imported.
 LOADED = """
 import sys
 from cudalock.cli.main import run
@@ -19,81 +21,114 @@ try:
     run(sys.argv[1:])
 except SystemExit:
     pass
-print(sorted(m for m in sys.modules if m.startswith("cudalock.cli.") and m.endswith("_cmd")),
-      "typer" in sys.modules, file=sys.stderr)
+print("\\nLOADED", " ".join(sorted(sys.modules)), file=sys.stderr)
 """
 
+#: Modules the resolve path must never import: the network, TOML writing, YAML, the old CLI
+#: framework and torch.
+HEAVY = (
+    "requests",
+    "urllib3",
+    "tomlkit",
+    "yaml",
+    "typer",
+    "click",
+    "rich",
+    "pydantic",
+    "torch",
+    "packaging.requirements",
+)
 
-def loaded_command_modules(*args: str) -> tuple[subprocess.CompletedProcess[str], str]:
-    done = subprocess.run([sys.executable, "-c", LOADED, *args], capture_output=True, text=True,
-                          timeout=120, check=False)
-    return done, done.stderr.strip().splitlines()[-1]
+
+def loaded_modules(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("LOADED "), done.stderr
+    return done, set(line.split()[1:])
+
+
+def command_modules(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.startswith("cudalock.cli.")}
+
+
+def nvml_loads() -> bool:
+    """Whether libnvidia-ml loads here (the probe then imports pynvml, as it should)."""
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def test_resolve_imports_only_its_own_command_module() -> None:
-    done, loaded = loaded_command_modules(
-        "resolve", "--driver-version", "535.104.05", "--python", "3.11", "--json")
-    assert '"torch"' in done.stdout
-    assert loaded == "['cudalock.cli.resolve'] False"
+    done, modules = loaded_modules(
+        "resolve", "--driver-version", "535.104.05", "--python", "3.11", "--json"
+    )
+    assert '"torch"' in done.stdout, done.stderr
+    assert command_modules(modules) == {
+        "cudalock.cli.main",
+        "cudalock.cli.args",
+        "cudalock.cli.output",
+        "cudalock.cli.resolve",
+    }
+    heavy = [*HEAVY, *([] if nvml_loads() else ["pynvml"])]
+    assert [m for m in heavy if m in modules] == []
+    # argparse's help formatter would otherwise import shutil for the terminal width.
+    assert "shutil" not in modules
 
 
-def test_table_declared_commands_run_without_typer_when_well_formed() -> None:
-    for args in (["probe", "--json"], ["resolve", "--no-gpu", "--python", "3.11"],
-                 ["audit", "--report", "-", "--no-gpu", "--json"]):
-        done, loaded = loaded_command_modules(*args)
-        assert loaded.endswith(" False"), (args, done.stderr)
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["resolv"], []])
+def test_top_level_help_and_errors_import_no_command_module(args: list[str]) -> None:
+    _, modules = loaded_modules(*args)
+    assert command_modules(modules) <= {
+        "cudalock.cli.main",
+        "cudalock.cli.args",
+        "cudalock.cli.output",
+    }
 
 
-def test_help_typos_and_typer_declared_commands_go_to_typer() -> None:
-    for args, module in ((["resolve", "--help"], "resolve"), (["resolve", "--jsn"], "resolve"),
-                         (["lock", "--help"], "lock")):
-        done, loaded = loaded_command_modules(*args)
-        assert loaded == f"['cudalock.cli.{module}_cmd'] True", (args, done.stderr)
-    typo = subprocess.run([sys.executable, "-m", "cudalock", "resolve", "--jsn"],
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert typo.returncode == 2 and "No such option: --jsn" in typo.stderr
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_command_help_imports_only_that_command(command: str) -> None:
+    done, modules = loaded_modules(command, "--help")
+    assert done.stdout.startswith(f"usage: cudalock {command}"), done.stderr
+    shared = {"cudalock.cli.main", "cudalock.cli.args", "cudalock.cli.output"}
+    if command in ("doctor", "memory"):
+        shared.add("cudalock.cli.training")
+    assert command_modules(modules) == {*shared, COMMANDS[command][0]}
+    assert [m for m in HEAVY if m in modules] == []
 
 
-def test_help_lists_every_command_in_order() -> None:
-    result = CliRunner().invoke(app, ["--help"], prog_name="cudalock", env={"COLUMNS": "120"})
-    assert result.exit_code == 0
-    # In the commands table each name is followed by its padded help column.
-    positions = [result.output.find(f" {name}  ") for name in COMMANDS]
-    assert all(p >= 0 for p in positions), result.output
-    assert positions == sorted(positions)
-
-
-def test_every_registered_command_builds_and_has_help() -> None:
-    for name in COMMANDS:
-        result = CliRunner().invoke(app, [name, "--help"], prog_name="cudalock")
-        assert result.exit_code == 0, (name, result.output)
-        assert f"cudalock {name}" in result.output
-
-
-def test_a_mistyped_command_is_named_with_a_suggestion() -> None:
-    result = CliRunner().invoke(app, ["resolv"], prog_name="cudalock")
-    assert result.exit_code == 2
-    assert "No such command 'resolv'" in result.output
-    assert "Did you mean 'resolve'?" in result.output
-
-
-EAGER = """
-from typer.testing import CliRunner
-from cudalock.cli.app import app
-
-@app.command("zzz-eager")
-def eager() -> None:
-    "An eagerly registered command."
-    print("ran eager")
-
-runner = CliRunner()
-print(runner.invoke(app, ["zzz-eager"]).output.strip())
-print("listed" if "zzz-eager" in runner.invoke(app, ["--help"]).output else "missing")
+#: Imports a command module alone and prints what it brought in beyond the interpreter's start.
+TOP_LEVEL = """
+import sys
+before = set(sys.modules)
+import importlib
+importlib.import_module(sys.argv[1])
+print(" ".join(sorted(set(sys.modules) - before)))
 """
 
 
-def test_a_command_registered_the_eager_way_still_runs_and_is_listed() -> None:
-    # In a child process: registering a command changes the shared app.
-    done = subprocess.run([sys.executable, "-c", EAGER], capture_output=True, text=True,
-                          timeout=120, check=False, env={**os.environ, "COLUMNS": "120"})
-    assert done.stdout.split() == ["ran", "eager", "listed"], done.stdout + done.stderr
+@pytest.mark.parametrize("module", sorted(p.stem for p in CLI.glob("*.py")))
+def test_command_modules_import_only_the_standard_library_at_the_top(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", TOP_LEVEL, f"cudalock.cli.{module}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    imported = set(done.stdout.split())
+    outside = {
+        m
+        for m in imported
+        if m.split(".")[0] not in sys.stdlib_module_names
+        and m not in ("cudalock", "cudalock.cli", "cudalock.errors")
+        and not m.startswith("cudalock.cli.")
+    }
+    assert outside == set(), module

@@ -148,10 +148,9 @@ def test_resolve_stays_import_light() -> None:
     # The resolve path must not pay for the network, TOML writing or rich rendering.
     script = (
         "import sys\n"
-        "from cudalock.cli.app import app\n"
+        "from cudalock.cli.main import run\n"
         "try:\n"
-        "    app(args=['resolve', '--driver-version', '570.86.15', '--gpu', 'RTX 5090',"
-        " '--json'], prog_name='cudalock')\n"
+        "    run(['resolve', '--driver-version', '570.86.15', '--gpu', 'RTX 5090', '--json'])\n"
         "except SystemExit:\n"
         "    pass\n"
         "heavy = ['requests', 'tomlkit', 'rich', 'torch', 'urllib3', 'packaging.requirements']\n"

@@ -420,7 +420,8 @@ HOSTILE_NAMES = ["my env", "a;b", "a$(id)", "a`id`", "it's", 'say"hi"', "a\nb", 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
 def test_invalid_conda_environment_names_are_refused(tmp_path: Path, name: str) -> None:
-    done = cudalock("bootstrap", *GPU_TARGET, "--name", name, "-o", str(tmp_path / "out"))
+    # "--name=VALUE": argparse reads "--name -rf" as a missing value, before cudalock sees it.
+    done = cudalock("bootstrap", *GPU_TARGET, f"--name={name}", "-o", str(tmp_path / "out"))
     assert_usage_error(done, "environment name")
     assert not (tmp_path / "out").exists()
 

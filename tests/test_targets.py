@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
-from cudalock.cli.options import TargetOptions
 from cudalock.errors import InputError, UsageError
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Gpu, Host, Target
-from cudalock.target import read_probe_file, target_from_json, targets_from_options
+from cudalock.target import TargetOptions, read_probe_file, target_from_json, targets_from_options
 from cudalock.versions import DriverVersion
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"

@@ -1,1 +1,1 @@
-"""The command line: thin typer commands that import their implementation lazily."""
+"""The command line: one argparse parser, one module per command, the core imported lazily."""

@@ -1,38 +1,96 @@
 """`cudalock audit`: what in an environment (or a pasted report) will crash on the target.
 
-Declared as a table (:class:`~cudalock.cli.flags.Command`): a well-formed command line runs
-without typer. Standard library here. The audit never imports torch; ``--deep`` imports it only
-in a child process.
+Standard library here. The audit never imports torch; ``--deep`` imports it only in a child
+process.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cudalock.cli.flags import Command, Flag
-from cudalock.cli.options import TARGET_OPTIONS
-from cudalock.target.overrides import TargetOptions
+from cudalock.cli.args import add_json_flag, add_target_arguments, epilog, number, target_options
 
 if TYPE_CHECKING:
     from cudalock.audit.runner import AuditOutcome
 
+DESCRIPTION = """\
+Find what will crash this environment on the target: driver too old for the build, missing GPU
+kernels, CPU builds, mixed CUDA builds, duplicate torch installs, DeepSpeed built without torch,
+nvcc mismatches, shadowing libraries.
 
-def audit(*, python: Path | None, prefix: Path | None, report: str | None, deep: bool,
-          deep_timeout: float, json_output: bool, target_opts: TargetOptions) -> None:
-    """Find what will crash this environment on the target: driver too old for the build,
-    missing GPU kernels, CPU builds, mixed CUDA builds, duplicate torch installs, DeepSpeed
-    built without torch, nvcc mismatches, shadowing libraries.
+The audited interpreter runs a small standard-library script (it never imports torch); --deep
+also initialises CUDA in a child process. --report audits pasted collect_env, ds_report or
+llamafactory-cli env output against the driver and GPUs it names."""
 
-    Exit 0 when no error-level finding, 1 otherwise.
-    """
+EXAMPLES = """\
+  cudalock audit
+  cudalock audit --python ~/venvs/train/bin/python --deep
+  cudalock audit --prefix "$CONDA_PREFIX" --json
+  python -m torch.utils.collect_env | cudalock audit --report -"""
+
+EXIT_CODES = """\
+exit status:
+  0  no error-level finding
+  1  at least one error-level finding
+  2  usage error or bad input (a bad flag, a missing interpreter, an unreadable report)
+  3  the audited interpreter hung or was killed"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = epilog(EXAMPLES, EXIT_CODES)
+    parser.add_argument(
+        "--python",
+        type=Path,
+        metavar="PATH",
+        help="Audit the environment of this interpreter (default: the active "
+        "VIRTUAL_ENV / CONDA_PREFIX, else python3 on PATH).",
+    )
+    parser.add_argument(
+        "--prefix",
+        type=Path,
+        metavar="DIR",
+        help="Audit the conda environment (or venv) rooted here.",
+    )
+    parser.add_argument(
+        "--report",
+        metavar="FILE|-",
+        help="Audit pasted report text instead: collect_env, ds_report or "
+        "llamafactory-cli env output ('-' reads stdin).",
+    )
+    parser.add_argument(
+        "--deep",
+        action="store_true",
+        help="Also import torch, initialise CUDA and run a tiny kernel in a "
+        "child process; a crash (-11) or hang becomes a finding.",
+    )
+    parser.add_argument(
+        "--deep-timeout",
+        type=number(float, 1),
+        default=120.0,
+        metavar="SECONDS",
+        help="Seconds the --deep child may take (default %(default)s).",
+    )
+    add_json_flag(parser, 'Print {"findings": [...], "target": {...}, "installed": {...}}.')
+    add_target_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> None:
     from cudalock.cli.output import echo, emit_json, load_matrix_for
     from cudalock.errors import UsageError
 
+    python: Path | None = args.python
+    prefix: Path | None = args.prefix
+    report: str | None = args.report
+    deep: bool = args.deep
+    target_opts = target_options(args)
     if report is not None and (python is not None or prefix is not None or deep):
-        raise UsageError("--report audits pasted text: it cannot be combined with --python, "
-                         "--prefix or --deep")
+        raise UsageError(
+            "--report audits pasted text: it cannot be combined with --python, --prefix or --deep"
+        )
     if python is not None and prefix is not None:
         raise UsageError("give either --python or --prefix, not both")
     if report is not None:
@@ -52,37 +110,15 @@ def audit(*, python: Path | None, prefix: Path | None, report: str | None, deep:
 
             matrix = load_matrix_for(target_opts)
             targets = targets_from_options(target_opts, matrix)
-            outcome = audit_live(targets, matrix, inspection, deep=deep,
-                                 deep_timeout=deep_timeout)
-    if json_output:
+            outcome = audit_live(
+                targets, matrix, inspection, deep=deep, deep_timeout=args.deep_timeout
+            )
+    if args.json_output:
         emit_json(outcome.to_json())
     else:
         echo(render(outcome))
     if outcome.has_errors:
         raise SystemExit(1)
-
-
-COMMAND = Command(
-    audit,
-    flags=(
-        Flag("python", ("--python",), "path",
-             help="Audit the environment of this interpreter (default: the active VIRTUAL_ENV "
-             "/ CONDA_PREFIX, else python3 on PATH)."),
-        Flag("prefix", ("--prefix",), "path",
-             help="Audit the conda environment (or venv) rooted here."),
-        Flag("report", ("--report",), "str", metavar="FILE|-",
-             help="Audit pasted report text instead: collect_env, ds_report or llamafactory-cli "
-             "env output ('-' reads stdin)."),
-        Flag("deep", ("--deep",), "bool", default=False,
-             help="Also import torch, initialise CUDA and run a tiny kernel in a child process; "
-             "a crash (-11) or hang becomes a finding."),
-        Flag("deep_timeout", ("--deep-timeout",), "float", default=120.0, minimum=1.0,
-             help="Seconds the --deep child may take."),
-        Flag("json_output", ("--json",), "bool", default=False,
-             help='Print {"findings": [...], "target": {...}, "installed": {...}}.'),
-    ),
-    groups=(TARGET_OPTIONS,),
-)
 
 
 def read_report(source: str) -> str:
@@ -103,8 +139,9 @@ def read_report(source: str) -> str:
         except IsADirectoryError:
             raise InputError(f"report file {source!r} is a directory") from None
         except OSError as err:
-            raise InputError(f"report file {source!r} cannot be read: "
-                             f"{err.strerror or err}") from None
+            raise InputError(
+                f"report file {source!r} cannot be read: {err.strerror or err}"
+            ) from None
     return decode_report(data)
 
 
@@ -118,26 +155,43 @@ def render(outcome: AuditOutcome) -> str:
     from cudalock.versions import format_cc, format_cuda
 
     installed = outcome.installed
-    lines = [f"Environment: {installed.source.removeprefix('python:')}"
-             + (f" (Python {installed.python_version})" if installed.python_version else "")]
+    lines = [
+        f"Environment: {installed.source.removeprefix('python:')}"
+        + (f" (Python {installed.python_version})" if installed.python_version else "")
+    ]
     torch = installed.active_torch
     if torch is not None:
-        cuda = f"CUDA {torch.cuda}" if torch.cuda else ("CUDA unknown" if not torch.cuda_known
-                                                         else "CPU build")
+        cuda = (
+            f"CUDA {torch.cuda}"
+            if torch.cuda
+            else ("CUDA unknown" if not torch.cuda_known else "CPU build")
+        )
         lines.append(f"  torch {torch.version} ({cuda})")
     if outcome.report is not None:
         lines.append(f"  recognised: {', '.join(outcome.report.formats) or 'nothing'}")
     for target in outcome.targets:
-        driver = (f"driver {target.driver_version or '?'} (CUDA "
-                  f"{format_cuda(target.driver_cuda) if target.driver_cuda else '?'})"
-                  if target.has_driver else "no NVIDIA driver known")
-        described = [g.name + (f" ({format_cc(g.compute_capability)})"
-                               if g.compute_capability else "") for g in target.gpus]
-        gpus = ", ".join(f"{described.count(d)} × {d}" if described.count(d) > 1 else d
-                         for d in dict.fromkeys(described)) or "no GPUs"
+        driver = (
+            f"driver {target.driver_version or '?'} (CUDA "
+            f"{format_cuda(target.driver_cuda) if target.driver_cuda else '?'})"
+            if target.has_driver
+            else "no NVIDIA driver known"
+        )
+        described = [
+            g.name + (f" ({format_cc(g.compute_capability)})" if g.compute_capability else "")
+            for g in target.gpus
+        ]
+        gpus = (
+            ", ".join(
+                f"{described.count(d)} × {d}" if described.count(d) > 1 else d
+                for d in dict.fromkeys(described)
+            )
+            or "no GPUs"
+        )
         lines.append(f"Target: {target.name}: {driver}; {gpus}")
-    counts = {severity: sum(1 for f in outcome.findings if f.severity == severity)
-              for severity, _ in _HEADINGS}
+    counts = {
+        severity: sum(1 for f in outcome.findings if f.severity == severity)
+        for severity, _ in _HEADINGS
+    }
     for severity, heading in _HEADINGS:
         group = [f for f in outcome.findings if f.severity == severity]
         if not group:
@@ -145,8 +199,14 @@ def render(outcome: AuditOutcome) -> str:
         lines.append("")
         lines.append(f"{heading} ({len(group)}):")
         for finding in group:
-            lines.extend(textwrap.wrap(f"[{finding.code}] {finding.message}", width=98,
-                                       initial_indent="  ", subsequent_indent="    "))
+            lines.extend(
+                textwrap.wrap(
+                    f"[{finding.code}] {finding.message}",
+                    width=98,
+                    initial_indent="  ",
+                    subsequent_indent="    ",
+                )
+            )
             for item in finding.evidence:
                 lines.append(f"    - {item}")
             if finding.fix:
@@ -155,6 +215,7 @@ def render(outcome: AuditOutcome) -> str:
     lines.append("")
     if not outcome.findings:
         lines.append("No problems found.")
-    lines.append(f"{counts['error']} error(s), {counts['warning']} warning(s), "
-                 f"{counts['info']} note(s).")
+    lines.append(
+        f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)."
+    )
     return "\n".join(lines)

@@ -1,43 +1,97 @@
-"""`cudalock bootstrap`: write (and with --create, build) the environment this machine can run.
-
-Declared as a table (:class:`~cudalock.cli.flags.Command`): a well-formed command line runs
-without typer.
-"""
+"""`cudalock bootstrap`: write (and with --create, build) the environment the target can run."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from cudalock.cli.flags import Command, Flag
-from cudalock.cli.options import TARGET_OPTIONS
-from cudalock.cli.request_options import REQUEST_OPTIONS
-from cudalock.resolve.request import RequestOptions
-from cudalock.target.overrides import TargetOptions
+from cudalock.cli.args import (
+    OUTPUT_GROUP,
+    add_json_flag,
+    add_request_arguments,
+    add_spec_argument,
+    add_target_arguments,
+    epilog,
+    request_options,
+    target_options,
+)
 
-if TYPE_CHECKING:
-    from cudalock.cli.flags import Kind
+DESCRIPTION = """\
+Resolve the PyTorch stack for the target (as 'cudalock resolve' does) and write
+environment.yml, environment.conda-lock.yml, install.sh, constraints.txt and cudalock.toml into
+the output directory, or with --create also build the environment.
 
-OUTPUT_PANEL = "Output"
+An existing cudalock.toml there is read first (flags override it) and updated, keeping its
+comments. Existing files are not overwritten without --force."""
+
+EXAMPLES = """\
+  cudalock bootstrap -o env/ --framework 'llamafactory==0.9.5' --with deepspeed
+  cudalock bootstrap -o env/ --format venv --create --torch 2.1.0 --python 3.11
+  cudalock bootstrap -o env/ --format uv"""
 
 
-def bootstrap(*, target_opts: TargetOptions, request_opts: RequestOptions, output_dir: Path,
-              name: str | None, output_format: str | None, create: bool, venv: Path | None,
-              force: bool, json_output: bool) -> None:
-    """Resolve the PyTorch stack for the target and write environment.yml, install.sh,
-    constraints.txt and cudalock.toml (or build the environment with --create)."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = epilog(EXAMPLES)
+    add_json_flag(parser, "Print the plan and the files written as JSON.")
+    output = parser.add_argument_group(OUTPUT_GROUP)
+    output.add_argument(
+        "-o",
+        "--output-dir",
+        type=Path,
+        default=Path("."),
+        metavar="DIR",
+        help="Directory for the files (and cudalock.toml); default: here.",
+    )
+    output.add_argument(
+        "--name", metavar="NAME", help="Environment name (default: torch-VERSION-VARIANT)."
+    )
+    output.add_argument(
+        "--format",
+        dest="output_format",
+        metavar="FORMAT",
+        help="conda (environment.yml, default), venv (requirements.txt + "
+        "install.sh) or uv (pyproject.toml).",
+    )
+    output.add_argument(
+        "--create",
+        action="store_true",
+        help="Also build the environment (conda/mamba/micromamba, or a venv).",
+    )
+    output.add_argument(
+        "--venv",
+        type=Path,
+        metavar="DIR",
+        help="Where --format venv --create puts the environment (default DIR/.venv).",
+    )
+    output.add_argument("--force", action="store_true", help="Overwrite existing output files.")
+    add_spec_argument(output)
+    add_request_arguments(parser)
+    add_target_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> None:
     import sys
 
     from cudalock.cli.output import echo, emit_json
     from cudalock.env.bootstrap import BootstrapOptions, run_bootstrap
 
+    json_output: bool = args.json_output
+
     def progress(line: str) -> None:
         # Progress goes to stderr so that --json output on stdout stays one document.
         echo(line, err=json_output)
 
-    options = BootstrapOptions(output_dir=output_dir, name=name, output_format=output_format,
-                               create=create, venv=venv, force=force)
-    result = run_bootstrap(target_opts, request_opts, options, progress)
+    options = BootstrapOptions(
+        output_dir=args.output_dir,
+        name=args.name,
+        output_format=args.output_format,
+        create=args.create,
+        venv=args.venv,
+        force=args.force,
+        spec_file=args.spec,
+    )
+    result = run_bootstrap(target_options(args), request_options(args), options, progress)
     if json_output:
 
         from cudalock.urls import redact_json
@@ -50,30 +104,3 @@ def bootstrap(*, target_opts: TargetOptions, request_opts: RequestOptions, outpu
         # Index URLs in the plan may carry credentials: never print them.
         emit_json(redact_json(document))
     sys.stdout.flush()
-
-
-def _output(dest: str, names: tuple[str, ...], kind: Kind, help: str, default: Any = None) -> Flag:
-    return Flag(dest, names, kind, help=help, default=default, panel=OUTPUT_PANEL)
-
-
-COMMAND = Command(
-    bootstrap,
-    flags=(
-        _output("output_dir", ("-o", "--output-dir"), "path", default=Path("."),
-                help="Directory for the files (and cudalock.toml)."),
-        _output("name", ("--name",), "str",
-                help="Environment name (default: torch-VERSION-VARIANT)."),
-        _output("output_format", ("--format",), "str",
-                help="conda (environment.yml, default), venv (requirements.txt + install.sh) "
-                "or uv (pyproject.toml)."),
-        _output("create", ("--create",), "bool", default=False,
-                help="Also build the environment (conda/mamba/micromamba, or a venv)."),
-        _output("venv", ("--venv",), "path",
-                help="Where --format venv --create puts the environment (default DIR/.venv)."),
-        _output("force", ("--force",), "bool", default=False,
-                help="Overwrite existing output files."),
-        Flag("json_output", ("--json",), "bool", default=False,
-             help="Print the plan and the files written as JSON."),
-    ),
-    groups=(REQUEST_OPTIONS, TARGET_OPTIONS),
-)

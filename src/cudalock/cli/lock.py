@@ -1,57 +1,130 @@
 """`cudalock lock`: a PEP 751 pylock.toml (and requirements.lock.txt) for the target, via uv.
 
-Declared as a table (:class:`~cudalock.cli.flags.Command`): a well-formed command line runs
-without typer. Standard library here; uv, packaging and the resolver are imported inside the
-command.
+Standard library here; uv, packaging and the resolver are imported when the command runs.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from cudalock.cli.flags import Command, Flag
-from cudalock.cli.options import TARGET_OPTIONS
-from cudalock.cli.request_options import REQUEST_OPTIONS
-from cudalock.resolve.request import RequestOptions
-from cudalock.target.overrides import TargetOptions
+from cudalock.cli.args import (
+    add_json_flag,
+    add_request_arguments,
+    add_spec_argument,
+    add_target_arguments,
+    epilog,
+    number,
+    request_options,
+    target_options,
+)
 
-if TYPE_CHECKING:
-    pass
+DESCRIPTION = """\
+Lock the whole dependency closure, every file pinned by URL and sha256.
 
-SPEC_FILE = "cudalock.toml"
+uv resolves for the target's platform and Python (not this machine's); torch and its family
+come only from the matching PyTorch index (an explicit index, so a same version on PyPI or a
+mirror cannot win), everything else from PyPI or --pypi-index. The request comes from
+DIR/cudalock.toml (or --spec), with the flags given applied over it. The lock records the cudalock
+and matrix versions, the target and the Plan; --check compares them with today's."""
+
+EXAMPLES = """\
+  cudalock lock --driver-version 535.104.05 --compute-capability 8.0 --torch 2.1.0 --python 3.11
+  cudalock lock             # again: keeps locked versions where still allowed
+  cudalock lock --check     # for CI"""
+
+EXIT_CODES = """\
+exit status:
+  0  locked (with --check: the lock is current)
+  1  nothing satisfies the request (with --check: the lock is not current, and what changed)
+  2  usage error or bad input (a bad flag or value, a malformed cudalock.toml)
+  3  network failure after the retries; the previous lock is left untouched"""
 
 
-def lock(*, output_dir: str, check: bool, upgrade: bool, spec: str | None,
-         cache_dir: str | None, timeout: int, retries: int, force: bool, quiet: bool,
-         json_output: bool, target_opts: TargetOptions, request_opts: RequestOptions) -> None:
-    """Lock the whole dependency closure, every file pinned by URL and sha256.
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = epilog(EXAMPLES, EXIT_CODES)
+    parser.add_argument(
+        "-o",
+        "--output-dir",
+        type=Path,
+        default=Path("."),
+        metavar="DIR",
+        help="Where pylock.toml and requirements.lock.txt go (default: here).",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="Write nothing; exit 0 if the lock is current for the spec, the "
+        "matrix and the target, 1 naming what changed (for CI).",
+    )
+    parser.add_argument(
+        "-U",
+        "--upgrade",
+        action="store_true",
+        help="Re-resolve to the newest allowed versions (default: keep the "
+        "versions already locked where still allowed).",
+    )
+    add_spec_argument(parser)
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="uv's download cache (default: uv's shared cache, so a second lock is fast).",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=number(int, 1),
+        default=60,
+        metavar="SECONDS",
+        help="Seconds uv waits on one HTTP request (UV_HTTP_TIMEOUT; default %(default)s).",
+    )
+    parser.add_argument(
+        "--retries",
+        type=number(int, 0),
+        default=3,
+        metavar="N",
+        help="Times uv retries a failed request (UV_HTTP_RETRIES; default %(default)s).",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="Overwrite a pylock.toml / requirements.lock.txt cudalock did not "
+        "write (its own are regenerated without it).",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="No progress on stderr.")
+    add_json_flag(
+        parser,
+        "Print the result as JSON: {lock, requirements, packages} or, with "
+        "--check, {current, lock, changes}.",
+    )
+    add_request_arguments(parser)
+    add_target_arguments(parser)
 
-    uv resolves for the target's platform and Python (not this machine's); torch and its
-    family come only from the matching PyTorch index (an explicit index, so a same version on
-    PyPI or a mirror cannot win), everything else from PyPI or --pypi-index. The lock records
-    the cudalock and matrix versions, the target and the Plan; --check compares them with
-    today's. Exit 3 on network failure, with the previous lock untouched.
-    """
+
+def run(args: argparse.Namespace) -> None:
     from cudalock.cli.output import echo, emit_json, load_matrix_for
-    from cudalock.env.spec import read_inputs
-    from cudalock.lock.pylock import check_lock, make_lock
-    from cudalock.resolve.search import resolve as resolve_plan
-    from cudalock.target.overrides import targets_from_options
+    from cudalock.env import read_inputs
+    from cudalock.lock import check_lock, make_lock
+    from cudalock.resolve import resolve as resolve_plan
+    from cudalock.target import targets_from_options
 
-    out = Path(output_dir)
-    inputs = read_inputs(request_opts, target_opts, spec_file=Path(spec) if spec else None,
+    out: Path = args.output_dir
+    json_output: bool = args.json_output
+    quiet: bool = args.quiet
+    request_opts = request_options(args)
+    inputs = read_inputs(request_opts, target_options(args), spec_file=args.spec,
                          output_dir=out)
     request, target_opts = inputs.request, inputs.target_options
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
     plan = resolve_plan(matrix, targets, request)
-    if check:
-        changes = check_lock(out, plan, request,
-                             allow_insecure=request_opts.allow_insecure_index)
+    if args.check:
+        changes = check_lock(out, plan, request, allow_insecure=request_opts.allow_insecure_index)
         if json_output:
-            emit_json({"current": not changes, "lock": str(out / "pylock.toml"),
-                       "changes": changes})
+            emit_json(
+                {"current": not changes, "lock": str(out / "pylock.toml"), "changes": changes}
+            )
         elif changes:
             echo(f"{out / 'pylock.toml'} is not current:", err=True)
             for change in changes:
@@ -66,48 +139,28 @@ def lock(*, output_dir: str, check: bool, upgrade: bool, spec: str | None,
             echo(line, err=True)
 
     result = make_lock(
-        plan, request, output_dir=out, upgrade=upgrade,
+        plan,
+        request,
+        output_dir=out,
+        upgrade=args.upgrade,
         allow_insecure=request_opts.allow_insecure_index,
-        cache_dir=Path(cache_dir) if cache_dir else None, timeout_s=timeout, retries=retries,
-        force=force, echo=progress,
+        cache_dir=args.cache_dir,
+        timeout_s=args.timeout,
+        retries=args.retries,
+        force=args.force,
+        echo=progress,
     )
     if json_output:
-        emit_json({"lock": str(result.lock_path), "requirements": str(result.requirements_path),
-                   "packages": result.packages})
+        emit_json(
+            {
+                "lock": str(result.lock_path),
+                "requirements": str(result.requirements_path),
+                "packages": result.packages,
+            }
+        )
         return
     torch = result.packages.get("torch")
-    echo(f"locked {len(result.packages)} packages (torch {torch}) for Python "
-               f"{plan.python} on {plan.platform}: {result.lock_path}, "
-               f"{result.requirements_path}")
-
-
-COMMAND = Command(
-    lock,
-    flags=(
-        Flag("output_dir", ("--output-dir", "-o"), "str", default=".",
-             help="Where pylock.toml and requirements.lock.txt go."),
-        Flag("check", ("--check",), "bool", default=False,
-             help="Write nothing; exit 0 if the lock is current for the spec, the matrix and "
-             "the target, 1 naming what changed (for CI)."),
-        Flag("upgrade", ("--upgrade", "-U"), "bool", default=False,
-             help="Re-resolve to the newest allowed versions (default: keep the versions "
-             "already locked where still allowed)."),
-        Flag("spec", ("--spec",), "str",
-             help="Spec file with the Request and Target (default: ./cudalock.toml if "
-             "present); flags override it."),
-        Flag("cache_dir", ("--cache-dir",), "str",
-             help="uv's download cache (default: uv's shared cache, so a second lock is fast)."),
-        Flag("timeout", ("--timeout",), "int", default=60, minimum=1,
-             help="Seconds uv waits on one HTTP request (UV_HTTP_TIMEOUT)."),
-        Flag("retries", ("--retries",), "int", default=3, minimum=0,
-             help="Times uv retries a failed request (UV_HTTP_RETRIES)."),
-        Flag("force", ("--force",), "bool", default=False,
-             help="Overwrite a pylock.toml / requirements.lock.txt cudalock did not write (its "
-             "own are regenerated without it)."),
-        Flag("quiet", ("--quiet", "-q"), "bool", default=False, help="No progress on stderr."),
-        Flag("json_output", ("--json",), "bool", default=False,
-             help="Print the result as JSON: {lock, requirements, packages} or, with --check, "
-             "{current, lock, changes}."),
-    ),
-    groups=(REQUEST_OPTIONS, TARGET_OPTIONS),
-)
+    echo(
+        f"locked {len(result.packages)} packages (torch {torch}) for Python "
+        f"{plan.python} on {plan.platform}: {result.lock_path}, {result.requirements_path}"
+    )

@@ -1,40 +1,234 @@
-"""The ``cudalock`` entry point: commands declared as tables run without typer when they can.
+"""The ``cudalock`` entry point: one argparse parser; a command's module is imported when it runs.
 
-``run`` imports the module of the command named first. A command declared as a
-:class:`~cudalock.cli.flags.Command` whose command line the standard-library parser accepts runs
-straight away; every other command line (help, a typo, a typer-declared command) goes to the
-typer application in :mod:`cudalock.cli.app`, which reads it exactly as before. typer costs
-60-90 ms to import on a small machine, more than the rest of ``cudalock resolve`` together.
+Each command module (``cudalock.cli.probe``, ``cudalock.cli.resolve``, ...) has
+``add_arguments(parser)`` and ``run(args)`` and imports only the standard library at the top, so
+``cudalock resolve`` imports its own module and the core it uses, and nothing else. The parser
+is built for the command being run; ``--help`` lists every command from :data:`COMMANDS` without
+importing them.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
+from cudalock.cli.args import help_and_exit
 from cudalock.cli.output import echo
 from cudalock.errors import CudalockError
 
-#: Every command, in the order ``--help`` lists them: name → (module, attribute). A module is
-#: imported only when its command runs (or help lists them all). The attribute is either a
-#: :class:`~cudalock.cli.flags.Command` table or a typer-declared function or sub-application.
+#: Every command, in the order ``cudalock --help`` lists them: name → (module, one-line summary).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "probe": ("cudalock.cli.probe", "COMMAND"),
-    "resolve": ("cudalock.cli.resolve", "COMMAND"),
-    "bootstrap": ("cudalock.cli.bootstrap", "COMMAND"),
-    "lock": ("cudalock.cli.lock", "COMMAND"),
-    "audit": ("cudalock.cli.audit", "COMMAND"),
-    "doctor": ("cudalock.cli.doctor", "DOCTOR"),
-    "memory": ("cudalock.cli.doctor", "MEMORY"),
-    "matrix": ("cudalock.cli.matrix", "app"),  # a typer sub-application
+    "probe": (
+        "cudalock.cli.probe",
+        "What this machine is: NVIDIA driver, its highest CUDA, GPUs, host memory.",
+    ),
+    "resolve": (
+        "cudalock.cli.resolve",
+        "The torch stack the target can run (torch, CUDA build, torchvision...), and why.",
+    ),
+    "bootstrap": (
+        "cudalock.cli.bootstrap",
+        "Write (or --create) that environment: environment.yml, install.sh, "
+        "constraints.txt, cudalock.toml.",
+    ),
+    "lock": (
+        "cudalock.cli.lock",
+        "Lock the whole closure for the target, via uv: pylock.toml, requirements.lock.txt.",
+    ),
+    "audit": (
+        "cudalock.cli.audit",
+        "What in an environment (or a pasted report) will crash on the target.",
+    ),
+    "doctor": (
+        "cudalock.cli.doctor",
+        "Explain a run that ended with -9/137 (SIGKILL) or -11/139 (SIGSEGV).",
+    ),
+    "memory": (
+        "cudalock.cli.memory",
+        "Host RAM and GPU memory a DeepSpeed ZeRO run needs, and whether this host has it.",
+    ),
+    "matrix": ("cudalock.cli.matrix", "Check, show and refresh the compatibility matrix."),
 }
 
+DESCRIPTION = """\
+The PyTorch stack this machine's NVIDIA driver and GPUs can run: probe, resolve, bootstrap,
+lock, audit, and explain -9 / -11 crashes."""
 
-def command_object(name: str) -> object:
-    """What :data:`COMMANDS` declares for ``name``, its module imported."""
-    module_name, attribute = COMMANDS[name]
-    return getattr(importlib.import_module(module_name), attribute)
+EPILOG = """\
+examples:
+  cudalock probe
+  cudalock resolve --driver-version 535.104.05 --gpu H100
+  cudalock bootstrap -o env/ --with deepspeed
+  cudalock audit --deep
+  cudalock doctor --exit-code -9 --log train.log
+
+'cudalock COMMAND --help' describes a command's flags.
+
+exit status:
+  0    success
+  1    problems found, or nothing satisfies the request
+  2    usage error or bad input (a bad flag or value, a malformed file)
+  3    the environment failed (network, permissions, disk)
+  130  interrupted (Ctrl-C)"""
+
+#: The function that runs a parsed command line (each command's ``run``).
+Handler = Callable[[argparse.Namespace], None]
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written; the width read without importing shutil.
+
+    argparse builds a formatter for every flag added, and its default width comes from
+    ``shutil.get_terminal_size``: importing shutil (and, through it, the compression modules)
+    is a few milliseconds of every command's start-up.
+    """
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        if width is None:
+            width = terminal_columns() - 2  # as argparse does
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def terminal_columns() -> int:
+    """$COLUMNS, else the width of the terminal on stdout, else 80 (as shutil reads it)."""
+    import os
+
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    stdout = sys.__stdout__
+    try:
+        return (os.get_terminal_size(stdout.fileno()).columns if stdout else 0) or 80
+    except (ValueError, OSError):  # not a terminal, or closed
+        return 80
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with cudalock's conventions, for the top level and every (sub)command.
+
+    Descriptions and epilogs are printed as written (:class:`HelpFormatter`); flags are never
+    abbreviated (``--js`` is not ``--json``: an abbreviation would break when a flag is added);
+    a flag a command does not know is reported by that command's parser, as
+    ``cudalock resolve: error: ...``, not by the top level's.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs["add_help"] = False  # added below, worded like the other flags
+        super().__init__(**kwargs)
+        self._optionals.title = "Options"
+        self.add_argument("-h", "--help", action="help", help="Show this help and exit.")
+
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        # argparse hands a command's parser the rest of the line and would have the top level
+        # report what it did not know, under the top level's name and usage.
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: cudalock's version and the matrix's (the matrix is loaded only here)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="Print cudalock's version and the matrix version, then exit.",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        echo(version_line())
+        parser.exit()
+
+
+class _CompletionAction(argparse.Action):
+    """``--print-completion bash``: a static completion script generated from the parser."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from cudalock.cli.completion import bash_completion
+
+        sys.stdout.write(bash_completion(build_parser(COMMANDS, with_flags=True)))
+        parser.exit()
+
+
+def version_line() -> str:
+    from cudalock import __version__
+    from cudalock.matrix.load import load_matrix
+
+    try:
+        matrix = load_matrix()
+        detail = f"matrix {matrix.matrix_version} (schema {matrix.schema_version})"
+    except CudalockError as err:
+        detail = f"matrix unavailable: {err.message}"
+    return f"cudalock {__version__}, {detail}"
+
+
+def build_parser(commands: Iterable[str], *, with_flags: bool) -> Parser:
+    """The parser for ``commands`` (names in :data:`COMMANDS`), with each command's flags (its
+    module imported) or, without ``with_flags``, only its name and summary, for help."""
+    parser = Parser(
+        prog="cudalock",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        usage="%(prog)s [--version] COMMAND [options]",
+    )
+    parser.add_argument("--version", action=_VersionAction)
+    parser.add_argument(
+        "--print-completion",
+        action=_CompletionAction,
+        choices=("bash",),
+        metavar="SHELL",
+        help="Print a completion script for SHELL (bash), then exit: "
+        'eval "$(cudalock --print-completion bash)".',
+    )
+    parser.set_defaults(handler=help_and_exit(parser))  # no command: what there is to run
+    subparsers = parser.add_subparsers(title="Commands", metavar="COMMAND")
+    for name in commands:
+        module_name, summary = COMMANDS[name]
+        command = subparsers.add_parser(
+            name,
+            prog=f"{parser.prog} {name}",
+            help=summary,
+            description=summary,
+            usage="%(prog)s [options]",
+        )
+        if with_flags:
+            module = importlib.import_module(module_name)
+            module.add_arguments(command)
+            handler: Handler = module.run
+            command.set_defaults(handler=handler)
+    return parser
 
 
 def report_error(err: CudalockError) -> None:
@@ -48,13 +242,24 @@ def report_error(err: CudalockError) -> None:
 
 
 def run(argv: Sequence[str] | None = None) -> None:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``); exits with its status."""
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``).
+
+    Returns when the command succeeds; otherwise exits with its status (usage errors 2,
+    interrupted 130).
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        if not _run_without_typer(args):
-            from cudalock.cli.app import run_typer
-
-            run_typer(args)
+        if args and args[0] in COMMANDS:
+            # Everything after the command's name is its own: the others need not be built.
+            parser = build_parser([args[0]], with_flags=True)
+        else:
+            # Help, --version, a usage error: the commands are listed, not built.
+            parser = build_parser(COMMANDS, with_flags=False)
+            if args and not args[0].startswith("-"):
+                parser.error(unknown_command(args[0]))
+        namespace = parser.parse_args(args)
+        handler: Handler = namespace.handler
+        handler(namespace)
     except CudalockError as err:
         report_error(err)
         sys.exit(err.exit_code)
@@ -63,17 +268,11 @@ def run(argv: Sequence[str] | None = None) -> None:
         sys.exit(130)
 
 
-def _run_without_typer(args: list[str]) -> bool:
-    """Run a table-declared command whose command line is well formed; False: typer's turn."""
-    if not args or args[0] not in COMMANDS:
-        return False
-    command = command_object(args[0])
-    from cudalock.cli.flags import Command, parse_command_line
+def unknown_command(word: str) -> str:
+    """The error for a command name that does not exist, with the nearest if there is one."""
+    import difflib
 
-    if not isinstance(command, Command):
-        return False
-    values = parse_command_line(args[1:], command.flags)
-    if values is None:
-        return False
-    command.run(values)
-    return True
+    nearest = difflib.get_close_matches(word, COMMANDS, n=1)
+    if nearest:
+        return f"unknown command {word!r}; did you mean {nearest[0]!r}?"
+    return f"unknown command {word!r}; expected one of {', '.join(COMMANDS)}"

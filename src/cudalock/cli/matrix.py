@@ -1,137 +1,244 @@
 """``cudalock matrix check | show | refresh``: validate, read and update the compatibility matrix.
 
-Import-light: typer and the standard library here; the matrix code is imported in each command.
+Standard library here; the matrix code is imported when a subcommand runs.
 """
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from pathlib import Path
 
-import typer
-
-app = typer.Typer(help="Inspect, check and refresh the compatibility matrix.", no_args_is_help=True)
-
-_MATRIX_OPTION = typer.Option(
-    None, "--matrix", envvar="CUDALOCK_MATRIX",
-    help="Use this compatibility matrix directory instead of the shipped one.",
+from cudalock.cli.args import (
+    PLATFORM_HELP,
+    add_json_flag,
+    add_matrix_argument,
+    epilog,
+    help_and_exit,
 )
 
+DESCRIPTION = "Check, show and refresh the compatibility matrix (compat_matrix/*.toml)."
 
-_DIRECTORY_ARGUMENT = typer.Argument(
-    None, help="Matrix directory to check (default: --matrix, CUDALOCK_MATRIX, or the shipped "
-    "matrix).", show_default=False,
-)
+EXAMPLES = """\
+  cudalock matrix check [DIR]
+  cudalock matrix show --gpu "RTX 5090" --cuda 12.8
+  cudalock matrix refresh --dry-run"""
+
+CHECK_DESCRIPTION = """\
+Validate a matrix directory: schema, sorted versions, cross references, duplicates.
+
+Prints one line per problem (file: entry: problem)."""
+
+CHECK_EXIT_CODES = """\
+exit status:
+  0  the matrix is sound
+  1  problems were found
+  2  the matrix cannot be loaded at all"""
+
+SHOW_DESCRIPTION = """\
+Print the torch builds of the matrix as a table, filtered by torch, CUDA, GPU and platform."""
+
+SHOW_EXIT_CODES = """\
+exit status:
+  0  builds printed
+  1  no build matches the filters
+  2  usage error or bad input (a bad filter, an unknown GPU, a broken matrix)"""
+
+REFRESH_DESCRIPTION = """\
+Update torch.toml from PyPI and the PyTorch index, printing what changed.
+
+Reads releases, dates, requires-python, CPython tags (PyPI JSON simple API) and which variants
+the index publishes per release (PEP 503 pages). Architecture lists, cuDNN and NCCL are not read
+from there and are left as they are. Comments and layout are preserved."""
+
+#: What a matrix subcommand runs.
+Subcommand = Callable[[argparse.Namespace], None]
 
 
-@app.command("check")
-def check(
-    directory: Path | None = _DIRECTORY_ARGUMENT,
-    matrix_dir: Path | None = _MATRIX_OPTION,
-) -> None:
-    """Validate a matrix directory: schema, sorted versions, cross references, duplicates.
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = epilog(EXAMPLES)
+    parser.usage = "%(prog)s COMMAND [options]"
+    subcommands = parser.add_subparsers(title="Commands", metavar="COMMAND")
 
-    Prints one line per problem (file: entry: problem). Exit 0 when the matrix is sound,
-    1 when problems were found, 2 when it cannot be loaded at all.
-    """
+    check_parser = subcommands.add_parser(
+        "check",
+        prog=f"{parser.prog} check",
+        help="Validate a matrix directory.",
+        description=CHECK_DESCRIPTION,
+        epilog=epilog(
+            "  cudalock matrix check\n  cudalock matrix check ./compat_matrix", CHECK_EXIT_CODES
+        ),
+        usage="%(prog)s [DIR] [options]",
+    )
+    check_parser.add_argument(
+        "directory",
+        nargs="?",
+        type=Path,
+        metavar="DIR",
+        help="Matrix directory to check (default: --matrix, CUDALOCK_MATRIX, or the shipped "
+        "matrix).",
+    )
+    add_matrix_argument(check_parser)
+    check_parser.set_defaults(subcommand=check)
+
+    show_parser = subcommands.add_parser(
+        "show",
+        prog=f"{parser.prog} show",
+        help="Print the torch builds as a table, filtered.",
+        description=SHOW_DESCRIPTION,
+        epilog=epilog(
+            '  cudalock matrix show --gpu "RTX 5090" --cuda 12.8\n'
+            "  cudalock matrix show --torch 2.11 --platform linux-x86_64 --json",
+            SHOW_EXIT_CODES,
+        ),
+        usage="%(prog)s [options]",
+    )
+    show_parser.add_argument(
+        "--torch",
+        metavar="SPEC",
+        help="A torch version (2.11.0), series (2.11) or specifier (>=2.10).",
+    )
+    show_parser.add_argument("--cuda", metavar="X.Y", help="Only builds of this CUDA version.")
+    show_parser.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help="Only builds whose kernels run on this GPU (an NVML name such as 'NVIDIA GeForce "
+        "RTX 5090' or a matrix name such as 'RTX 5090').",
+    )
+    show_parser.add_argument(
+        "--platform",
+        metavar="PLATFORM",
+        help=PLATFORM_HELP,
+    )
+    add_json_flag(show_parser, "Print the rows as JSON.")
+    add_matrix_argument(show_parser)
+    show_parser.set_defaults(subcommand=show)
+
+    refresh_parser = subcommands.add_parser(
+        "refresh",
+        prog=f"{parser.prog} refresh",
+        help="Update torch.toml from PyPI and the PyTorch index.",
+        description=REFRESH_DESCRIPTION,
+        epilog=epilog(
+            "  cudalock matrix refresh --dry-run\n"
+            "  cudalock matrix refresh --matrix ./compat_matrix"
+        ),
+        usage="%(prog)s [options]",
+    )
+    refresh_parser.add_argument(
+        "--pypi-url",
+        default="https://pypi.org/simple",
+        metavar="URL",
+        help="PEP 691 simple index for torch, torchvision and torchaudio (a mirror works; "
+        "default %(default)s).",
+    )
+    refresh_parser.add_argument(
+        "--pytorch-index",
+        default="https://download.pytorch.org/whl",
+        metavar="URL",
+        help="Base URL of the PyTorch index (<base>/<variant>/torch/ are PEP 503 pages; "
+        "default %(default)s).",
+    )
+    refresh_parser.add_argument(
+        "--dry-run", action="store_true", help="Print what would change; write nothing."
+    )
+    add_matrix_argument(refresh_parser)
+    refresh_parser.set_defaults(subcommand=refresh)
+
+    # 'cudalock matrix' alone: what there is to run.
+    parser.set_defaults(subcommand=help_and_exit(parser))
+
+
+def run(args: argparse.Namespace) -> None:
+    subcommand: Subcommand = args.subcommand
+    subcommand(args)
+
+
+def check(args: argparse.Namespace) -> None:
+    from cudalock.cli.output import echo
     from cudalock.matrix.check import check_matrix_dir
     from cudalock.matrix.load import matrix_dir_from
 
-    chosen = matrix_dir_from(directory or matrix_dir)
+    chosen = matrix_dir_from(args.directory or args.matrix_dir)
     problems = check_matrix_dir(chosen)
     for problem in problems:
-        typer.echo(str(problem))
+        echo(str(problem))
     if problems:
-        typer.echo(f"{len(problems)} problem(s) in {chosen}", err=True)
-        raise typer.Exit(1)
-    typer.echo(f"matrix {chosen}: OK")
+        echo(f"{len(problems)} problem(s) in {chosen}", err=True)
+        raise SystemExit(1)
+    echo(f"matrix {chosen}: OK")
 
 
-@app.command("show")
-def show(
-    torch: str | None = typer.Option(
-        None, "--torch", help="A torch version (2.11.0), series (2.11) or specifier (>=2.10).",
-    ),
-    cuda: str | None = typer.Option(None, "--cuda", help="Only builds of this CUDA version "
-                                    "(X.Y)."),
-    gpu: str | None = typer.Option(
-        None, "--gpu", help="Only builds whose kernels run on this GPU (an NVML name such as "
-        "'NVIDIA GeForce RTX 5090' or a matrix name such as 'RTX 5090').",
-    ),
-    platform: str | None = typer.Option(
-        None, "--platform", help="linux-x86_64, linux-aarch64, windows-x86_64, macos-arm64 or "
-        "macos-x86_64.",
-    ),
-    json_output: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
-    matrix_dir: Path | None = _MATRIX_OPTION,
-) -> None:
-    """Print the torch builds of the matrix as a table, filtered by torch, CUDA, GPU, platform."""
-    from cudalock.cli.output import emit_json
+def show(args: argparse.Namespace) -> None:
+    from cudalock.cli.output import echo, emit_json
     from cudalock.errors import UsageError
-    from cudalock.matrix.check import PLATFORMS
     from cudalock.matrix.load import load_matrix
     from cudalock.matrix.show import render_table, rows_as_json, select_rows
+    from cudalock.platforms import platform_named
     from cudalock.resolve.request import parse_torch_spec
     from cudalock.target.overrides import gpu_model_named
     from cudalock.versions import format_cc, parse_cuda_version
 
-    matrix = load_matrix(matrix_dir)
+    torch: str | None = args.torch
+    cuda: str | None = args.cuda
+    gpu: str | None = args.gpu
+    platform: str | None = args.platform
+    matrix = load_matrix(args.matrix_dir)
     torch_spec = parse_torch_spec(torch) if torch else None
     try:
         cuda_version = parse_cuda_version(cuda) if cuda else None
     except UsageError as err:
         raise UsageError(f"--cuda: {err.message}") from None
-    if platform is not None and platform not in PLATFORMS:
-        raise UsageError(f"--platform {platform!r}: expected one of {', '.join(PLATFORMS)}")
+    if platform is not None:
+        platform = platform_named(platform).name
     model = gpu_model_named(gpu, matrix) if gpu else None
-    rows = select_rows(matrix, torch=torch_spec, cuda=cuda_version,
-                       gpu_cc=model.compute_capability if model else None, platform=platform)
-    if json_output:
-        emit_json({
-            "matrix_version": matrix.matrix_version,
-            "gpu": None if model is None else {
-                "name": model.name,
-                "compute_capability": format_cc(model.compute_capability),
-                "architecture": model.architecture,
-            },
-            "builds": rows_as_json(rows),
-        })
+    rows = select_rows(
+        matrix,
+        torch=torch_spec,
+        cuda=cuda_version,
+        gpu_cc=model.compute_capability if model else None,
+        platform=platform,
+    )
+    if args.json_output:
+        emit_json(
+            {
+                "matrix_version": matrix.matrix_version,
+                "gpu": None
+                if model is None
+                else {
+                    "name": model.name,
+                    "compute_capability": format_cc(model.compute_capability),
+                    "architecture": model.architecture,
+                },
+                "builds": rows_as_json(rows),
+            }
+        )
         return
-    typer.echo(f"matrix {matrix.matrix_version} (schema {matrix.schema_version})")
+    echo(f"matrix {matrix.matrix_version} (schema {matrix.schema_version})")
     if model is not None:
-        typer.echo(f"GPU: {model.name}, compute capability {format_cc(model.compute_capability)}"
-                   f" ({model.architecture}); builds whose kernels run on it:")
+        echo(
+            f"GPU: {model.name}, compute capability {format_cc(model.compute_capability)}"
+            f" ({model.architecture}); builds whose kernels run on it:"
+        )
     if not rows:
-        typer.echo("no build matches these filters")
-        raise typer.Exit(1)
-    typer.echo(render_table(rows))
+        echo("no build matches these filters")
+        raise SystemExit(1)
+    echo(render_table(rows))
 
 
-@app.command("refresh")
-def refresh(
-    pypi_url: str = typer.Option(
-        "https://pypi.org/simple", "--pypi-url",
-        help="PEP 691 simple index for torch, torchvision and torchaudio (a mirror works).",
-    ),
-    pytorch_index: str = typer.Option(
-        "https://download.pytorch.org/whl", "--pytorch-index",
-        help="Base URL of the PyTorch index (<base>/<variant>/torch/ are PEP 503 pages).",
-    ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; write "
-                                 "nothing."),
-    matrix_dir: Path | None = _MATRIX_OPTION,
-) -> None:
-    """Update torch.toml from PyPI and the PyTorch index, printing what changed.
-
-    Reads releases, dates, requires-python, CPython tags (PyPI JSON simple API) and which
-    variants the index publishes per release (PEP 503 pages). Architecture lists, cuDNN and
-    NCCL are not read from there and are left as they are. Comments and layout are preserved.
-    """
+def refresh(args: argparse.Namespace) -> None:
+    from cudalock.cli.output import echo
     from cudalock.matrix.load import matrix_dir_from
     from cudalock.matrix.refresh import refresh_matrix
 
-    result = refresh_matrix(matrix_dir_from(matrix_dir), pypi_url=pypi_url,
-                            pytorch_index=pytorch_index, write=not dry_run)
-    typer.echo(result.diff if result.diff else "torch.toml is up to date")
+    result = refresh_matrix(
+        matrix_dir_from(args.matrix_dir),
+        pypi_url=args.pypi_url,
+        pytorch_index=args.pytorch_index,
+        write=not args.dry_run,
+    )
+    echo(result.diff if result.diff else "torch.toml is up to date")
     if result.diff:
-        verb = "would change" if dry_run else "updated"
-        typer.echo(f"{verb}: {result.summary}", err=True)
+        verb = "would change" if args.dry_run else "updated"
+        echo(f"{verb}: {result.summary}", err=True)

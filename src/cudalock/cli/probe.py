@@ -1,51 +1,50 @@
-"""`cudalock probe`: what this machine (or the machine the flags describe) is.
-
-Declared as a table (:class:`~cudalock.cli.flags.Command`): a well-formed command line runs
-without typer.
-"""
+"""`cudalock probe`: what this machine (or the machine the Target flags describe) is."""
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING
 
-from cudalock.cli.flags import Command, Flag
-from cudalock.cli.options import TARGET_OPTIONS
-from cudalock.target.overrides import TargetOptions
+from cudalock.cli.args import add_json_flag, add_target_arguments, epilog, target_options
 
 if TYPE_CHECKING:
     from cudalock.model import Target
 
+DESCRIPTION = """\
+Report the Target: NVIDIA driver, its maximum CUDA version, GPUs and the host.
 
-def probe(*, json_output: bool, target_opts: TargetOptions) -> None:
-    """Report the Target: NVIDIA driver, its maximum CUDA version, GPUs and the host.
+Sources, in order: NVML, the kernel module's version files, nvidia-smi. No NVIDIA driver is not
+an error: the Target is CPU-only. The Target flags describe a machine you are not on; --probe
+reads another machine's JSON."""
 
-    Sources, in order: NVML, the kernel module's version files, nvidia-smi.
+EXAMPLES = """\
+  cudalock probe
+  cudalock probe --json > node.json
+  cudalock probe --json --driver-version 535.104.05 --compute-capability 9.0"""
 
-    No NVIDIA driver is not an error: the Target is CPU-only.
 
-    The Target flags describe a machine you are not on; --probe reads another machine's JSON.
-    """
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = epilog(EXAMPLES)
+    add_json_flag(
+        parser,
+        "Print the Target as JSON (schema_version 1; a list when several --probe files are given).",
+    )
+    add_target_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> None:
     from cudalock.cli.output import echo, emit_json, load_matrix_for
     from cudalock.target.overrides import targets_from_options
 
+    target_opts = target_options(args)
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
-    if json_output:
+    if args.json_output:
         documents = [t.to_json() for t in targets]
         emit_json(documents[0] if len(documents) == 1 else documents)
         return
     echo("\n\n".join(summary(t) for t in targets))
-
-
-COMMAND = Command(
-    probe,
-    flags=(
-        Flag("json_output", ("--json",), "bool", default=False,
-             help="Print the Target as JSON (schema_version 1; a list when several --probe "
-             "files are given)."),
-    ),
-    groups=(TARGET_OPTIONS,),
-)
 
 
 def summary(target: Target) -> str:
@@ -53,8 +52,10 @@ def summary(target: Target) -> str:
     from cudalock.target.probe import describe_memory, format_gpu
     from cudalock.versions import format_cuda
 
-    lines = [f"Target: {target.name}  (source: {target.source})",
-             f"  platform      {target.platform}"]
+    lines = [
+        f"Target: {target.name}  (source: {target.source})",
+        f"  platform      {target.platform}",
+    ]
     if target.driver_version is None and target.driver_cuda is None:
         lines.append("  driver        no NVIDIA driver found (CPU-only target)")
     else:
@@ -70,8 +71,10 @@ def summary(target: Target) -> str:
     host = target.host
     system = " ".join(p for p in (host.os, host.arch) if p) or "unknown"
     glibc = f"glibc {host.glibc}" if host.glibc else "no glibc"
-    lines.append(f"  host          {system}, {glibc}"
-                 + (f", hostname {host.hostname}" if host.hostname else ""))
+    lines.append(
+        f"  host          {system}, {glibc}"
+        + (f", hostname {host.hostname}" if host.hostname else "")
+    )
     lines.append(f"  RAM           {describe_memory(host.memory_total_bytes)}")
     limit = host.cgroup_memory_limit_bytes
     lines.append(f"  cgroup limit  {describe_memory(limit) if limit is not None else 'none'}")

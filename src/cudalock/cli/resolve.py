@@ -1,29 +1,61 @@
 """`cudalock resolve`: the torch stack the target can run, and why.
 
-Declared as a table (:class:`~cudalock.cli.flags.Command`), so a well-formed command line runs
-without typer. Standard library here; the matrix, the resolver and the probe are imported
-inside the command (no requests, tomlkit, rich or torch on this path).
+Standard library here; the matrix, the resolver and the probe are imported when the command
+runs (no requests, tomlkit or torch on this path).
 """
 
 from __future__ import annotations
 
+import argparse
 import shlex
+from typing import TYPE_CHECKING
 
-from cudalock.cli.flags import Command, Flag
-from cudalock.cli.options import TARGET_OPTIONS
-from cudalock.cli.request_options import REQUEST_OPTIONS
-from cudalock.resolve.request import RequestOptions
-from cudalock.target.overrides import TargetOptions
+from cudalock.cli.args import (
+    add_json_flag,
+    add_request_arguments,
+    add_target_arguments,
+    epilog,
+    request_options,
+    target_options,
+)
+
+if TYPE_CHECKING:
+    from cudalock.resolve.request import RequestOptions
+    from cudalock.target.overrides import TargetOptions
+
+DESCRIPTION = """\
+Choose torch, its CUDA build, torchvision and friends for the target, and say why.
+
+The newest torch release matching --torch with a build the driver can run (--compat) whose
+kernels cover every GPU; several --probe files resolve one plan for the whole fleet. Prints the
+chosen stack, why, the candidates rejected and what would make them fit, and the
+'cudalock bootstrap' command for the same inputs."""
+
+EXAMPLES = """\
+  cudalock resolve --driver-version 570.86.15 --gpu "RTX 5090"
+  cudalock resolve --probe a.json --probe b.json --json
+  cudalock resolve --torch '>=2.4' --python 3.11 --with deepspeed --compat minor"""
+
+EXIT_CODES = """\
+exit status:
+  0  a stack fits
+  1  nothing fits: the nearest candidates, why each was rejected and what would fix it
+  2  usage error or bad input (a bad flag or value, a malformed probe file or matrix)"""
 
 
-def resolve(*, json_output: bool, target_opts: TargetOptions,
-            request_opts: RequestOptions) -> None:
-    """Choose torch, its CUDA build, torchvision and friends for the target, and say why.
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = epilog(EXAMPLES, EXIT_CODES)
+    add_json_flag(
+        parser,
+        "Print the Plan as JSON (the documented, stable object); when nothing "
+        'fits, {"error", "hint", "rejected"} and exit 1.',
+    )
+    add_request_arguments(parser)
+    add_target_arguments(parser)
 
-    The newest torch release matching --torch with a build the driver can run (--compat) whose
-    kernels cover every GPU; several --probe files resolve one plan for the whole fleet.
-    Exit 1 when nothing fits, naming the nearest candidates and what would fix them.
-    """
+
+def run(args: argparse.Namespace) -> None:
     from cudalock.cli.output import echo, emit_json, load_matrix_for
     from cudalock.errors import Unsatisfiable
     from cudalock.resolve.explain import render_plan, render_unsatisfiable, unsatisfiable_json
@@ -31,6 +63,7 @@ def resolve(*, json_output: bool, target_opts: TargetOptions,
     from cudalock.target.overrides import targets_from_options
     from cudalock.urls import redact
 
+    target_opts, request_opts = target_options(args), request_options(args)
     request = request_opts.to_request(base=None)
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
@@ -39,7 +72,7 @@ def resolve(*, json_output: bool, target_opts: TargetOptions,
     try:
         plan = resolve_plan(matrix, targets, request)
     except Unsatisfiable as err:
-        if json_output:
+        if args.json_output:
             emit_json(_redacted(unsatisfiable_json(err)))
             raise SystemExit(err.exit_code) from None
         details = render_unsatisfiable(err)
@@ -47,21 +80,10 @@ def resolve(*, json_output: bool, target_opts: TargetOptions,
             # The one-line error and hint come from cli.main; the candidates go first, above it.
             echo(redact(details), err=True)
         raise
-    if json_output:
+    if args.json_output:
         emit_json(_redacted(plan.to_json()))
         return
     echo(redact(render_plan(plan, bootstrap_command(target_opts, request_opts))))
-
-
-COMMAND = Command(
-    resolve,
-    flags=(
-        Flag("json_output", ("--json",), "bool", default=False,
-             help="Print the Plan as JSON (the documented, stable object); when nothing fits, "
-             "{\"error\", \"hint\", \"rejected\"} and exit 1."),
-    ),
-    groups=(REQUEST_OPTIONS, TARGET_OPTIONS),
-)
 
 
 def _redacted(document: object) -> object:
@@ -111,4 +133,3 @@ def _quote(arg: str) -> str:
     from cudalock.urls import redact
 
     return shlex.quote(redact(arg))
-

@@ -1,0 +1,270 @@
+"""Argument groups several commands share, each declared once, and the value types they read.
+
+The Target flags (which machine) and the Request flags (what to install) are added to a command's
+parser as one argument group each, and read back into the core's value types,
+:class:`~cudalock.target.overrides.TargetOptions` and
+:class:`~cudalock.resolve.request.RequestOptions`. Standard library only at the top: every
+command imports this module, and ``cudalock resolve`` must start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cudalock.platforms import PLATFORMS
+
+if TYPE_CHECKING:
+    from cudalock.resolve.request import RequestOptions
+    from cudalock.target.overrides import TargetOptions
+
+#: The platform names, for help texts.
+PLATFORM_HELP = "One of " + ", ".join(platform.name for platform in PLATFORMS) + "."
+
+TARGET_GROUP = "Target (which machine)"
+REQUEST_GROUP = "Request (what to install)"
+OUTPUT_GROUP = "Output"
+
+#: Exit statuses, as every command's epilog states them.
+EXIT_CODES = """\
+exit status:
+  0  success
+  1  problems found, or nothing satisfies the request
+  2  usage error or bad input (a bad flag or value, a malformed file)
+  3  the environment failed (network, permissions, disk)"""
+
+
+def from_environment(variable: str) -> str | None:
+    """The variable's value; None when it is unset or empty (an empty one counts as not given)."""
+    return os.environ.get(variable) or None
+
+
+def epilog(examples: str, exit_codes: str = EXIT_CODES) -> str:
+    """A command's epilog: its examples, then its exit statuses (by default the common ones)."""
+    return f"examples:\n{examples}\n\n{exit_codes}"
+
+
+def number(kind: type[int] | type[float], minimum: float) -> Callable[[str], float]:
+    """An argparse ``type`` reading a finite number ≥ ``minimum``; its error names the form.
+
+    argparse prefixes the message with the flag: "argument --timeout: expected ...".
+    """
+    noun = "a whole number" if kind is int else "a number"
+
+    def convert(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < minimum:
+            shown = int(minimum) if float(minimum).is_integer() else minimum
+            raise argparse.ArgumentTypeError(f"expected {noun}, at least {shown}, got {text!r}")
+        return value
+
+    return convert
+
+
+def whole_number(text: str) -> int:
+    """An argparse ``type`` for any integer (the command checks its range and says why)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def help_and_exit(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], None]:
+    """What runs for a command line that names no command: the parser's help on stderr, exit 2."""
+
+    def show_help(args: argparse.Namespace) -> None:
+        import sys
+
+        parser.print_help(sys.stderr)
+        raise SystemExit(2)
+
+    return show_help
+
+
+def add_json_flag(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--json", dest="json_output", action="store_true", help=help)
+
+
+# --------------------------------------------------------------------------------------------
+# Target: which machine
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Target flags, read back with :func:`target_options`."""
+    group = parser.add_argument_group(
+        TARGET_GROUP, "No flag: this machine. Flags given replace the probed values field by field."
+    )
+    group.add_argument(
+        "--probe",
+        dest="probe_files",
+        action="append",
+        type=Path,
+        metavar="FILE",
+        help="Probe JSON written by 'cudalock probe --json' on another machine (repeat for a "
+        "fleet).",
+    )
+    group.add_argument(
+        "--driver-version",
+        metavar="VERSION",
+        default=from_environment("CUDALOCK_DRIVER_VERSION"),
+        help="Target NVIDIA driver version, e.g. 535.104.05 (default: "
+        "$CUDALOCK_DRIVER_VERSION, else this machine's).",
+    )
+    group.add_argument(
+        "--driver-cuda",
+        metavar="X.Y",
+        default=from_environment("CUDALOCK_DRIVER_CUDA"),
+        help="Highest CUDA version the target driver supports, e.g. 12.2 (default: "
+        "$CUDALOCK_DRIVER_CUDA, else the driver's).",
+    )
+    group.add_argument(
+        "--no-gpu", action="store_true", help="Target a machine without NVIDIA GPUs."
+    )
+    group.add_argument(
+        "--compute-capability",
+        dest="compute_capabilities",
+        action="append",
+        metavar="X.Y",
+        help="A target GPU's compute capability, e.g. 8.6 (repeatable).",
+    )
+    group.add_argument(
+        "--gpu",
+        dest="gpu_names",
+        action="append",
+        metavar="NAME",
+        help="A target GPU by name, e.g. 'H100' or 'RTX 4090' (repeatable).",
+    )
+    group.add_argument("--platform", metavar="PLATFORM", help=PLATFORM_HELP)
+    add_matrix_argument(group)
+
+
+def add_spec_argument(parser: argparse._ActionsContainer) -> None:
+    """``--spec FILE``: bootstrap and lock read it as one (:func:`cudalock.env.read_inputs`)."""
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        metavar="FILE",
+        help="The spec with the Request and Target to start from (default: cudalock.toml in the "
+        "output directory, if there); the flags given replace its values.",
+    )
+
+
+def add_matrix_argument(parser: argparse._ActionsContainer) -> None:
+    """``--matrix DIR`` (or CUDALOCK_MATRIX): a matrix directory instead of the shipped one."""
+    matrix = from_environment("CUDALOCK_MATRIX")
+    parser.add_argument(
+        "--matrix",
+        dest="matrix_dir",
+        type=Path,
+        metavar="DIR",
+        default=Path(matrix) if matrix is not None else None,
+        help="Use this compatibility matrix directory (default: $CUDALOCK_MATRIX, else the "
+        "shipped one).",
+    )
+
+
+def target_options(args: argparse.Namespace) -> TargetOptions:
+    """The Target flags of a command line parsed with :func:`add_target_arguments`."""
+    from cudalock.target.overrides import TargetOptions
+
+    return TargetOptions(
+        probe_files=tuple(args.probe_files or ()),
+        driver_version=args.driver_version,
+        driver_cuda=args.driver_cuda,
+        no_gpu=args.no_gpu,
+        compute_capabilities=tuple(args.compute_capabilities or ()),
+        gpu_names=tuple(args.gpu_names or ()),
+        platform=args.platform,
+        matrix_dir=args.matrix_dir,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Request: what to install
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Request flags, read back with :func:`request_options`.
+
+    Values not given stay None, so a spec file (``cudalock.toml``) can fill them.
+    """
+    group = parser.add_argument_group(REQUEST_GROUP)
+    group.add_argument(
+        "--torch",
+        metavar="SPEC",
+        help="torch version or specifier: 2.1.0, '>=2.1,<2.4' (default: the newest that fits).",
+    )
+    group.add_argument(
+        "--python",
+        metavar="X.Y",
+        help="Python version of the environment, e.g. 3.11 (default: the newest the chosen "
+        "torch supports).",
+    )
+    group.add_argument(
+        "--cuda",
+        metavar="X.Y",
+        help="Pin the CUDA build, e.g. 12.1, or cpu (default: the newest the driver allows).",
+    )
+    group.add_argument(
+        "--compat",
+        metavar="MODE",
+        help="strict (default: CUDA build ≤ driver CUDA) or minor (NVIDIA minor-version "
+        "compatibility).",
+    )
+    group.add_argument(
+        "--with",
+        dest="with_packages",
+        action="append",
+        metavar="PACKAGE",
+        help="Companion package, e.g. torchaudio or 'deepspeed>=0.15' (repeatable; adds to "
+        "torchvision; 'none' drops it).",
+    )
+    group.add_argument(
+        "--framework",
+        metavar="REQUIREMENT",
+        help="Fine-tuning framework: a requirement (llamafactory==0.9.5), a local path "
+        "(installed editable) or a VCS URL.",
+    )
+    group.add_argument(
+        "--pytorch-index",
+        metavar="URL",
+        default=from_environment("CUDALOCK_PYTORCH_INDEX"),
+        help="PyTorch index base URL; the build variant (/cu121) is appended (default: "
+        "$CUDALOCK_PYTORCH_INDEX, else https://download.pytorch.org/whl).",
+    )
+    group.add_argument(
+        "--pypi-index",
+        metavar="URL",
+        default=from_environment("CUDALOCK_PYPI_INDEX"),
+        help="PyPI-compatible simple index URL for everything else (default: "
+        "$CUDALOCK_PYPI_INDEX, else pip's own).",
+    )
+    group.add_argument(
+        "--allow-insecure-index",
+        action="store_true",
+        help="Accept plain http index URLs to hosts other than loopback.",
+    )
+
+
+def request_options(args: argparse.Namespace) -> RequestOptions:
+    """The Request flags of a command line parsed with :func:`add_request_arguments`."""
+    from cudalock.resolve.request import RequestOptions
+
+    return RequestOptions(
+        torch=args.torch,
+        python=args.python,
+        cuda=args.cuda,
+        compat=args.compat,
+        with_packages=tuple(args.with_packages) if args.with_packages else None,
+        framework=args.framework,
+        pytorch_index=args.pytorch_index,
+        pypi_index=args.pypi_index,
+        allow_insecure_index=args.allow_insecure_index,
+    )
