@@ -111,10 +111,12 @@ def shown(path: Path | str) -> str:
 
 def command_text(argv: Sequence[str | Path], cwd: Path = ROOT) -> str:
     """The command as one shell line run from ``cwd`` (paths relative to it)."""
+
     def text(arg: str | Path) -> str:
         if not isinstance(arg, Path):
             return arg
         return shown(arg) if cwd == ROOT else os.path.relpath(Path(arg).absolute(), cwd)
+
     return shlex.join(text(a) for a in argv)
 
 
@@ -124,8 +126,11 @@ def child_env() -> dict[str, str]:
     Byte-code writing is allowed (a user's installed package has its .pyc files; an editable
     install writes them on first run), and no CUDALOCK_* variable leaks in from the shell.
     """
-    env = {k: v for k, v in os.environ.items()
-           if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("CUDALOCK_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("CUDALOCK_")
+    }
     return env
 
 
@@ -134,11 +139,11 @@ def call(argv: Sequence[str | Path], **kwargs: Any) -> subprocess.CompletedProce
     return subprocess.run([str(a) for a in argv], **kwargs)  # noqa: S603
 
 
-def run_timed(argv: Sequence[str | Path], env: dict[str, str], ok: Sequence[int] = (0,),
-              cwd: Path = ROOT) -> tuple[float, subprocess.CompletedProcess[bytes]]:
+def run_timed(
+    argv: Sequence[str | Path], env: dict[str, str], ok: Sequence[int] = (0,), cwd: Path = ROOT
+) -> tuple[float, subprocess.CompletedProcess[bytes]]:
     started = time.perf_counter()
-    done = call(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                check=False)
+    done = call(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, check=False)
     elapsed = time.perf_counter() - started
     if done.returncode not in ok:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
@@ -146,10 +151,17 @@ def run_timed(argv: Sequence[str | Path], env: dict[str, str], ok: Sequence[int]
     return elapsed, done
 
 
-def compare(ctx: Context, a: Series, a_argv: Sequence[str | Path], b: Series,
-            b_argv: Sequence[str | Path], *, a_ok: Sequence[int] = (0,),
-            b_ok: Sequence[int] = (0,),
-            check_a: Callable[[subprocess.CompletedProcess[bytes]], None] | None = None) -> None:
+def compare(
+    ctx: Context,
+    a: Series,
+    a_argv: Sequence[str | Path],
+    b: Series,
+    b_argv: Sequence[str | Path],
+    *,
+    a_ok: Sequence[int] = (0,),
+    b_ok: Sequence[int] = (0,),
+    check_a: Callable[[subprocess.CompletedProcess[bytes]], None] | None = None,
+) -> None:
     """Warm up each once, then alternate A/B (and B/A) ``ctx.repeat`` times."""
     _, first = run_timed(a_argv, ctx.env, a_ok)
     if check_a is not None:
@@ -198,17 +210,29 @@ def case_resolve_startup(ctx: Context, fig: Figure) -> None:
 #: Start-up, built up import by import: each step adds to the one before (cumulative).
 STARTUP_STEPS = (
     ("the interpreter alone", "pass"),
-    ("+ the standard library cudalock itself needs (re, enum, typing, dataclasses, pathlib, "
-     "json)", "import re, enum, typing, dataclasses, pathlib, json"),
-    ("+ `cudalock.cli.main` and the resolve command module (argparse, the shared flag groups)",
-     "import cudalock.cli.main, cudalock.cli.resolve"),
-    ("+ `cudalock.resolve`, `cudalock.resolve.explain`, `cudalock.target.overrides` (packaging, "
-     "the model, the matrix types)",
-     "import cudalock.resolve, cudalock.resolve.explain, cudalock.target.overrides"),
-    ("+ `cudalock.target.probe` (the live probe that the overrides apply to; pynvml only where "
-     "libnvidia-ml loads)", "import cudalock.target.probe"),
-    ("+ `load_matrix()` (from its precompiled cache)",
-     "from cudalock.matrix.load import load_matrix; load_matrix()"),
+    (
+        "+ the standard library cudalock itself needs (re, enum, typing, dataclasses, pathlib, "
+        "json)",
+        "import re, enum, typing, dataclasses, pathlib, json",
+    ),
+    (
+        "+ `cudalock.cli.main` and the resolve command module (argparse, the shared flag groups)",
+        "import cudalock.cli.main, cudalock.cli.resolve",
+    ),
+    (
+        "+ `cudalock.resolve`, `cudalock.resolve.explain`, `cudalock.target.overrides` (packaging, "
+        "the model, the matrix types)",
+        "import cudalock.resolve, cudalock.resolve.explain, cudalock.target.overrides",
+    ),
+    (
+        "+ `cudalock.target.probe` (the live probe that the overrides apply to; pynvml only where "
+        "libnvidia-ml loads)",
+        "import cudalock.target.probe",
+    ),
+    (
+        "+ `load_matrix()` (from its precompiled cache)",
+        "from cudalock.matrix.load import load_matrix; load_matrix()",
+    ),
 )
 
 
@@ -232,8 +256,10 @@ sys.stdout.write(json.dumps(plan.to_json(), indent=2) + "\\n")
 def startup_breakdown(ctx: Context, whole: float) -> str:
     """Medians of ``python -c`` running the imports up to each step, alternating the steps."""
     steps = list(STARTUP_STEPS)
-    programs = ["; ".join(code for _label, code in steps[: i + 1] if code != "pass") or "pass"
-                for i in range(len(steps))]
+    programs = [
+        "; ".join(code for _label, code in steps[: i + 1] if code != "pass") or "pass"
+        for i in range(len(steps))
+    ]
     samples: list[list[float]] = [[] for _ in steps]
     for round_ in range(ctx.repeat):
         order = list(range(len(steps)))
@@ -243,21 +269,27 @@ def startup_breakdown(ctx: Context, whole: float) -> str:
             elapsed, _ = run_timed([ctx.python, "-c", programs[i]], ctx.env)
             samples[i].append(elapsed)
     medians = [statistics.median(s) for s in samples]
-    rows = [f"| {label} | {medians[i] * 1000:.1f} | "
-            f"{(medians[i] - (medians[i - 1] if i else 0)) * 1000:+.1f} |"
-            for i, (label, _code) in enumerate(steps)]
-    rows.append(f"| the whole `cudalock resolve` command (figure above) | {whole * 1000:.1f} | "
-                f"{(whole - medians[-1]) * 1000:+.1f} |")
-    library = [run_timed([ctx.python, "-c", WITHOUT_CLI], ctx.env)[0]
-               for _ in range(ctx.repeat)]
-    rows.append(f"| the same Plan from library calls, no CLI at all (below) | "
-                f"{statistics.median(library) * 1000:.1f} | |")
+    rows = [
+        f"| {label} | {medians[i] * 1000:.1f} | "
+        f"{(medians[i] - (medians[i - 1] if i else 0)) * 1000:+.1f} |"
+        for i, (label, _code) in enumerate(steps)
+    ]
+    rows.append(
+        f"| the whole `cudalock resolve` command (figure above) | {whole * 1000:.1f} | "
+        f"{(whole - medians[-1]) * 1000:+.1f} |"
+    )
+    library = [run_timed([ctx.python, "-c", WITHOUT_CLI], ctx.env)[0] for _ in range(ctx.repeat)]
+    rows.append(
+        f"| the same Plan from library calls, no CLI at all (below) | "
+        f"{statistics.median(library) * 1000:.1f} | |"
+    )
     return (
         "Where the start-up goes: each line is the median wall time of "
-        f"`{shown(ctx.python)} -c \"<the imports of this line and those above>\"`, "
+        f'`{shown(ctx.python)} -c "<the imports of this line and those above>"`, '
         f"{ctx.repeat} runs each, alternating; the last column is what the line adds.\n\n"
-        "| imports | ms | adds |\n|---|---:|---:|\n" + "\n".join(rows) +
-        "\n\nThe command line is read by argparse; `cudalock.cli.main` builds the parser for "
+        "| imports | ms | adds |\n|---|---:|---:|\n"
+        + "\n".join(rows)
+        + "\n\nThe command line is read by argparse; `cudalock.cli.main` builds the parser for "
         "the command named (importing that command's module alone) and each command imports "
         "the core it uses when it runs. The last line is the same work as library calls, no CLI "
         "at all: "
@@ -300,8 +332,7 @@ def torch_venv(ctx: Context) -> Path:
     if not ctx.setup:
         raise CaseSkipped(f"no venv with real torch at {shown(venv)} (run without --no-setup)")
     base = getattr(sys, "_base_executable", sys.executable)
-    print(f"  creating {shown(venv)} with torch=={TORCH_VERSION} (once; takes a while)",
-          flush=True)
+    print(f"  creating {shown(venv)} with torch=={TORCH_VERSION} (once; takes a while)", flush=True)
     call([base, "-m", "venv", "--clear", venv], check=True)
     # pip, not uv: pip's configuration on this machine finds the CPU build on disk; uv would
     # download a multi-gigabyte CUDA build.
@@ -339,9 +370,20 @@ def case_audit(ctx: Context, fig: Figure) -> None:
 
 #: The lock's inputs: a fixed target and request, as in the lock tests (driver 535.104.05 allows
 #: CUDA 12.2, so torch 2.1.0 resolves to the cu121 build).
-LOCK_ARGS = ("--driver-version", "535.104.05", "--compute-capability", "8.0",
-             "--platform", "linux-x86_64", "--torch", "2.1.0", "--python", "3.11",
-             "--with", "deepspeed")
+LOCK_ARGS = (
+    "--driver-version",
+    "535.104.05",
+    "--compute-capability",
+    "8.0",
+    "--platform",
+    "linux-x86_64",
+    "--torch",
+    "2.1.0",
+    "--python",
+    "3.11",
+    "--with",
+    "deepspeed",
+)
 
 
 def lock_stand_ins() -> tuple[dict[str, list[Any]], list[Any]]:
@@ -350,32 +392,64 @@ def lock_stand_ins() -> tuple[dict[str, list[Any]], list[Any]]:
     from tests.support.wheels import StandIn, torch_standin
 
     linux = "manylinux_2_17_x86_64.manylinux2014_x86_64"
-    cudnn = ('nvidia-cudnn-cu12==8.9.2.26; platform_system == "Linux" and '
-             'platform_machine == "x86_64"')
+    cudnn = (
+        'nvidia-cudnn-cu12==8.9.2.26; platform_system == "Linux" and platform_machine == "x86_64"'
+    )
     triton = 'triton==2.1.0; platform_system == "Linux" and platform_machine == "x86_64"'
-    pytorch = [torch_standin("2.1.0+cu121", "12.1", [cudnn, triton, "filelock", "sympy",
-                                                     "networkx", "jinja2", "fsspec"],
-                             tag="cp311-cp311-linux_x86_64"),
-               StandIn("torchvision", "0.16.0+cu121", requires_dist=["torch==2.1.0", "numpy",
-                                                                     "pillow"],
-                       tag="cp311-cp311-linux_x86_64")]
+    pytorch = [
+        torch_standin(
+            "2.1.0+cu121",
+            "12.1",
+            [cudnn, triton, "filelock", "sympy", "networkx", "jinja2", "fsspec"],
+            tag="cp311-cp311-linux_x86_64",
+        ),
+        StandIn(
+            "torchvision",
+            "0.16.0+cu121",
+            requires_dist=["torch==2.1.0", "numpy", "pillow"],
+            tag="cp311-cp311-linux_x86_64",
+        ),
+    ]
     pypi = [
         torch_standin("2.5.0", "12.4", ["filelock"], tag=f"cp311-cp311-{linux}"),
-        StandIn("nvidia-cudnn-cu12", "8.9.2.26", requires_dist=["nvidia-cublas-cu12"],
-                tag="py3-none-manylinux1_x86_64"),
+        StandIn(
+            "nvidia-cudnn-cu12",
+            "8.9.2.26",
+            requires_dist=["nvidia-cublas-cu12"],
+            tag="py3-none-manylinux1_x86_64",
+        ),
         StandIn("nvidia-cublas-cu12", "12.1.3.1", tag="py3-none-manylinux1_x86_64"),
         StandIn("triton", "2.1.0", requires_dist=["filelock"], tag=f"cp311-cp311-{linux}"),
         StandIn("sympy", "1.13.1", requires_dist=["mpmath>=1.1.0"]),
-        StandIn("mpmath", "1.3.0"), StandIn("networkx", "3.3"), StandIn("fsspec", "2024.6.1"),
+        StandIn("mpmath", "1.3.0"),
+        StandIn("networkx", "3.3"),
+        StandIn("fsspec", "2024.6.1"),
         StandIn("jinja2", "3.1.4", requires_dist=["MarkupSafe>=2.0"]),
         StandIn("MarkupSafe", "2.1.5", tag=f"cp311-cp311-{linux}"),
-        StandIn("numpy", "1.26.4", tag=f"cp311-cp311-{linux}"), StandIn("pillow", "10.4.0"),
-        StandIn("filelock", "3.12.0"), StandIn("filelock", "3.13.0"),
-        StandIn("packaging", "24.1"), StandIn("psutil", "6.0.0"), StandIn("py-cpuinfo", "9.0.0"),
-        StandIn("pydantic", "2.8.2"), StandIn("tqdm", "4.66.4"), StandIn("hjson", "3.1.0"),
-        StandIn("deepspeed", "0.19.8", requires_dist=["torch", "packaging>=20.0", "psutil",
-                                                      "py-cpuinfo", "pydantic>=2.0", "tqdm",
-                                                      "hjson", "numpy"]),
+        StandIn("numpy", "1.26.4", tag=f"cp311-cp311-{linux}"),
+        StandIn("pillow", "10.4.0"),
+        StandIn("filelock", "3.12.0"),
+        StandIn("filelock", "3.13.0"),
+        StandIn("packaging", "24.1"),
+        StandIn("psutil", "6.0.0"),
+        StandIn("py-cpuinfo", "9.0.0"),
+        StandIn("pydantic", "2.8.2"),
+        StandIn("tqdm", "4.66.4"),
+        StandIn("hjson", "3.1.0"),
+        StandIn(
+            "deepspeed",
+            "0.19.8",
+            requires_dist=[
+                "torch",
+                "packaging>=20.0",
+                "psutil",
+                "py-cpuinfo",
+                "pydantic>=2.0",
+                "tqdm",
+                "hjson",
+                "numpy",
+            ],
+        ),
     ]
     return {"cu121": pytorch}, pypi
 
@@ -383,8 +457,9 @@ def lock_stand_ins() -> tuple[dict[str, list[Any]], list[Any]]:
 def offline(env: dict[str, str]) -> dict[str, str]:
     """No pip/uv configuration of this machine, no CUDALOCK_* variables: only the given indexes."""
     clean = {k: v for k, v in env.items() if not k.startswith(("PIP_", "UV_", "CUDALOCK_"))}
-    clean.update({"UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never",
-                  "PIP_CONFIG_FILE": os.devnull})
+    clean.update(
+        {"UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never", "PIP_CONFIG_FILE": os.devnull}
+    )
     return clean
 
 
@@ -410,18 +485,34 @@ def case_lock(ctx: Context, fig: Figure) -> None:
     env = offline(ctx.env)
     with serve_indexes(base, pytorch=pytorch, pypi=pypi) as server:
         index_args = ("--pytorch-index", server.pytorch_url, "--pypi-index", server.pypi_url)
-        a_argv: list[str | Path] = [ctx.cudalock, "lock", *LOCK_ARGS, *index_args,
-                                    "--cache-dir", cache, "--quiet", "--output-dir", ours]
+        a_argv: list[str | Path] = [
+            ctx.cudalock,
+            "lock",
+            *LOCK_ARGS,
+            *index_args,
+            "--cache-dir",
+            cache,
+            "--quiet",
+            "--output-dir",
+            ours,
+        ]
         # The first lock fills the cache and writes the lock the measured runs start from.
         run_timed(a_argv, env)
         inputs = child_json(ctx, ["lock-inputs", str(theirs), *LOCK_ARGS, *index_args])
         b_env = {**env, "UV_DEFAULT_INDEX": inputs["default_index"]}
         # Paths in uv's arguments (the build interpreter) are shown like the others.
-        b_argv: list[str | Path] = [uv, *(Path(a) if a.startswith("/") else a
-                                          for a in inputs["args"][1:]), "--cache-dir", cache]
+        b_argv: list[str | Path] = [
+            uv,
+            *(Path(a) if a.startswith("/") else a for a in inputs["args"][1:]),
+            "--cache-dir",
+            cache,
+        ]
         a = Series("cudalock lock (second run)", command_text(a_argv))
-        b = Series("uv pip compile", f"cd {shown(theirs)} && UV_DEFAULT_INDEX="
-                   f"{inputs['default_index']} {command_text(b_argv, cwd=theirs)}")
+        b = Series(
+            "uv pip compile",
+            f"cd {shown(theirs)} && UV_DEFAULT_INDEX="
+            f"{inputs['default_index']} {command_text(b_argv, cwd=theirs)}",
+        )
         fig.series = [a, b]
         run_timed(b_argv, b_env, cwd=theirs)  # uv's own first run, so both start warm
         for round_ in range(ctx.repeat):
@@ -440,7 +531,8 @@ def case_lock(ctx: Context, fig: Figure) -> None:
         "The index is served on 127.0.0.1 by the runner (tests/support/index.py, stand-in "
         "wheels with the real names and metadata) and its port changes per run; uv compiles "
         f"the `pyproject.toml` cudalock writes for uv (kept in `{shown(theirs)}`), with the "
-        "same cache directory, so the two sides resolve the same inputs.")
+        "same cache directory, so the two sides resolve the same inputs."
+    )
 
 
 def child_lock_inputs(directory: Path, args: list[str]) -> dict[str, Any]:
@@ -457,21 +549,30 @@ def child_lock_inputs(directory: Path, args: list[str]) -> dict[str, Any]:
     def one(flag: str) -> str | None:
         return flags.get(flag, [None])[0]
 
-    options = TargetOptions(driver_version=one("--driver-version"),
-                            compute_capabilities=tuple(flags.get("--compute-capability", [])),
-                            platform=one("--platform"))
+    options = TargetOptions(
+        driver_version=one("--driver-version"),
+        compute_capabilities=tuple(flags.get("--compute-capability", [])),
+        platform=one("--platform"),
+    )
     matrix = load_matrix()
-    request = make_request(torch=one("--torch"), python=one("--python"),
-                           with_packages=flags.get("--with"),
-                           pytorch_index=one("--pytorch-index"), pypi_index=one("--pypi-index"))
+    request = make_request(
+        torch=one("--torch"),
+        python=one("--python"),
+        with_packages=flags.get("--with"),
+        pytorch_index=one("--pytorch-index"),
+        pypi_index=one("--pypi-index"),
+    )
     targets = targets_from_options(options, matrix)
     plan = resolve(matrix, targets, request)
-    inp = lock_input(plan, request, pypi_index=one("--pypi-index"),
-                     glibc=target_glibc(plan.targets))
+    inp = lock_input(
+        plan, request, pypi_index=one("--pypi-index"), glibc=target_glibc(plan.targets)
+    )
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "pyproject.toml").write_text(input_project(inp), encoding="utf-8")
-    return {"args": uv_compile_args("uv", inp, upgrade=False, cache_dir=None),
-            "default_index": inp.default_index}
+    return {
+        "args": uv_compile_args("uv", inp, upgrade=False, cache_dir=None),
+        "default_index": inp.default_index,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -505,8 +606,12 @@ def child_matrix_load() -> dict[str, Any]:
         started = time.perf_counter()
         load_matrix()
         again.append(time.perf_counter() - started)
-    return {"first": first, "again": again, "matrix_version": matrix.matrix_version,
-            "torch_releases": len(matrix.torch_releases)}
+    return {
+        "first": first,
+        "again": again,
+        "matrix_version": matrix.matrix_version,
+        "torch_releases": len(matrix.torch_releases),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -541,7 +646,8 @@ def case_fleet(ctx: Context, fig: Figure) -> None:
         f"{result.get('gpus')} GPUs). The files are written by `Target.to_json` (the schema of "
         "`cudalock probe --json`): nodes with 1, 2, 4 or 8 GPUs of five models and drivers "
         "535-580. The stdlib line is a floor for reading the same bytes, for scale; it has no "
-        "goal.")
+        "goal."
+    )
 
 
 #: (driver, driver's max CUDA, GPU name, compute capability): a mixed fleet.
@@ -567,11 +673,23 @@ def child_make_fleet(directory: Path, size: int) -> dict[str, Any]:
             platform="linux-x86_64",
             driver_version=DriverVersion(driver),
             driver_cuda=parse_cuda_version(cuda),
-            gpus=tuple(Gpu(name=gpu, compute_capability=parse_compute_capability(cc), index=i,
-                           uuid=f"GPU-{number:08x}-{i:04x}-4000-8000-000000000000",
-                           memory_total_bytes=80 * 2**30) for i in range(count)),
-            host=Host(os="linux", arch="x86_64", glibc="2.35",
-                      memory_total_bytes=1024 * 2**30, hostname=f"node{number:05d}"),
+            gpus=tuple(
+                Gpu(
+                    name=gpu,
+                    compute_capability=parse_compute_capability(cc),
+                    index=i,
+                    uuid=f"GPU-{number:08x}-{i:04x}-4000-8000-000000000000",
+                    memory_total_bytes=80 * 2**30,
+                )
+                for i in range(count)
+            ),
+            host=Host(
+                os="linux",
+                arch="x86_64",
+                glibc="2.35",
+                memory_total_bytes=1024 * 2**30,
+                hostname=f"node{number:05d}",
+            ),
             name=f"node{number:05d}",
             source="nvml",
         )
@@ -600,8 +718,12 @@ def child_fleet(directory: Path) -> dict[str, Any]:
     plan = resolve(matrix, targets, make_request(python="3.11"))
     seconds = time.perf_counter() - started
     torch = plan.torch_pin
-    return {"seconds": seconds, "files": len(paths), "chosen": torch.requirement,
-            "gpus": sum(len(t.gpus) for t in targets)}
+    return {
+        "seconds": seconds,
+        "files": len(paths),
+        "chosen": torch.requirement,
+        "gpus": sum(len(t.gpus) for t in targets),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -611,22 +733,35 @@ def child_fleet(directory: Path) -> dict[str, Any]:
 CASES: dict[str, tuple[str, str, str, Callable[[Context, Figure], None]]] = {
     "resolve-startup": (
         "`cudalock resolve --driver-version 535.104.05 --python 3.11 --json` (whole process)",
-        "`python -c pass` (same interpreter)", "≤ 8× its time", case_resolve_startup),
+        "`python -c pass` (same interpreter)",
+        "≤ 8× its time",
+        case_resolve_startup,
+    ),
     "audit": (
         "`cudalock audit --python VENV/bin/python --json` on a venv with real torch "
-        f"{TORCH_VERSION}", "`VENV/bin/python -m torch.utils.collect_env`", "≥ 15× faster",
-        case_audit),
+        f"{TORCH_VERSION}",
+        "`VENV/bin/python -m torch.utils.collect_env`",
+        "≥ 15× faster",
+        case_audit,
+    ),
     "lock": (
         "`cudalock lock`, second run, warm cache, same inputs",
-        "`uv pip compile` with the equivalent inputs", "≤ 1.3× its time", case_lock),
+        "`uv pip compile` with the equivalent inputs",
+        "≤ 1.3× its time",
+        case_lock,
+    ),
     "matrix-load": (
         "loading the shipped matrix: first `cudalock.matrix.load.load_matrix()` in a fresh process",
-        "(baseline column: later calls in the same process; no goal)", "≤ 10 ms",
-        case_matrix_load),
+        "(baseline column: later calls in the same process; no goal)",
+        "≤ 10 ms",
+        case_matrix_load,
+    ),
     "fleet-resolve": (
         f"resolving a fleet of {FLEET_SIZE:,} probe files' Targets (in process)",
-        "(baseline column: stdlib open + json.loads of the same files; no goal)", "≤ 1 s",
-        case_fleet),
+        "(baseline column: stdlib open + json.loads of the same files; no goal)",
+        "≤ 1 s",
+        case_fleet,
+    ),
 }
 CHEAP_CASES = ("resolve-startup", "matrix-load", "fleet-resolve")
 
@@ -662,22 +797,41 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    return {"CPU": cpu, "cores": str(os.cpu_count()), "RAM": ram,
-            "OS": platform.platform(), "Python": ""}
+    return {
+        "CPU": cpu,
+        "cores": str(os.cpu_count()),
+        "RAM": ram,
+        "OS": platform.platform(),
+        "Python": "",
+    }
 
 
 def venv_python_version(ctx: Context) -> str:
-    done = call([ctx.python, "-c", "import sys; print(sys.version.split()[0])"],
-                capture_output=True, text=True, check=False)
+    done = call(
+        [ctx.python, "-c", "import sys; print(sys.version.split()[0])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return f"{done.stdout.strip()} ({shown(ctx.python)})"
 
 
 def git_revision() -> str:
     try:
-        head: str = call(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.strip()
-        dirty: str = call(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                          capture_output=True, text=True, check=True).stdout
+        head: str = call(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty: str = call(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + (" with uncommitted changes" if dirty.strip() else "")
@@ -719,14 +873,18 @@ def render(figures: list[Figure], ctx: Context, invocation: str, load_before: st
     for number, fig in enumerate(figures, start=1):
         if fig.skipped or fig.error:
             status = "skipped (see below)" if fig.skipped else "error (see below)"
-            lines.append(f"| {number} | {fig.what} | {fig.compared_with} | — | — | — | "
-                         f"{fig.goal} | {status} |")
+            lines.append(
+                f"| {number} | {fig.what} | {fig.compared_with} | — | — | — | "
+                f"{fig.goal} | {status} |"
+            )
             continue
         main = fmt_seconds(fig.series[0].median) if fig.series else "—"
         base = fmt_seconds(fig.series[1].median) if len(fig.series) > 1 else "—"
         met = "met" if fig.met else "**not met**"
-        lines.append(f"| {number} | {fig.what} | {fig.compared_with} | {main} | {base} | "
-                     f"{fmt_value(fig)} | {fig.goal} | {met} |")
+        lines.append(
+            f"| {number} | {fig.what} | {fig.compared_with} | {main} | {base} | "
+            f"{fmt_value(fig)} | {fig.goal} | {met} |"
+        )
     lines += ["", "## Commands and samples", ""]
     for number, fig in enumerate(figures, start=1):
         lines += [f"### {number}. {fig.name}", ""]
@@ -743,8 +901,10 @@ def render(figures: list[Figure], ctx: Context, invocation: str, load_before: st
                 f"max {fmt_seconds(max(series.samples))}, n = {len(series.samples)}",
             ]
         if fig.value is not None:
-            lines += ["", f"Figure: {fmt_value(fig)} (goal {fig.goal}): "
-                          f"{'met' if fig.met else 'not met'}."]
+            lines += [
+                "",
+                f"Figure: {fmt_value(fig)} (goal {fig.goal}): {'met' if fig.met else 'not met'}.",
+            ]
         for note in fig.notes:
             lines += ["", note]
         lines.append("")
@@ -787,22 +947,50 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python benchmarks/run.py",
         description="Measure cudalock side by side with what users run instead; write "
-        "benchmarks/RESULTS.md.")
-    parser.add_argument("--repeat", type=int, default=None,
-                        help=f"measured runs of each command (default {DEFAULT_REPEAT})")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK_REPEAT} repetitions (unless --repeat is given)")
-    parser.add_argument("--only", action="append", choices=list(CASES), metavar="NAME",
-                        help=f"run only this case (repeatable): {', '.join(CASES)}")
-    parser.add_argument("--venv", type=Path, default=default_venv(),
-                        help="the venv whose cudalock is measured (default: this one, or .venv)")
-    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK,
-                        help="cache for the torch venv, the fleet files and the lock inputs")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
-                        help="where to write the results table (default benchmarks/RESULTS.md)")
-    parser.add_argument("--no-setup", action="store_true",
-                        help="skip cases whose expensive prerequisites (a venv with real torch) "
-                        "are not already in the work dir")
+        "benchmarks/RESULTS.md.",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help=f"measured runs of each command (default {DEFAULT_REPEAT})",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK_REPEAT} repetitions (unless --repeat is given)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(CASES),
+        metavar="NAME",
+        help=f"run only this case (repeatable): {', '.join(CASES)}",
+    )
+    parser.add_argument(
+        "--venv",
+        type=Path,
+        default=default_venv(),
+        help="the venv whose cudalock is measured (default: this one, or .venv)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=DEFAULT_WORK,
+        help="cache for the torch venv, the fleet files and the lock inputs",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help="where to write the results table (default benchmarks/RESULTS.md)",
+    )
+    parser.add_argument(
+        "--no-setup",
+        action="store_true",
+        help="skip cases whose expensive prerequisites (a venv with real torch) "
+        "are not already in the work dir",
+    )
     parser.add_argument("--fleet-size", type=int, default=FLEET_SIZE, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
 
@@ -814,8 +1002,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no cudalock in {venv} (install it: pip install -e .)")
     work = options.work_dir.absolute()
     work.mkdir(parents=True, exist_ok=True)
-    ctx = Context(venv=venv, work=work, repeat=repeat, setup=not options.no_setup,
-                  fleet_size=options.fleet_size, env=child_env())
+    ctx = Context(
+        venv=venv,
+        work=work,
+        repeat=repeat,
+        setup=not options.no_setup,
+        fleet_size=options.fleet_size,
+        env=child_env(),
+    )
 
     figures: list[Figure] = []
     load_before = load_average()
@@ -830,8 +1024,10 @@ def main(argv: list[str] | None = None) -> int:
         except (CaseFailed, subprocess.CalledProcessError) as err:
             fig.error = str(err)
         figures.append(fig)
-        print(f"  {fig.skipped or fig.error or fmt_value(fig) + ' (goal ' + fig.goal + ')'}",
-              flush=True)
+        print(
+            f"  {fig.skipped or fig.error or fmt_value(fig) + ' (goal ' + fig.goal + ')'}",
+            flush=True,
+        )
 
     invocation = shlex.join(["python", "benchmarks/run.py", *argv])
     output = options.output.absolute()

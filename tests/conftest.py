@@ -34,9 +34,12 @@ def serve_indexes(tmp_path: Path) -> Iterator[ServeIndexes]:
     with ExitStack() as stack:
         counter = iter(range(1_000_000))
 
-        def start(pytorch: Mapping[str, Sequence[StandIn]] | None = None,
-                  pypi: Sequence[StandIn] = (), *,
-                  auth: tuple[str, str] | None = None) -> IndexServer:
+        def start(
+            pytorch: Mapping[str, Sequence[StandIn]] | None = None,
+            pypi: Sequence[StandIn] = (),
+            *,
+            auth: tuple[str, str] | None = None,
+        ) -> IndexServer:
             where = tmp_path / f"served-{next(counter)}"
             return stack.enter_context(_serve_indexes(where, pytorch, pypi, auth=auth))
 

@@ -53,8 +53,9 @@ def test_report_is_judged_on_the_machine_it_names(run: Runner) -> None:
     codes = {f["code"]: f for f in document["findings"]}
     assert codes["driver-too-old"]["severity"] == "error"
     # A report's fixes call plain pip: the reporting machine's interpreter is unknown.
-    assert any(line.startswith("pip install --force-reinstall ")
-               for line in codes["driver-too-old"]["fix"])
+    assert any(
+        line.startswith("pip install --force-reinstall ") for line in codes["driver-too-old"]["fix"]
+    )
     assert document["report"]["formats"] == ["collect_env"]
 
 
@@ -65,8 +66,10 @@ def test_report_from_stdin_and_human_output(run: Runner) -> None:
     assert "Errors (1):" in result.stdout
     assert "[cpu-only-build]" in result.stdout
     assert "fix:" in result.stdout and "torch==2.3.1+cu121" in result.stdout
-    assert "Target: the machine in the report: driver 550.54.14 (CUDA 12.4); " \
-           "NVIDIA GeForce RTX 4090 (8.9)" in result.stdout
+    assert (
+        "Target: the machine in the report: driver 550.54.14 (CUDA 12.4); "
+        "NVIDIA GeForce RTX 4090 (8.9)" in result.stdout
+    )
 
 
 def test_report_without_a_driver_uses_the_override_flags(run: Runner) -> None:
@@ -95,8 +98,12 @@ def test_empty_binary_and_missing_reports_are_exit_2(run: Runner, tmp_path: Path
     empty.write_text("\n  \n")
     binary = tmp_path / "core"
     binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 8)
-    for path, words in ((empty, "is empty"), (binary, "binary data"),
-                        (tmp_path / "nope.txt", "does not exist"), (tmp_path, "is a directory")):
+    for path, words in (
+        (empty, "is empty"),
+        (binary, "binary data"),
+        (tmp_path / "nope.txt", "does not exist"),
+        (tmp_path, "is a directory"),
+    ):
         result = run("--report", str(path))
         assert result.returncode == 2, (path, result.stdout, result.stderr)
         assert words in result.stderr

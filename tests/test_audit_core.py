@@ -30,30 +30,54 @@ def matrix() -> Matrix:
     return load_matrix()
 
 
-def target(driver: str | None, cuda: tuple[int, int] | None, *ccs: tuple[int, int],
-           platform: str = "linux-x86_64") -> Target:
+def target(
+    driver: str | None,
+    cuda: tuple[int, int] | None,
+    *ccs: tuple[int, int],
+    platform: str = "linux-x86_64",
+) -> Target:
     return Target(
         platform=platform,
         driver_version=DriverVersion(driver) if driver else None,
         driver_cuda=cuda,
-        gpus=tuple(Gpu(name=f"GPU {cc[0]}.{cc[1]}", compute_capability=cc, index=i)
-                   for i, cc in enumerate(ccs)),
-        name="node", source="override",
+        gpus=tuple(
+            Gpu(name=f"GPU {cc[0]}.{cc[1]}", compute_capability=cc, index=i)
+            for i, cc in enumerate(ccs)
+        ),
+        name="node",
+        source="override",
     )
 
 
-def env(torch: str | None, cuda: str | None, *dists: tuple[str, str],
-        python_version: str = "3.11.9", **fields: object) -> Installed:
-    installs = (TorchInstall(version=torch, cuda=cuda, location="/env/site-packages/torch"),) \
-        if torch else ()
-    distributions = tuple(Distribution(name, version, f"/env/site-packages/{name}.dist-info")
-                          for name, version in dists)
+def env(
+    torch: str | None,
+    cuda: str | None,
+    *dists: tuple[str, str],
+    python_version: str = "3.11.9",
+    **fields: object,
+) -> Installed:
+    installs = (
+        (TorchInstall(version=torch, cuda=cuda, location="/env/site-packages/torch"),)
+        if torch
+        else ()
+    )
+    distributions = tuple(
+        Distribution(name, version, f"/env/site-packages/{name}.dist-info")
+        for name, version in dists
+    )
     if torch:
-        distributions += (Distribution("torch", torch.split("+")[0],
-                                       "/env/site-packages/torch.dist-info"),)
-    return Installed(source="python:/env/bin/python", python="/env/bin/python",
-                     python_version=python_version, platform="linux-x86_64",
-                     distributions=distributions, torch=installs, **fields)  # type: ignore[arg-type]
+        distributions += (
+            Distribution("torch", torch.split("+")[0], "/env/site-packages/torch.dist-info"),
+        )
+    return Installed(
+        source="python:/env/bin/python",
+        python="/env/bin/python",
+        python_version=python_version,
+        platform="linux-x86_64",
+        distributions=distributions,
+        torch=installs,
+        **fields,  # type: ignore[arg-type]
+    )
 
 
 def codes(findings: list[Finding]) -> list[tuple[str, str]]:
@@ -71,8 +95,9 @@ def install_line(finding: Finding) -> str:
 
 
 def test_a_matching_environment_has_no_findings(matrix: Matrix) -> None:
-    installed = env("2.9.1+cu128", "12.8", ("torchvision", "0.24.1"),
-                    ("nvidia-cuda-runtime-cu12", "12.8.90"))
+    installed = env(
+        "2.9.1+cu128", "12.8", ("torchvision", "0.24.1"), ("nvidia-cuda-runtime-cu12", "12.8.90")
+    )
     assert audit(installed, target("570.124.06", (12, 8), (8, 0), (9, 0)), matrix) == []
 
 
@@ -86,23 +111,28 @@ def test_cuda_build_without_driver(matrix: Matrix) -> None:
 
 
 def test_driver_unknown_is_a_note_not_a_verdict(matrix: Matrix) -> None:
-    findings = audit(env("2.9.1+cu128", "12.8"), target(None, None, (8, 0)), matrix,
-                     driver_known=False)
+    findings = audit(
+        env("2.9.1+cu128", "12.8"), target(None, None, (8, 0)), matrix, driver_known=False
+    )
     assert codes(findings) == [("driver-unknown", "info")]
     assert "--driver-version" in findings[0].fix[0]
 
 
 def test_newer_major_than_the_driver_is_driver_too_old(matrix: Matrix) -> None:
-    finding = only(audit(env("2.15.0+cu132", "13.2"), target("570.124.06", (12, 8), (9, 0)),
-                         matrix), "driver-too-old")
+    finding = only(
+        audit(env("2.15.0+cu132", "13.2"), target("570.124.06", (12, 8), (9, 0)), matrix),
+        "driver-too-old",
+    )
     assert finding.severity == "error"
     assert "CUDA 13.2" in finding.message
 
 
 def test_below_the_major_floor_is_driver_too_old(matrix: Matrix) -> None:
     # CUDA 12.x minor-version compatibility needs ≥ 525.60.13; 520.61.05 is a CUDA 11.8 driver.
-    finding = only(audit(env("2.1.0+cu121", "12.1"), target("520.61.05", (11, 8), (8, 0)),
-                         matrix), "driver-too-old")
+    finding = only(
+        audit(env("2.1.0+cu121", "12.1"), target("520.61.05", (11, 8), (8, 0)), matrix),
+        "driver-too-old",
+    )
     assert "525.60.13" in finding.message
     # The fix keeps the installed release when it has a build the driver runs: 2.1.0 has cu118.
     assert "torch==2.1.0+cu118" in install_line(finding)
@@ -127,8 +157,10 @@ def test_pascal_gpu_without_kernels_in_a_cu128_build(matrix: Matrix) -> None:
 
 
 def test_blackwell_gpu_without_kernels_in_a_cu124_build(matrix: Matrix) -> None:
-    finding = only(audit(env("2.6.0+cu124", "12.4"), target("570.124.06", (12, 8), (12, 0)),
-                         matrix), "gpu-arch-unsupported")
+    finding = only(
+        audit(env("2.6.0+cu124", "12.4"), target("570.124.06", (12, 8), (12, 0)), matrix),
+        "gpu-arch-unsupported",
+    )
     # 2.6.0 has no build with sm_120. On a 12.8 driver, 2.12-2.15 offer cu126 (no sm_120) and
     # cu129 or newer (too new); 2.11.0 has cu128 with sm_120.
     assert "torch==2.11.0+cu128" in install_line(finding)
@@ -138,15 +170,17 @@ def test_live_arch_list_wins_over_the_matrix(matrix: Matrix) -> None:
     installed = env("2.9.1+cu128", "12.8", arch_list=("sm_80", "sm_90"))
     ok = audit(installed, target("570.124.06", (12, 8), (8, 6)), matrix)  # sm_80 runs on 8.6
     assert ok == []
-    finding = only(audit(installed, target("570.124.06", (12, 8), (7, 5)), matrix),
-                   "gpu-arch-unsupported")
+    finding = only(
+        audit(installed, target("570.124.06", (12, 8), (7, 5)), matrix), "gpu-arch-unsupported"
+    )
     assert "built for: sm_80 sm_90 (torch.cuda.get_arch_list())" in finding.evidence
 
 
 def test_cpu_build_only_matters_on_a_gpu_machine(matrix: Matrix) -> None:
     installed = env("2.9.1+cpu", None)
-    finding = only(audit(installed, target("570.124.06", (12, 8), (8, 9)), matrix),
-                   "cpu-only-build")
+    finding = only(
+        audit(installed, target("570.124.06", (12, 8), (8, 9)), matrix), "cpu-only-build"
+    )
     # 2.9.1 on a 12.8 driver: cu126 and cu128 allowed, cu130 not → cu128.
     assert "torch==2.9.1+cu128" in install_line(finding)
     assert audit(installed, target(None, None), matrix) == []
@@ -154,15 +188,18 @@ def test_cpu_build_only_matters_on_a_gpu_machine(matrix: Matrix) -> None:
 
 
 def test_rocm_build_on_an_nvidia_machine(matrix: Matrix) -> None:
-    installed = Installed(source="report", torch=(TorchInstall("2.9.1+rocm6.4", None,
-                                                               hip="6.4"),))
+    installed = Installed(source="report", torch=(TorchInstall("2.9.1+rocm6.4", None, hip="6.4"),))
     assert codes(audit(installed, target("570.124.06", (12, 8), (9, 0)), matrix)) == [
-        ("rocm-build-on-nvidia", "error")]
+        ("rocm-build-on-nvidia", "error")
+    ]
 
 
 def test_torchvision_of_another_release(matrix: Matrix) -> None:
-    findings = audit(env("2.1.0+cu121", "12.1", ("torchvision", "0.15.2+cu121")),
-                     target("535.104.05", (12, 2), (8, 0)), matrix)
+    findings = audit(
+        env("2.1.0+cu121", "12.1", ("torchvision", "0.15.2+cu121")),
+        target("535.104.05", (12, 2), (8, 0)),
+        matrix,
+    )
     finding = only(findings, "torchvision-mismatch")
     assert "torch 2.1.0 pairs with torchvision 0.16.0" in finding.message
     assert "torchvision==0.16.0+cu121" in install_line(finding)
@@ -170,66 +207,98 @@ def test_torchvision_of_another_release(matrix: Matrix) -> None:
 
 
 def test_companions_of_another_cuda_minor_are_a_warning(matrix: Matrix) -> None:
-    findings = audit(env("2.4.1+cu124", "12.4", ("torchvision", "0.19.1+cu121"),
-                         ("torchaudio", "2.4.1+cu124")),
-                     target("550.54.14", (12, 4), (8, 0)), matrix)
+    findings = audit(
+        env("2.4.1+cu124", "12.4", ("torchvision", "0.19.1+cu121"), ("torchaudio", "2.4.1+cu124")),
+        target("550.54.14", (12, 4), (8, 0)),
+        matrix,
+    )
     assert codes(findings) == [("mixed-cuda-builds", "warning")]
     assert findings[0].evidence == ("torchvision 0.19.1+cu121 (cu121) with torch 2.4.1+cu124",)
 
 
 def test_cpu_companion_of_a_cuda_torch_is_an_error(matrix: Matrix) -> None:
-    findings = audit(env("2.4.1+cu124", "12.4", ("torchaudio", "2.4.1+cpu")),
-                     target("550.54.14", (12, 4), (8, 0)), matrix)
+    findings = audit(
+        env("2.4.1+cu124", "12.4", ("torchaudio", "2.4.1+cpu")),
+        target("550.54.14", (12, 4), (8, 0)),
+        matrix,
+    )
     assert codes(findings) == [("mixed-cuda-builds", "error")]
 
 
 def test_nvidia_libraries_of_another_major(matrix: Matrix) -> None:
-    installed = env("2.11.0+cu130", "13.0", ("cuda-toolkit", "13.0.2"),
-                    ("nvidia-cublas-cu12", "12.8.4.1"), ("nvidia-cudnn-cu13", "9.19.0.56"),
-                    ("nvidia-cublas", "13.1.0.3"))
-    finding = only(audit(installed, target("580.65.06", (13, 0), (9, 0)), matrix),
-                   "mixed-cuda-builds")
+    installed = env(
+        "2.11.0+cu130",
+        "13.0",
+        ("cuda-toolkit", "13.0.2"),
+        ("nvidia-cublas-cu12", "12.8.4.1"),
+        ("nvidia-cudnn-cu13", "9.19.0.56"),
+        ("nvidia-cublas", "13.1.0.3"),
+    )
+    finding = only(
+        audit(installed, target("580.65.06", (13, 0), (9, 0)), matrix), "mixed-cuda-builds"
+    )
     assert finding.severity == "warning"
     assert finding.evidence == ("nvidia-cublas-cu12 12.8.4.1 (CUDA 12)",)
-    assert finding.fix == ("/env/bin/python -m pip uninstall -y nvidia-cublas-cu12   "
-                           "# if nothing else in the environment needs them",)
+    assert finding.fix == (
+        "/env/bin/python -m pip uninstall -y nvidia-cublas-cu12   "
+        "# if nothing else in the environment needs them",
+    )
 
 
 def test_two_torch_installs_in_different_directories(matrix: Matrix) -> None:
     installed = Installed(
-        source="python:/env/bin/python", python="/env/bin/python", python_version="3.11.9",
+        source="python:/env/bin/python",
+        python="/env/bin/python",
+        python_version="3.11.9",
         distributions=(
-            Distribution("torch", "2.1.0+cu121", "/home/u/.local/lib/python3.11/site-packages/"
-                         "torch-2.1.0+cu121.dist-info"),
-            Distribution("torch", "2.3.1", "/env/lib/python3.11/site-packages/"
-                         "torch-2.3.1.dist-info"),
+            Distribution(
+                "torch",
+                "2.1.0+cu121",
+                "/home/u/.local/lib/python3.11/site-packages/torch-2.1.0+cu121.dist-info",
+            ),
+            Distribution(
+                "torch", "2.3.1", "/env/lib/python3.11/site-packages/torch-2.3.1.dist-info"
+            ),
         ),
-        torch=(TorchInstall("2.1.0+cu121", "12.1", location="/home/u/.local/torch"),
-               TorchInstall("2.3.1+cu121", "12.1", location="/env/torch")),
+        torch=(
+            TorchInstall("2.1.0+cu121", "12.1", location="/home/u/.local/torch"),
+            TorchInstall("2.3.1+cu121", "12.1", location="/env/torch"),
+        ),
     )
-    finding = only(audit(installed, target("535.104.05", (12, 2), (8, 0)), matrix),
-                   "duplicate-torch")
+    finding = only(
+        audit(installed, target("535.104.05", (12, 2), (8, 0)), matrix), "duplicate-torch"
+    )
     assert "one shadows the other" in finding.message
     assert finding.fix.count("/env/bin/python -m pip uninstall -y torch") == 2
 
 
 def _ds(torch_version: str, cuda: str, ops: tuple[str, ...] = ()) -> DeepSpeedBuild:
-    return DeepSpeedBuild(version="0.15.1", torch_version=torch_version, torch_cuda=cuda,
-                          installed_ops=ops)
+    return DeepSpeedBuild(
+        version="0.15.1", torch_version=torch_version, torch_cuda=cuda, installed_ops=ops
+    )
 
 
 def test_deepspeed_compiled_for_another_cuda_and_torch(matrix: Matrix) -> None:
     node = target("535.104.05", (12, 2), (8, 0))
-    with_ops = audit(env("2.1.0+cu121", "12.1", deepspeed=_ds("2.0", "11.8", ("fused_adam",))),
-                     node, matrix)
-    assert codes(with_ops) == [("deepspeed-cuda-mismatch", "error"),
-                               ("deepspeed-torch-mismatch", "error")]
+    with_ops = audit(
+        env("2.1.0+cu121", "12.1", deepspeed=_ds("2.0", "11.8", ("fused_adam",))), node, matrix
+    )
+    assert codes(with_ops) == [
+        ("deepspeed-cuda-mismatch", "error"),
+        ("deepspeed-torch-mismatch", "error"),
+    ]
     assert "fused_adam" in with_ops[0].message
     without_ops = audit(env("2.1.0+cu121", "12.1", deepspeed=_ds("2.0", "11.8")), node, matrix)
-    assert codes(without_ops) == [("deepspeed-cuda-mismatch", "warning"),
-                                  ("deepspeed-torch-mismatch", "warning")]
-    assert audit(env("2.1.0+cu121", "12.1", deepspeed=_ds("2.1", "12.1", ("fused_adam",))),
-                 node, matrix) == []
+    assert codes(without_ops) == [
+        ("deepspeed-cuda-mismatch", "warning"),
+        ("deepspeed-torch-mismatch", "warning"),
+    ]
+    assert (
+        audit(
+            env("2.1.0+cu121", "12.1", deepspeed=_ds("2.1", "12.1", ("fused_adam",))), node, matrix
+        )
+        == []
+    )
 
 
 def _nvcc(version: str) -> tuple[Nvcc, ...]:
@@ -240,18 +309,22 @@ def test_nvcc_minor_mismatch_follows_deepspeeds_allow_list(matrix: Matrix) -> No
     node = target("550.54.14", (12, 4), (8, 0))
     # The matrix (from each sdist's op_builder): 0.15.1 accepts 12.0-12.5 against each other,
     # 0.14.0-0.14.2 only 12.0-12.3.
-    accepted = env("2.1.0+cu121", "12.1", nvcc=_nvcc("12.4.131"),
-                   deepspeed=_ds("2.1", "12.1"))
+    accepted = env("2.1.0+cu121", "12.1", nvcc=_nvcc("12.4.131"), deepspeed=_ds("2.1", "12.1"))
     assert audit(accepted, node, matrix) == []
-    refused = env("2.1.0+cu121", "12.1", nvcc=_nvcc("12.4.131"), deepspeed=DeepSpeedBuild(
-        version="0.14.2", torch_version="2.1", torch_cuda="12.1"))
+    refused = env(
+        "2.1.0+cu121",
+        "12.1",
+        nvcc=_nvcc("12.4.131"),
+        deepspeed=DeepSpeedBuild(version="0.14.2", torch_version="2.1", torch_cuda="12.1"),
+    )
     finding = only(audit(refused, node, matrix), "nvcc-mismatch")
     assert finding.severity == "error"
     assert "DS_SKIP_CUDA_CHECK" in finding.message
     # No DeepSpeed: a minor mismatch is only a warning from cpp_extension, not reported.
     assert audit(env("2.1.0+cu121", "12.1", nvcc=_nvcc("12.4.131")), node, matrix) == []
-    major = only(audit(env("2.1.0+cu121", "12.1", nvcc=_nvcc("11.8.89")), node, matrix),
-                 "nvcc-mismatch")
+    major = only(
+        audit(env("2.1.0+cu121", "12.1", nvcc=_nvcc("11.8.89")), node, matrix), "nvcc-mismatch"
+    )
     assert major.severity == "warning"
 
 
@@ -259,9 +332,20 @@ def test_bundled_cudart_shadowed_by_an_older_one(matrix: Matrix) -> None:
     node = target("550.54.14", (12, 4), (8, 0))
 
     def with_lib(version: str) -> Installed:
-        return env("2.4.1+cu124", "12.4", ld_library_path=("/opt/cuda/lib64", "/opt/other"),
-                   cuda_libraries=(SharedLibrary("libcudart", f"/opt/cuda/lib64/libcudart.so."
-                                                 f"{version}", version, "/opt/cuda/lib64"),))
+        return env(
+            "2.4.1+cu124",
+            "12.4",
+            ld_library_path=("/opt/cuda/lib64", "/opt/other"),
+            cuda_libraries=(
+                SharedLibrary(
+                    "libcudart",
+                    f"/opt/cuda/lib64/libcudart.so.{version}",
+                    version,
+                    "/opt/cuda/lib64",
+                ),
+            ),
+        )
+
     finding = only(audit(with_lib("12.1.105"), node, matrix), "library-shadowing")
     assert finding.severity == "error"
     assert finding.fix[0] == "export LD_LIBRARY_PATH=/opt/other"
@@ -276,9 +360,11 @@ def test_unknown_release_is_judged_by_its_cuda(matrix: Matrix) -> None:
 
 
 def test_torch_directory_without_version_file(matrix: Matrix) -> None:
-    installed = Installed(source="python:/env/bin/python", python="/env/bin/python",
-                          torch=(TorchInstall(None, None, location="/env/torch",
-                                              has_version_file=False),))
+    installed = Installed(
+        source="python:/env/bin/python",
+        python="/env/bin/python",
+        torch=(TorchInstall(None, None, location="/env/torch", has_version_file=False),),
+    )
     findings = audit(installed, target("535.104.05", (12, 2), (8, 0)), matrix)
     assert codes(findings) == [("broken-torch-install", "error")]
     assert findings[0].fix[0] == "/env/bin/python -m pip uninstall -y torch"

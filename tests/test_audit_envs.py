@@ -29,10 +29,22 @@ from cudalock.versions import DriverVersion
 from tests.support.venvs import hide_cuda_toolkit, standin_env
 
 A100 = Gpu(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), index=0)
-DRIVER_535 = Target(platform="linux-x86_64", driver_version=DriverVersion("535.104.05"),
-                    driver_cuda=(12, 2), gpus=(A100,), name="node", source="override")
-DRIVER_530 = Target(platform="linux-x86_64", driver_version=DriverVersion("530.30.02"),
-                    driver_cuda=(12, 1), gpus=(A100,), name="node", source="override")
+DRIVER_535 = Target(
+    platform="linux-x86_64",
+    driver_version=DriverVersion("535.104.05"),
+    driver_cuda=(12, 2),
+    gpus=(A100,),
+    name="node",
+    source="override",
+)
+DRIVER_530 = Target(
+    platform="linux-x86_64",
+    driver_version=DriverVersion("530.30.02"),
+    driver_cuda=(12, 1),
+    gpus=(A100,),
+    name="node",
+    source="override",
+)
 NO_GPU = Target(platform="linux-x86_64", name="cpu node", source="override")
 
 
@@ -64,7 +76,8 @@ def _errors(findings: list[Finding]) -> set[str]:
 
 
 def test_cu130_torch_on_a_535_driver_is_driver_too_old(
-        tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> None:
+    tmp_path_factory: pytest.TempPathFactory, matrix: Matrix
+) -> None:
     python = _env(tmp_path_factory, "pypi-2.11.0")
     findings = audit(inspect_environment(python=python), DRIVER_535, matrix)
     assert _errors(findings) == {"driver-too-old"}
@@ -81,7 +94,8 @@ def test_cu130_torch_on_a_535_driver_is_driver_too_old(
 
 
 def test_cu128_torch_on_a_530_driver_is_minor_compat_only(
-        tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> None:
+    tmp_path_factory: pytest.TempPathFactory, matrix: Matrix
+) -> None:
     python = _env(tmp_path_factory, "cu128-2.9.1")
     findings = audit(inspect_environment(python=python), DRIVER_530, matrix)
     assert _errors(findings) == set()
@@ -97,7 +111,8 @@ def test_cu128_torch_on_a_530_driver_is_minor_compat_only(
 
 
 def test_cpu_torch_on_a_gpu_target_is_cpu_only_build(
-        tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> None:
+    tmp_path_factory: pytest.TempPathFactory, matrix: Matrix
+) -> None:
     installed = inspect_environment(python=_env(tmp_path_factory, "cpu-2.3.1"))
     findings = audit(installed, DRIVER_535, matrix)
     assert _errors(findings) == {"cpu-only-build"}
@@ -108,9 +123,11 @@ def test_cpu_torch_on_a_gpu_target_is_cpu_only_build(
 
 
 def test_cu121_torch_with_cu118_torchvision_is_mixed(
-        tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> None:
-    findings = audit(inspect_environment(python=_env(tmp_path_factory, "cu121-tv-cu118")),
-                     DRIVER_535, matrix)
+    tmp_path_factory: pytest.TempPathFactory, matrix: Matrix
+) -> None:
+    findings = audit(
+        inspect_environment(python=_env(tmp_path_factory, "cu121-tv-cu118")), DRIVER_535, matrix
+    )
     assert _errors(findings) == {"mixed-cuda-builds"}
     finding = _by_code(findings)["mixed-cuda-builds"]
     assert any("torchvision 0.16.0+cu118" in e for e in finding.evidence)
@@ -119,7 +136,8 @@ def test_cu121_torch_with_cu118_torchvision_is_mixed(
 
 
 def test_two_torch_dist_infos_are_duplicate_torch(
-        tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> None:
+    tmp_path_factory: pytest.TempPathFactory, matrix: Matrix
+) -> None:
     python = _env(tmp_path_factory, "duplicate-torch")
     findings = audit(inspect_environment(python=python), DRIVER_535, matrix)
     assert _errors(findings) == {"duplicate-torch"}
@@ -131,28 +149,35 @@ def test_two_torch_dist_infos_are_duplicate_torch(
 
 
 def test_deepspeed_built_without_torch(
-        tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> None:
+    tmp_path_factory: pytest.TempPathFactory, matrix: Matrix
+) -> None:
     python = _env(tmp_path_factory, "deepspeed-no-torch")
     findings = audit(inspect_environment(python=python), DRIVER_535, matrix)
     finding = _by_code(findings)["deepspeed-built-without-torch"]
     assert finding.severity == "warning"
     assert "built with torch 0.0, cuda 0.0" in finding.evidence
-    assert (f"{python} -m pip install --force-reinstall --no-deps --no-build-isolation "
-            "--no-cache-dir deepspeed==0.12.3") in finding.fix
+    assert (
+        f"{python} -m pip install --force-reinstall --no-deps --no-build-isolation "
+        "--no-cache-dir deepspeed==0.12.3"
+    ) in finding.fix
     assert _errors(findings) == set()
 
 
 def test_nvcc_of_another_cuda_major_breaks_deepspeed_jit(
-        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, matrix: Matrix) -> None:
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    matrix: Matrix,
+) -> None:
     home = tmp_path / "cuda-11.8"
     (home / "bin").mkdir(parents=True)
     nvcc = home / "bin" / "nvcc"
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 11.8, V11.8.89'\n")
     nvcc.chmod(0o755)
     monkeypatch.setenv("CUDA_HOME", str(home))
-    findings = audit(inspect_environment(python=_env(tmp_path_factory, "deepspeed-no-torch")),
-                     DRIVER_535, matrix)
+    findings = audit(
+        inspect_environment(python=_env(tmp_path_factory, "deepspeed-no-torch")), DRIVER_535, matrix
+    )
     finding = _by_code(findings)["nvcc-mismatch"]
     # torch is CUDA 12.1; DeepSpeed's op builder refuses a different major outright.
     assert finding.severity == "error"
@@ -162,8 +187,11 @@ def test_nvcc_of_another_cuda_major_breaks_deepspeed_jit(
 
 
 def test_old_nvjitlink_on_ld_library_path_shadows_the_wheel(
-        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, matrix: Matrix) -> None:
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    matrix: Matrix,
+) -> None:
     lib = tmp_path / "cuda-12.1" / "lib64"
     lib.mkdir(parents=True)
     (lib / "libnvJitLink.so.12.1.105").write_bytes(b"")
@@ -175,8 +203,7 @@ def test_old_nvjitlink_on_ld_library_path_shadows_the_wheel(
     findings = audit(installed, DRIVER_535, matrix)
     finding = _by_code(findings)["library-shadowing"]
     assert finding.severity == "error"
-    assert any("12.1.105" in e and "nvidia-nvjitlink-cu12 12.4.127" in e
-               for e in finding.evidence)
+    assert any("12.1.105" in e and "nvidia-nvjitlink-cu12 12.4.127" in e for e in finding.evidence)
     assert finding.fix[0] == f"export LD_LIBRARY_PATH={keep}"
 
 
@@ -185,7 +212,8 @@ def deep_findings(python: Path, timeout: float) -> list[Finding]:
 
 
 def test_deep_check_turns_a_segfault_into_a_finding(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     findings = deep_findings(_env(tmp_path_factory, "segfault-torch"), timeout=60)
     assert [f.code for f in findings] == ["torch-import-crash"]
     crash = findings[0]
@@ -219,14 +247,27 @@ def test_deep_check_of_a_torch_without_cuda(tmp_path_factory: pytest.TempPathFac
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDALOCK_")}
-    return subprocess.run([sys.executable, "-m", "cudalock", "audit", *args],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "cudalock", "audit", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_cli_exit_status_and_json(tmp_path_factory: pytest.TempPathFactory) -> None:
     python = _env(tmp_path_factory, "pypi-2.11.0")
-    result = _cli("--python", str(python), "--driver-version", "535.104.05",
-                  "--compute-capability", "8.0", "--json")
+    result = _cli(
+        "--python",
+        str(python),
+        "--driver-version",
+        "535.104.05",
+        "--compute-capability",
+        "8.0",
+        "--json",
+    )
     assert result.returncode == 1, result.stderr
     document = json.loads(result.stdout)
     assert set(document) == {"findings", "target", "installed"}
@@ -236,8 +277,14 @@ def test_cli_exit_status_and_json(tmp_path_factory: pytest.TempPathFactory) -> N
     assert document["target"]["driver_version"] == "535.104.05"
     assert document["installed"]["torch"][0]["version"] == "2.11.0+cu130"
 
-    warning_only = _cli("--python", str(_env(tmp_path_factory, "cu128-2.9.1")),
-                        "--driver-version", "530.30.02", "--compute-capability", "8.0")
+    warning_only = _cli(
+        "--python",
+        str(_env(tmp_path_factory, "cu128-2.9.1")),
+        "--driver-version",
+        "530.30.02",
+        "--compute-capability",
+        "8.0",
+    )
     assert warning_only.returncode == 0, warning_only.stderr
     assert "Warnings (1):" in warning_only.stdout
     assert "[minor-compat-only]" in warning_only.stdout
@@ -246,8 +293,16 @@ def test_cli_exit_status_and_json(tmp_path_factory: pytest.TempPathFactory) -> N
 
 def test_cli_deep_survives_a_segfaulting_torch(tmp_path_factory: pytest.TempPathFactory) -> None:
     python = _env(tmp_path_factory, "segfault-torch")
-    result = _cli("--python", str(python), "--deep", "--driver-version", "570.124.06",
-                  "--compute-capability", "9.0", "--json")
+    result = _cli(
+        "--python",
+        str(python),
+        "--deep",
+        "--driver-version",
+        "570.124.06",
+        "--compute-capability",
+        "9.0",
+        "--json",
+    )
     assert result.returncode == 1, result.stderr
     findings = json.loads(result.stdout)["findings"]
     crash = next(f for f in findings if f["code"] == "torch-import-crash")
@@ -255,8 +310,9 @@ def test_cli_deep_survives_a_segfaulting_torch(tmp_path_factory: pytest.TempPath
     assert "Traceback" not in result.stderr
 
 
-def test_cli_never_imports_torch_itself(tmp_path_factory: pytest.TempPathFactory,
-                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_never_imports_torch_itself(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A torch that ends any process importing it, first on the path of cudalock and of the
     # audited interpreter alike: the audit must still finish and report it.
     trap = tmp_path / "trap"
@@ -265,14 +321,23 @@ def test_cli_never_imports_torch_itself(tmp_path_factory: pytest.TempPathFactory
     (trap / "torch" / "version.py").write_text("__version__ = '2.9.1+cu128'\ncuda = '12.8'\n")
     monkeypatch.setenv("PYTHONPATH", str(trap))
     python = _env(tmp_path_factory, "cu128-2.9.1")
-    result = _cli("--python", str(python), "--driver-version", "570.124.06",
-                  "--compute-capability", "9.0", "--json")
+    result = _cli(
+        "--python",
+        str(python),
+        "--driver-version",
+        "570.124.06",
+        "--compute-capability",
+        "9.0",
+        "--json",
+    )
     assert result.returncode == 1, result.stderr  # two torch package directories: an error
     document = json.loads(result.stdout)
     assert document["installed"]["torch"][0]["location"] == str((trap / "torch").resolve())
     duplicate = next(f for f in document["findings"] if f["code"] == "duplicate-torch")
-    assert (f"# {(trap / 'torch').resolve()} has no pip metadata: remove it, or its directory "
-            "from PYTHONPATH") in duplicate["fix"]
+    assert (
+        f"# {(trap / 'torch').resolve()} has no pip metadata: remove it, or its directory "
+        "from PYTHONPATH"
+    ) in duplicate["fix"]
 
 
 def test_cli_bad_interpreter_is_exit_2_without_traceback(tmp_path: Path) -> None:

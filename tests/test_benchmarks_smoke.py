@@ -25,30 +25,55 @@ pytestmark = pytest.mark.skipif(
 def run_benchmarks(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], str]:
     output = tmp_path / "RESULTS.md"
     done = subprocess.run(
-        [sys.executable, str(RUNNER), "--venv", str(VENV), "--work-dir", str(tmp_path / "work"),
-         "--output", str(output), "--no-setup", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+        [
+            sys.executable,
+            str(RUNNER),
+            "--venv",
+            str(VENV),
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--output",
+            str(output),
+            "--no-setup",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     return done, output.read_text(encoding="utf-8") if output.exists() else ""
 
 
 def figure_row(table: str, name_fragment: str) -> str:
-    rows = [line for line in table.splitlines()
-            if line.startswith("| ") and name_fragment in line]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and name_fragment in line]
     assert len(rows) == 1, f"no single row for {name_fragment!r} in:\n{table}"
     return rows[0]
 
 
 def test_cheap_cases_run_and_write_the_table(tmp_path: Path) -> None:
     done, table = run_benchmarks(
-        tmp_path, "--repeat", "1", "--only", "resolve-startup", "--only", "matrix-load",
-        "--only", "fleet-resolve", "--fleet-size", "20",
+        tmp_path,
+        "--repeat",
+        "1",
+        "--only",
+        "resolve-startup",
+        "--only",
+        "matrix-load",
+        "--only",
+        "fleet-resolve",
+        "--fleet-size",
+        "20",
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "## Machine" in table and "| cores |" in table and "| Python |" in table
     assert "| load average (1, 5, 15 min) |" in table
-    for fragment in ("`cudalock resolve --driver-version", "loading the shipped matrix",
-                     "resolving a fleet of 20 probe files"):
+    for fragment in (
+        "`cudalock resolve --driver-version",
+        "loading the shipped matrix",
+        "resolving a fleet of 20 probe files",
+    ):
         row = figure_row(table, fragment)
         # Each figure ran: a median and a verdict, not a skip or an error.
         assert row.rstrip(" |").endswith(("met", "**not met**")), row

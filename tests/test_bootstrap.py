@@ -21,11 +21,18 @@ TARGET = ["--driver-version", "535.104.05", "--compute-capability", "8.0"]
 REQUEST = ["--torch", "==2.1.0", "--python", "3.11"]
 
 
-def cudalock(*args: str, cwd: Path, env: dict[str, str] | None = None
-             ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cudalock", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env or offline_env(), timeout=120,
-                          check=False)
+def cudalock(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cudalock", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env or offline_env(),
+        timeout=120,
+        check=False,
+    )
 
 
 def test_conda_format_writes_the_files(tmp_path: Path) -> None:
@@ -33,13 +40,21 @@ def test_conda_format_writes_the_files(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == [
-        "constraints.txt", "cudalock.toml", "environment.conda-lock.yml", "environment.yml",
-        "install.sh"]
+        "constraints.txt",
+        "cudalock.toml",
+        "environment.conda-lock.yml",
+        "environment.yml",
+        "install.sh",
+    ]
     document = yaml.safe_load((out / "environment.yml").read_text())
     assert document["name"] == "ft"
-    assert {"pip": ["--index-url https://download.pytorch.org/whl/cu121",
-                    "torch==2.1.0+cu121", "torchvision==0.16.0+cu121"]} in document[
-        "dependencies"]
+    assert {
+        "pip": [
+            "--index-url https://download.pytorch.org/whl/cu121",
+            "torch==2.1.0+cu121",
+            "torchvision==0.16.0+cu121",
+        ]
+    } in document["dependencies"]
     assert stat.S_IMODE((out / "install.sh").stat().st_mode) == 0o755
     assert stat.S_IMODE((out / "environment.yml").stat().st_mode) == 0o644
     spec = (out / "cudalock.toml").read_text()
@@ -50,13 +65,14 @@ def test_conda_format_writes_the_files(tmp_path: Path) -> None:
 
     mapping = tmp_path / "mapping.json"  # conda-lock would otherwise download its name mapping
     mapping.write_text("{}")
-    locked = parse_environment_file(out / "environment.conda-lock.yml", ["linux-64"],
-                                    mapping_url=str(mapping))
-    assert [r.url for r in locked.pip_repositories] == [
-        "https://download.pytorch.org/whl/cu121"]
-    assert {d.name: d.version for d in locked.dependencies["linux-64"]
-            if d.manager == "pip"} == {"torch": "==2.1.0+cu121",
-                                       "torchvision": "==0.16.0+cu121"}
+    locked = parse_environment_file(
+        out / "environment.conda-lock.yml", ["linux-64"], mapping_url=str(mapping)
+    )
+    assert [r.url for r in locked.pip_repositories] == ["https://download.pytorch.org/whl/cu121"]
+    assert {d.name: d.version for d in locked.dependencies["linux-64"] if d.manager == "pip"} == {
+        "torch": "==2.1.0+cu121",
+        "torchvision": "==0.16.0+cu121",
+    }
 
 
 def test_existing_output_is_not_overwritten_without_force(tmp_path: Path) -> None:
@@ -80,24 +96,47 @@ def test_invalid_environment_name_is_refused(tmp_path: Path, name: str) -> None:
 
 
 def test_plain_http_index_needs_loopback_or_the_insecure_flag(tmp_path: Path) -> None:
-    refused = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST,
-                       "--pytorch-index", "http://mirror.example/whl", cwd=tmp_path)
+    refused = cudalock(
+        "bootstrap",
+        "-o",
+        "out",
+        *TARGET,
+        *REQUEST,
+        "--pytorch-index",
+        "http://mirror.example/whl",
+        cwd=tmp_path,
+    )
     assert refused.returncode == 2
     assert "plain http to a non-loopback host" in refused.stderr
     assert "--allow-insecure-index" in refused.stderr
-    allowed = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--format", "venv",
-                       "--pytorch-index", "http://mirror.example/whl",
-                       "--allow-insecure-index", cwd=tmp_path)
+    allowed = cudalock(
+        "bootstrap",
+        "-o",
+        "out",
+        *TARGET,
+        *REQUEST,
+        "--format",
+        "venv",
+        "--pytorch-index",
+        "http://mirror.example/whl",
+        "--allow-insecure-index",
+        cwd=tmp_path,
+    )
     assert allowed.returncode == 0, allowed.stderr
-    assert "--index-url http://mirror.example/whl/cu121" in (
-        tmp_path / "out" / "requirements.txt").read_text()
+    assert (
+        "--index-url http://mirror.example/whl/cu121"
+        in (tmp_path / "out" / "requirements.txt").read_text()
+    )
 
 
 def test_index_from_environment_variables(tmp_path: Path) -> None:
-    env = offline_env() | {"CUDALOCK_PYTORCH_INDEX": "https://mirror.example/pt",
-                           "CUDALOCK_PYPI_INDEX": "https://mirror.example/simple"}
-    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--format", "venv",
-                    cwd=tmp_path, env=env)
+    env = offline_env() | {
+        "CUDALOCK_PYTORCH_INDEX": "https://mirror.example/pt",
+        "CUDALOCK_PYPI_INDEX": "https://mirror.example/simple",
+    }
+    done = cudalock(
+        "bootstrap", "-o", "out", *TARGET, *REQUEST, "--format", "venv", cwd=tmp_path, env=env
+    )
     assert done.returncode == 0, done.stderr
     lines = (tmp_path / "out" / "requirements.txt").read_text().splitlines()
     assert "--index-url https://mirror.example/pt/cu121" in lines
@@ -106,10 +145,21 @@ def test_index_from_environment_variables(tmp_path: Path) -> None:
 
 
 def test_credentials_are_used_in_files_but_never_shown(tmp_path: Path) -> None:
-    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--format", "venv",
-                    "--pytorch-index", "https://alice:s3cret@mirror.example/whl",
-                    "--pypi-index", "https://alice:s3cret@mirror.example/simple", "--json",
-                    cwd=tmp_path)
+    done = cudalock(
+        "bootstrap",
+        "-o",
+        "out",
+        *TARGET,
+        *REQUEST,
+        "--format",
+        "venv",
+        "--pytorch-index",
+        "https://alice:s3cret@mirror.example/whl",
+        "--pypi-index",
+        "https://alice:s3cret@mirror.example/simple",
+        "--json",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "s3cret" not in done.stdout and "s3cret" not in done.stderr
     assert "https://***@mirror.example/whl/cu121" in done.stderr
@@ -134,26 +184,35 @@ def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:
 
 
 def test_nothing_fits_is_exit_1_and_writes_nothing(tmp_path: Path) -> None:
-    done = cudalock("bootstrap", "-o", "out", "--driver-version", "470.57.02",
-                    "--compute-capability", "8.0", "--torch", "==2.5.1", cwd=tmp_path)
+    done = cudalock(
+        "bootstrap",
+        "-o",
+        "out",
+        "--driver-version",
+        "470.57.02",
+        "--compute-capability",
+        "8.0",
+        "--torch",
+        "==2.5.1",
+        cwd=tmp_path,
+    )
     assert done.returncode == 1, done.stderr
     assert "nothing fits" in done.stderr
     assert not (tmp_path / "out").exists()
 
 
 def test_create_with_uv_format_is_refused(tmp_path: Path) -> None:
-    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--format", "uv", "--create",
-                    cwd=tmp_path)
+    done = cudalock(
+        "bootstrap", "-o", "out", *TARGET, *REQUEST, "--format", "uv", "--create", cwd=tmp_path
+    )
     assert done.returncode == 2
     assert "uv sync" in done.stderr
 
 
 def test_create_conda_without_conda_on_path_is_an_environment_failure(tmp_path: Path) -> None:
     env = offline_env() | {"PATH": os.path.dirname(sys.executable)}
-    assert all(not (Path(env["PATH"]) / tool).exists()
-               for tool in ("conda", "mamba", "micromamba"))
-    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--create", cwd=tmp_path,
-                    env=env)
+    assert all(not (Path(env["PATH"]) / tool).exists() for tool in ("conda", "mamba", "micromamba"))
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--create", cwd=tmp_path, env=env)
     assert done.returncode == 3
     assert "needs conda, mamba or micromamba" in done.stderr
 
@@ -201,9 +260,12 @@ def test_cudalock_toml_syntax_error_names_the_line(tmp_path: Path) -> None:
 
 
 def test_bootstrap_cli_module_imports_only_the_standard_library_at_top() -> None:
-    code = ("import sys, cudalock.cli.bootstrap; "
-            "print(sorted(m for m in ('cudalock.env.bootstrap', 'cudalock.env.render', "
-            "'cudalock.resolve.search', 'yaml', 'tomlkit') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
+    code = (
+        "import sys, cudalock.cli.bootstrap; "
+        "print(sorted(m for m in ('cudalock.env.bootstrap', 'cudalock.env.render', "
+        "'cudalock.resolve.search', 'yaml', 'tomlkit') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "[]"

@@ -53,21 +53,40 @@ class Scene:
     venv: Path
 
     def base_args(self) -> list[str]:
-        pytorch, pypi = (url.replace("http://", f"http://{USER}:{SECRET}@")
-                         for url in self.server)
+        pytorch, pypi = (url.replace("http://", f"http://{USER}:{SECRET}@") for url in self.server)
         return [
             # Relative, as people type it: the venv must not end up nested inside -o.
-            "bootstrap", "-o", str(self.out.relative_to(self.root)), "--format", "venv",
-            "--driver-version", "535.104.05", "--compute-capability", "8.0",
-            "--torch", "==2.1.0", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}",
-            "--pytorch-index", pytorch, "--pypi-index", pypi,
+            "bootstrap",
+            "-o",
+            str(self.out.relative_to(self.root)),
+            "--format",
+            "venv",
+            "--driver-version",
+            "535.104.05",
+            "--compute-capability",
+            "8.0",
+            "--torch",
+            "==2.1.0",
+            "--python",
+            f"{sys.version_info[0]}.{sys.version_info[1]}",
+            "--pytorch-index",
+            pytorch,
+            "--pypi-index",
+            pypi,
         ]
 
-    def cudalock(self, *args: str, env: dict[str, str] | None = None
-                 ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([*CUDALOCK, *args], capture_output=True, text=True,
-                              env=env or offline_env(), cwd=self.root, timeout=600,
-                              check=False)
+    def cudalock(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*CUDALOCK, *args],
+            capture_output=True,
+            text=True,
+            env=env or offline_env(),
+            cwd=self.root,
+            timeout=600,
+            check=False,
+        )
         log = self.out / "cudalock-bootstrap.log"
         shown = done.stdout + done.stderr + (log.read_text() if log.exists() else "")
         assert SECRET not in shown, "index credentials were shown or logged"
@@ -76,32 +95,45 @@ class Scene:
         return done
 
     def venv_python(self, code: str) -> str:
-        result = subprocess.run([str(self.venv / "bin" / "python"), "-c", code],
-                                capture_output=True, text=True, check=True, env=offline_env())
+        result = subprocess.run(
+            [str(self.venv / "bin" / "python"), "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=offline_env(),
+        )
         return result.stdout.strip()
 
     def installed(self) -> dict[str, str]:
-        code = ("import importlib.metadata as m, json; print(json.dumps("
-                "{d.metadata['Name']: d.version for d in m.distributions()}))")
+        code = (
+            "import importlib.metadata as m, json; print(json.dumps("
+            "{d.metadata['Name']: d.version for d in m.distributions()}))"
+        )
         return dict(json.loads(self.venv_python(code)))
 
     def torch_version_file(self) -> str:
-        code = ("import importlib.util, pathlib; s = importlib.util.find_spec('torch'); "
-                "print(pathlib.Path(s.submodule_search_locations[0], 'version.py').read_text())")
+        code = (
+            "import importlib.util, pathlib; s = importlib.util.find_spec('torch'); "
+            "print(pathlib.Path(s.submodule_search_locations[0], 'version.py').read_text())"
+        )
         return self.venv_python(code)
 
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
     root = tmp_path_factory.mktemp("bootstrap-e2e")
-    with serve_indexes(root, pytorch={"cu121": PYTORCH_CU121}, pypi=PYPI,
-                       auth=(USER, SECRET)) as server:
+    with serve_indexes(
+        root, pytorch={"cu121": PYTORCH_CU121}, pypi=PYPI, auth=(USER, SECRET)
+    ) as server:
         yield Scene(server=server, root=root, out=root / "out", venv=root / "out" / ".venv")
 
 
 def _outputs(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())
-            if p.is_file() and p.name != "cudalock-bootstrap.log"}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != "cudalock-bootstrap.log"
+    }
 
 
 def test_wheel_not_matching_its_hash_stops_the_first_step_with_exit_3(scene: Scene) -> None:
@@ -119,10 +151,10 @@ def test_wheel_not_matching_its_hash_stops_the_first_step_with_exit_3(scene: Sce
 
 
 def test_create_installs_the_planned_torch_and_the_framework_cannot_replace_it(
-        scene: Scene) -> None:
+    scene: Scene,
+) -> None:
     # --force: the first scenario wrote the same files; the venv it left is reused.
-    done = scene.cudalock(*scene.base_args(), "--framework", "finetunekit", "--create",
-                          "--force")
+    done = scene.cudalock(*scene.base_args(), "--framework", "finetunekit", "--create", "--force")
     assert done.returncode == 0, done.stderr + done.stdout
 
     installed = scene.installed()
@@ -163,8 +195,7 @@ def test_second_run_writes_byte_identical_files(scene: Scene) -> None:
 def test_hostile_framework_path_is_quoted_and_nothing_is_executed(scene: Scene) -> None:
     hostile = scene.root / "fw dir 'q\" $(touch pwned); touch pwned2 `touch pwned3` x"
     make_local_project(hostile, "localfw", "0.1", requires=["torch>=2.0"])
-    done = scene.cudalock(*scene.base_args(), "--framework", str(hostile), "--force",
-                          "--create")
+    done = scene.cudalock(*scene.base_args(), "--framework", str(hostile), "--force", "--create")
     assert done.returncode == 0, done.stderr + done.stdout
     script = (scene.out / "install.sh").read_text()
     assert "-e '" + str(hostile).replace("'", "'\"'\"'") + "'" in script
@@ -194,14 +225,13 @@ def test_unreachable_index_is_exit_3_naming_the_network(scene: Scene) -> None:
     assert scene.installed()["torch"] == PLANNED_TORCH
 
 
-def test_framework_needing_incompatible_torch_fails_loudly_and_leaves_torch(
-        scene: Scene) -> None:
-    done = scene.cudalock(*scene.base_args(), "--framework", "finetunekit-nightly", "--force",
-                          "--create")
+def test_framework_needing_incompatible_torch_fails_loudly_and_leaves_torch(scene: Scene) -> None:
+    done = scene.cudalock(
+        *scene.base_args(), "--framework", "finetunekit-nightly", "--force", "--create"
+    )
     assert done.returncode == 1, done.stderr + done.stdout
     message = done.stderr
-    assert "step 3/5: the framework's dependencies, with the torch family pinned failed" \
-        in message
+    assert "step 3/5: the framework's dependencies, with the torch family pinned failed" in message
     assert "-c constraints.txt finetunekit-nightly" in message
     assert "cudalock-bootstrap.log" in message
     assert f"rm -rf {scene.venv}" in message
@@ -215,7 +245,7 @@ def test_generated_install_script_passes_bash_n_and_shellcheck(scene: Scene) -> 
     script = scene.out / "install.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)
     shellcheck = Path(sys.executable).with_name("shellcheck")
-    result = subprocess.run([str(shellcheck), str(script)], capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(
+        [str(shellcheck), str(script)], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout
-

@@ -16,8 +16,16 @@ import pytest
 from tests.support.index import offline_env
 from tests.support.tmpfs import fill_device, mounted_tmpfs, remounted_read_only, snapshot
 
-ARGS = ["--driver-version", "535.104.05", "--compute-capability", "8.0", "--torch", "==2.1.0",
-        "--format", "venv"]
+ARGS = [
+    "--driver-version",
+    "535.104.05",
+    "--compute-capability",
+    "8.0",
+    "--torch",
+    "==2.1.0",
+    "--format",
+    "venv",
+]
 
 
 @pytest.fixture
@@ -27,9 +35,14 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def bootstrap(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cudalock", "bootstrap", "-o", str(out),
-                           *ARGS, *extra], capture_output=True, text=True, env=offline_env(),
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "cudalock", "bootstrap", "-o", str(out), *ARGS, *extra],
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+        timeout=120,
+        check=False,
+    )
 
 
 def test_full_disk_is_exit_3_and_the_previous_files_survive(small_disk: Path) -> None:
@@ -52,6 +65,5 @@ def test_read_only_directory_is_exit_3_and_writes_nothing(small_disk: Path) -> N
     with remounted_read_only(small_disk):
         done = bootstrap(out, "--python", "3.11")
     assert done.returncode == 3, done.stderr
-    assert "permission denied" in done.stderr and "choose another directory with -o" in \
-        done.stderr
+    assert "permission denied" in done.stderr and "choose another directory with -o" in done.stderr
     assert list(out.iterdir()) == []

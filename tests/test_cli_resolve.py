@@ -22,36 +22,51 @@ BLACKWELL = ("--driver-version", "570.86.15", "--gpu", "RTX 5090")
 
 
 def cudalock(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items()
-                   if not k.startswith("CUDALOCK_") and k != "CUDA_VISIBLE_DEVICES"}
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("CUDALOCK_") and k != "CUDA_VISIBLE_DEVICES"
+    }
     environment.update(env or {})
-    return subprocess.run([str(CUDALOCK), *args], capture_output=True, text=True,
-                          env=environment, timeout=60, check=False)
+    return subprocess.run(
+        [str(CUDALOCK), *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_json_plan() -> None:
     result = cudalock("resolve", *BLACKWELL, "--json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
-    assert list(plan)[:6] == ["matrix_version", "python", "platform", "compat", "torch",
-                              "packages"]
+    assert list(plan)[:6] == ["matrix_version", "python", "platform", "compat", "torch", "packages"]
     assert plan["python"] == "3.14"
     assert plan["torch"]["version"] == "2.11.0"
     assert plan["torch"]["variant"] == "cu128"
     assert plan["torch"]["cuda"] == "12.8"
     assert plan["torch"]["index_url"] == "https://download.pytorch.org/whl/cu128"
     assert plan["packages"] == [
-        {"name": "torch", "version": "2.11.0+cu128",
-         "index_url": "https://download.pytorch.org/whl/cu128"},
-        {"name": "torchvision", "version": "0.26.0+cu128",
-         "index_url": "https://download.pytorch.org/whl/cu128"},
+        {
+            "name": "torch",
+            "version": "2.11.0+cu128",
+            "index_url": "https://download.pytorch.org/whl/cu128",
+        },
+        {
+            "name": "torchvision",
+            "version": "0.26.0+cu128",
+            "index_url": "https://download.pytorch.org/whl/cu128",
+        },
     ]
     assert plan["target"]["driver_version"] == "570.86.15"
     assert plan["target"]["gpus"][0]["compute_capability"] == "12.0"
     assert plan["rejected"][0] == {
-        "torch": "2.15.0", "variant": "cu132",
+        "torch": "2.15.0",
+        "variant": "cu132",
         "reason": "torch 2.15.0+cu132: CUDA 13.2 needs driver ≥ 595.45.04; "
-                  "driver 570.86.15 supports CUDA 12.8",
+        "driver 570.86.15 supports CUDA 12.8",
         "fix": "upgrade to driver ≥ 595.45.04",
     }
 
@@ -65,26 +80,42 @@ def test_text_summary_says_what_where_why_and_how_to_bootstrap() -> None:
     assert "deepspeed==" in out and "from PyPI" in out
     assert "Driver 570.86.15 limits CUDA to 12.8." in out
     assert "Not chosen (newest first):" in out
-    assert ("cudalock bootstrap --driver-version 570.86.15 --gpu 'RTX 5090' --with deepspeed"
-            in out)
+    assert "cudalock bootstrap --driver-version 570.86.15 --gpu 'RTX 5090' --with deepspeed" in out
 
 
 def test_nothing_fits_json_exits_1() -> None:
     # torch ≥ 2.15 has only CUDA 13.x builds; 535.104.05 is below 13.0's 580.65.06.
-    result = cudalock("resolve", "--driver-version", "535.104.05", "--compute-capability", "8.0",
-                      "--torch", ">=2.15", "--json")
+    result = cudalock(
+        "resolve",
+        "--driver-version",
+        "535.104.05",
+        "--compute-capability",
+        "8.0",
+        "--torch",
+        ">=2.15",
+        "--json",
+    )
     assert result.returncode == 1
     document = json.loads(result.stdout)
     assert document["error"].startswith("nothing fits torch >=2.15")
     assert [(r["torch"], r["variant"]) for r in document["rejected"]] == [
-        ("2.15.0", "cu132"), ("2.15.0", "cu130")]
+        ("2.15.0", "cu132"),
+        ("2.15.0", "cu130"),
+    ]
     assert "580.65.06" in document["hint"]
     assert "Traceback" not in result.stderr
 
 
 def test_nothing_fits_text_exits_1_with_candidates() -> None:
-    result = cudalock("resolve", "--driver-version", "535.104.05", "--compute-capability", "8.0",
-                      "--torch", ">=2.15")
+    result = cudalock(
+        "resolve",
+        "--driver-version",
+        "535.104.05",
+        "--compute-capability",
+        "8.0",
+        "--torch",
+        ">=2.15",
+    )
     assert result.returncode == 1
     assert result.stdout == ""
     assert "Nearest candidates (newest first):" in result.stderr
@@ -113,8 +144,12 @@ def test_bad_values_exit_2_with_one_line(flags: tuple[str, ...], named: str) -> 
 
 
 def test_pytorch_index_from_the_environment() -> None:
-    result = cudalock("resolve", *BLACKWELL, "--json",
-                      env={"CUDALOCK_PYTORCH_INDEX": "https://mirror.example.org/whl"})
+    result = cudalock(
+        "resolve",
+        *BLACKWELL,
+        "--json",
+        env={"CUDALOCK_PYTORCH_INDEX": "https://mirror.example.org/whl"},
+    )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["torch"]["index_url"] == "https://mirror.example.org/whl/cu128"
@@ -130,8 +165,10 @@ def test_no_driver_is_said_loudly() -> None:
 def test_fleet_from_probe_files(tmp_path: Path) -> None:
     # node-b's 535.104.05 (CUDA 12.2) and Volta, node-a's Ada: 2.7.1+cu118 (see test_resolve).
     files = []
-    for name, driver, gpu, cc in (("node-a", "570.86.15", "NVIDIA GeForce RTX 4090", (8, 9)),
-                                  ("node-b", "535.104.05", "Tesla V100-SXM2-32GB", (7, 0))):
+    for name, driver, gpu, cc in (
+        ("node-a", "570.86.15", "NVIDIA GeForce RTX 4090", (8, 9)),
+        ("node-b", "535.104.05", "Tesla V100-SXM2-32GB", (7, 0)),
+    ):
         target = Target("linux-x86_64", DriverVersion(driver), None, (Gpu(gpu, cc),), name=name)
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(target.to_json()), encoding="utf-8")
@@ -156,6 +193,7 @@ def test_resolve_stays_import_light() -> None:
         "heavy = ['requests', 'tomlkit', 'rich', 'torch', 'urllib3', 'packaging.requirements']\n"
         "print([m for m in heavy if m in sys.modules], file=sys.stderr)\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr

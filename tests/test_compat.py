@@ -54,8 +54,9 @@ SASS_128 = ccs("7.5", "8.0", "8.6", "9.0", "10.0", "12.0")
         ((), ccs("12.0"), "12.0", True),  # PTX at exactly the GPU's capability
     ],
 )
-def test_arch_covers(sass: tuple[tuple[int, int], ...], ptx: tuple[tuple[int, int], ...],
-                     gpu: str, expected: bool) -> None:
+def test_arch_covers(
+    sass: tuple[tuple[int, int], ...], ptx: tuple[tuple[int, int], ...], gpu: str, expected: bool
+) -> None:
     assert arch_covers(sass, ptx, cc(gpu)) is expected
 
 
@@ -65,10 +66,12 @@ def test_arch_covers(sass: tuple[tuple[int, int], ...], ptx: tuple[tuple[int, in
     gpu=st.tuples(st.integers(3, 12), st.integers(0, 9)),
     extra=st.tuples(st.integers(3, 12), st.integers(0, 9)),
 )
-def test_arch_covers_only_grows_with_more_code(sass: list[tuple[int, int]],
-                                               ptx: list[tuple[int, int]],
-                                               gpu: tuple[int, int],
-                                               extra: tuple[int, int]) -> None:
+def test_arch_covers_only_grows_with_more_code(
+    sass: list[tuple[int, int]],
+    ptx: list[tuple[int, int]],
+    gpu: tuple[int, int],
+    extra: tuple[int, int],
+) -> None:
     # Adding kernels to a build can never make a GPU it ran on stop working.
     if arch_covers(sass, ptx, gpu):
         assert arch_covers([*sass, extra], ptx, gpu)
@@ -89,11 +92,14 @@ def test_missing_archs_lists_uncovered_gpus_once_sorted() -> None:
     assert missing_archs(cu128, ()) == ()
 
 
-def target(driver: str | None = None, driver_cuda: tuple[int, int] | None = None,
-           platform: str = LINUX) -> Target:
-    return Target(platform=platform,
-                  driver_version=DriverVersion(driver) if driver else None,
-                  driver_cuda=driver_cuda)
+def target(
+    driver: str | None = None, driver_cuda: tuple[int, int] | None = None, platform: str = LINUX
+) -> Target:
+    return Target(
+        platform=platform,
+        driver_version=DriverVersion(driver) if driver else None,
+        driver_cuda=driver_cuda,
+    )
 
 
 def test_driver_cuda_is_derived_from_the_version_when_not_reported() -> None:
@@ -129,8 +135,9 @@ def test_driver_cuda_is_derived_from_the_version_when_not_reported() -> None:
         ("520.61.05", (12, 1), "minor", "too-old", "530.30.02", False),
     ],
 )
-def test_driver_verdict(driver: str, cuda: tuple[int, int], compat: str, status: str,
-                        required: str, possible: bool) -> None:
+def test_driver_verdict(
+    driver: str, cuda: tuple[int, int], compat: str, status: str, required: str, possible: bool
+) -> None:
     verdict = driver_verdict(MATRIX, cuda, target(driver), compat)
     assert verdict.status == status
     assert verdict.required_driver == DriverVersion(required)

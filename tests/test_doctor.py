@@ -27,22 +27,30 @@ def recorded_kernel(*names: str, dmesg_denied: bool = False) -> KernelLog:
     def runner(argv: Sequence[str]) -> CommandResult:
         if argv[0] == "dmesg":
             if dmesg_denied:
-                return CommandResult(1, "", "dmesg: read kernel buffer failed: "
-                                     "Operation not permitted")
+                return CommandResult(
+                    1, "", "dmesg: read kernel buffer failed: Operation not permitted"
+                )
             return CommandResult(0, text)
-        return CommandResult(1, "", "No journal files were opened due to insufficient "
-                             "permissions.")
+        return CommandResult(1, "", "No journal files were opened due to insufficient permissions.")
 
     return read_kernel_log(runner=runner, files=())
 
 
-def machine(kernel: KernelLog, *, cgroup: CgroupMemory | None = None,
-            shm: ShmInfo | None = None, memory: int = 512 * GIB, gpus: int = 8,
-            environ: dict[str, str] | None = None) -> MachineReaders:
+def machine(
+    kernel: KernelLog,
+    *,
+    cgroup: CgroupMemory | None = None,
+    shm: ShmInfo | None = None,
+    memory: int = 512 * GIB,
+    gpus: int = 8,
+    environ: dict[str, str] | None = None,
+) -> MachineReaders:
     target = Target(
         platform="linux-x86_64",
-        gpus=tuple(Gpu("NVIDIA A100-SXM4-80GB", (8, 0), index=i, memory_total_bytes=80 * GIB)
-                   for i in range(gpus)),
+        gpus=tuple(
+            Gpu("NVIDIA A100-SXM4-80GB", (8, 0), index=i, memory_total_bytes=80 * GIB)
+            for i in range(gpus)
+        ),
         host=Host(memory_total_bytes=memory),
     )
     return MachineReaders(
@@ -65,8 +73,9 @@ def no_audit(python: Path | None, deep: bool) -> Sequence[Finding]:
 
 def test_host_oom_during_zero2_save_with_memory_check() -> None:
     request = DoctorRequest(exit_code="-9", log_path=LOGS / "torchrun_zero2_sigkill.log")
-    report = run_doctor(request, machine(recorded_kernel("host_oom_dmesg.txt"),
-                                         memory=128 * GIB), audit=no_audit)
+    report = run_doctor(
+        request, machine(recorded_kernel("host_oom_dmesg.txt"), memory=128 * GIB), audit=no_audit
+    )
     assert report.verdict == "host-oom"
     host = next(f for f in report.findings if f.code == "host-oom-kill")
     assert "Out of memory: Killed process 48213 (python)" in " ".join(host.evidence)
@@ -96,11 +105,18 @@ def test_cgroup_oom_with_counters_and_limit(tmp_path: Path) -> None:
     (cgroup_root / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 1\noom_kill 2\n")
     (proc / "self").mkdir(parents=True)
     (proc / "self" / "cgroup").write_text("0::/\n")
-    readers = machine(recorded_kernel("cgroup_oom_journal.txt"),
-                      cgroup=read_cgroup_memory(cgroup_root, proc),
-                      environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
-    report = run_doctor(DoctorRequest(exit_code="137", flags=SetupHints(
-        params=7 * 10**9, zero_stage=2, gpus_per_node=8)), readers, audit=no_audit)
+    readers = machine(
+        recorded_kernel("cgroup_oom_journal.txt"),
+        cgroup=read_cgroup_memory(cgroup_root, proc),
+        environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1"},
+    )
+    report = run_doctor(
+        DoctorRequest(
+            exit_code="137", flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=8)
+        ),
+        readers,
+        audit=no_audit,
+    )
     assert report.verdict == "cgroup-oom"
     finding = next(f for f in report.findings if f.code == "cgroup-oom-kill")
     assert "(128.00GiB)" in finding.message
@@ -111,10 +127,19 @@ def test_cgroup_oom_with_counters_and_limit(tmp_path: Path) -> None:
 
 
 def test_unreadable_kernel_log_with_short_host_is_a_likely_host_oom() -> None:
-    readers = machine(recorded_kernel("clean_dmesg.txt", dmesg_denied=True),
-                      cgroup=CgroupMemory(None), memory=64 * GIB)
-    report = run_doctor(DoctorRequest(exit_code="exitcode: -9", flags=SetupHints(
-        params=7 * 10**9, zero_stage=2, gpus_per_node=4)), readers, audit=no_audit)
+    readers = machine(
+        recorded_kernel("clean_dmesg.txt", dmesg_denied=True),
+        cgroup=CgroupMemory(None),
+        memory=64 * GIB,
+    )
+    report = run_doctor(
+        DoctorRequest(
+            exit_code="exitcode: -9",
+            flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=4),
+        ),
+        readers,
+        audit=no_audit,
+    )
     assert report.verdict == "likely-host-oom"
     unreadable = next(f for f in report.findings if f.code == "kernel-log-unreadable")
     assert any("Operation not permitted" in item for item in unreadable.evidence)
@@ -122,32 +147,42 @@ def test_unreadable_kernel_log_with_short_host_is_a_likely_host_oom() -> None:
 
 
 def test_clean_kernel_log_means_not_an_oom() -> None:
-    report = run_doctor(DoctorRequest(exit_code="-9"), machine(recorded_kernel(
-        "clean_dmesg.txt")), audit=no_audit)
+    report = run_doctor(
+        DoctorRequest(exit_code="-9"), machine(recorded_kernel("clean_dmesg.txt")), audit=no_audit
+    )
     assert report.verdict == "not-oom"
     assert codes(report.findings) == ["sigkill-not-oom", "memory-check-skipped"]
     assert "Slurm" in report.findings[0].message
 
 
 def test_collateral_sigkill_points_at_the_first_failure() -> None:
-    report = run_doctor(DoctorRequest(exit_code="-9", log_path=LOGS / "collateral_sigkill.log"),
-                        machine(recorded_kernel("clean_dmesg.txt")), audit=no_audit)
+    report = run_doctor(
+        DoctorRequest(exit_code="-9", log_path=LOGS / "collateral_sigkill.log"),
+        machine(recorded_kernel("clean_dmesg.txt")),
+        audit=no_audit,
+    )
     assert report.verdict == "not-oom"
     finding = next(f for f in report.findings if f.code == "sigkill-collateral")
     assert "SIGSEGV" in finding.message and "--exit-code -11" in finding.message
 
 
 def test_gpu_oom_is_told_apart() -> None:
-    report = run_doctor(DoctorRequest(exit_code="-9", log_path=LOGS / "cuda_oom.log"),
-                        machine(recorded_kernel("clean_dmesg.txt")), audit=no_audit)
+    report = run_doctor(
+        DoctorRequest(exit_code="-9", log_path=LOGS / "cuda_oom.log"),
+        machine(recorded_kernel("clean_dmesg.txt")),
+        audit=no_audit,
+    )
     assert report.verdict == "gpu-oom"
     gpu = next(f for f in report.findings if f.code == "gpu-oom")
     assert "Tried to allocate 2.00 GiB" in gpu.evidence[0]
 
 
 def test_slurm_oom_event_counts_as_cgroup_oom() -> None:
-    report = run_doctor(DoctorRequest(exit_code="137", log_path=LOGS / "slurm_oom.log"),
-                        machine(recorded_kernel("clean_dmesg.txt")), audit=no_audit)
+    report = run_doctor(
+        DoctorRequest(exit_code="137", log_path=LOGS / "slurm_oom.log"),
+        machine(recorded_kernel("clean_dmesg.txt")),
+        audit=no_audit,
+    )
     assert report.verdict == "cgroup-oom"
 
 
@@ -156,30 +191,45 @@ def test_sigsegv_runs_the_audit_and_reads_the_kernel(tmp_path: Path) -> None:
 
     def audit(python: Path | None, deep: bool) -> Sequence[Finding]:
         calls.append((python, deep))
-        return [Finding("driver-too-old", "error",
-                        "torch 2.8.0+cu128 needs CUDA 12.8; the driver supports 12.2",
-                        fix=("pip install torch==2.5.1 --index-url .../cu121",))]
+        return [
+            Finding(
+                "driver-too-old",
+                "error",
+                "torch 2.8.0+cu128 needs CUDA 12.8; the driver supports 12.2",
+                fix=("pip install torch==2.5.1 --index-url .../cu121",),
+            )
+        ]
 
     shm = ShmInfo("/dev/shm", 64 * 2**20, 10 * 2**20)
     report = run_doctor(
-        DoctorRequest(exit_code="-11", log_path=LOGS / "deepspeed_segv.log",
-                      python=Path("/envs/ft/bin/python")),
-        machine(recorded_kernel("segfault_xid.txt"), shm=shm), audit=audit)
+        DoctorRequest(
+            exit_code="-11",
+            log_path=LOGS / "deepspeed_segv.log",
+            python=Path("/envs/ft/bin/python"),
+        ),
+        machine(recorded_kernel("segfault_xid.txt"), shm=shm),
+        audit=audit,
+    )
     assert calls == [(Path("/envs/ft/bin/python"), True)]
     assert report.verdict == "segfault"
     found = codes(report.findings)
     assert found[:3] == ["segfault-in-library", "segfault-in-library", "gpu-xid-error"]
     assert "libcuda.so.535.104.05" in report.findings[0].message
     audit_finding = next(f for f in report.findings if f.code == "driver-too-old")
-    assert audit_finding.message.startswith("torch 2.8.0+cu128 needs CUDA 12.8; the driver "
-                                            "supports 12.2. Why -11: a build for a newer CUDA")
+    assert audit_finding.message.startswith(
+        "torch 2.8.0+cu128 needs CUDA 12.8; the driver "
+        "supports 12.2. Why -11: a build for a newer CUDA"
+    )
     shm_finding = next(f for f in report.findings if f.code == "shm-too-small")
     assert "0.06GiB" in shm_finding.message  # 64 MiB, Docker's default
     other = next(f for f in report.findings if f.code == "segfault-other-causes")
     assert other.evidence == ("/dev/shm: 0.06GiB, 0.01GiB free",)
     # --no-run turns the deep (CUDA-initialising) part off.
-    run_doctor(DoctorRequest(exit_code="139", no_run=True),
-               machine(recorded_kernel("clean_dmesg.txt")), audit=audit)
+    run_doctor(
+        DoctorRequest(exit_code="139", no_run=True),
+        machine(recorded_kernel("clean_dmesg.txt")),
+        audit=audit,
+    )
     assert calls[-1] == (None, False)
 
 
@@ -187,23 +237,30 @@ def test_sigsegv_audit_failure_is_a_finding_not_a_crash() -> None:
     def broken(python: Path | None, deep: bool) -> Sequence[Finding]:
         raise RuntimeError("interpreter vanished")
 
-    report = run_doctor(DoctorRequest(exit_code="-11"),
-                        machine(recorded_kernel("clean_dmesg.txt")), audit=broken)
+    report = run_doctor(
+        DoctorRequest(exit_code="-11"), machine(recorded_kernel("clean_dmesg.txt")), audit=broken
+    )
     unavailable = next(f for f in report.findings if f.code == "audit-unavailable")
     assert "interpreter vanished" in unavailable.message
 
 
 def test_bus_error_names_shm_size() -> None:
     shm = ShmInfo("/dev/shm", 64 * 2**20, 0)
-    report = run_doctor(DoctorRequest(exit_code="-7", log_path=LOGS / "dataloader_bus_error.log"),
-                        machine(recorded_kernel("clean_dmesg.txt"), shm=shm), audit=no_audit)
+    report = run_doctor(
+        DoctorRequest(exit_code="-7", log_path=LOGS / "dataloader_bus_error.log"),
+        machine(recorded_kernel("clean_dmesg.txt"), shm=shm),
+        audit=no_audit,
+    )
     assert report.verdict == "bus-error"
     assert codes(report.findings) == ["dataloader-bus-error", "shm-too-small"]
     assert report.exit_code == 1
     # A roomy /dev/shm here: the size is named, and the container's own /dev/shm suspected.
     roomy = ShmInfo("/dev/shm", 32 * GIB, 32 * GIB)
-    report = run_doctor(DoctorRequest(exit_code="135", log_path=LOGS / "dataloader_bus_error.log"),
-                        machine(recorded_kernel("clean_dmesg.txt"), shm=roomy), audit=no_audit)
+    report = run_doctor(
+        DoctorRequest(exit_code="135", log_path=LOGS / "dataloader_bus_error.log"),
+        machine(recorded_kernel("clean_dmesg.txt"), shm=roomy),
+        audit=no_audit,
+    )
     assert codes(report.findings) == ["dataloader-bus-error"]
     assert "32.00GiB" in report.findings[0].message
     assert "container's /dev/shm" in report.findings[0].message
@@ -213,8 +270,12 @@ def test_plain_exit_status_reads_nothing() -> None:
     def fail() -> KernelLog:
         raise AssertionError("no kernel log for a plain exit status")
 
-    readers = MachineReaders(read_kernel_log=fail, read_cgroup=lambda: CgroupMemory(None),
-                             read_shm=lambda: None, probe=lambda: None)
+    readers = MachineReaders(
+        read_kernel_log=fail,
+        read_cgroup=lambda: CgroupMemory(None),
+        read_shm=lambda: None,
+        probe=lambda: None,
+    )
     report = run_doctor(DoctorRequest(exit_code="1"), readers, audit=no_audit)
     assert (report.verdict, report.exit_code) == ("exit-status", 0)
 
@@ -228,8 +289,9 @@ def test_explain_audit_finding_keeps_the_code() -> None:
 
 
 def test_flags_win_over_log_and_assumptions_are_noted() -> None:
-    hints = merge_hints(SetupHints(zero_stage=3), SetupHints(params=10**9, zero_stage=2,
-                                                             gpus_per_node=4))
+    hints = merge_hints(
+        SetupHints(zero_stage=3), SetupHints(params=10**9, zero_stage=2, gpus_per_node=4)
+    )
     assert (hints.zero_stage, hints.gpus_per_node, hints.params) == (3, 4, 10**9)
     setup, notes = build_setup(SetupHints(params=10**9), default_gpus=2)
     assert setup is not None and (setup.zero_stage, setup.gpus_per_node) == (2, 2)
@@ -241,13 +303,28 @@ def test_flags_win_over_log_and_assumptions_are_noted() -> None:
 
 
 def cudalock(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cudalock", *args], capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "cudalock", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_memory_command_short_and_enough() -> None:
-    short = cudalock("memory", "--params", "7B", "--zero", "2", "--gpus-per-node", "8",
-                     "--host-memory", "128GiB", "--json")
+    short = cudalock(
+        "memory",
+        "--params",
+        "7B",
+        "--zero",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--host-memory",
+        "128GiB",
+        "--json",
+    )
     assert short.returncode == 1, short.stderr
     document = json.loads(short.stdout)
     # 7e9 · 4 · 8 · 1.5 = 336e9 bytes at start-up (DeepSpeed's CPU figure without offload).
@@ -255,15 +332,26 @@ def test_memory_command_short_and_enough() -> None:
     assert document["host"]["available_bytes"] == 128 * GIB
     assert document["kubernetes"]["limits.memory"] == "313Gi"
     assert [f["code"] for f in document["findings"]] == ["host-memory-short"]
-    enough = cudalock("memory", "--params", "7e9", "--zero", "3", "--gpus-per-node", "8",
-                      "--host-memory", "2TiB")
+    enough = cudalock(
+        "memory", "--params", "7e9", "--zero", "3", "--gpus-per-node", "8", "--host-memory", "2TiB"
+    )
     assert enough.returncode == 0, enough.stderr
     assert "offload_param=none, offload_optimizer=none, zero_init=1  <- this run" in enough.stdout
 
 
 def test_memory_command_from_model_file() -> None:
-    result = cudalock("memory", "--model", str(FIXTURES / "models" / "llama-2-7b-config.json"),
-                      "--zero", "3", "--gpus-per-node", "8", "--host-memory", "1TiB", "--json")
+    result = cudalock(
+        "memory",
+        "--model",
+        str(FIXTURES / "models" / "llama-2-7b-config.json"),
+        "--zero",
+        "3",
+        "--gpus-per-node",
+        "8",
+        "--host-memory",
+        "1TiB",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     setup = json.loads(result.stdout)["needs"]["setup"]
     assert setup["params"] == 6_738_415_616
@@ -271,17 +359,34 @@ def test_memory_command_from_model_file() -> None:
     assert "estimate" in setup["source"]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["memory", "--params", "7Q", "--host-memory", "1TiB"], "unknown suffix"),
-    (["memory", "--params", "7B", "--host-memory", "lots"], "size 'lots'"),
-    (["memory", "--params", "7B", "--offload-optimizer", "gpu", "--host-memory", "1TiB"],
-     "expected cpu or none"),
-    (["memory", "--params", "7B", "--zero", "2", "--offload-param", "cpu",
-      "--host-memory", "1TiB"], "needs ZeRO-3"),
-    (["memory", "--host-memory", "1TiB"], "model size is missing"),
-    (["doctor", "--exit-code", "bogus"], "not understood"),
-    (["doctor", "--exit-code", "-9", "--log", "/nonexistent/train.log"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["memory", "--params", "7Q", "--host-memory", "1TiB"], "unknown suffix"),
+        (["memory", "--params", "7B", "--host-memory", "lots"], "size 'lots'"),
+        (
+            ["memory", "--params", "7B", "--offload-optimizer", "gpu", "--host-memory", "1TiB"],
+            "expected cpu or none",
+        ),
+        (
+            [
+                "memory",
+                "--params",
+                "7B",
+                "--zero",
+                "2",
+                "--offload-param",
+                "cpu",
+                "--host-memory",
+                "1TiB",
+            ],
+            "needs ZeRO-3",
+        ),
+        (["memory", "--host-memory", "1TiB"], "model size is missing"),
+        (["doctor", "--exit-code", "bogus"], "not understood"),
+        (["doctor", "--exit-code", "-9", "--log", "/nonexistent/train.log"], "does not exist"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None:
     result = cudalock(*args)
     assert result.returncode == 2
@@ -290,9 +395,16 @@ def test_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None:
 
 
 def test_doctor_command_with_log_and_host_memory() -> None:
-    result = cudalock("doctor", "--exit-code", "-9", "--log",
-                      str(LOGS / "torchrun_zero2_sigkill.log"), "--host-memory", "64GiB",
-                      "--json")
+    result = cudalock(
+        "doctor",
+        "--exit-code",
+        "-9",
+        "--log",
+        str(LOGS / "torchrun_zero2_sigkill.log"),
+        "--host-memory",
+        "64GiB",
+        "--json",
+    )
     assert result.returncode == 1, result.stderr
     document = json.loads(result.stdout)
     assert document["exit"]["signal_name"] == "SIGKILL"
@@ -305,8 +417,11 @@ def test_doctor_command_with_log_and_host_memory() -> None:
 
 def test_sigsegv_with_the_real_audit_of_a_real_environment(tmp_path: Path) -> None:
     # A fresh venv without torch: the real inspection runs its interpreter and says so.
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")],
-                   check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")],
+        check=True,
+        timeout=120,
+    )
     python = tmp_path / "env" / "bin" / "python"
     readers = machine(recorded_kernel("clean_dmesg.txt"))
     report = run_doctor(DoctorRequest(exit_code="139", python=python, no_run=True), readers)
@@ -320,14 +435,26 @@ def test_memory_command_against_a_probe_file(tmp_path: Path) -> None:
     # The training node, probed elsewhere: 4 GPUs of 80 GiB, 200 GiB RAM, a 96 GiB cgroup limit.
     node = Target(
         platform="linux-x86_64",
-        gpus=tuple(Gpu("NVIDIA H100 80GB HBM3", (9, 0), index=i, memory_total_bytes=80 * GIB)
-                   for i in range(4)),
+        gpus=tuple(
+            Gpu("NVIDIA H100 80GB HBM3", (9, 0), index=i, memory_total_bytes=80 * GIB)
+            for i in range(4)
+        ),
         host=Host(memory_total_bytes=200 * GIB, cgroup_memory_limit_bytes=96 * GIB),
     )
     probe = tmp_path / "node.json"
     probe.write_text(json.dumps(node.to_json()))
-    result = cudalock("memory", "--params", "13B", "--zero", "2", "--offload-optimizer", "cpu",
-                      "--probe", str(probe), "--json")
+    result = cudalock(
+        "memory",
+        "--params",
+        "13B",
+        "--zero",
+        "2",
+        "--offload-optimizer",
+        "cpu",
+        "--probe",
+        str(probe),
+        "--json",
+    )
     assert result.returncode == 1, result.stderr
     document = json.loads(result.stdout)
     assert document["needs"]["setup"]["gpus_per_node"] == 4  # from the probe file
@@ -359,10 +486,22 @@ def test_default_readers_take_every_root_and_command(tmp_path: Path) -> None:
         seen.append(tuple(argv))
         return CommandResult(1, "", "dmesg: read kernel buffer failed: Operation not permitted")
 
-    readers = default_readers(proc_root=proc, sys_root=sys_root, shm_path=tmp_path, root=root,
-                              runner=runner, log_commands=[("dmesg",)], environ={})
-    report = run_doctor(DoctorRequest(exit_code="-9", flags=SetupHints(
-        params=7 * 10**9, zero_stage=2, gpus_per_node=2)), readers, audit=no_audit)
+    readers = default_readers(
+        proc_root=proc,
+        sys_root=sys_root,
+        shm_path=tmp_path,
+        root=root,
+        runner=runner,
+        log_commands=[("dmesg",)],
+        environ={},
+    )
+    report = run_doctor(
+        DoctorRequest(
+            exit_code="-9", flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=2)
+        ),
+        readers,
+        audit=no_audit,
+    )
     assert seen == [("dmesg",)]
     assert report.verdict == "host-oom"  # found in <root>/var/log/kern.log
     assert report.memory is not None
@@ -387,9 +526,15 @@ def test_every_code_in_the_source_is_documented() -> None:
 
 
 def test_kills_of_other_pids_are_flagged_for_a_time_check() -> None:
-    report = run_doctor(DoctorRequest(exit_code="-9", log_path=LOGS / "torchrun_zero2_sigkill.log",
-                                      host_memory_bytes=2048 * GIB),
-                        machine(recorded_kernel("cgroup_oom_journal.txt")), audit=no_audit)
+    report = run_doctor(
+        DoctorRequest(
+            exit_code="-9",
+            log_path=LOGS / "torchrun_zero2_sigkill.log",
+            host_memory_bytes=2048 * GIB,
+        ),
+        machine(recorded_kernel("cgroup_oom_journal.txt")),
+        audit=no_audit,
+    )
     finding = next(f for f in report.findings if f.code == "cgroup-oom-kill")
     assert "None of these PIDs is one the training log reports" in finding.message
     assert report.memory is not None and report.memory.host_enough is True

@@ -17,21 +17,24 @@ from cudalock.errors import UsageError
 LOGS = Path(__file__).parent / "fixtures" / "doctor" / "logs"
 
 
-@pytest.mark.parametrize(("text", "signal", "code"), [
-    ("-9", 9, None),
-    ("137", 9, None),
-    ("exitcode: -9", 9, None),
-    ("exitcode  : -9 (pid: 48213)", 9, None),
-    ("Signal 9 (SIGKILL) received by PID 48213", 9, None),
-    ("exits with return code = -11", 11, None),
-    ("-11", 11, None),
-    ("139", 11, None),
-    ("SIGSEGV", 11, None),
-    ("247", 9, None),  # the DeepSpeed launcher's sys.exit(-9), as a shell shows it
-    ("135", 7, None),
-    ("1", None, 1),
-    ("0", None, 0),
-])
+@pytest.mark.parametrize(
+    ("text", "signal", "code"),
+    [
+        ("-9", 9, None),
+        ("137", 9, None),
+        ("exitcode: -9", 9, None),
+        ("exitcode  : -9 (pid: 48213)", 9, None),
+        ("Signal 9 (SIGKILL) received by PID 48213", 9, None),
+        ("exits with return code = -11", 11, None),
+        ("-11", 11, None),
+        ("139", 11, None),
+        ("SIGSEGV", 11, None),
+        ("247", 9, None),  # the DeepSpeed launcher's sys.exit(-9), as a shell shows it
+        ("135", 7, None),
+        ("1", None, 1),
+        ("0", None, 0),
+    ],
+)
 def test_exit_code_forms(text: str, signal: int | None, code: int | None) -> None:
     status = parse_exit_code(text)
     assert (status.signal, status.code) == (signal, code)
@@ -46,9 +49,13 @@ def test_bad_exit_codes_are_usage_errors(text: str) -> None:
 def test_torchrun_zero2_log() -> None:
     facts = scan_training_log((LOGS / "torchrun_zero2_sigkill.log").read_text())
     kinds = [(e.kind, e.signal, e.pid) for e in facts.events]
-    assert kinds == [("training-progress", None, None), ("checkpoint-save", None, None),
-                     ("launcher-exit", 9, 48213), ("launcher-exit", 9, 48213),
-                     ("launcher-signal", 9, 48213)]
+    assert kinds == [
+        ("training-progress", None, None),
+        ("checkpoint-save", None, None),
+        ("launcher-exit", 9, 48213),
+        ("launcher-exit", 9, 48213),
+        ("launcher-signal", 9, 48213),
+    ]
     saving = facts.died_while_saving
     assert saving is not None and "Saving model checkpoint to output/checkpoint-500" in saving.line
     assert facts.reported_pids == (48213,)
@@ -62,9 +69,11 @@ def test_torchrun_zero2_log() -> None:
 
 
 def test_progress_after_a_save_means_the_save_finished() -> None:
-    text = ("Saving model checkpoint to out/checkpoint-100\n"
-            "{'loss': 0.9, 'epoch': 0.5}\n"
-            "exitcode  : -9 (pid: 77)\n")
+    text = (
+        "Saving model checkpoint to out/checkpoint-100\n"
+        "{'loss': 0.9, 'epoch': 0.5}\n"
+        "exitcode  : -9 (pid: 77)\n"
+    )
     assert scan_training_log(text).died_while_saving is None
 
 
@@ -76,12 +85,15 @@ def test_deepspeed_launcher_segv_log() -> None:
     assert facts.shape.deepspeed_config == "ds_z3.json"
 
 
-@pytest.mark.parametrize(("name", "kind"), [
-    ("dataloader_bus_error.log", "dataloader-bus-error"),
-    ("dataloader_killed.log", "dataloader-killed"),
-    ("cuda_oom.log", "cuda-oom"),
-    ("slurm_oom.log", "slurm-oom"),
-])
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("dataloader_bus_error.log", "dataloader-bus-error"),
+        ("dataloader_killed.log", "dataloader-killed"),
+        ("cuda_oom.log", "cuda-oom"),
+        ("slurm_oom.log", "slurm-oom"),
+    ],
+)
 def test_event_kinds(name: str, kind: str) -> None:
     facts = scan_training_log((LOGS / name).read_text())
     assert facts.of_kind(kind)
@@ -112,10 +124,21 @@ def test_params_from_model_name() -> None:
 
 
 def test_shape_from_deepspeed_config_json() -> None:
-    shape = shape_from_deepspeed_config({"zero_optimization": {
-        "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "auto"},
-        "stage3_gather_16bit_weights_on_model_save": False}})
-    assert (shape.zero_stage, shape.offload_optimizer, shape.offload_param,
-            shape.gather_16bit_weights) == (3, True, None, False)
+    shape = shape_from_deepspeed_config(
+        {
+            "zero_optimization": {
+                "stage": 3,
+                "offload_optimizer": {"device": "cpu"},
+                "offload_param": {"device": "auto"},
+                "stage3_gather_16bit_weights_on_model_save": False,
+            }
+        }
+    )
+    assert (
+        shape.zero_stage,
+        shape.offload_optimizer,
+        shape.offload_param,
+        shape.gather_16bit_weights,
+    ) == (3, True, None, False)
     assert shape_from_deepspeed_config({"zero_optimization": {"stage": "auto"}}).zero_stage is None
     assert shape_from_deepspeed_config({}).zero_stage is None

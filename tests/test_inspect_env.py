@@ -59,7 +59,8 @@ def test_reads_torch_version_file_not_just_metadata(env_2_11: Path) -> None:
 
 
 def test_reads_deepspeed_build_info_without_importing_it(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     ds = inspect_environment(python=standin_env(tmp_path_factory, "deepspeed-no-torch")).deepspeed
     assert ds is not None
     assert ds.version == "0.12.3"
@@ -84,11 +85,15 @@ def test_default_is_the_active_virtual_env(env_2_11: Path) -> None:
 
 
 def test_nvcc_on_path_and_cuda_home_in_cpp_extension_order(
-        env_2_11: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_2_11: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path_bin = tmp_path / "path-cuda" / "bin"
     path_bin.mkdir(parents=True)
-    _script(path_bin / "nvcc", "echo 'nvcc: NVIDIA (R) Cuda compiler driver'; "
-            "echo 'Cuda compilation tools, release 12.1, V12.1.105'")
+    _script(
+        path_bin / "nvcc",
+        "echo 'nvcc: NVIDIA (R) Cuda compiler driver'; "
+        "echo 'Cuda compilation tools, release 12.1, V12.1.105'",
+    )
     home = tmp_path / "cuda-11.8"
     (home / "bin").mkdir(parents=True)
     _script(home / "bin" / "nvcc", "echo 'Cuda compilation tools, release 11.8, V11.8.89'")
@@ -104,7 +109,8 @@ def test_nvcc_on_path_and_cuda_home_in_cpp_extension_order(
 
 
 def test_the_environments_own_nvcc_comes_before_path(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A conda environment with cuda-nvcc: bin/nvcc next to bin/python.
     root = tmp_path / "conda-env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
@@ -116,7 +122,9 @@ def test_the_environments_own_nvcc_comes_before_path(
     monkeypatch.setenv("PATH", f"{path_bin}{os.pathsep}{os.environ['PATH']}")
     installed = inspect_environment(prefix=root)
     assert [(n.origin, n.version) for n in installed.nvcc][:2] == [
-        ("prefix", "12.1.105"), ("PATH", "13.0.88")]
+        ("prefix", "12.1.105"),
+        ("PATH", "13.0.88"),
+    ]
 
 
 def test_cuda_home_without_nvcc_still_comes_first(env_2_11: Path, tmp_path: Path) -> None:
@@ -129,7 +137,8 @@ def test_cuda_home_without_nvcc_still_comes_first(env_2_11: Path, tmp_path: Path
 
 
 def test_cuda_libraries_on_ld_library_path_with_versions_from_file_names(
-        env_2_11: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_2_11: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lib = tmp_path / "cuda-12.1" / "lib64"
     lib.mkdir(parents=True)
     (lib / "libnvJitLink.so.12.1.105").write_bytes(b"")
@@ -152,8 +161,7 @@ def test_two_torch_dist_infos_are_both_reported(tmp_path_factory: pytest.TempPat
     versions = sorted(d.version or "" for d in installed.dists("torch"))
     assert versions == ["2.0.1+cu118", "2.1.0+cu121"]
     site = site_packages(python)
-    assert {Path(d.location or "").parent for d in installed.dists("torch")} == {
-        site.resolve()}
+    assert {Path(d.location or "").parent for d in installed.dists("torch")} == {site.resolve()}
     # The package directory on disk is the one pip --target wrote last.
     assert installed.active_torch is not None
     assert installed.active_torch.version == "2.0.1+cu118"
@@ -212,7 +220,8 @@ def test_hanging_interpreter_is_stopped_by_the_timeout(tmp_path: Path) -> None:
 
 
 def test_a_started_inspection_runs_while_the_caller_works_and_close_stops_it(
-        tmp_path: Path, env_2_11: Path) -> None:
+    tmp_path: Path, env_2_11: Path
+) -> None:
     # audit starts the inspection, then loads the matrix and probes; the answer is the same.
     with start_inspection(python=env_2_11) as running:
         assert running.python == env_2_11
@@ -220,8 +229,10 @@ def test_a_started_inspection_runs_while_the_caller_works_and_close_stops_it(
         assert running.installed() == inspect_environment(python=env_2_11)
     fake = _script(tmp_path / "python", "exec sleep 30")
     started = time.monotonic()
-    with pytest.raises(RuntimeError, match="the audit failed"), \
-            start_inspection(python=fake, timeout=60) as running:
+    with (
+        pytest.raises(RuntimeError, match="the audit failed"),
+        start_inspection(python=fake, timeout=60) as running,
+    ):
         raise RuntimeError("the audit failed before reading the answer")
     assert running._process.poll() is not None  # stopped and reaped, not left behind
     assert time.monotonic() - started < 10
@@ -238,17 +249,30 @@ def test_document_with_missing_fields_still_gives_a_value() -> None:
     assert installed.torch == () and installed.distributions == ()
     assert installed.deepspeed is None and installed.nvcc == ()
     odd = installed_from_document(
-        {"script_version": 1, "python": "x", "torch": [1, {"version": 3}], "nvcc": "x",
-         "distributions": [{"name": None}], "cuda_libraries": [{"name": "libcudart"}]},
-        source="python:/x")
+        {
+            "script_version": 1,
+            "python": "x",
+            "torch": [1, {"version": 3}],
+            "nvcc": "x",
+            "distributions": [{"name": None}],
+            "cuda_libraries": [{"name": "libcudart"}],
+        },
+        source="python:/x",
+    )
     assert odd.torch[0].version is None
     assert odd.distributions == () and odd.cuda_libraries == ()
 
 
-@pytest.mark.parametrize(("system", "machine", "expected"), [
-    ("linux", "x86_64", "linux-x86_64"), ("linux", "aarch64", "linux-aarch64"),
-    ("win32", "AMD64", "windows-x86_64"), ("darwin", "arm64", "macos-arm64"),
-    ("darwin", "x86_64", "macos-x86_64"), ("freebsd13", "amd64", None),
-])
+@pytest.mark.parametrize(
+    ("system", "machine", "expected"),
+    [
+        ("linux", "x86_64", "linux-x86_64"),
+        ("linux", "aarch64", "linux-aarch64"),
+        ("win32", "AMD64", "windows-x86_64"),
+        ("darwin", "arm64", "macos-arm64"),
+        ("darwin", "x86_64", "macos-x86_64"),
+        ("freebsd13", "amd64", None),
+    ],
+)
 def test_platform_names(system: str, machine: str, expected: str | None) -> None:
     assert platform_name(system, machine) == expected

@@ -45,13 +45,19 @@ def test_cgroup_oom_group_kill_sees_every_process() -> None:
 def test_old_kernel_format_keeps_the_prefix() -> None:
     (kill,) = parse_kernel_log(fixture("old_kernel_oom.txt")).kills
     assert (kill.scope, kill.pid, kill.comm, kill.anon_rss_kb) == (
-        "host", 2207, "python", 60_123_456)
+        "host",
+        2207,
+        "python",
+        60_123_456,
+    )
 
 
 def test_segfault_and_xid_lines() -> None:
     events = parse_kernel_log(fixture("segfault_xid.txt"))
     assert [(s.comm, s.pid, s.library) for s in events.segfaults] == [
-        ("python", 7001, "libcuda.so.535.104.05"), ("pt_data_worker", 7010, "libgomp.so.1.0.0")]
+        ("python", 7001, "libcuda.so.535.104.05"),
+        ("pt_data_worker", 7010, "libgomp.so.1.0.0"),
+    ]
     assert len(events.xids) == 1 and "79" in events.xids[0]
     assert parse_kernel_log(fixture("clean_dmesg.txt")).kills == ()
 
@@ -69,11 +75,14 @@ class RecordedCommands:
 
 
 def test_unprivileged_dmesg_is_reported_and_journal_is_used(tmp_path: Path) -> None:
-    runner = RecordedCommands({
-        "dmesg": CommandResult(1, "", "dmesg: read kernel buffer failed: "
-                               "Operation not permitted\n"),
-        "journalctl": CommandResult(0, fixture("cgroup_oom_journal.txt")),
-    })
+    runner = RecordedCommands(
+        {
+            "dmesg": CommandResult(
+                1, "", "dmesg: read kernel buffer failed: Operation not permitted\n"
+            ),
+            "journalctl": CommandResult(0, fixture("cgroup_oom_journal.txt")),
+        }
+    )
     log = read_kernel_log(runner=runner, root=tmp_path)
     assert runner.calls == [("dmesg", "-T"), ("journalctl", "-k", "--no-pager", "-q")]
     by_name = {s.name: s for s in log.sources}
@@ -87,13 +96,20 @@ def test_unprivileged_dmesg_is_reported_and_journal_is_used(tmp_path: Path) -> N
 def test_the_same_kill_in_dmesg_and_kern_log_counts_once(tmp_path: Path) -> None:
     (tmp_path / "var" / "log").mkdir(parents=True)
     (tmp_path / "var" / "log" / "kern.log").write_text(fixture("host_oom_dmesg.txt"))
-    runner = RecordedCommands({"dmesg": CommandResult(0, fixture("host_oom_dmesg.txt")),
-                               "journalctl": CommandResult(0, "-- No entries --\n")})
+    runner = RecordedCommands(
+        {
+            "dmesg": CommandResult(0, fixture("host_oom_dmesg.txt")),
+            "journalctl": CommandResult(0, "-- No entries --\n"),
+        }
+    )
     log = read_kernel_log(runner=runner, root=tmp_path)
     assert len(log.events.kills) == 1
     assert {s.name: s.readable for s in log.sources} == {
-        "dmesg -T": True, "journalctl -k --no-pager -q": False,
-        "/var/log/kern.log": True, "/var/log/messages": False}
+        "dmesg -T": True,
+        "journalctl -k --no-pager -q": False,
+        "/var/log/kern.log": True,
+        "/var/log/messages": False,
+    }
 
 
 def test_busybox_dmesg_without_T_is_retried_plain(tmp_path: Path) -> None:
@@ -118,11 +134,16 @@ def test_any_text_parses_without_error(text: str) -> None:
 
 
 def test_nothing_readable(tmp_path: Path) -> None:
-    runner = RecordedCommands({
-        "dmesg": CommandResult(1, "", "dmesg: read kernel buffer failed: Operation not permitted"),
-        "journalctl": CommandResult(0, "", "No journal files were opened due to insufficient "
-                                    "permissions."),
-    })
+    runner = RecordedCommands(
+        {
+            "dmesg": CommandResult(
+                1, "", "dmesg: read kernel buffer failed: Operation not permitted"
+            ),
+            "journalctl": CommandResult(
+                0, "", "No journal files were opened due to insufficient permissions."
+            ),
+        }
+    )
     log = read_kernel_log(runner=runner, root=tmp_path)
     assert not log.readable
     journal = next(s for s in log.sources if s.name.startswith("journalctl"))
@@ -171,8 +192,10 @@ def test_cgroup_v2_nested_limit_is_the_smallest_on_the_way_up(tmp_path: Path) ->
 def test_cgroup_v1_oom_control(tmp_path: Path) -> None:
     cgroup, proc = tmp_path / "cgroup", tmp_path / "proc"
     write(cgroup / "memory" / "docker" / "abc" / "memory.limit_in_bytes", "34359738368\n")
-    write(cgroup / "memory" / "docker" / "abc" / "memory.oom_control",
-          "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+    write(
+        cgroup / "memory" / "docker" / "abc" / "memory.oom_control",
+        "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+    )
     write(cgroup / "memory" / "memory.limit_in_bytes", "9223372036854771712\n")
     write(proc / "self" / "cgroup", "12:pids:/docker/abc\n11:memory:/docker/abc\n")
     memory = read_cgroup_memory(cgroup, proc)

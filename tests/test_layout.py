@@ -9,8 +9,9 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "cudalock"
 
 #: Shared building blocks every package may use.
-BASE = frozenset({"errors", "versions", "model", "platforms", "urls", "fsutil", "procs",
-                  "shipped", "tomlfile"})
+BASE = frozenset(
+    {"errors", "versions", "model", "platforms", "urls", "fsutil", "procs", "shipped", "tomlfile"}
+)
 #: What each package may import besides the base (and itself); "cli" may import anything.
 ALLOWED: dict[str, frozenset[str]] = {
     "matrix": frozenset(),
@@ -47,9 +48,11 @@ def package_of(path: Path) -> str:
 
 
 def test_nothing_but_the_command_line_imports_it() -> None:
-    offenders = [str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
-                 if package_of(path) not in ("cli", "__main__")
-                 and "cli" in imported_packages(path)]
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if package_of(path) not in ("cli", "__main__") and "cli" in imported_packages(path)
+    ]
     assert offenders == []
 
 
@@ -66,6 +69,10 @@ def test_each_package_imports_only_those_below_it() -> None:
 
 
 def test_every_module_belongs_to_a_known_package_or_the_base() -> None:
-    unknown = {package_of(path) for path in SRC.rglob("*.py")} - BASE - set(ALLOWED) - {
-        "cli", "__main__", "__init__"}
+    unknown = (
+        {package_of(path) for path in SRC.rglob("*.py")}
+        - BASE
+        - set(ALLOWED)
+        - {"cli", "__main__", "__init__"}
+    )
     assert unknown == set()

@@ -29,35 +29,52 @@ from cudalock.lock.pylock import (
 )
 from cudalock.lock.uv import find_uv, run_uv, uv_environment
 from cudalock.model import Gpu, Host, PackagePin, Plan, Request, Target
+from cudalock.tomlfile import tomllib
 from cudalock.versions import parse_compute_capability, parse_cuda_version, parse_driver_version
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 PT = "https://download.pytorch.org/whl"
 CU121 = f"{PT}/cu121"
 PYPI = "https://pypi.org/simple"
 
 
-def target(driver: str = "535.104.05", cc: str = "8.0", *, source: str = "override",
-           glibc: str | None = None, platform: str = "linux-x86_64") -> Target:
-    return Target(platform=platform, driver_version=parse_driver_version(driver),
-                  driver_cuda=parse_cuda_version("12.2"),
-                  gpus=(Gpu("A100", parse_compute_capability(cc)),),
-                  host=Host(glibc=glibc, hostname="secret-node", memory_total_bytes=1 << 40),
-                  source=source)
+def target(
+    driver: str = "535.104.05",
+    cc: str = "8.0",
+    *,
+    source: str = "override",
+    glibc: str | None = None,
+    platform: str = "linux-x86_64",
+) -> Target:
+    return Target(
+        platform=platform,
+        driver_version=parse_driver_version(driver),
+        driver_cuda=parse_cuda_version("12.2"),
+        gpus=(Gpu("A100", parse_compute_capability(cc)),),
+        host=Host(glibc=glibc, hostname="secret-node", memory_total_bytes=1 << 40),
+        source=source,
+    )
 
 
-def plan(*, targets: tuple[Target, ...] = (), python: str = "3.11",
-         packages: tuple[PackagePin, ...] | None = None,
-         matrix_version: str = "2026-11-29") -> Plan:
+def plan(
+    *,
+    targets: tuple[Target, ...] = (),
+    python: str = "3.11",
+    packages: tuple[PackagePin, ...] | None = None,
+    matrix_version: str = "2026-11-29",
+) -> Plan:
     return Plan(
-        matrix_version=matrix_version, python=python, platform="linux-x86_64",
-        compat="strict", torch_version="2.1.0", variant="cu121",
-        cuda=parse_cuda_version("12.1"), cudnn="8.9.2.26", index_url=CU121,
-        packages=packages if packages is not None else (
+        matrix_version=matrix_version,
+        python=python,
+        platform="linux-x86_64",
+        compat="strict",
+        torch_version="2.1.0",
+        variant="cu121",
+        cuda=parse_cuda_version("12.1"),
+        cudnn="8.9.2.26",
+        index_url=CU121,
+        packages=packages
+        if packages is not None
+        else (
             PackagePin("torch", "2.1.0+cu121", CU121),
             PackagePin("torchvision", "0.16.0+cu121", CU121),
             PackagePin("deepspeed", "0.19.8", None),
@@ -72,16 +89,19 @@ REQUEST = Request(torch="==2.1.0", python="3.11", with_packages=("torchvision", 
 # --- uv's input -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("platform", "glibc", "expected"), [
-    ("linux-x86_64", None, "x86_64-manylinux_2_28"),
-    ("linux-x86_64", "2.17", "x86_64-manylinux_2_17"),
-    ("linux-x86_64", "2.36", "x86_64-manylinux_2_36"),
-    ("linux-x86_64", "2.12", "x86_64-manylinux_2_17"),  # below uv's oldest: its floor
-    ("linux-x86_64", "2.45", "x86_64-manylinux_2_40"),  # above uv's newest: its ceiling
-    ("linux-aarch64", None, "aarch64-manylinux_2_28"),
-    ("windows-x86_64", None, "x86_64-pc-windows-msvc"),
-    ("macos-arm64", "2.36", "aarch64-apple-darwin"),
-])
+@pytest.mark.parametrize(
+    ("platform", "glibc", "expected"),
+    [
+        ("linux-x86_64", None, "x86_64-manylinux_2_28"),
+        ("linux-x86_64", "2.17", "x86_64-manylinux_2_17"),
+        ("linux-x86_64", "2.36", "x86_64-manylinux_2_36"),
+        ("linux-x86_64", "2.12", "x86_64-manylinux_2_17"),  # below uv's oldest: its floor
+        ("linux-x86_64", "2.45", "x86_64-manylinux_2_40"),  # above uv's newest: its ceiling
+        ("linux-aarch64", None, "aarch64-manylinux_2_28"),
+        ("windows-x86_64", None, "x86_64-pc-windows-msvc"),
+        ("macos-arm64", "2.36", "aarch64-apple-darwin"),
+    ],
+)
 def test_uv_python_platform(platform: str, glibc: str | None, expected: str) -> None:
     assert uv_python_platform(platform, glibc) == expected
 
@@ -94,16 +114,24 @@ def test_unknown_platform_is_a_usage_error() -> None:
 def test_glibc_comes_only_from_probed_targets() -> None:
     # Override flags carry this machine's host facts, which say nothing about the target.
     assert target_glibc([target(glibc="2.36", source="override")]) is None
-    assert target_glibc([target(glibc="2.35", source="nvml"),
-                         target(glibc="2.31", source="file:node2.json")]) == "2.31"
+    assert (
+        target_glibc(
+            [target(glibc="2.35", source="nvml"), target(glibc="2.31", source="file:node2.json")]
+        )
+        == "2.31"
+    )
 
 
 def test_lock_input_routes_the_torch_family_to_its_index_only() -> None:
     inp = lock_input(plan(), REQUEST)
-    assert inp.requirements == ("torch==2.1.0+cu121", "torchvision==0.16.0+cu121",
-                                "deepspeed==0.19.8")
+    assert inp.requirements == (
+        "torch==2.1.0+cu121",
+        "torchvision==0.16.0+cu121",
+        "deepspeed==0.19.8",
+    )
     assert [(r.name, r.url, r.packages) for r in inp.routes] == [
-        ("pytorch-cu121", CU121, ("torch", "torchvision"))]
+        ("pytorch-cu121", CU121, ("torch", "torchvision"))
+    ]
     assert inp.default_index == PYPI
     assert inp.index_for("Torch") == CU121
     assert inp.index_for("deepspeed") == PYPI
@@ -112,11 +140,16 @@ def test_lock_input_routes_the_torch_family_to_its_index_only() -> None:
 
 def test_lock_input_adds_unpinned_requests_and_keeps_mirror_pins_unrouted() -> None:
     mirror = "https://mirror.example/simple"
-    request = Request(with_packages=("torchvision", "accelerate>=0.30"),
-                      framework="finetunekit==1.0", pypi_index=mirror)
-    pins = (PackagePin("torch", "2.1.0+cu121", CU121),
-            PackagePin("torchvision", "0.16.0+cu121", CU121),
-            PackagePin("deepspeed", "0.19.8", mirror))  # resolve names the mirror for PyPI pins
+    request = Request(
+        with_packages=("torchvision", "accelerate>=0.30"),
+        framework="finetunekit==1.0",
+        pypi_index=mirror,
+    )
+    pins = (
+        PackagePin("torch", "2.1.0+cu121", CU121),
+        PackagePin("torchvision", "0.16.0+cu121", CU121),
+        PackagePin("deepspeed", "0.19.8", mirror),
+    )  # resolve names the mirror for PyPI pins
     inp = lock_input(plan(packages=pins), request)
     assert inp.requirements[-2:] == ("accelerate>=0.30", "finetunekit==1.0")
     assert inp.default_index == mirror
@@ -127,8 +160,9 @@ def test_lock_input_refuses_plain_http_mirrors_unless_allowed() -> None:
     with pytest.raises(UsageError, match="plain http") as caught:
         lock_input(plan(), REQUEST, pypi_index="http://u:pw@mirror.example/simple")
     assert "pw" not in caught.value.message
-    inp = lock_input(plan(), REQUEST, pypi_index="http://mirror.example/simple",
-                     allow_insecure=True)
+    inp = lock_input(
+        plan(), REQUEST, pypi_index="http://mirror.example/simple", allow_insecure=True
+    )
     assert inp.default_index == "http://mirror.example/simple"
     loopback = lock_input(plan(), REQUEST, pypi_index="http://127.0.0.1:8080/simple/")
     assert loopback.default_index == "http://127.0.0.1:8080/simple"
@@ -142,11 +176,17 @@ def test_lock_input_refuses_a_path_framework() -> None:
 def test_input_project_pins_routed_packages_to_an_explicit_index() -> None:
     project = tomllib.loads(input_project(lock_input(plan(), REQUEST)))
     assert project["project"]["dependencies"] == [
-        "torch==2.1.0+cu121", "torchvision==0.16.0+cu121", "deepspeed==0.19.8"]
+        "torch==2.1.0+cu121",
+        "torchvision==0.16.0+cu121",
+        "deepspeed==0.19.8",
+    ]
     assert project["tool"]["uv"]["index"] == [
-        {"name": "pytorch-cu121", "url": CU121, "explicit": True}]
+        {"name": "pytorch-cu121", "url": CU121, "explicit": True}
+    ]
     assert project["tool"]["uv"]["sources"] == {
-        "torch": {"index": "pytorch-cu121"}, "torchvision": {"index": "pytorch-cu121"}}
+        "torch": {"index": "pytorch-cu121"},
+        "torchvision": {"index": "pytorch-cu121"},
+    }
 
 
 def test_uv_arguments_target_the_plan_and_ignore_user_config() -> None:
@@ -154,25 +194,32 @@ def test_uv_arguments_target_the_plan_and_ignore_user_config() -> None:
     args = uv_compile_args("uv", inp, upgrade=True, cache_dir=Path("/c"))
     assert args[:4] == ["uv", "pip", "compile", "pyproject.toml"]
     joined = " ".join(args)
-    for piece in ("--format pylock.toml", "--python-version 3.11",
-                  "--python-platform x86_64-manylinux_2_28", "--no-config", "--upgrade",
-                  "--cache-dir /c", "--output-file pylock.toml"):
+    for piece in (
+        "--format pylock.toml",
+        "--python-version 3.11",
+        "--python-platform x86_64-manylinux_2_28",
+        "--no-config",
+        "--upgrade",
+        "--cache-dir /c",
+        "--output-file pylock.toml",
+    ):
         assert piece in joined
     assert PYPI not in joined  # passed through the environment, never argv
     assert "--upgrade" not in uv_compile_args("uv", inp, upgrade=False, cache_dir=None)
 
 
 def test_uv_builds_with_this_interpreter_only_when_it_is_the_target_python() -> None:
-    assert build_interpreter("3.11", executable="/py", version=(3, 11),
-                             free_threaded=False) == "/py"
-    assert build_interpreter("3.12", executable="/py", version=(3, 11),
-                             free_threaded=False) is None
-    assert build_interpreter("3.13t", executable="/py", version=(3, 13),
-                             free_threaded=False) is None
-    assert build_interpreter("3.13t", executable="/py", version=(3, 13),
-                             free_threaded=True) == "/py"
-    assert build_interpreter("3.13", executable="/py", version=(3, 13),
-                             free_threaded=True) is None
+    assert (
+        build_interpreter("3.11", executable="/py", version=(3, 11), free_threaded=False) == "/py"
+    )
+    assert build_interpreter("3.12", executable="/py", version=(3, 11), free_threaded=False) is None
+    assert (
+        build_interpreter("3.13t", executable="/py", version=(3, 13), free_threaded=False) is None
+    )
+    assert (
+        build_interpreter("3.13t", executable="/py", version=(3, 13), free_threaded=True) == "/py"
+    )
+    assert build_interpreter("3.13", executable="/py", version=(3, 13), free_threaded=True) is None
     assert build_interpreter("3.11", executable="", version=(3, 11), free_threaded=False) is None
     running = f"{sys.version_info[0]}.{sys.version_info[1]}"
     inp = lock_input(plan(), REQUEST)
@@ -184,8 +231,16 @@ def test_uv_builds_with_this_interpreter_only_when_it_is_the_target_python() -> 
 
 
 def test_uv_environment_drops_index_routing_and_sets_limits() -> None:
-    env = uv_environment({"UV_INDEX_URL": "https://evil", "UV_EXTRA_INDEX_URL": "x",
-                          "HOME": "/root", "UV_CACHE_DIR": "/shared"}, timeout_s=7, retries=2)
+    env = uv_environment(
+        {
+            "UV_INDEX_URL": "https://evil",
+            "UV_EXTRA_INDEX_URL": "x",
+            "HOME": "/root",
+            "UV_CACHE_DIR": "/shared",
+        },
+        timeout_s=7,
+        retries=2,
+    )
     assert "UV_INDEX_URL" not in env and "UV_EXTRA_INDEX_URL" not in env
     assert env["HOME"] == "/root" and env["UV_CACHE_DIR"] == "/shared"
     assert (env["UV_HTTP_TIMEOUT"], env["UV_HTTP_RETRIES"]) == ("7", "2")
@@ -235,16 +290,25 @@ def test_finalized_lock_is_valid_pep751_and_records_its_inputs() -> None:
     record = data["tool"]["cudalock"]
     assert record["cudalock-version"] == "9.9"
     assert record["matrix-version"] == "2026-11-29"
-    assert record["targets"] == [{"name": "this machine", "platform": "linux-x86_64",
-                                  "driver-version": "535.104.05", "driver-cuda": "12.2",
-                                  "compute-capabilities": ["8.0"]}]
+    assert record["targets"] == [
+        {
+            "name": "this machine",
+            "platform": "linux-x86_64",
+            "driver-version": "535.104.05",
+            "driver-cuda": "12.2",
+            "compute-capabilities": ["8.0"],
+        }
+    ]
     assert record["plan"]["torch"]["variant"] == "cu121"
     assert "secret-node" not in text  # host names stay out of committed lockfiles
 
 
 def test_credentials_never_reach_the_lock() -> None:
-    request = Request(torch="==2.1.0", pytorch_index="https://u:tok@mirror.example/whl",
-                      pypi_index="https://u:tok@mirror.example/simple")
+    request = Request(
+        torch="==2.1.0",
+        pytorch_index="https://u:tok@mirror.example/whl",
+        pypi_index="https://u:tok@mirror.example/simple",
+    )
     pins = (PackagePin("torch", "2.1.0+cu121", "https://u:tok@mirror.example/whl/cu121"),)
     text, inp = finalized(plan(packages=pins), request)
     assert "tok" not in text
@@ -261,20 +325,25 @@ def test_requirements_lock_is_pips_hash_checking_format() -> None:
         "",
         "deepspeed==0.19.8 \\",
         "    --hash=sha256:cc",
-        'nvidia-cudnn-cu12==8.9.2.26 ; platform_machine == "x86_64" and '
-        'sys_platform == "linux" \\',
+        'nvidia-cudnn-cu12==8.9.2.26 ; platform_machine == "x86_64" and sys_platform == "linux" \\',
         "    --hash=sha256:aa",
         "torch==2.1.0+cu121 \\",
         "    --hash=sha256:bb",
     ]
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("lock-version = [", "not valid TOML"),
-    ('lock-version = "1.0"\npackages = []\n', "not a valid PEP 751 lock"),  # no created-by
-    ('lock-version = "1.0"\ncreated-by = "x"\n[[packages]]\nname = "a"\nversion = "1"\n'
-     'wheels = [{ url = "https://x/a.whl", hashes = {} }]\n', "not a valid PEP 751 lock"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("lock-version = [", "not valid TOML"),
+        ('lock-version = "1.0"\npackages = []\n', "not a valid PEP 751 lock"),  # no created-by
+        (
+            'lock-version = "1.0"\ncreated-by = "x"\n[[packages]]\nname = "a"\nversion = "1"\n'
+            'wheels = [{ url = "https://x/a.whl", hashes = {} }]\n',
+            "not a valid PEP 751 lock",
+        ),
+    ],
+)
 def test_invalid_locks_are_input_errors(text: str, problem: str) -> None:
     with pytest.raises(InputError, match=problem):
         parse_lock(text, source="pylock.toml")
@@ -295,8 +364,10 @@ def test_is_ours_tells_cudalock_files_from_others(tmp_path: Path) -> None:
 
 
 def test_no_solution_is_unsatisfiable() -> None:
-    err = classify_uv_failure("  × No solution found when resolving dependencies:\n"
-                              "  ╰─▶ Because finetunekit==1.0 depends on torch>=2.4 ...\n")
+    err = classify_uv_failure(
+        "  × No solution found when resolving dependencies:\n"
+        "  ╰─▶ Because finetunekit==1.0 depends on torch>=2.4 ...\n"
+    )
     assert isinstance(err, Unsatisfiable)
     assert "finetunekit==1.0 depends on torch>=2.4" in err.message
 
@@ -305,7 +376,8 @@ def test_network_failure_is_an_environment_failure() -> None:
     err = classify_uv_failure(
         "error: Request failed after 3 retries\n"
         "  Caused by: Failed to fetch: `https://***@mirror.example/simple/filelock/`\n"
-        "  Caused by: HTTP status server error (500 Internal Server Error)\n")
+        "  Caused by: HTTP status server error (500 Internal Server Error)\n"
+    )
     assert isinstance(err, EnvironmentFailure)
     assert err.exit_code == 3
     assert "Request failed after 3 retries" in err.message
@@ -317,19 +389,20 @@ def test_a_failed_sdist_build_is_named() -> None:
     err = classify_uv_failure(
         "error: Failed to build `deepspeed==0.19.8`\n"
         "  cause: The build backend returned an error\n"
-        "  cause: ModuleNotFoundError: No module named 'torch'\n")
+        "  cause: ModuleNotFoundError: No module named 'torch'\n"
+    )
     assert isinstance(err, EnvironmentFailure)
     assert err.message.startswith("uv had to build deepspeed==0.19.8 from source")
 
 
 def test_run_uv_streams_stderr_redacted(tmp_path: Path) -> None:
     script = tmp_path / "fake-uv"
-    script.write_text("#!/bin/sh\necho 'Fetching https://user:s3cret@mirror.example/x' >&2\n"
-                      "echo done\nexit 4\n")
+    script.write_text(
+        "#!/bin/sh\necho 'Fetching https://user:s3cret@mirror.example/x' >&2\necho done\nexit 4\n"
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     seen: list[str] = []
-    result = run_uv([str(script)], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
-                    echo=seen.append)
+    result = run_uv([str(script)], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, echo=seen.append)
     assert seen == ["Fetching https://***@mirror.example/x"]
     assert result.returncode == 4 and not result.ok
     assert "s3cret" not in result.stderr and result.stdout == "done\n"
@@ -360,13 +433,13 @@ def test_check_finds_nothing_when_inputs_are_unchanged() -> None:
 def test_check_names_a_new_driver() -> None:
     now = state_of(plan(targets=(target("550.54.14"),)), REQUEST)
     assert compare(recorded_state(), now) == [
-        "the target's NVIDIA driver changed: 535.104.05 → 550.54.14"]
+        "the target's NVIDIA driver changed: 535.104.05 → 550.54.14"
+    ]
 
 
 def test_check_names_new_gpus_matrix_python_and_spec() -> None:
     changed = plan(targets=(target(cc="9.0"),), python="3.10", matrix_version="2027-01-15")
-    request = Request(torch=">=2.1,<2.2", python="3.10",
-                      with_packages=("torchvision", "deepspeed"))
+    request = Request(torch=">=2.1,<2.2", python="3.10", with_packages=("torchvision", "deepspeed"))
     assert compare(recorded_state(), state_of(changed, request)) == [
         "the compatibility matrix changed: 2026-11-29 → 2027-01-15",
         "the target's GPU compute capabilities changed: 8.0 → 9.0",
@@ -377,21 +450,25 @@ def test_check_names_new_gpus_matrix_python_and_spec() -> None:
 
 
 def test_check_names_a_changed_pin_and_a_new_node() -> None:
-    pins = (PackagePin("torch", "2.1.2+cu121", CU121),
-            PackagePin("torchvision", "0.16.2+cu121", CU121),
-            PackagePin("deepspeed", "0.19.8", None))
+    pins = (
+        PackagePin("torch", "2.1.2+cu121", CU121),
+        PackagePin("torchvision", "0.16.2+cu121", CU121),
+        PackagePin("deepspeed", "0.19.8", None),
+    )
     assert compare(recorded_state(), state_of(plan(packages=pins), REQUEST)) == [
         "the plan's torch changed: 2.1.0+cu121 → 2.1.2+cu121",
         "the plan's torchvision changed: 0.16.0+cu121 → 0.16.2+cu121",
     ]
     fleet = plan(targets=(target(), target("550.54.14")))
     assert compare(recorded_state(), state_of(fleet, REQUEST)) == [
-        "the targets changed: 1 node(s) when locked, 2 now"]
+        "the targets changed: 1 node(s) when locked, 2 now"
+    ]
 
 
 def test_check_catches_a_hand_edited_lock() -> None:
     assert pins_missing_from_lock({"torch": "2.1.0+cu121"}, {"torch": "2.5.0"}) == [
-        "the lock pins torch 2.5.0, the plan says 2.1.0+cu121"]
+        "the lock pins torch 2.5.0, the plan says 2.1.0+cu121"
+    ]
     assert pins_missing_from_lock({"torch": "2.1.0+cu121"}, {"torch": "2.1.0+cu121"}) == []
 
 

@@ -28,12 +28,10 @@ pytestmark = pytest.mark.slow
 
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
 LINUX = "manylinux_2_17_x86_64.manylinux2014_x86_64"
-CUDNN = ('nvidia-cudnn-cu12==8.9.2.26; platform_system == "Linux" and '
-         'platform_machine == "x86_64"')
+CUDNN = 'nvidia-cudnn-cu12==8.9.2.26; platform_system == "Linux" and platform_machine == "x86_64"'
 TRITON = 'triton==2.1.0; platform_system == "Linux" and platform_machine == "x86_64"'
 DRIVER = "535.104.05"
-TARGET = ["--driver-version", DRIVER, "--compute-capability", "8.0",
-          "--platform", "linux-x86_64"]
+TARGET = ["--driver-version", DRIVER, "--compute-capability", "8.0", "--platform", "linux-x86_64"]
 REQUEST = ["--torch", "2.1.0", "--python", "3.11", "--with", "deepspeed"]
 #: What the lock must hold, derived by hand from the stand-ins' metadata below.
 EXPECTED = {
@@ -54,8 +52,15 @@ def _torch(py: str, requires: list[str], tag_platform: str = "linux_x86_64") -> 
 def pytorch_stand_ins() -> list[StandIn]:
     requires = [CUDNN, TRITON, "filelock"]
     specs = [_torch(py, requires) for py in ("cp310", "cp311")]
-    specs += [StandIn("torchvision", "0.16.0+cu121", requires_dist=["torch==2.1.0"],
-                      tag=f"{py}-{py}-linux_x86_64") for py in ("cp310", "cp311")]
+    specs += [
+        StandIn(
+            "torchvision",
+            "0.16.0+cu121",
+            requires_dist=["torch==2.1.0"],
+            tag=f"{py}-{py}-linux_x86_64",
+        )
+        for py in ("cp310", "cp311")
+    ]
     return specs
 
 
@@ -64,8 +69,9 @@ def pypi_stand_ins() -> list[StandIn]:
         # The traps: a newer torch, the same version unlabelled, and an impostor cu121 file.
         torch_standin("2.5.0", "12.4", ["filelock"], tag=f"cp311-cp311-{LINUX}"),
         torch_standin("2.1.0", "12.1", ["filelock"], tag=f"cp311-cp311-{LINUX}"),
-        torch_standin("2.1.0+cu121", "12.1", ["filelock", "impostor-payload"],
-                      tag="cp311-cp311-linux_x86_64"),
+        torch_standin(
+            "2.1.0+cu121", "12.1", ["filelock", "impostor-payload"], tag="cp311-cp311-linux_x86_64"
+        ),
         StandIn("impostor-payload", "1.0"),
         StandIn("torchvision", "0.20.0", requires_dist=["torch==2.5.0"]),
         StandIn("nvidia-cudnn-cu12", "8.9.2.26", tag="py3-none-manylinux1_x86_64"),
@@ -80,8 +86,11 @@ def pypi_stand_ins() -> list[StandIn]:
 
 def serve_lock_indexes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
     """The stand-in PyTorch (cu121) and PyPI indexes every lock test resolves against."""
-    with serve_indexes(tmp_path_factory.mktemp("index"), pytorch={"cu121": pytorch_stand_ins()},
-                       pypi=pypi_stand_ins()) as server:
+    with serve_indexes(
+        tmp_path_factory.mktemp("index"),
+        pytorch={"cu121": pytorch_stand_ins()},
+        pypi=pypi_stand_ins(),
+    ) as server:
         yield server
 
 
@@ -95,21 +104,34 @@ def uv_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("uv-cache")
 
 
-def cudalock(*args: str, cwd: Path, env: dict[str, str] | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cudalock", *args], cwd=cwd, text=True,
-                          capture_output=True, env=env or offline_env(), timeout=timeout)
+def cudalock(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cudalock", *args],
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        env=env or offline_env(),
+        timeout=timeout,
+    )
 
 
 def index_flags(server: IndexServer) -> list[str]:
     return ["--pytorch-index", server.pytorch_url, "--pypi-index", server.pypi_url]
 
 
-def lock(server: IndexServer, cwd: Path, *extra: str, cache: Path | None = None,
-         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def lock(
+    server: IndexServer,
+    cwd: Path,
+    *extra: str,
+    cache: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     cache_flags = ["--cache-dir", str(cache)] if cache else []
-    return cudalock("lock", *TARGET, *REQUEST, *index_flags(server), *cache_flags, *extra,
-                    cwd=cwd, env=env)
+    return cudalock(
+        "lock", *TARGET, *REQUEST, *index_flags(server), *cache_flags, *extra, cwd=cwd, env=env
+    )
 
 
 def read_lock(path: Path) -> tuple[Pylock, dict[str, object]]:
@@ -122,21 +144,29 @@ def versions(lock: Pylock) -> dict[str, str]:
 
 def fresh_venv(where: Path) -> Path:
     assert UV is not None
-    subprocess.run([UV, "venv", "--python", sys.executable, str(where)], check=True,
-                   capture_output=True, env=offline_env())
+    subprocess.run(
+        [UV, "venv", "--python", sys.executable, str(where)],
+        check=True,
+        capture_output=True,
+        env=offline_env(),
+    )
     return where / "bin" / "python"
 
 
 def installed(python: Path) -> dict[str, str]:
     assert UV is not None
-    out = subprocess.run([UV, "pip", "freeze", "--python", str(python)], check=True,
-                         capture_output=True, text=True, env=offline_env()).stdout
+    out = subprocess.run(
+        [UV, "pip", "freeze", "--python", str(python)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+    ).stdout
     return dict(line.split("==", 1) for line in out.splitlines() if "==" in line)
 
 
 @pytest.fixture(scope="module")
-def locked(index: IndexServer, tmp_path_factory: pytest.TempPathFactory,
-           uv_cache: Path) -> Path:
+def locked(index: IndexServer, tmp_path_factory: pytest.TempPathFactory, uv_cache: Path) -> Path:
     """One lock made through the CLI, shared by the read-only tests below."""
     where = tmp_path_factory.mktemp("locked")
     done = lock(index, where, cache=uv_cache)
@@ -147,8 +177,9 @@ def locked(index: IndexServer, tmp_path_factory: pytest.TempPathFactory,
 # ---------------------------------------------------------------------------------------------
 
 
-def test_lock_pins_torch_from_the_cu121_index_with_its_hash(index: IndexServer,
-                                                            locked: Path) -> None:
+def test_lock_pins_torch_from_the_cu121_index_with_its_hash(
+    index: IndexServer, locked: Path
+) -> None:
     lock_obj, data = read_lock(locked / "pylock.toml")
     assert versions(lock_obj) == EXPECTED
     torch = next(p for p in lock_obj.packages if p.name == "torch")
@@ -159,8 +190,7 @@ def test_lock_pins_torch_from_the_cu121_index_with_its_hash(index: IndexServer,
     assert wheel.hashes == {"sha256": index.sha256(filename)}
     assert torch.index == index.pytorch_url + "/cu121"
     # Not the impostor with the same name and version on the PyPI-like index ...
-    impostor = next(f for f in index.indexes[-1].projects["torch"]
-                    if f.filename == filename)
+    impostor = next(f for f in index.indexes[-1].projects["torch"] if f.filename == filename)
     assert impostor.sha256 != wheel.hashes["sha256"]
     assert "impostor-payload" not in versions(lock_obj)
     # ... which uv was never even asked about: torch is looked up on its explicit index only.
@@ -176,8 +206,9 @@ def test_lock_pins_torch_from_the_cu121_index_with_its_hash(index: IndexServer,
     assert record["spec-fingerprint"].startswith("sha256:")
 
 
-def test_requirements_lock_lists_every_package_with_its_hash(index: IndexServer,
-                                                             locked: Path) -> None:
+def test_requirements_lock_lists_every_package_with_its_hash(
+    index: IndexServer, locked: Path
+) -> None:
     text = (locked / "requirements.lock.txt").read_text()
     assert f"--index-url {index.pypi_url}\n" in text
     assert f"--extra-index-url {index.pytorch_url}/cu121\n" in text
@@ -187,29 +218,61 @@ def test_requirements_lock_lists_every_package_with_its_hash(index: IndexServer,
     assert pinned == set(EXPECTED)
 
 
-def test_installing_from_the_lock_gives_exactly_the_locked_set(locked: Path,
-                                                              tmp_path: Path) -> None:
+def test_installing_from_the_lock_gives_exactly_the_locked_set(
+    locked: Path, tmp_path: Path
+) -> None:
     assert UV is not None
     python = fresh_venv(tmp_path / "uv-venv")
-    done = subprocess.run([UV, "pip", "sync", "--python", str(python), "pylock.toml"],
-                          cwd=locked, capture_output=True, text=True, env=offline_env())
+    done = subprocess.run(
+        [UV, "pip", "sync", "--python", str(python), "pylock.toml"],
+        cwd=locked,
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+    )
     assert done.returncode == 0, done.stderr
     assert installed(python) == EXPECTED
     # This host's own CUDA 13 toolkit (/usr/local/cuda) is not part of the environment under
     # test; point CUDA_HOME at an empty directory so the audit judges what the lock installed.
-    no_toolkit = {**offline_env(), "CUDA_HOME": str(tmp_path / "no-cuda"),
-                  "PATH": f"{python.parent}:/usr/bin:/bin"}
-    audit = cudalock("audit", "--python", str(python), "--driver-version", DRIVER,
-                     "--compute-capability", "8.0", "--platform", "linux-x86_64",
-                     cwd=tmp_path, env=no_toolkit)
+    no_toolkit = {
+        **offline_env(),
+        "CUDA_HOME": str(tmp_path / "no-cuda"),
+        "PATH": f"{python.parent}:/usr/bin:/bin",
+    }
+    audit = cudalock(
+        "audit",
+        "--python",
+        str(python),
+        "--driver-version",
+        DRIVER,
+        "--compute-capability",
+        "8.0",
+        "--platform",
+        "linux-x86_64",
+        cwd=tmp_path,
+        env=no_toolkit,
+    )
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
     pip_python = fresh_venv(tmp_path / "pip-venv")
     # The venv has no pip of its own; this interpreter's pip installs into it (--python).
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(pip_python), "install",
-         "--require-hashes", "-r", "requirements.lock.txt"],
-        cwd=locked, capture_output=True, text=True, env=offline_env())
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(pip_python),
+            "install",
+            "--require-hashes",
+            "-r",
+            "requirements.lock.txt",
+        ],
+        cwd=locked,
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert installed(pip_python) == EXPECTED
 
@@ -222,28 +285,47 @@ def pip_reads_pylock() -> bool:
     return Version(pip.__version__) >= Version("26.3")
 
 
-@pytest.mark.skipif(not pip_reads_pylock(), reason="the installed pip cannot read pylock.toml "
-                    "(observed from pip 26.3); requirements.lock.txt covers pip instead")
+@pytest.mark.skipif(
+    not pip_reads_pylock(),
+    reason="the installed pip cannot read pylock.toml "
+    "(observed from pip 26.3); requirements.lock.txt covers pip instead",
+)
 def test_pip_installs_from_pylock_toml(locked: Path, tmp_path: Path) -> None:
     python = fresh_venv(tmp_path / "venv")
     done = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "-r", "pylock.toml"],
-        cwd=locked, capture_output=True, text=True, env=offline_env())
+        cwd=locked,
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert installed(python) == EXPECTED
 
 
-def test_lock_for_another_python_than_this_one(index: IndexServer, tmp_path: Path,
-                                               uv_cache: Path) -> None:
+def test_lock_for_another_python_than_this_one(
+    index: IndexServer, tmp_path: Path, uv_cache: Path
+) -> None:
     assert sys.version_info[:2] != (3, 10), "this test proves a foreign Python is honoured"
-    done = cudalock("lock", *TARGET, "--torch", "2.1.0", "--python", "3.10",
-                    *index_flags(index), "--cache-dir", str(uv_cache), cwd=tmp_path)
+    done = cudalock(
+        "lock",
+        *TARGET,
+        "--torch",
+        "2.1.0",
+        "--python",
+        "3.10",
+        *index_flags(index),
+        "--cache-dir",
+        str(uv_cache),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     lock_obj, data = read_lock(tmp_path / "pylock.toml")
     torch = next(p for p in lock_obj.packages if p.name == "torch")
     assert torch.wheels is not None
     assert [w.url.rsplit("/", 1)[-1] for w in torch.wheels if w.url] == [
-        "torch-2.1.0%2Bcu121-cp310-cp310-linux_x86_64.whl"]
+        "torch-2.1.0%2Bcu121-cp310-cp310-linux_x86_64.whl"
+    ]
     assert data["requires-python"] == "==3.10.*"
 
 
@@ -254,10 +336,15 @@ def test_check_is_current_right_after_locking(index: IndexServer, locked: Path) 
 
 
 def test_check_fails_naming_the_new_driver(index: IndexServer, locked: Path) -> None:
-    newer = ["--driver-version", "550.54.14", "--compute-capability", "8.0",
-             "--platform", "linux-x86_64"]
-    done = cudalock("lock", "--check", "--json", *newer, *REQUEST, *index_flags(index),
-                    cwd=locked)
+    newer = [
+        "--driver-version",
+        "550.54.14",
+        "--compute-capability",
+        "8.0",
+        "--platform",
+        "linux-x86_64",
+    ]
+    done = cudalock("lock", "--check", "--json", *newer, *REQUEST, *index_flags(index), cwd=locked)
     assert done.returncode == 1, done.stderr
     import json
 
@@ -266,14 +353,16 @@ def test_check_fails_naming_the_new_driver(index: IndexServer, locked: Path) -> 
     assert "the target's NVIDIA driver changed: 535.104.05 → 550.54.14" in report["changes"]
 
 
-def test_check_fails_after_the_spec_is_edited(index: IndexServer, tmp_path: Path,
-                                              uv_cache: Path) -> None:
+def test_check_fails_after_the_spec_is_edited(
+    index: IndexServer, tmp_path: Path, uv_cache: Path
+) -> None:
     spec = tmp_path / "cudalock.toml"
     spec.write_text(
-        "# my GPU node\nspec_version = 1\n\n[request]\ntorch = \"==2.1.0\"\npython = \"3.11\"\n"
-        f"pytorch_index = \"{index.pytorch_url}\"\npypi_index = \"{index.pypi_url}\"\n\n"
-        f"[target]\ndriver_version = \"{DRIVER}\"\ncompute_capabilities = [\"8.0\"]\n"
-        "platform = \"linux-x86_64\"\n")
+        '# my GPU node\nspec_version = 1\n\n[request]\ntorch = "==2.1.0"\npython = "3.11"\n'
+        f'pytorch_index = "{index.pytorch_url}"\npypi_index = "{index.pypi_url}"\n\n'
+        f'[target]\ndriver_version = "{DRIVER}"\ncompute_capabilities = ["8.0"]\n'
+        'platform = "linux-x86_64"\n'
+    )
     done = cudalock("lock", "--cache-dir", str(uv_cache), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lock_obj, _ = read_lock(tmp_path / "pylock.toml")
@@ -292,25 +381,45 @@ def test_check_fails_after_the_spec_is_edited(index: IndexServer, tmp_path: Path
     assert "the spec's torch requirement changed: ==2.1.0 → >=2.1,<2.2" in done.stderr
 
 
-def test_a_tampered_wheel_fails_both_installs(index: IndexServer, locked: Path,
-                                              tmp_path: Path) -> None:
+def test_a_tampered_wheel_fails_both_installs(
+    index: IndexServer, locked: Path, tmp_path: Path
+) -> None:
     assert UV is not None
     filename = "torch-2.1.0+cu121-cp311-cp311-linux_x86_64.whl"
     fault = index.tamper(index.file_path(filename))
     try:
         python = fresh_venv(tmp_path / "uv-venv")
         # No retries: the bytes are wrong every time, retrying only slows the test.
-        done = subprocess.run([UV, "pip", "sync", "--python", str(python), "pylock.toml"],
-                              cwd=locked, capture_output=True, text=True,
-                              env={**offline_env(), "UV_HTTP_RETRIES": "0"})
+        done = subprocess.run(
+            [UV, "pip", "sync", "--python", str(python), "pylock.toml"],
+            cwd=locked,
+            capture_output=True,
+            text=True,
+            env={**offline_env(), "UV_HTTP_RETRIES": "0"},
+        )
         assert done.returncode != 0
         assert "torch" in done.stderr
         assert "torch" not in installed(python)
         pip_python = fresh_venv(tmp_path / "pip-venv")
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "--python", str(pip_python), "install", "--retries",
-             "0", "--require-hashes", "-r", "requirements.lock.txt"],
-            cwd=locked, capture_output=True, text=True, env=offline_env())
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                str(pip_python),
+                "install",
+                "--retries",
+                "0",
+                "--require-hashes",
+                "-r",
+                "requirements.lock.txt",
+            ],
+            cwd=locked,
+            capture_output=True,
+            text=True,
+            env=offline_env(),
+        )
         assert done.returncode != 0
         assert "THESE PACKAGES DO NOT MATCH THE HASHES" in done.stdout + done.stderr
         assert "torch" not in installed(pip_python)
@@ -319,8 +428,7 @@ def test_a_tampered_wheel_fails_both_installs(index: IndexServer, locked: Path,
         index.clear_faults()
 
 
-def test_uv_refuses_a_file_whose_hash_is_not_the_locked_one(locked: Path,
-                                                            tmp_path: Path) -> None:
+def test_uv_refuses_a_file_whose_hash_is_not_the_locked_one(locked: Path, tmp_path: Path) -> None:
     # The same check from the other side: an intact file, a lock that expects other bytes.
     assert UV is not None
     text = (locked / "pylock.toml").read_text()
@@ -330,15 +438,21 @@ def test_uv_refuses_a_file_whose_hash_is_not_the_locked_one(locked: Path,
     good = torch.wheels[0].hashes["sha256"]
     (tmp_path / "pylock.toml").write_text(text.replace(good, "0" * 64))
     python = fresh_venv(tmp_path / "venv")
-    done = subprocess.run([UV, "pip", "sync", "--python", str(python), "pylock.toml"],
-                          cwd=tmp_path, capture_output=True, text=True, env=offline_env())
+    done = subprocess.run(
+        [UV, "pip", "sync", "--python", str(python), "pylock.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+    )
     assert done.returncode != 0
     assert "hash mismatch" in done.stderr.lower()
     assert "torch" not in installed(python)
 
 
-def test_index_failure_exits_3_and_leaves_the_previous_lock(index: IndexServer,
-                                                           tmp_path: Path) -> None:
+def test_index_failure_exits_3_and_leaves_the_previous_lock(
+    index: IndexServer, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     assert lock(index, out, cache=tmp_path / "cache").returncode == 0
@@ -357,13 +471,17 @@ def test_index_failure_exits_3_and_leaves_the_previous_lock(index: IndexServer,
     assert snapshot(out) == before  # same files, same bytes, no temp files left behind
 
 
-@pytest.mark.parametrize(("fault", "says"), [
-    ("drop", "connection closed"),
-    ("truncate", "end of file before message length reached"),
-    ("slow", "timed out"),
-])
-def test_network_faults_exit_3_and_write_nothing(index: IndexServer, tmp_path: Path,
-                                                 fault: str, says: str) -> None:
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        ("drop", "connection closed"),
+        ("truncate", "end of file before message length reached"),
+        ("slow", "timed out"),
+    ],
+)
+def test_network_faults_exit_3_and_write_nothing(
+    index: IndexServer, tmp_path: Path, fault: str, says: str
+) -> None:
     if fault == "drop":
         index.drop("/pypi/simple/*")
     elif fault == "truncate":
@@ -371,8 +489,7 @@ def test_network_faults_exit_3_and_write_nothing(index: IndexServer, tmp_path: P
     else:
         index.slow("/pypi/simple/*", seconds=3)
     try:
-        done = lock(index, tmp_path, "--retries", "0", "--timeout", "1",
-                    cache=tmp_path / "cache")
+        done = lock(index, tmp_path, "--retries", "0", "--timeout", "1", cache=tmp_path / "cache")
     finally:
         index.clear_faults()
     assert done.returncode == 3, done.stderr
@@ -389,17 +506,34 @@ def test_connection_refused_exits_3(index: IndexServer, tmp_path: Path) -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}/simple"
-    done = cudalock("lock", *TARGET, *REQUEST, "--pytorch-index", index.pytorch_url,
-                    "--pypi-index", dead, "--retries", "0", "--cache-dir",
-                    str(tmp_path / "cache"), cwd=tmp_path)
+    done = cudalock(
+        "lock",
+        *TARGET,
+        *REQUEST,
+        "--pytorch-index",
+        index.pytorch_url,
+        "--pypi-index",
+        dead,
+        "--retries",
+        "0",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 3, done.stderr
     assert not (tmp_path / "pylock.toml").exists()
     assert not (tmp_path / "requirements.lock.txt").exists()
 
 
 def test_plain_http_mirror_is_refused_and_credentials_never_shown(tmp_path: Path) -> None:
-    done = cudalock("lock", *TARGET, *REQUEST, "--pypi-index",
-                    "http://user:s3cret@mirror.example/simple", cwd=tmp_path)
+    done = cudalock(
+        "lock",
+        *TARGET,
+        *REQUEST,
+        "--pypi-index",
+        "http://user:s3cret@mirror.example/simple",
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
     assert "plain http" in done.stderr
     assert "s3cret" not in done.stdout + done.stderr
@@ -411,32 +545,47 @@ def test_credentials_in_a_failing_index_url_are_redacted(tmp_path: Path) -> None
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead = f"http://user:s3cret@127.0.0.1:{sock.getsockname()[1]}/simple"
-    done = cudalock("lock", *TARGET, *REQUEST, "--pytorch-index", dead, "--pypi-index", dead,
-                    "--retries", "0", "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
+    done = cudalock(
+        "lock",
+        *TARGET,
+        *REQUEST,
+        "--pytorch-index",
+        dead,
+        "--pypi-index",
+        dead,
+        "--retries",
+        "0",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 3
     assert "s3cret" not in done.stdout + done.stderr
     assert "***@127.0.0.1" in done.stderr
 
 
-def test_a_lock_cudalock_did_not_write_needs_force(index: IndexServer, tmp_path: Path,
-                                                  uv_cache: Path) -> None:
+def test_a_lock_cudalock_did_not_write_needs_force(
+    index: IndexServer, tmp_path: Path, uv_cache: Path
+) -> None:
     foreign = tmp_path / "pylock.toml"
     foreign.write_text('lock-version = "1.0"\ncreated-by = "pip"\npackages = []\n')
     done = lock(index, tmp_path, cache=uv_cache)
     assert done.returncode == 2
     assert "pylock.toml already exists" in done.stderr
-    assert "created-by = \"pip\"" in foreign.read_text()
+    assert 'created-by = "pip"' in foreign.read_text()
     assert lock(index, tmp_path, "--force", cache=uv_cache).returncode == 0
 
 
 def test_relock_keeps_locked_versions_unless_upgrade(tmp_path: Path) -> None:
     old_pypi = [s for s in pypi_stand_ins() if (s.name, s.version) != ("filelock", "3.13.0")]
-    with serve_indexes(tmp_path / "old", pytorch={"cu121": pytorch_stand_ins()},
-                       pypi=old_pypi) as old:
+    with serve_indexes(
+        tmp_path / "old", pytorch={"cu121": pytorch_stand_ins()}, pypi=old_pypi
+    ) as old:
         assert lock(old, tmp_path, cache=tmp_path / "c1").returncode == 0
     assert versions(read_lock(tmp_path / "pylock.toml")[0])["filelock"] == "3.12.0"
-    with serve_indexes(tmp_path / "new", pytorch={"cu121": pytorch_stand_ins()},
-                       pypi=pypi_stand_ins()) as new:
+    with serve_indexes(
+        tmp_path / "new", pytorch={"cu121": pytorch_stand_ins()}, pypi=pypi_stand_ins()
+    ) as new:
         assert lock(new, tmp_path, cache=tmp_path / "c2").returncode == 0
         assert versions(read_lock(tmp_path / "pylock.toml")[0])["filelock"] == "3.12.0"
         assert lock(new, tmp_path, "--upgrade", cache=tmp_path / "c2").returncode == 0
@@ -454,28 +603,45 @@ def test_second_lock_uses_the_shared_cache(index: IndexServer, tmp_path: Path) -
     # second lock is served from uv's cache entirely.
     assert index.requests[asked:] == []
     assert (tmp_path / "a" / "pylock.toml").read_text() == (
-        tmp_path / "b" / "pylock.toml").read_text()
+        tmp_path / "b" / "pylock.toml"
+    ).read_text()
 
 
-def test_mirrors_from_the_environment_and_json_output(index: IndexServer, tmp_path: Path,
-                                                      uv_cache: Path) -> None:
+def test_mirrors_from_the_environment_and_json_output(
+    index: IndexServer, tmp_path: Path, uv_cache: Path
+) -> None:
     import json
 
-    env = {**offline_env(), "CUDALOCK_PYTORCH_INDEX": index.pytorch_url,
-           "CUDALOCK_PYPI_INDEX": index.pypi_url}
-    done = cudalock("lock", "--json", "--quiet", *TARGET, *REQUEST, "--cache-dir", str(uv_cache),
-                    cwd=tmp_path, env=env)
+    env = {
+        **offline_env(),
+        "CUDALOCK_PYTORCH_INDEX": index.pytorch_url,
+        "CUDALOCK_PYPI_INDEX": index.pypi_url,
+    }
+    done = cudalock(
+        "lock",
+        "--json",
+        "--quiet",
+        *TARGET,
+        *REQUEST,
+        "--cache-dir",
+        str(uv_cache),
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # --quiet
     result = json.loads(done.stdout)
     assert result["packages"] == EXPECTED
     assert result["lock"] == "pylock.toml"
     lock_obj, _ = read_lock(tmp_path / "pylock.toml")
-    assert {p.name: p.index for p in lock_obj.packages}["torch"] == index.pytorch_url + "/cu121"
+    assert {str(p.name): p.index for p in lock_obj.packages}[
+        "torch"
+    ] == index.pytorch_url + "/cu121"
 
 
-def test_check_fails_naming_a_newer_matrix(index: IndexServer, locked: Path,
-                                           tmp_path: Path) -> None:
+def test_check_fails_naming_a_newer_matrix(
+    index: IndexServer, locked: Path, tmp_path: Path
+) -> None:
     from cudalock.matrix import default_matrix_dir, load_matrix
 
     shipped = load_matrix().matrix_version
@@ -483,8 +649,17 @@ def test_check_fails_naming_a_newer_matrix(index: IndexServer, locked: Path,
     shutil.copytree(default_matrix_dir(), newer)
     text = (newer / "matrix.toml").read_text()
     (newer / "matrix.toml").write_text(
-        text.replace(f'matrix_version = "{shipped}"', 'matrix_version = "2099-01-01"'))
-    done = cudalock("lock", "--check", *TARGET, *REQUEST, *index_flags(index),
-                    "--matrix", str(newer), cwd=locked)
+        text.replace(f'matrix_version = "{shipped}"', 'matrix_version = "2099-01-01"')
+    )
+    done = cudalock(
+        "lock",
+        "--check",
+        *TARGET,
+        *REQUEST,
+        *index_flags(index),
+        "--matrix",
+        str(newer),
+        cwd=locked,
+    )
     assert done.returncode == 1
     assert f"the compatibility matrix changed: {shipped} → 2099-01-01" in done.stderr

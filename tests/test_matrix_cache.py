@@ -32,8 +32,9 @@ def forbid_toml(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(matrix_module, "_read_toml", refuse)
 
 
-def test_second_load_comes_from_the_cache(matrix_copy: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_second_load_comes_from_the_cache(
+    matrix_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = load_matrix(matrix_copy)
     assert list(matrix_cache_dir().glob("matrix-*.pickle"))
     forbid_toml(monkeypatch)
@@ -61,8 +62,9 @@ def test_recently_written_files_are_not_cached(matrix_copy: Path) -> None:
     assert not list(matrix_cache_dir().glob("matrix-*.pickle"))
 
 
-def test_unwritable_cache_dir_falls_back_silently(matrix_copy: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unwritable_cache_dir_falls_back_silently(
+    matrix_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache directory should be")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
@@ -70,8 +72,9 @@ def test_unwritable_cache_dir_falls_back_silently(matrix_copy: Path, tmp_path: P
     assert load_matrix(matrix_copy).matrix_version == "2026-11-30"
 
 
-def test_foreign_or_corrupt_cache_is_ignored(matrix_copy: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_foreign_or_corrupt_cache_is_ignored(
+    matrix_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     load_matrix(matrix_copy)
     (cached,) = matrix_cache_dir().glob("matrix-*.pickle")
     cached.write_bytes(b"not a pickle")

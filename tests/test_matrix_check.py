@@ -30,8 +30,12 @@ def edit(path: Path, old: str, new: str, count: int = 1) -> None:
 
 
 def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cudalock", "matrix", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "cudalock", "matrix", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_shipped_matrix_has_no_problems() -> None:
@@ -46,31 +50,44 @@ def test_cli_passes_on_shipped_matrix() -> None:
 
 def test_unknown_cuda_variant(copy: Path) -> None:
     # A cu127 build: there is no CUDA 12.7 toolkit (NVIDIA skipped it).
-    edit(copy / "torch.toml", 'variant = "cu126"\ncuda = "12.6"',
-         'variant = "cu127"\ncuda = "12.7"')
+    edit(
+        copy / "torch.toml", 'variant = "cu126"\ncuda = "12.6"', 'variant = "cu127"\ncuda = "12.7"'
+    )
     problems = check_matrix_dir(copy)
-    assert any(p.file == "torch.toml" and "build 'cu127'" in p.entry
-               and "CUDA 12.7 is not in the CUDA table" in p.problem for p in problems), problems
+    assert any(
+        p.file == "torch.toml"
+        and "build 'cu127'" in p.entry
+        and "CUDA 12.7 is not in the CUDA table" in p.problem
+        for p in problems
+    ), problems
 
 
 def test_variant_name_and_cuda_disagree(copy: Path) -> None:
-    edit(copy / "torch.toml", 'variant = "cu118"\ncuda = "11.8"',
-         'variant = "cu118"\ncuda = "11.7"')
+    edit(
+        copy / "torch.toml", 'variant = "cu118"\ncuda = "11.8"', 'variant = "cu118"\ncuda = "11.7"'
+    )
     problems = check_matrix_dir(copy)
     assert any("does not match variant cu118" in p.problem for p in problems), problems
 
 
 def test_unsorted_releases(copy: Path) -> None:
     text = (copy / "torch.toml").read_text()
-    first, second = text.index('[[release]]\nversion = "1.13.0"'), text.index(
-        '[[release]]\nversion = "1.13.1"')
+    first, second = (
+        text.index('[[release]]\nversion = "1.13.0"'),
+        text.index('[[release]]\nversion = "1.13.1"'),
+    )
     third = text.index('[[release]]\nversion = "2.0.0"')
     swapped = text[:first] + text[second:third] + text[first:second] + text[third:]
     (copy / "torch.toml").write_text(swapped)
     problems = check_matrix_dir(copy)
-    assert Problem("torch.toml", "[[release]] version = '1.13.0'",
-                   "out of order: comes after '1.13.1' (entries must be sorted by version, "
-                   "oldest first)") in problems
+    assert (
+        Problem(
+            "torch.toml",
+            "[[release]] version = '1.13.0'",
+            "out of order: comes after '1.13.1' (entries must be sorted by version, oldest first)",
+        )
+        in problems
+    )
 
 
 def test_duplicate_release(copy: Path) -> None:
@@ -86,13 +103,18 @@ def test_duplicate_build_on_one_platform(copy: Path) -> None:
     start = text.index('version = "2.11.0"')
     x86 = text.index('variant = "cu128"', start)
     plat = text.index('platforms = ["linux-x86_64"]', x86)
-    text = text[:plat] + 'platforms = ["linux-aarch64"]' + text[plat + len(
-        'platforms = ["linux-x86_64"]'):]
+    text = (
+        text[:plat]
+        + 'platforms = ["linux-aarch64"]'
+        + text[plat + len('platforms = ["linux-x86_64"]') :]
+    )
     (copy / "torch.toml").write_text(text)
     problems = check_matrix_dir(copy)
-    assert any(p.entry.startswith("[[release]] version = '2.11.0' build 'cu128'")
-               and "cu128 on linux-aarch64 is listed twice" in p.problem
-               for p in problems), problems
+    assert any(
+        p.entry.startswith("[[release]] version = '2.11.0' build 'cu128'")
+        and "cu128 on linux-aarch64 is listed twice" in p.problem
+        for p in problems
+    ), problems
 
 
 def test_arch_the_toolkit_cannot_compile(copy: Path) -> None:
@@ -101,49 +123,69 @@ def test_arch_the_toolkit_cannot_compile(copy: Path) -> None:
     start = text.index('version = "2.14.1"')
     at = text.index('variant = "cu130"\ncuda = "13.0"', start)
     sass = text.index('sass = ["7.5"', at)
-    text = text[:sass] + 'sass = ["6.0", "7.5"' + text[sass + len('sass = ["7.5"'):]
+    text = text[:sass] + 'sass = ["6.0", "7.5"' + text[sass + len('sass = ["7.5"') :]
     (copy / "torch.toml").write_text(text)
     problems = check_matrix_dir(copy)
-    assert any("2.14.1" in p.entry and "'cu130'" in p.entry
-               and p.problem.startswith("sass 6.0 cannot be compiled by CUDA 13.0")
-               for p in problems), problems
+    assert any(
+        "2.14.1" in p.entry
+        and "'cu130'" in p.entry
+        and p.problem.startswith("sass 6.0 cannot be compiled by CUDA 13.0")
+        for p in problems
+    ), problems
 
 
 def test_pypi_default_without_build(copy: Path) -> None:
     edit(copy / "torch.toml", 'linux-x86_64 = "cu117"', 'linux-x86_64 = "cu119"')
     problems = check_matrix_dir(copy)
-    assert Problem("torch.toml", "[[release]] version = '1.13.0'",
-                   "pypi_default linux-x86_64 = 'cu119' names no build of this release on "
-                   "linux-x86_64") in problems
+    assert (
+        Problem(
+            "torch.toml",
+            "[[release]] version = '1.13.0'",
+            "pypi_default linux-x86_64 = 'cu119' names no build of this release on linux-x86_64",
+        )
+        in problems
+    )
 
 
 def test_missing_torchvision_pair(copy: Path) -> None:
     edit(copy / "torch.toml", 'torchvision = "0.16.1"\n', "")
     problems = check_matrix_dir(copy)
-    assert Problem("torch.toml", "[[release]] version = '2.1.1'",
-                   "no torchvision paired with this release") in problems
+    assert (
+        Problem(
+            "torch.toml", "[[release]] version = '2.1.1'", "no torchvision paired with this release"
+        )
+        in problems
+    )
 
 
 def test_torchvision_going_backwards(copy: Path) -> None:
     edit(copy / "torch.toml", 'torchvision = "0.16.1"', 'torchvision = "0.15.0"')
     problems = check_matrix_dir(copy)
-    assert any(p.entry == "[[release]] version = '2.1.1'" and "torchvision 0.15.0 does not "
-               "follow" in p.problem for p in problems), problems
+    assert any(
+        p.entry == "[[release]] version = '2.1.1'"
+        and "torchvision 0.15.0 does not follow" in p.problem
+        for p in problems
+    ), problems
 
 
 def test_unverified_names_unknown_field(copy: Path) -> None:
     edit(copy / "torch.toml", 'unverified = ["sass", "ptx"]', 'unverified = ["sas"]')
     problems = check_matrix_dir(copy)
-    assert any("unverified names 'sas'" in p.problem and p.file == "torch.toml"
-               for p in problems), problems
+    assert any(
+        "unverified names 'sas'" in p.problem and p.file == "torch.toml" for p in problems
+    ), problems
 
 
 def test_unsorted_toolkits_and_duplicate_gpu(copy: Path) -> None:
     edit(copy / "cuda.toml", 'version = "10.0.130"', 'version = "10.3.0"')
     edit(copy / "gpus.toml", 'name = "NVIDIA A30"', 'name = "NVIDIA A10 / A10G"')
     problems = check_matrix_dir(copy)
-    assert any(p.file == "cuda.toml" and p.entry == "[[toolkit]] version = '10.1.105'"
-               and "out of order" in p.problem for p in problems), problems
+    assert any(
+        p.file == "cuda.toml"
+        and p.entry == "[[toolkit]] version = '10.1.105'"
+        and "out of order" in p.problem
+        for p in problems
+    ), problems
     assert Problem("gpus.toml", "[[gpu]] name = 'NVIDIA A10 / A10G'", "duplicate entry") in problems
 
 
@@ -151,25 +193,41 @@ def test_bad_requires_python_and_date(copy: Path) -> None:
     edit(copy / "torch.toml", 'requires_python = ">=3.7.0"', 'requires_python = "3.7+"')
     edit(copy / "torch.toml", 'date = "2022-12-15"', 'date = "2022-13-15"')
     problems = check_matrix_dir(copy)
-    assert Problem("torch.toml", "[[release]] version = '1.13.0'",
-                   "requires_python '3.7+' is not a version specifier") in problems
-    assert Problem("torch.toml", "[[release]] version = '1.13.1'",
-                   "date '2022-13-15' is not YYYY-MM-DD") in problems
+    assert (
+        Problem(
+            "torch.toml",
+            "[[release]] version = '1.13.0'",
+            "requires_python '3.7+' is not a version specifier",
+        )
+        in problems
+    )
+    assert (
+        Problem(
+            "torch.toml", "[[release]] version = '1.13.1'", "date '2022-13-15' is not YYYY-MM-DD"
+        )
+        in problems
+    )
 
 
 def test_deepspeed_rules_must_not_overlap(copy: Path) -> None:
     edit(copy / "deepspeed.toml", 'deepspeed = ">=0.16.4,<0.17.2"', 'deepspeed = ">=0.16.4"')
     problems = check_matrix_dir(copy)
-    assert any(p.file == "deepspeed.toml" and p.entry == "[[release]] version = '0.18.0'"
-               and "several [[cuda_check]] rules" in p.problem for p in problems), problems
+    assert any(
+        p.file == "deepspeed.toml"
+        and p.entry == "[[release]] version = '0.18.0'"
+        and "several [[cuda_check]] rules" in p.problem
+        for p in problems
+    ), problems
 
 
 def test_cli_reports_file_and_entry_and_exits_1(copy: Path) -> None:
     edit(copy / "torch.toml", 'linux-x86_64 = "cu117"', 'linux-x86_64 = "cu119"')
     done = cli("check", copy)
     assert done.returncode == 1
-    assert ("torch.toml: [[release]] version = '1.13.0': pypi_default linux-x86_64 = 'cu119' "
-            "names no build of this release on linux-x86_64") in done.stdout.splitlines()
+    assert (
+        "torch.toml: [[release]] version = '1.13.0': pypi_default linux-x86_64 = 'cu119' "
+        "names no build of this release on linux-x86_64"
+    ) in done.stdout.splitlines()
     assert re.search(r"\d+ problem\(s\) in ", done.stderr)
 
 
@@ -186,7 +244,11 @@ def test_cli_unloadable_matrix_exits_2(copy: Path) -> None:
 
 def test_cli_uses_cudalock_matrix_env(copy: Path) -> None:
     edit(copy / "torch.toml", 'linux-x86_64 = "cu117"', 'linux-x86_64 = "cu119"')
-    done = subprocess.run([sys.executable, "-m", "cudalock", "matrix", "check"],
-                          capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, "CUDALOCK_MATRIX": str(copy)})
+    done = subprocess.run(
+        [sys.executable, "-m", "cudalock", "matrix", "check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "CUDALOCK_MATRIX": str(copy)},
+    )
     assert done.returncode == 1 and "cu119" in done.stdout

@@ -4,17 +4,45 @@ release matrices)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import pytest
 
-from cudalock.matrix import TorchBuild, load_matrix
+from cudalock.matrix import Provenance, TorchBuild, load_matrix
 from cudalock.versions import DriverVersion
 
 MATRIX = load_matrix()
 
 TORCH_RELEASES = [
-    "1.13.0", "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.1", "2.2.2",
-    "2.3.0", "2.3.1", "2.4.0", "2.4.1", "2.5.0", "2.5.1", "2.6.0", "2.7.0", "2.7.1", "2.8.0",
-    "2.9.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1",
+    "1.13.0",
+    "1.13.1",
+    "2.0.0",
+    "2.0.1",
+    "2.1.0",
+    "2.1.1",
+    "2.1.2",
+    "2.2.0",
+    "2.2.1",
+    "2.2.2",
+    "2.3.0",
+    "2.3.1",
+    "2.4.0",
+    "2.4.1",
+    "2.5.0",
+    "2.5.1",
+    "2.6.0",
+    "2.7.0",
+    "2.7.1",
+    "2.8.0",
+    "2.9.0",
+    "2.9.1",
+    "2.10.0",
+    "2.11.0",
+    "2.12.0",
+    "2.12.1",
+    "2.13.0",
+    "2.14.0",
+    "2.14.1",
     "2.15.0",
 ]
 
@@ -22,8 +50,9 @@ TORCH_RELEASES = [
 def build(version: str, variant: str, platform: str = "linux-x86_64") -> TorchBuild | None:
     release = MATRIX.torch_release(version)
     assert release is not None, version
-    return next((b for b in release.builds if b.variant == variant and platform in b.platforms),
-                None)
+    return next(
+        (b for b in release.builds if b.variant == variant and platform in b.platforms), None
+    )
 
 
 def test_every_release_from_1_13_to_2_15_is_present() -> None:
@@ -31,28 +60,42 @@ def test_every_release_from_1_13_to_2_15_is_present() -> None:
     assert MATRIX.schema_version == 1 and MATRIX.matrix_version == "2026-11-30"
 
 
+class HasProvenance(Protocol):
+    @property
+    def provenance(self) -> Provenance: ...
+
+
 def test_every_entry_names_a_source() -> None:
-    entries = [*MATRIX.toolkits, *MATRIX.majors, *MATRIX.arch_support, *MATRIX.gpus,
-               *MATRIX.deepspeed, *MATRIX.deepspeed_cuda_checks, *MATRIX.torch_releases,
-               *(b for r in MATRIX.torch_releases for b in r.builds)]
-    assert all(e.provenance.source and all(s.strip() for s in e.provenance.source)
-               for e in entries)
+    entries: list[HasProvenance] = [
+        *MATRIX.toolkits,
+        *MATRIX.majors,
+        *MATRIX.arch_support,
+        *MATRIX.gpus,
+        *MATRIX.deepspeed,
+        *MATRIX.deepspeed_cuda_checks,
+        *MATRIX.torch_releases,
+        *(b for r in MATRIX.torch_releases for b in r.builds),
+    ]
+    assert all(e.provenance.source and all(s.strip() for s in e.provenance.source) for e in entries)
 
 
-@pytest.mark.parametrize(("driver", "cuda"), [
-    ("535.104.05", (12, 2)),   # 12.2 Update 2 GA driver
-    ("535.54.03", (12, 2)),
-    ("530.30.02", (12, 1)),
-    ("570.26", (12, 8)),
-    ("570.86.15", (12, 8)),
-    ("580.65.06", (13, 0)),
-    ("595.45.04", (13, 2)),
-    ("440.33", (10, 2)),       # Table 3, CUDA 10.2.89
-    ("418.39", (10, 1)),
-    ("384.81", (9, 0)),
-    ("367.48", (8, 0)),
-    ("367.47", None),
-])
+@pytest.mark.parametrize(
+    ("driver", "cuda"),
+    [
+        ("535.104.05", (12, 2)),  # 12.2 Update 2 GA driver
+        ("535.54.03", (12, 2)),
+        ("530.30.02", (12, 1)),
+        ("570.26", (12, 8)),
+        ("570.86.15", (12, 8)),
+        ("580.65.06", (13, 0)),
+        ("595.45.04", (13, 2)),
+        ("440.33", (10, 2)),  # Table 3, CUDA 10.2.89
+        ("418.39", (10, 1)),
+        ("384.81", (9, 0)),
+        ("367.48", (8, 0)),
+        ("367.47", None),
+    ],
+)
 def test_max_cuda_for_linux_driver(driver: str, cuda: tuple[int, int] | None) -> None:
     assert MATRIX.max_cuda_for_driver(DriverVersion(driver), "linux-x86_64") == cuda
 
@@ -83,9 +126,20 @@ def test_blackwell_and_pascal_builds() -> None:
 
 
 def test_pypi_default_builds() -> None:
-    expected = {"1.13.1": "cu117", "2.0.1": "cu117", "2.1.0": "cu121", "2.4.1": "cu121",
-                "2.5.0": "cu124", "2.6.0": "cu124", "2.7.0": "cu126", "2.8.0": "cu128",
-                "2.10.0": "cu128", "2.11.0": "cu130", "2.14.1": "cu130", "2.15.0": "cu132"}
+    expected = {
+        "1.13.1": "cu117",
+        "2.0.1": "cu117",
+        "2.1.0": "cu121",
+        "2.4.1": "cu121",
+        "2.5.0": "cu124",
+        "2.6.0": "cu124",
+        "2.7.0": "cu126",
+        "2.8.0": "cu128",
+        "2.10.0": "cu128",
+        "2.11.0": "cu130",
+        "2.14.1": "cu130",
+        "2.15.0": "cu132",
+    }
     for version, variant in expected.items():
         release = MATRIX.torch_release(version)
         assert release is not None
@@ -113,21 +167,24 @@ def test_torchaudio_ends_with_2_11() -> None:
     assert not fifteen.provenance.field_verified("torchaudio")
 
 
-@pytest.mark.parametrize(("nvml_name", "model", "cc"), [
-    ("NVIDIA H100 80GB HBM3", "NVIDIA H100", (9, 0)),
-    ("Tesla V100-SXM2-32GB", "Tesla V100", (7, 0)),
-    ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090", (8, 9)),
-    ("NVIDIA GeForce RTX 5090", "GeForce RTX 5090", (12, 0)),
-    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100", (8, 0)),
-    ("NVIDIA A10G", "NVIDIA A10 / A10G", (8, 6)),
-    ("NVIDIA H200", "NVIDIA H200", (9, 0)),
-    ("NVIDIA H20", "NVIDIA H20", (9, 0)),
-    ("NVIDIA L40S", "NVIDIA L40S", (8, 9)),
-    ("NVIDIA L4", "NVIDIA L4", (8, 9)),
-    ("NVIDIA B200", "NVIDIA B200", (10, 0)),
-    ("NVIDIA GeForce GTX 1080 Ti", "GeForce GTX 1080 Ti", (6, 1)),
-    ("Tesla T4", "Tesla T4", (7, 5)),
-])
+@pytest.mark.parametrize(
+    ("nvml_name", "model", "cc"),
+    [
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100", (9, 0)),
+        ("Tesla V100-SXM2-32GB", "Tesla V100", (7, 0)),
+        ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090", (8, 9)),
+        ("NVIDIA GeForce RTX 5090", "GeForce RTX 5090", (12, 0)),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100", (8, 0)),
+        ("NVIDIA A10G", "NVIDIA A10 / A10G", (8, 6)),
+        ("NVIDIA H200", "NVIDIA H200", (9, 0)),
+        ("NVIDIA H20", "NVIDIA H20", (9, 0)),
+        ("NVIDIA L40S", "NVIDIA L40S", (8, 9)),
+        ("NVIDIA L4", "NVIDIA L4", (8, 9)),
+        ("NVIDIA B200", "NVIDIA B200", (10, 0)),
+        ("NVIDIA GeForce GTX 1080 Ti", "GeForce GTX 1080 Ti", (6, 1)),
+        ("Tesla T4", "Tesla T4", (7, 5)),
+    ],
+)
 def test_gpu_names(nvml_name: str, model: str, cc: tuple[int, int]) -> None:
     gpu = MATRIX.gpu_by_name(nvml_name)
     assert gpu is not None and (gpu.name, gpu.compute_capability) == (model, cc)
@@ -143,8 +200,9 @@ def test_deepspeed_releases_and_cuda_check() -> None:
     assert next(r for r in MATRIX.deepspeed if r.version == "0.19.0").torch == ""
 
     def twelve(version: str) -> tuple[tuple[int, int], ...]:
-        (rule,) = [c for c in MATRIX.deepspeed_cuda_checks
-                   if SpecifierSet(c.deepspeed).contains(version)]
+        (rule,) = [
+            c for c in MATRIX.deepspeed_cuda_checks if SpecifierSet(c.deepspeed).contains(version)
+        ]
         assert 13 not in rule.minor_mismatch_ok
         return rule.minor_mismatch_ok[12]
 

@@ -38,10 +38,21 @@ PEP691 = "application/vnd.pypi.simple.v1+json"
 TODAY = datetime.date(2026, 12, 12)
 LINUX_CUDA = 'cuda-toolkit[cublas,cudart]==13.2.2; platform_system == "Linux"'
 
-PY = ["cp311-cp311", "cp312-cp312", "cp313-cp313", "cp314-cp314", "cp314-cp314t",
-      "cp315-cp315", "cp315-cp315t"]
-PLATFORM_TAGS = {"manylinux_2_28_x86_64", "manylinux_2_28_aarch64", "win_amd64",
-                 "macosx_14_0_arm64"}
+PY = [
+    "cp311-cp311",
+    "cp312-cp312",
+    "cp313-cp313",
+    "cp314-cp314",
+    "cp314-cp314t",
+    "cp315-cp315",
+    "cp315-cp315t",
+]
+PLATFORM_TAGS = {
+    "manylinux_2_28_x86_64",
+    "manylinux_2_28_aarch64",
+    "win_amd64",
+    "macosx_14_0_arm64",
+}
 
 
 @dataclass
@@ -55,8 +66,15 @@ class FakeIndex:
     requests: list[tuple[str, str]] = field(default_factory=list)
     base: str = ""
 
-    def add_pypi(self, project: str, filename: str, *, uploaded: str, requires_python: str,
-                 metadata: str | None = None) -> None:
+    def add_pypi(
+        self,
+        project: str,
+        filename: str,
+        *,
+        uploaded: str,
+        requires_python: str,
+        metadata: str | None = None,
+    ) -> None:
         entry: dict[str, object] = {
             "filename": filename,
             "url": f"{self.base}/pypi/files/{filename}",
@@ -84,7 +102,8 @@ class FakeIndex:
         if parts[0] == "whl" and len(parts) == 3 and parts[2] == "torch" and parts[1] in self.whl:
             links = "".join(
                 f'<a href="/whl/{name.replace("+", "%2B")}#sha256={"0" * 64}">{name}</a><br/>\n'
-                for name in self.whl[parts[1]])
+                for name in self.whl[parts[1]]
+            )
             return 200, "text/html", f"<html><body>\n{links}</body></html>\n".encode()
         return 404, "text/plain", b"not found"
 
@@ -127,31 +146,57 @@ def scenario(index: FakeIndex) -> None:
         for plat in sorted(PLATFORM_TAGS):
             requires = [LINUX_CUDA] if plat.startswith("manylinux") else []
             name = f"torch-2.16.0-{tag}-{plat}.whl"
-            index.add_pypi("torch", name, uploaded="2026-12-10T15:00:00.000000Z",
-                           requires_python=">=3.11",
-                           metadata=metadata("torch", "2.16.0", requires))
+            index.add_pypi(
+                "torch",
+                name,
+                uploaded="2026-12-10T15:00:00.000000Z",
+                requires_python=">=3.11",
+                metadata=metadata("torch", "2.16.0", requires),
+            )
     # 2.14.1 exists in the matrix with 3.10-3.14t; PyPI now also has a cp315 wheel.
     for tag in ["cp310-cp310", "cp314-cp314t", "cp315-cp315"]:
-        index.add_pypi("torch", f"torch-2.14.1-{tag}-manylinux_2_28_x86_64.whl",
-                       uploaded="2026-09-30T10:00:00.000000Z", requires_python=">=3.10")
-    index.add_pypi("torch", "torch-2.16.0rc1-cp311-cp311-win_amd64.whl",
-                   uploaded="2026-11-20T10:00:00.000000Z", requires_python=">=3.11")
-    index.add_pypi("torchvision", "torchvision-0.29.2-py3-none-any.whl",
-                   uploaded="2026-10-28T15:21:00Z", requires_python=">=3.10",
-                   metadata=metadata("torchvision", "0.29.2", ["torch>=2.14.0"]))
-    index.add_pypi("torchvision", "torchvision-0.30.0-py3-none-any.whl",
-                   uploaded="2026-12-10T16:00:00Z", requires_python=">=3.11",
-                   metadata=metadata("torchvision", "0.30.0", ["torch==2.16.0", "numpy"]))
-    index.whl["cpu"] = ["torch-2.16.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
-                        "torch-2.16.0+cpu-cp311-cp311-win_amd64.whl",
-                        "torch-2.16.0-cp311-none-macosx_14_0_arm64.whl"]
+        index.add_pypi(
+            "torch",
+            f"torch-2.14.1-{tag}-manylinux_2_28_x86_64.whl",
+            uploaded="2026-09-30T10:00:00.000000Z",
+            requires_python=">=3.10",
+        )
+    index.add_pypi(
+        "torch",
+        "torch-2.16.0rc1-cp311-cp311-win_amd64.whl",
+        uploaded="2026-11-20T10:00:00.000000Z",
+        requires_python=">=3.11",
+    )
+    index.add_pypi(
+        "torchvision",
+        "torchvision-0.29.2-py3-none-any.whl",
+        uploaded="2026-10-28T15:21:00Z",
+        requires_python=">=3.10",
+        metadata=metadata("torchvision", "0.29.2", ["torch>=2.14.0"]),
+    )
+    index.add_pypi(
+        "torchvision",
+        "torchvision-0.30.0-py3-none-any.whl",
+        uploaded="2026-12-10T16:00:00Z",
+        requires_python=">=3.11",
+        metadata=metadata("torchvision", "0.30.0", ["torch==2.16.0", "numpy"]),
+    )
+    index.whl["cpu"] = [
+        "torch-2.16.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "torch-2.16.0+cpu-cp311-cp311-win_amd64.whl",
+        "torch-2.16.0-cp311-none-macosx_14_0_arm64.whl",
+    ]
     index.whl["cu130"] = ["torch-2.16.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl"]
-    index.whl["cu132"] = ["torch-2.16.0+cu132-cp311-cp311-manylinux_2_28_x86_64.whl",
-                          "torch-2.16.0+cu132-cp311-cp311-manylinux_2_28_aarch64.whl",
-                          "torch-2.16.0+cu132-cp311-cp311-win_amd64.whl",
-                          "torch-2.16.0.dev20261101+cu132-cp311-cp311-win_amd64.whl"]
-    index.whl["cu126"] = ["torch-2.15.0+cu126-cp312-cp312-manylinux_2_28_x86_64.whl",
-                          "torch-2.14.1+cu126-cp312-cp312-manylinux_2_28_x86_64.whl"]
+    index.whl["cu132"] = [
+        "torch-2.16.0+cu132-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "torch-2.16.0+cu132-cp311-cp311-manylinux_2_28_aarch64.whl",
+        "torch-2.16.0+cu132-cp311-cp311-win_amd64.whl",
+        "torch-2.16.0.dev20261101+cu132-cp311-cp311-win_amd64.whl",
+    ]
+    index.whl["cu126"] = [
+        "torch-2.15.0+cu126-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "torch-2.14.1+cu126-cp312-cp312-manylinux_2_28_x86_64.whl",
+    ]
 
 
 @pytest.fixture
@@ -162,24 +207,52 @@ def matrix_copy(tmp_path: Path) -> Path:
 
 
 def run_refresh(index: FakeIndex, directory: Path, *, write: bool = True) -> RefreshResult:
-    return refresh_matrix(directory, pypi_url=f"{index.base}/pypi/simple",
-                          pytorch_index=f"{index.base}/whl", write=write,
-                          fetcher=Fetcher(timeout=5, retries=1), today=TODAY)
+    return refresh_matrix(
+        directory,
+        pypi_url=f"{index.base}/pypi/simple",
+        pytorch_index=f"{index.base}/whl",
+        write=write,
+        fetcher=Fetcher(timeout=5, retries=1),
+        today=TODAY,
+    )
 
 
 def test_wheel_names_and_metadata_readers() -> None:
     wheel = read_wheel_name("torch-2.15.0-cp314-cp314t-manylinux_2_28_aarch64.whl")
     assert wheel is not None and wheel.targets == {("linux-aarch64", "3.14t")}
     assert read_wheel_name("torch-2.1.0.tar.gz") is None
-    assert cuda_variant_from_metadata(metadata("torch", "2.1.0", [
-        'nvidia-cuda-runtime-cu12==12.1.105; platform_system == "Linux" and '
-        'platform_machine == "x86_64"']), "x86_64") == "cu121"
+    assert (
+        cuda_variant_from_metadata(
+            metadata(
+                "torch",
+                "2.1.0",
+                [
+                    'nvidia-cuda-runtime-cu12==12.1.105; platform_system == "Linux" and '
+                    'platform_machine == "x86_64"'
+                ],
+            ),
+            "x86_64",
+        )
+        == "cu121"
+    )
     # The same pin does not apply on aarch64 (2.1.0's aarch64 PyPI wheel is a CPU build).
-    assert cuda_variant_from_metadata(metadata("torch", "2.1.0", [
-        'nvidia-cuda-runtime-cu12==12.1.105; platform_system == "Linux" and '
-        'platform_machine == "x86_64"']), "aarch64") == "cpu"
-    assert cuda_variant_from_metadata(metadata("torch", "2.16.0", [LINUX_CUDA]),
-                                      "aarch64") == "cu132"
+    assert (
+        cuda_variant_from_metadata(
+            metadata(
+                "torch",
+                "2.1.0",
+                [
+                    'nvidia-cuda-runtime-cu12==12.1.105; platform_system == "Linux" and '
+                    'platform_machine == "x86_64"'
+                ],
+            ),
+            "aarch64",
+        )
+        == "cpu"
+    )
+    assert (
+        cuda_variant_from_metadata(metadata("torch", "2.16.0", [LINUX_CUDA]), "aarch64") == "cu132"
+    )
     assert torch_pin(metadata("torchvision", "0.16.0", ["torch (==2.1.0)"])) == "2.1.0"
     assert torch_pin(metadata("torchvision", "0.15.0", ["torch==2.0.0+cu117"])) is None
     assert torch_pin(metadata("torchvision", "0.29.1", ["torch>=2.14.0"])) is None
@@ -201,34 +274,52 @@ def test_refresh_adds_release_builds_and_tags(index: FakeIndex, matrix_copy: Pat
         "torch 2.16.0: new build cu130 on linux-x86_64",
         "torch 2.16.0: new build cu132 on windows-x86_64",
     }
-    assert "+matrix_version = \"2026-12-12\"" in result.diff
-    assert "+version = \"2.16.0\"" in result.diff
+    assert '+matrix_version = "2026-12-12"' in result.diff
+    assert '+version = "2.16.0"' in result.diff
 
     after = load_matrix(matrix_copy, use_cache=False)
     assert after.matrix_version == "2026-12-12"
     new = after.torch_release("2.16.0")
     assert new is not None
     assert (new.date, new.requires_python, new.torchvision, new.torchaudio) == (
-        "2026-12-10", ">=3.11", "0.30.0", None)
-    assert new.python["linux-x86_64"] == ("3.11", "3.12", "3.13", "3.14", "3.14t", "3.15",
-                                          "3.15t")
-    assert dict(new.pypi_default) == {"linux-x86_64": "cu132", "linux-aarch64": "cu132",
-                                      "windows-x86_64": "cpu", "macos-arm64": "cpu"}
+        "2026-12-10",
+        ">=3.11",
+        "0.30.0",
+        None,
+    )
+    assert new.python["linux-x86_64"] == ("3.11", "3.12", "3.13", "3.14", "3.14t", "3.15", "3.15t")
+    assert dict(new.pypi_default) == {
+        "linux-x86_64": "cu132",
+        "linux-aarch64": "cu132",
+        "windows-x86_64": "cpu",
+        "macos-arm64": "cpu",
+    }
     builds = {(b.variant, p): b for b in new.builds for p in b.platforms}
-    assert set(builds) == {("cpu", "windows-x86_64"), ("cpu", "macos-arm64"),
-                           ("cpu", "linux-x86_64"), ("cu132", "linux-x86_64"),
-                           ("cu132", "linux-aarch64"), ("cu132", "windows-x86_64"),
-                           ("cu130", "linux-x86_64")}
+    assert set(builds) == {
+        ("cpu", "windows-x86_64"),
+        ("cpu", "macos-arm64"),
+        ("cpu", "linux-x86_64"),
+        ("cu132", "linux-x86_64"),
+        ("cu132", "linux-aarch64"),
+        ("cu132", "windows-x86_64"),
+        ("cu130", "linux-x86_64"),
+    }
     # Arch lists are copied from the nearest older release's same build and marked unverified.
     previous = before.torch_release("2.15.0")
     assert previous is not None
-    old_aarch64 = next(b for b in previous.builds
-                       if b.variant == "cu132" and "linux-aarch64" in b.platforms)
-    assert builds[("cu132", "linux-aarch64")].sass == old_aarch64.sass == (
-        (8, 0), (9, 0), (10, 0), (11, 0), (12, 0))
+    old_aarch64 = next(
+        b for b in previous.builds if b.variant == "cu132" and "linux-aarch64" in b.platforms
+    )
+    assert (
+        builds[("cu132", "linux-aarch64")].sass
+        == old_aarch64.sass
+        == ((8, 0), (9, 0), (10, 0), (11, 0), (12, 0))
+    )
     assert builds[("cu132", "linux-aarch64")].provenance.unverified_fields == ("sass", "ptx")
-    assert any(s.startswith(f"{index.base}/whl/cu130/torch/")
-               for s in builds[("cu130", "linux-x86_64")].provenance.source)
+    assert any(
+        s.startswith(f"{index.base}/whl/cu130/torch/")
+        for s in builds[("cu130", "linux-x86_64")].provenance.source
+    )
 
     fifteen = after.torch_release("2.15.0")
     assert fifteen is not None
@@ -264,13 +355,25 @@ def test_pypi_failure_is_an_environment_failure(index: FakeIndex, matrix_copy: P
     hits = [p for p, _ in index.requests if p == "/pypi/simple/torch/"]
     assert len(hits) == 2  # one retry
     assert (matrix_copy / "torch.toml").read_text() == (
-        default_matrix_dir() / "torch.toml").read_text()
+        default_matrix_dir() / "torch.toml"
+    ).read_text()
 
 
 def test_cli_refresh_dry_run_and_write(index: FakeIndex, matrix_copy: Path) -> None:
     scenario(index)
-    args = [sys.executable, "-m", "cudalock", "matrix", "refresh", "--matrix", str(matrix_copy),
-            "--pypi-url", f"{index.base}/pypi/simple", "--pytorch-index", f"{index.base}/whl"]
+    args = [
+        sys.executable,
+        "-m",
+        "cudalock",
+        "matrix",
+        "refresh",
+        "--matrix",
+        str(matrix_copy),
+        "--pypi-url",
+        f"{index.base}/pypi/simple",
+        "--pytorch-index",
+        f"{index.base}/whl",
+    ]
     done = subprocess.run([*args, "--dry-run"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "+++ b/torch.toml" in done.stdout and "would change: 6 change(s)" in done.stderr

@@ -12,11 +12,12 @@ import subprocess
 import sys
 
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from cudalock.errors import UsageError
 from cudalock.matrix import GpuModel, load_matrix
 from cudalock.matrix.show import Row, render_table, rows_as_json, select_rows
-from cudalock.resolve import parse_torch_spec as torch_filter
+from cudalock.resolve import parse_torch_spec
 from cudalock.target import gpu_model_named
 
 MATRIX = load_matrix()
@@ -28,6 +29,12 @@ def find_gpu(name: str) -> GpuModel:
 
 def variants(rows: list[Row]) -> set[tuple[str, str]]:
     return {(r.release.version, r.build.variant) for r in rows}
+
+
+def torch_filter(text: str) -> SpecifierSet:
+    spec = parse_torch_spec(text)
+    assert spec is not None
+    return spec
 
 
 def test_torch_filter_forms() -> None:
@@ -42,18 +49,24 @@ def test_torch_filter_forms() -> None:
 def test_rtx_5090_on_cuda_12_8_is_covered_only_by_2_11_cu128_and_older_cu128() -> None:
     gpu = find_gpu("NVIDIA GeForce RTX 5090")
     assert gpu.compute_capability == (12, 0)
-    rows = select_rows(MATRIX, cuda=(12, 8), gpu_cc=gpu.compute_capability,
-                       platform="linux-x86_64")
-    assert variants(rows) == {("2.7.0", "cu128"), ("2.7.1", "cu128"), ("2.8.0", "cu128"),
-                              ("2.9.0", "cu128"), ("2.9.1", "cu128"), ("2.10.0", "cu128"),
-                              ("2.11.0", "cu128")}
+    rows = select_rows(MATRIX, cuda=(12, 8), gpu_cc=gpu.compute_capability, platform="linux-x86_64")
+    assert variants(rows) == {
+        ("2.7.0", "cu128"),
+        ("2.7.1", "cu128"),
+        ("2.8.0", "cu128"),
+        ("2.9.0", "cu128"),
+        ("2.9.1", "cu128"),
+        ("2.10.0", "cu128"),
+        ("2.11.0", "cu128"),
+    }
     assert rows[0].release.version == "2.11.0"  # newest first
 
 
 def test_pascal_is_covered_by_cu126_through_2_14_and_never_by_cuda_13() -> None:
     gpu = find_gpu("GTX 1080 Ti")
-    rows = select_rows(MATRIX, torch=torch_filter(">=2.11"), gpu_cc=gpu.compute_capability,
-                       platform="linux-x86_64")
+    rows = select_rows(
+        MATRIX, torch=torch_filter(">=2.11"), gpu_cc=gpu.compute_capability, platform="linux-x86_64"
+    )
     assert {v for _, v in variants(rows)} == {"cu126"}
     assert max(r.release.version for r in rows) == "2.14.1"
 
@@ -76,15 +89,33 @@ def test_table_and_json_carry_driver_minimum_and_status() -> None:
 
 
 def test_cli_show_gpu_json_and_unknown_gpu() -> None:
-    done = subprocess.run([sys.executable, "-m", "cudalock", "matrix", "show", "--gpu",
-                           "RTX 5090", "--torch", "2.12", "--json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cudalock",
+            "matrix",
+            "show",
+            "--gpu",
+            "RTX 5090",
+            "--torch",
+            "2.12",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["gpu"]["compute_capability"] == "12.0"
     assert {b["variant"] for b in doc["builds"]} >= {"cu130", "cu132"}
     assert "cu126" not in {b["variant"] for b in doc["builds"]}
-    done = subprocess.run([sys.executable, "-m", "cudalock", "matrix", "show", "--gpu",
-                           "Voodoo 5"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "cudalock", "matrix", "show", "--gpu", "Voodoo 5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "unknown GPU 'Voodoo 5'" in done.stderr
     assert "Traceback" not in done.stderr

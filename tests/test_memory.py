@@ -55,8 +55,9 @@ def gb(value: int) -> str:
 
 
 def test_zero3_table_matches_deepspeed_documented_output_line_for_line() -> None:
-    setup = TrainingSetup(params=T0_3B, zero_stage=3, gpus_per_node=8,
-                          largest_layer_params=T0_3B_LARGEST)
+    setup = TrainingSetup(
+        params=T0_3B, zero_stage=3, gpus_per_node=8, largest_layer_params=T0_3B_LARGEST
+    )
     lines = [row.line().rstrip().replace("GiB", "GB") for row in estimator_table(setup)]
     expected = [" " + line.rstrip() for line in DOC_ZERO3_COLD.splitlines()]
     assert [line.strip() for line in lines] == [line.strip() for line in expected]
@@ -117,8 +118,9 @@ def test_save_spike_zero2_is_every_rank_copying_16bit_weights() -> None:
 def test_save_spike_zero3_only_when_gathering_on_rank0() -> None:
     gathered = TrainingSetup(params=7 * 10**9, zero_stage=3, gpus_per_node=8)
     assert checkpoint_save_spike(gathered) == 14 * 10**9
-    not_gathered = TrainingSetup(params=7 * 10**9, zero_stage=3, gpus_per_node=8,
-                                 gather_16bit_weights=False)
+    not_gathered = TrainingSetup(
+        params=7 * 10**9, zero_stage=3, gpus_per_node=8, gather_16bit_weights=False
+    )
     assert checkpoint_save_spike(not_gathered) == 0
     assert any("zero_to_fp32" in note for note in memory_needs(not_gathered).notes)
 
@@ -170,8 +172,9 @@ def test_host_enough_and_unknown() -> None:
 
 def test_gpu_too_small_is_reported() -> None:
     setup = TrainingSetup(params=70 * 10**9, zero_stage=2, gpus_per_node=8)
-    verdict = check_host_memory(memory_needs(setup), HostMemory(total_bytes=8 * 1024 * GIB),
-                                gpu_memory_bytes=80 * GIB)
+    verdict = check_host_memory(
+        memory_needs(setup), HostMemory(total_bytes=8 * 1024 * GIB), gpu_memory_bytes=80 * GIB
+    )
     assert verdict.gpu_enough is False
     assert "gpu-memory-short" in [f.code for f in verdict.findings]
 
@@ -184,12 +187,15 @@ def test_render_marks_the_chosen_row_and_states_units() -> None:
     assert "2**30" in text
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"params": 0}, "more than zero"),
-    ({"params": 10**9, "zero_stage": 4}, "expected 1, 2 or 3"),
-    ({"params": 10**9, "gpus_per_node": 0}, "at least 1"),
-    ({"params": 10**9, "offload_param": True}, "needs ZeRO-3"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"params": 0}, "more than zero"),
+        ({"params": 10**9, "zero_stage": 4}, "expected 1, 2 or 3"),
+        ({"params": 10**9, "gpus_per_node": 0}, "at least 1"),
+        ({"params": 10**9, "offload_param": True}, "needs ZeRO-3"),
+    ],
+)
 def test_bad_setups_are_usage_errors(kwargs: dict[str, int | bool], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         TrainingSetup(**kwargs)  # type: ignore[arg-type]
@@ -202,23 +208,34 @@ nodes_st = st.integers(min_value=1, max_value=64)
 
 @given(params_st, gpus_st, nodes_st, st.booleans())
 def test_required_covers_every_phase_and_spike_scales_with_ranks(
-        params: int, gpus: int, nodes: int, offload: bool) -> None:
-    setup = TrainingSetup(params=params, zero_stage=2, gpus_per_node=gpus, nodes=nodes,
-                          offload_optimizer=offload)
+    params: int, gpus: int, nodes: int, offload: bool
+) -> None:
+    setup = TrainingSetup(
+        params=params, zero_stage=2, gpus_per_node=gpus, nodes=nodes, offload_optimizer=offload
+    )
     needs = memory_needs(setup)
     assert needs.host_required_bytes == max(p.bytes for p in needs.phases)
     assert needs.save_spike_bytes == gpus * 2 * params
     assert needs.host_required_bytes >= needs.save_spike_bytes
 
 
-@given(params_st, st.integers(min_value=0, max_value=10**9), gpus_st, nodes_st,
-       st.booleans(), st.booleans())
+@given(
+    params_st,
+    st.integers(min_value=0, max_value=10**9),
+    gpus_st,
+    nodes_st,
+    st.booleans(),
+    st.booleans(),
+)
 def test_zero3_per_gpu_never_grows_with_more_nodes(
-        params: int, largest: int, gpus: int, nodes: int, offload: bool, zero_init: bool) -> None:
-    fewer = estimate_zero3_model_states_mem_needs(params, largest, gpus, nodes, offload, False,
-                                                  zero_init)
-    more = estimate_zero3_model_states_mem_needs(params, largest, gpus, nodes + 1, offload, False,
-                                                 zero_init)
+    params: int, largest: int, gpus: int, nodes: int, offload: bool, zero_init: bool
+) -> None:
+    fewer = estimate_zero3_model_states_mem_needs(
+        params, largest, gpus, nodes, offload, False, zero_init
+    )
+    more = estimate_zero3_model_states_mem_needs(
+        params, largest, gpus, nodes + 1, offload, False, zero_init
+    )
     assert more[1] <= fewer[1]
     assert more[0] <= fewer[0]
 

@@ -44,17 +44,26 @@ def test_tied_embeddings_counted_once() -> None:
 
 
 def test_mixture_of_experts_counts_every_expert() -> None:
-    config = {"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096,
-              "num_hidden_layers": 32, "intermediate_size": 14336, "num_attention_heads": 32,
-              "num_key_value_heads": 8, "num_local_experts": 8, "tie_word_embeddings": False}
+    config = {
+        "model_type": "mixtral",
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_local_experts": 8,
+        "tie_word_embeddings": False,
+    }
     # Mixtral-8x7B is published as 46.7B parameters: 46,702,792,704.
     assert params_from_config(config).params == 46_702_792_704
 
 
 def test_index_total_size_over_dtype(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text((MODELS / "llama-2-7b-config.json").read_text())
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": 13_476_839_424}, "weight_map": {}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 13_476_839_424}, "weight_map": {}})
+    )
     size = read_model_size(tmp_path)
     assert size.params == 13_476_839_424 // 2 == 6_738_419_712
     assert size.exact is True
@@ -68,10 +77,12 @@ def test_index_total_size_over_dtype(tmp_path: Path) -> None:
 
 
 def test_single_safetensors_header_is_exact(tmp_path: Path) -> None:
-    header = {"__metadata__": {"format": "pt"},
-              "embed.weight": {"dtype": "BF16", "shape": [1000, 64], "data_offsets": [0, 128000]},
-              "layer.weight": {"dtype": "BF16", "shape": [64, 256], "data_offsets": [0, 1]},
-              "norm.weight": {"dtype": "BF16", "shape": [64], "data_offsets": [0, 1]}}
+    header = {
+        "__metadata__": {"format": "pt"},
+        "embed.weight": {"dtype": "BF16", "shape": [1000, 64], "data_offsets": [0, 128000]},
+        "layer.weight": {"dtype": "BF16", "shape": [64, 256], "data_offsets": [0, 1]},
+        "norm.weight": {"dtype": "BF16", "shape": [64], "data_offsets": [0, 1]},
+    }
     raw = json.dumps(header).encode()
     path = tmp_path / "model.safetensors"
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 16)
@@ -81,14 +92,20 @@ def test_single_safetensors_header_is_exact(tmp_path: Path) -> None:
     assert size.exact is True
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "JSON object"),
-    ('{"hidden_size": 10}', "missing vocab_size"),
-    ('{"vocab_size": 10, "hidden_size": -1, "num_hidden_layers": 1, "intermediate_size": 1,'
-     ' "num_attention_heads": 1}', "'hidden_size' is -1"),
-    ('{"metadata": {"total_size": "big"}}', "metadata.total_size"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"hidden_size": 10}', "missing vocab_size"),
+        (
+            '{"vocab_size": 10, "hidden_size": -1, "num_hidden_layers": 1, "intermediate_size": 1,'
+            ' "num_attention_heads": 1}',
+            "'hidden_size' is -1",
+        ),
+        ('{"metadata": {"total_size": "big"}}', "metadata.total_size"),
+    ],
+)
 def test_bad_files_are_input_errors(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "config.json"
     path.write_text(content)

@@ -10,31 +10,37 @@ from cudalock.errors import InputError
 from cudalock.memory.sizes import format_gib, kubernetes_quantity, parse_bytes, parse_param_count
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("512GB", 512 * 10**9),
-    ("512G", 512 * 10**9),
-    ("64GiB", 64 * 2**30),
-    ("64Gi", 64 * 2**30),
-    ("64gib", 64 * 2**30),
-    ("2TiB", 2 * 2**40),
-    ("1.5TB", 1_500_000_000_000),
-    ("  256 MiB ", 256 * 2**20),
-    ("1024", 1024),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("512GB", 512 * 10**9),
+        ("512G", 512 * 10**9),
+        ("64GiB", 64 * 2**30),
+        ("64Gi", 64 * 2**30),
+        ("64gib", 64 * 2**30),
+        ("2TiB", 2 * 2**40),
+        ("1.5TB", 1_500_000_000_000),
+        ("  256 MiB ", 256 * 2**20),
+        ("1024", 1024),
+    ],
+)
 def test_parse_bytes(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("7B", 7 * 10**9),
-    ("7b", 7 * 10**9),
-    ("7e9", 7 * 10**9),
-    ("1.5T", 1_500_000_000_000),
-    ("350M", 350 * 10**6),
-    ("6738415616", 6_738_415_616),
-    ("6,738,415,616", 6_738_415_616),
-    ("0.5B", 500_000_000),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("7B", 7 * 10**9),
+        ("7b", 7 * 10**9),
+        ("7e9", 7 * 10**9),
+        ("1.5T", 1_500_000_000_000),
+        ("350M", 350 * 10**6),
+        ("6738415616", 6_738_415_616),
+        ("6,738,415,616", 6_738_415_616),
+        ("0.5B", 500_000_000),
+    ],
+)
 def test_parse_param_count(text: str, expected: int) -> None:
     assert parse_param_count(text) == expected
 

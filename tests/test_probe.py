@@ -84,8 +84,13 @@ def test_single_gpu_reads_driver_cuda_and_device(matrix: Matrix) -> None:
     assert target.driver_version == DriverVersion("535.104.05")
     assert target.driver_cuda == (12, 2)  # NVML's 12020
     assert target.gpus == (
-        Gpu(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), index=0,
-            uuid="GPU-a1000000-8f4e-2a7d-9b1e-5c6d7e8f9a0b", memory_total_bytes=80 * GIB),
+        Gpu(
+            name="NVIDIA A100-SXM4-80GB",
+            compute_capability=(8, 0),
+            index=0,
+            uuid="GPU-a1000000-8f4e-2a7d-9b1e-5c6d7e8f9a0b",
+            memory_total_bytes=80 * GIB,
+        ),
     )
     assert target.notes == ()
     assert fake.calls[0] == "nvmlInit" and fake.calls[-1] == "nvmlShutdown"
@@ -167,7 +172,8 @@ def test_old_driver_without_v2_call_uses_v1(matrix: Matrix) -> None:
     target, fake = run_probe(matrix, "old_binding_v2_missing")
     assert target.driver_cuda == (11, 4)  # v1's 11040
     assert fake.calls.index("nvmlSystemGetCudaDriverVersion_v2") < fake.calls.index(
-        "nvmlSystemGetCudaDriverVersion")
+        "nvmlSystemGetCudaDriverVersion"
+    )
     assert target.notes == ()
 
 
@@ -194,37 +200,57 @@ def test_broken_binding_never_raises(matrix: Matrix) -> None:
         def nvmlInit(self) -> None:
             raise RuntimeError("symbol lookup error")
 
-    target = probe_machine(proc_root=TREES / "no_driver_cgroup_v2_max" / "proc",
-                           sys_root=TREES / "no_driver_cgroup_v2_max" / "sys",
-                           nvml=Broken(), environ={},  # type: ignore[arg-type]
-                           run_nvidia_smi=lambda: None, matrix=matrix)
+    target = probe_machine(
+        proc_root=TREES / "no_driver_cgroup_v2_max" / "proc",
+        sys_root=TREES / "no_driver_cgroup_v2_max" / "sys",
+        nvml=Broken(),  # type: ignore[arg-type]
+        environ={},
+        run_nvidia_smi=lambda: None,
+        matrix=matrix,
+    )
     assert not target.has_driver
     assert "NVML could not start: RuntimeError: symbol lookup error" in target.notes
 
 
-@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None,
-                    reason="this machine has an NVIDIA library")
+@pytest.mark.skipif(
+    ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has an NVIDIA library"
+)
 def test_real_pynvml_on_a_machine_without_nvidia(matrix: Matrix) -> None:
     """No fake: nvidia-ml-py itself fails to load libnvidia-ml here (NVML error 12)."""
     tree = TREES / "no_driver_cgroup_v2_max"
-    target = probe_machine(proc_root=tree / "proc", sys_root=tree / "sys", environ={},
-                           run_nvidia_smi=lambda: None, matrix=matrix)
+    target = probe_machine(
+        proc_root=tree / "proc",
+        sys_root=tree / "sys",
+        environ={},
+        run_nvidia_smi=lambda: None,
+        matrix=matrix,
+    )
     assert not target.has_driver
     assert "NVML error 12" in notes_text(target)
     # The default path checks for the library before importing pynvml; handing it the real
     # pynvml module must report exactly the same Target.
-    through_pynvml = probe_machine(proc_root=tree / "proc", sys_root=tree / "sys", environ={},
-                                   run_nvidia_smi=lambda: None, matrix=matrix, nvml=pynvml)
+    through_pynvml = probe_machine(
+        proc_root=tree / "proc",
+        sys_root=tree / "sys",
+        environ={},
+        run_nvidia_smi=lambda: None,
+        matrix=matrix,
+        nvml=pynvml,
+    )
     assert through_pynvml == target
 
 
-@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None,
-                    reason="this machine has an NVIDIA library")
+@pytest.mark.skipif(
+    ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has an NVIDIA library"
+)
 def test_probe_without_nvidia_library_does_not_import_pynvml() -> None:
-    code = ("import sys; from cudalock.target.probe import probe_machine; probe_machine(); "
-            "print('pynvml' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=120)
+    code = (
+        "import sys; from cudalock.target.probe import probe_machine; probe_machine(); "
+        "print('pynvml' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert done.stdout.strip() == "False"
 
 
@@ -234,8 +260,7 @@ def test_recorder_round_trips_a_recording() -> None:
     recorded = record(FakeNvml(original))
     assert recorded["system"] == original["system"]
     assert recorded["devices"] == original["devices"]
-    failed = record(FakeNvml(json.loads((FIXTURES / "nvml" / "version_mismatch.json")
-                                        .read_text())))
+    failed = record(FakeNvml(json.loads((FIXTURES / "nvml" / "version_mismatch.json").read_text())))
     assert failed["system"] == {"nvmlInit": {"nvml_error": 18}}
 
 
@@ -257,16 +282,27 @@ def test_sysfs_version_when_proc_is_absent(matrix: Matrix) -> None:
     assert any("/sys/module/nvidia/version" in n for n in target.notes)
 
 
-@pytest.mark.parametrize(("line", "expected"), [
-    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023",
-     "535.104.05"),
-    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  Release Build  "
-     "(dvs-builder@U16-I3-B03-4-3)  Wed Feb 26 01:07:29 UTC 2025", "570.124.06"),
-    ("NVRM version: NVIDIA UNIX Open Kernel Module  570.86.15  Release Build", "570.86.15"),
-    ("NVRM version: NVIDIA UNIX aarch64 Kernel Module  550.135  Tue Nov 12 2024", "550.135"),
-    ("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build",
-     "580.95.05"),
-])
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 "
+            "UTC 2023",
+            "535.104.05",
+        ),
+        (
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  Release Build  "
+            "(dvs-builder@U16-I3-B03-4-3)  Wed Feb 26 01:07:29 UTC 2025",
+            "570.124.06",
+        ),
+        ("NVRM version: NVIDIA UNIX Open Kernel Module  570.86.15  Release Build", "570.86.15"),
+        ("NVRM version: NVIDIA UNIX aarch64 Kernel Module  550.135  Tue Nov 12 2024", "550.135"),
+        (
+            "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build",
+            "580.95.05",
+        ),
+    ],
+)
 def test_proc_version_formats(line: str, expected: str) -> None:
     text = line + "\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
     assert parse_proc_driver_version(text) == DriverVersion(expected)
@@ -284,10 +320,21 @@ def test_sys_version() -> None:
 
 
 def test_proc_gpu_information() -> None:
-    text = (TREES / "proprietary_535_cgroup_v2" / "proc" / "driver" / "nvidia" / "gpus"
-            / "0000:00:1e.0" / "information").read_text()
+    text = (
+        TREES
+        / "proprietary_535_cgroup_v2"
+        / "proc"
+        / "driver"
+        / "nvidia"
+        / "gpus"
+        / "0000:00:1e.0"
+        / "information"
+    ).read_text()
     assert parse_proc_gpu_information(text) == (
-        "Tesla T4", "GPU-7e4a0000-1111-2222-3333-444455556666", 0)
+        "Tesla T4",
+        "GPU-7e4a0000-1111-2222-3333-444455556666",
+        0,
+    )
 
 
 def test_nvidia_smi_when_nvml_and_module_files_fail(matrix: Matrix) -> None:
@@ -296,8 +343,7 @@ def test_nvidia_smi_when_nvml_and_module_files_fail(matrix: Matrix) -> None:
     assert target.source == "nvidia-smi"
     assert str(target.driver_version) == "535.104.05"
     assert target.driver_cuda == (12, 2)
-    assert [(g.index, g.name, g.compute_capability, g.memory_total_bytes)
-            for g in target.gpus] == [
+    assert [(g.index, g.name, g.compute_capability, g.memory_total_bytes) for g in target.gpus] == [
         (0, "NVIDIA A100-SXM4-80GB", (8, 0), 81920 * 1024 * 1024),
         (1, "Tesla T4", (7, 5), 15360 * 1024 * 1024),
     ]
@@ -312,8 +358,9 @@ def test_old_nvidia_smi_without_compute_cap_uses_gpu_table(matrix: Matrix) -> No
 
 
 def test_nvidia_smi_error_output_is_ignored(matrix: Matrix) -> None:
-    target, _ = run_probe(matrix, smi="Failed to initialize NVML: Driver/library version "
-                                      "mismatch\n")
+    target, _ = run_probe(
+        matrix, smi="Failed to initialize NVML: Driver/library version mismatch\n"
+    )
     assert not target.has_driver
 
 
@@ -321,17 +368,22 @@ def test_nvidia_smi_crash_is_a_note(matrix: Matrix) -> None:
     def explode() -> str:
         raise OSError("exec format error")
 
-    target = probe_machine(proc_root=TREES / "no_driver_cgroup_v2_max" / "proc",
-                           sys_root=TREES / "no_driver_cgroup_v2_max" / "sys",
-                           nvml=FakeNvml.load(FIXTURES / "nvml" / "library_not_found.json"),
-                           environ={}, run_nvidia_smi=explode, matrix=matrix)
+    target = probe_machine(
+        proc_root=TREES / "no_driver_cgroup_v2_max" / "proc",
+        sys_root=TREES / "no_driver_cgroup_v2_max" / "sys",
+        nvml=FakeNvml.load(FIXTURES / "nvml" / "library_not_found.json"),
+        environ={},
+        run_nvidia_smi=explode,
+        matrix=matrix,
+    )
     assert "nvidia-smi failed: OSError: exec format error" in target.notes
 
 
 def test_nvidia_smi_na_values() -> None:
     rows = parse_nvidia_smi_csv(
         "index, name, uuid, driver_version, compute_cap, memory.total [MiB]\n"
-        "0, NVIDIA GH200 480GB, GPU-1, 560.35.03, [N/A], [N/A]\n")
+        "0, NVIDIA GH200 480GB, GPU-1, 560.35.03, [N/A], [N/A]\n"
+    )
     assert rows[0].compute_capability is None and rows[0].memory_total_bytes is None
     assert rows[0].driver_version == DriverVersion("560.35.03")
     assert parse_nvidia_smi_csv("") == []
@@ -351,15 +403,20 @@ def test_visible_devices_note_on_mixed_node(matrix: Matrix) -> None:
 
 
 def test_visible_devices_pci_order_is_exact(matrix: Matrix) -> None:
-    target, _ = run_probe(matrix, "mixed_h100_l4", environ={
-        "CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    target, _ = run_probe(
+        matrix,
+        "mixed_h100_l4",
+        environ={"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+    )
     assert "fastest first" not in target.notes[0]
 
 
 def test_visible_devices_empty_hides_all(matrix: Matrix) -> None:
     target, _ = run_probe(matrix, "single_a100", environ={"CUDA_VISIBLE_DEVICES": ""})
-    assert target.notes == ("CUDA_VISIBLE_DEVICES='' hides every GPU from CUDA programs (NVML "
-                            "still lists all 1; the Target keeps them)",)
+    assert target.notes == (
+        "CUDA_VISIBLE_DEVICES='' hides every GPU from CUDA programs (NVML "
+        "still lists all 1; the Target keeps them)",
+    )
 
 
 def test_visible_devices_unset_says_nothing(matrix: Matrix) -> None:
@@ -374,17 +431,20 @@ GPUS = (
 )
 
 
-@pytest.mark.parametrize(("value", "indices"), [
-    ("0,2", (0, 2)),
-    ("2,0", (2, 0)),
-    ("0,7,1", (0,)),  # CUDA stops at the first index it does not have
-    ("-1,0", ()),
-    ("1,1", (1,)),  # a repeat ends the list
-    ("GPU-7e4a", (2,)),  # a unique UUID prefix
-    ("GPU-a100", ()),  # ambiguous prefix
-    ("GPU-a1000001-x, 0", (1, 0)),
-    ("", ()),
-])
+@pytest.mark.parametrize(
+    ("value", "indices"),
+    [
+        ("0,2", (0, 2)),
+        ("2,0", (2, 0)),
+        ("0,7,1", (0,)),  # CUDA stops at the first index it does not have
+        ("-1,0", ()),
+        ("1,1", (1,)),  # a repeat ends the list
+        ("GPU-7e4a", (2,)),  # a unique UUID prefix
+        ("GPU-a100", ()),  # ambiguous prefix
+        ("GPU-a1000001-x, 0", (1, 0)),
+        ("", ()),
+    ],
+)
 def test_cuda_visible_devices_parsing(value: str, indices: tuple[int, ...]) -> None:
     assert cuda_visible_devices(value, GPUS, "PCI_BUS_ID").indices == indices
 
@@ -400,12 +460,15 @@ def test_cuda_visible_devices_exactness() -> None:
 # Host
 
 
-@pytest.mark.parametrize(("tree", "limit"), [
-    ("proprietary_535_cgroup_v2", 8 * GIB),  # nested v2 scope: 8589934592
-    ("open_570_cgroup_v1_container", 16 * GIB),  # v1 root of the container's mount
-    ("sysfs_only_580_v1_unlimited", None),  # 9223372036854771712 means no limit
-    ("no_driver_cgroup_v2_max", None),  # "max"
-])
+@pytest.mark.parametrize(
+    ("tree", "limit"),
+    [
+        ("proprietary_535_cgroup_v2", 8 * GIB),  # nested v2 scope: 8589934592
+        ("open_570_cgroup_v1_container", 16 * GIB),  # v1 root of the container's mount
+        ("sysfs_only_580_v1_unlimited", None),  # 9223372036854771712 means no limit
+        ("no_driver_cgroup_v2_max", None),  # "max"
+    ],
+)
 def test_cgroup_limits(tree: str, limit: int | None) -> None:
     assert cgroup_limit(TREES / tree / "proc", TREES / tree / "sys") == limit
 
@@ -430,9 +493,14 @@ def test_cgroup_takes_tightest_ancestor(tmp_path: Path) -> None:
 def test_probe_survives_unreadable_roots(tmp_path: Path, matrix: Matrix) -> None:
     not_a_directory = tmp_path / "file"
     not_a_directory.write_text("x")
-    target = probe_machine(proc_root=not_a_directory, sys_root=tmp_path / "absent",
-                           nvml=FakeNvml.load(FIXTURES / "nvml" / "library_not_found.json"),
-                           environ={}, run_nvidia_smi=lambda: None, matrix=matrix)
+    target = probe_machine(
+        proc_root=not_a_directory,
+        sys_root=tmp_path / "absent",
+        nvml=FakeNvml.load(FIXTURES / "nvml" / "library_not_found.json"),
+        environ={},
+        run_nvidia_smi=lambda: None,
+        matrix=matrix,
+    )
     assert not target.has_driver
     assert target.host.memory_total_bytes is None
     assert target.host.cgroup_memory_limit_bytes is None
@@ -466,15 +534,18 @@ def test_glibc_version_on_this_machine() -> None:
     assert version is None or re.fullmatch(r"\d+\.\d+(\.\d+)?", version)
 
 
-@pytest.mark.parametrize(("system", "machine", "expected"), [
-    ("Linux", "x86_64", "linux-x86_64"),
-    ("Linux", "aarch64", "linux-aarch64"),
-    ("Linux", "arm64", "linux-aarch64"),
-    ("Windows", "AMD64", "windows-x86_64"),
-    ("Darwin", "arm64", "macos-arm64"),
-    ("Darwin", "x86_64", "macos-x86_64"),
-    ("Linux", "ppc64le", "linux-ppc64le"),
-])
+@pytest.mark.parametrize(
+    ("system", "machine", "expected"),
+    [
+        ("Linux", "x86_64", "linux-x86_64"),
+        ("Linux", "aarch64", "linux-aarch64"),
+        ("Linux", "arm64", "linux-aarch64"),
+        ("Windows", "AMD64", "windows-x86_64"),
+        ("Darwin", "arm64", "macos-arm64"),
+        ("Darwin", "x86_64", "macos-x86_64"),
+        ("Linux", "ppc64le", "linux-ppc64le"),
+    ],
+)
 def test_platform_strings(system: str, machine: str, expected: str) -> None:
     assert platform_for(system, machine) == expected
 
@@ -488,11 +559,14 @@ def test_live_probe_json_round_trips(matrix: Matrix) -> None:
     assert again == target
 
 
-@pytest.mark.skipif(not (default_matrix_dir() / "cuda.toml").exists(),
-                    reason="the shipped matrix is not there yet")
+@pytest.mark.skipif(
+    not (default_matrix_dir() / "cuda.toml").exists(), reason="the shipped matrix is not there yet"
+)
 def test_fallback_with_the_shipped_matrix() -> None:
     """The /proc fallback against the real data: 570.124.06 is CUDA 12.8 Update 1's driver."""
     target, _ = run_probe(load_matrix(), "driver_not_loaded", tree="open_570_cgroup_v1_container")
     assert target.driver_cuda == (12, 8)
     assert [(g.name, g.compute_capability) for g in target.gpus] == [
-        ("NVIDIA H100 80GB HBM3", (9, 0)), ("NVIDIA L4", (8, 9))]
+        ("NVIDIA H100 80GB HBM3", (9, 0)),
+        ("NVIDIA L4", (8, 9)),
+    ]

@@ -64,8 +64,9 @@ def test_parse_compute_capability_only_raises_input_error(text: str) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 # Documents close to the real schema, with fields swapped for arbitrary values.
@@ -74,14 +75,30 @@ field_values: dict[str, Any] = {
     "platform": st.one_of(st.sampled_from(["linux-x86_64", "macos-arm64"]), json_values),
     "driver_version": st.one_of(st.none(), version_like, json_values),
     "driver_cuda": st.one_of(st.none(), version_like, json_values),
-    "gpus": st.one_of(st.lists(st.fixed_dictionaries(
-        {"name": st.one_of(st.text(max_size=8), json_values)},
-        optional={"compute_capability": st.one_of(version_like, json_values),
-                  "index": json_values, "memory_total_bytes": json_values,
-                  "uuid": json_values}), max_size=3), json_values),
-    "host": st.one_of(st.none(), st.dictionaries(
-        st.sampled_from(["os", "glibc", "memory_total_bytes", "hostname", "x"]), json_values,
-        max_size=3), json_values),
+    "gpus": st.one_of(
+        st.lists(
+            st.fixed_dictionaries(
+                {"name": st.one_of(st.text(max_size=8), json_values)},
+                optional={
+                    "compute_capability": st.one_of(version_like, json_values),
+                    "index": json_values,
+                    "memory_total_bytes": json_values,
+                    "uuid": json_values,
+                },
+            ),
+            max_size=3,
+        ),
+        json_values,
+    ),
+    "host": st.one_of(
+        st.none(),
+        st.dictionaries(
+            st.sampled_from(["os", "glibc", "memory_total_bytes", "hostname", "x"]),
+            json_values,
+            max_size=3,
+        ),
+        json_values,
+    ),
     "notes": st.one_of(st.lists(st.text(max_size=8), max_size=2), json_values),
     "name": json_values,
     "source": json_values,
@@ -114,22 +131,32 @@ def test_read_probe_file_only_raises_input_error(tmp_path_factory: Any, content:
 
 probe_targets = st.builds(
     Target,
-    platform=st.sampled_from(["linux-x86_64", "linux-aarch64", "windows-x86_64", "macos-arm64",
-                              "linux-ppc64le"]),
-    driver_version=st.one_of(st.none(), st.sampled_from(
-        ["535.104.05", "470.57.02", "580.65.06", "537.13"]).map(DriverVersion)),
+    platform=st.sampled_from(
+        ["linux-x86_64", "linux-aarch64", "windows-x86_64", "macos-arm64", "linux-ppc64le"]
+    ),
+    driver_version=st.one_of(
+        st.none(),
+        st.sampled_from(["535.104.05", "470.57.02", "580.65.06", "537.13"]).map(DriverVersion),
+    ),
     driver_cuda=st.one_of(st.none(), st.sampled_from([(12, 2), (11, 4), (13, 0)])),
-    gpus=st.lists(st.builds(
-        Gpu,
-        name=st.sampled_from(["NVIDIA A100-SXM4-80GB", "Tesla T4", "NVIDIA GeForce RTX 5090"]),
-        compute_capability=st.one_of(st.none(), st.sampled_from([(8, 0), (7, 5), (12, 0)])),
-        index=st.one_of(st.none(), st.integers(min_value=0, max_value=7)),
-        uuid=st.one_of(st.none(), st.just("GPU-0")),
-        memory_total_bytes=st.one_of(st.none(), st.integers(min_value=0, max_value=1 << 40)),
-    ), max_size=4).map(tuple),
-    host=st.builds(Host, os=st.sampled_from(["linux", None]), glibc=st.sampled_from(["2.35", None]),
-                   memory_total_bytes=st.one_of(st.none(), st.integers(min_value=0)),
-                   hostname=st.sampled_from(["node-07", None])),
+    gpus=st.lists(
+        st.builds(
+            Gpu,
+            name=st.sampled_from(["NVIDIA A100-SXM4-80GB", "Tesla T4", "NVIDIA GeForce RTX 5090"]),
+            compute_capability=st.one_of(st.none(), st.sampled_from([(8, 0), (7, 5), (12, 0)])),
+            index=st.one_of(st.none(), st.integers(min_value=0, max_value=7)),
+            uuid=st.one_of(st.none(), st.just("GPU-0")),
+            memory_total_bytes=st.one_of(st.none(), st.integers(min_value=0, max_value=1 << 40)),
+        ),
+        max_size=4,
+    ).map(tuple),
+    host=st.builds(
+        Host,
+        os=st.sampled_from(["linux", None]),
+        glibc=st.sampled_from(["2.35", None]),
+        memory_total_bytes=st.one_of(st.none(), st.integers(min_value=0)),
+        hostname=st.sampled_from(["node-07", None]),
+    ),
     name=st.sampled_from(["node-07", "this machine"]),
     source=st.sampled_from(["nvml", "procfs", "override"]),
     notes=st.lists(st.text(max_size=20), max_size=2).map(tuple),

@@ -40,18 +40,30 @@ from tests.support.index import offline_env
 CUDALOCK = Path(sys.executable).parent / "cudalock"
 SRC = Path(__file__).resolve().parents[1] / "src" / "cudalock"
 SHELLCHECK = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which(
-    "shellcheck")
+    "shellcheck"
+)
 DRIVER = ["--driver-version", "535.104.05"]
 GPU_TARGET = [*DRIVER, "--compute-capability", "8.0"]
 
 
-def cudalock(*args: str, cwd: Path | None = None, stdin: bytes | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([str(CUDALOCK), *args], cwd=cwd, capture_output=True,
-                          env=offline_env(), timeout=timeout, check=False, input=stdin)
-    return subprocess.CompletedProcess(done.args, done.returncode,
-                                       done.stdout.decode("utf-8", "replace"),
-                                       done.stderr.decode("utf-8", "replace"))
+def cudalock(
+    *args: str, cwd: Path | None = None, stdin: bytes | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [str(CUDALOCK), *args],
+        cwd=cwd,
+        capture_output=True,
+        env=offline_env(),
+        timeout=timeout,
+        check=False,
+        input=stdin,
+    )
+    return subprocess.CompletedProcess(
+        done.args,
+        done.returncode,
+        done.stdout.decode("utf-8", "replace"),
+        done.stderr.decode("utf-8", "replace"),
+    )
 
 
 def assert_usage_error(done: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -70,29 +82,43 @@ def assert_usage_error(done: subprocess.CompletedProcess[str], *needles: str) ->
 # Bad input: exit 2, one line naming the bad value and the expected form
 
 
-@pytest.mark.parametrize(("args", "needles"), [
-    (["--driver-version", "abc"], ["'abc'", "expected digits like 535.104.05"]),
-    (["--driver-version", "12.x"], ["'12.x'", "expected digits like 535.104.05"]),
-    (["--driver-version", "535.104.05", "--driver-cuda", "12.x"],
-     ["'12.x'", "expected MAJOR.MINOR like 12.1"]),
-    (["--no-gpu", "--driver-cuda", "twelve"], ["'twelve'", "expected MAJOR.MINOR"]),
-    ([*DRIVER, "--compute-capability", "abc"], ["'abc'", "expected MAJOR.MINOR like 8.6"]),
-    ([*DRIVER, "--compute-capability", "8"], ["'8'", "expected MAJOR.MINOR like 8.6"]),
-    ([*GPU_TARGET, "--python", "three"], ["'three'", "expected MAJOR.MINOR like 3.11"]),
-    ([*GPU_TARGET, "--torch", ">>2"], ["'>>2'", "expected PEP 440"]),
-    ([*DRIVER, "--gpu", "H1OO"], ["'H1OO'", "did you mean", "H100"]),
-    ([*DRIVER, "--gpu", "RTX 4O90"], ["'RTX 4O90'", "did you mean", "RTX 4090"]),
-])
-def test_bad_target_and_request_flags_exit_2_naming_the_value(args: list[str],
-                                                              needles: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--driver-version", "abc"], ["'abc'", "expected digits like 535.104.05"]),
+        (["--driver-version", "12.x"], ["'12.x'", "expected digits like 535.104.05"]),
+        (
+            ["--driver-version", "535.104.05", "--driver-cuda", "12.x"],
+            ["'12.x'", "expected MAJOR.MINOR like 12.1"],
+        ),
+        (["--no-gpu", "--driver-cuda", "twelve"], ["'twelve'", "expected MAJOR.MINOR"]),
+        ([*DRIVER, "--compute-capability", "abc"], ["'abc'", "expected MAJOR.MINOR like 8.6"]),
+        ([*DRIVER, "--compute-capability", "8"], ["'8'", "expected MAJOR.MINOR like 8.6"]),
+        ([*GPU_TARGET, "--python", "three"], ["'three'", "expected MAJOR.MINOR like 3.11"]),
+        ([*GPU_TARGET, "--torch", ">>2"], ["'>>2'", "expected PEP 440"]),
+        ([*DRIVER, "--gpu", "H1OO"], ["'H1OO'", "did you mean", "H100"]),
+        ([*DRIVER, "--gpu", "RTX 4O90"], ["'RTX 4O90'", "did you mean", "RTX 4090"]),
+    ],
+)
+def test_bad_target_and_request_flags_exit_2_naming_the_value(
+    args: list[str], needles: list[str]
+) -> None:
     assert_usage_error(cudalock("resolve", *args), *needles)
 
 
-@pytest.mark.parametrize("command", [
-    ["resolve"], ["bootstrap", "--format", "venv"], ["lock"], ["audit", "--no-gpu"], ["probe"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["resolve"],
+        ["bootstrap", "--format", "venv"],
+        ["lock"],
+        ["audit", "--no-gpu"],
+        ["probe"],
+    ],
+)
 def test_every_command_with_target_flags_rejects_a_bad_driver_the_same_way(
-        command: list[str], tmp_path: Path) -> None:
+    command: list[str], tmp_path: Path
+) -> None:
     if command[0] == "audit":  # --no-gpu would make the driver moot; use a report instead
         report = tmp_path / "report.txt"
         report.write_text("PyTorch version: 2.1.0+cu121\n")
@@ -108,28 +134,43 @@ def _probe_file(tmp_path: Path, content: str) -> Path:
     return path
 
 
-_VALID_PROBE = json.dumps({"schema_version": 1, "name": "n", "platform": "linux-x86_64",
-                           "driver_version": "535.104.05", "driver_cuda": "12.2", "gpus": []})
+_VALID_PROBE = json.dumps(
+    {
+        "schema_version": 1,
+        "name": "n",
+        "platform": "linux-x86_64",
+        "driver_version": "535.104.05",
+        "driver_cuda": "12.2",
+        "gpus": [],
+    }
+)
 
 
-@pytest.mark.parametrize(("content", "needles"), [
-    ("{not json", ["not valid JSON", "line 1"]),
-    ("[1, 2]", ["must be a JSON object, got a list"]),
-    ('{"schema_version": 99}', ["schema_version 99 is not supported", "reads 1"]),
-    (_VALID_PROBE.replace('"535.104.05"', "535"),
-     ["'driver_version' must be a string", "got a number"]),
-    (_VALID_PROBE.replace('[]', '"A100"'), ["'gpus' must be a list", "got a string"]),
-    (_VALID_PROBE.replace('"12.2"', '"12.x"'), ["'12.x'", "MAJOR.MINOR"]),
-])
-def test_bad_probe_files_exit_2_naming_the_file_and_problem(tmp_path: Path, content: str,
-                                                            needles: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("content", "needles"),
+    [
+        ("{not json", ["not valid JSON", "line 1"]),
+        ("[1, 2]", ["must be a JSON object, got a list"]),
+        ('{"schema_version": 99}', ["schema_version 99 is not supported", "reads 1"]),
+        (
+            _VALID_PROBE.replace('"535.104.05"', "535"),
+            ["'driver_version' must be a string", "got a number"],
+        ),
+        (_VALID_PROBE.replace("[]", '"A100"'), ["'gpus' must be a list", "got a string"]),
+        (_VALID_PROBE.replace('"12.2"', '"12.x"'), ["'12.x'", "MAJOR.MINOR"]),
+    ],
+)
+def test_bad_probe_files_exit_2_naming_the_file_and_problem(
+    tmp_path: Path, content: str, needles: list[str]
+) -> None:
     path = _probe_file(tmp_path, content)
     assert_usage_error(cudalock("resolve", "--probe", str(path)), "probe.json", *needles)
 
 
 def test_missing_probe_file_exits_2(tmp_path: Path) -> None:
-    assert_usage_error(cudalock("resolve", "--probe", str(tmp_path / "gone.json")),
-                       "gone.json", "does not exist")
+    assert_usage_error(
+        cudalock("resolve", "--probe", str(tmp_path / "gone.json")), "gone.json", "does not exist"
+    )
 
 
 def _matrix_copy(tmp_path: Path) -> Path:
@@ -149,18 +190,28 @@ def test_user_matrix_with_a_syntax_error_names_file_and_line(tmp_path: Path) -> 
     assert_usage_error(done, "torch.toml", "not valid TOML", f"line {line_number}")
 
 
-@pytest.mark.parametrize(("edit", "needles"), [
-    # A field of the wrong type: the file, which entry, which field, what it got.
-    (("torch.toml", 'cuda = "', 'cuda = 12 #"'),
-     ["torch.toml", "[[release]] #1", "'cuda' must be a string"]),
-    # A torch version that is not a version at all.
-    (("torch.toml", 'version = "1.13.0"', 'version = "one.13"'),
-     ["torch.toml", "[[release]] #1", "'one.13'", "PEP 440"]),
-    (("deepspeed.toml", 'version = "0.14.0"', 'version = "0.14.0-final-final"'),
-     ["deepspeed.toml", "[[release]] #1", "'0.14.0-final-final'", "PEP 440"]),
-])
+@pytest.mark.parametrize(
+    ("edit", "needles"),
+    [
+        # A field of the wrong type: the file, which entry, which field, what it got.
+        (
+            ("torch.toml", 'cuda = "', 'cuda = 12 #"'),
+            ["torch.toml", "[[release]] #1", "'cuda' must be a string"],
+        ),
+        # A torch version that is not a version at all.
+        (
+            ("torch.toml", 'version = "1.13.0"', 'version = "one.13"'),
+            ["torch.toml", "[[release]] #1", "'one.13'", "PEP 440"],
+        ),
+        (
+            ("deepspeed.toml", 'version = "0.14.0"', 'version = "0.14.0-final-final"'),
+            ["deepspeed.toml", "[[release]] #1", "'0.14.0-final-final'", "PEP 440"],
+        ),
+    ],
+)
 def test_user_matrix_with_a_broken_entry_names_file_entry_and_problem(
-        tmp_path: Path, edit: tuple[str, str, str], needles: list[str]) -> None:
+    tmp_path: Path, edit: tuple[str, str, str], needles: list[str]
+) -> None:
     file, old, new = edit
     matrix = _matrix_copy(tmp_path)
     text = (matrix / file).read_text()
@@ -179,13 +230,17 @@ def test_cudalock_toml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
 # -- report files: empty, binary, huge ----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("content", "needles"), [
-    (b"", ["the report is empty"]),
-    (b"   \n\n\t\n", ["the report is empty"]),
-    (bytes(range(256)) * 8, ["binary data, not text", "collect_env"]),
-])
-def test_empty_and_binary_reports_exit_2(tmp_path: Path, content: bytes,
-                                         needles: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("content", "needles"),
+    [
+        (b"", ["the report is empty"]),
+        (b"   \n\n\t\n", ["the report is empty"]),
+        (bytes(range(256)) * 8, ["binary data, not text", "collect_env"]),
+    ],
+)
+def test_empty_and_binary_reports_exit_2(
+    tmp_path: Path, content: bytes, needles: list[str]
+) -> None:
     report = tmp_path / "report.txt"
     report.write_bytes(content)
     assert_usage_error(cudalock("audit", "--report", str(report)), *needles)
@@ -219,8 +274,11 @@ def test_doctor_survives_empty_and_binary_logs(tmp_path: Path) -> None:
 
 def test_doctor_bad_exit_code_and_missing_log_exit_2(tmp_path: Path) -> None:
     assert_usage_error(cudalock("doctor", "--exit-code", "abc"), "'abc'", "expected e.g. -9")
-    assert_usage_error(cudalock("doctor", "--exit-code", "-9", "--log", str(tmp_path / "no.log")),
-                       "no.log", "does not exist")
+    assert_usage_error(
+        cudalock("doctor", "--exit-code", "-9", "--log", str(tmp_path / "no.log")),
+        "no.log",
+        "does not exist",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,8 +299,7 @@ def test_nothing_fits_an_ancient_driver_exits_1_with_the_reasons(tmp_path: Path)
 
 
 def test_existing_output_without_force_exits_2_naming_the_file(tmp_path: Path) -> None:
-    args = ["bootstrap", *GPU_TARGET, "--torch", "==2.1.0", "--format", "venv", "-o",
-            str(tmp_path)]
+    args = ["bootstrap", *GPU_TARGET, "--torch", "==2.1.0", "--format", "venv", "-o", str(tmp_path)]
     assert cudalock(*args).returncode == 0
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     done = cudalock(*args[:-2], "--python", "3.10", "-o", str(tmp_path))
@@ -275,8 +332,7 @@ def test_write_atomic_replaces_by_rename_and_leaves_no_temp_file(tmp_path: Path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old-inode", "out.txt"]
 
 
-def test_write_atomic_failure_is_environment_failure_and_keeps_the_old_file(
-        tmp_path: Path) -> None:
+def test_write_atomic_failure_is_environment_failure_and_keeps_the_old_file(tmp_path: Path) -> None:
     target = tmp_path / "out.txt"
     target.write_text("old\n")
     (tmp_path / "dir-in-the-way").mkdir()
@@ -299,8 +355,7 @@ def test_write_group_is_all_or_nothing(tmp_path: Path) -> None:
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where a directory should be\n")
     with pytest.raises(EnvironmentFailure):
-        write_group({first: "new a\n", second: "new b\n", blocked / "c.txt": "new c\n"},
-                    force=True)
+        write_group({first: "new a\n", second: "new b\n", blocked / "c.txt": "new c\n"}, force=True)
     assert first.read_text() == "old a\n"  # restored after the third write failed
     assert not second.exists()  # created by this call, so removed again
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "blocked"]
@@ -318,11 +373,16 @@ def test_every_output_write_goes_through_fsutil() -> None:
     # Outputs people keep (scripts, locks, specs, the matrix) are written atomically; the only
     # other writes are the bootstrap log (started, then appended as it runs), lock's scratch
     # project in a temporary directory, and the matrix cache (itself temp file + rename).
-    allowed = {("bootstrap.py", "log.open("), ("bootstrap.py", ".write_text("),
-               ("pylock.py", ".write_text("),
-               ("load.py", "os.fdopen(fd")}
-    writes = re.compile(r"\.write_text\(|\.write_bytes\(|open\([^)]*['\"][wax]b?['\"]|"
-                        r"log\.open\(|os\.fdopen\(fd")
+    allowed = {
+        ("bootstrap.py", "log.open("),
+        ("bootstrap.py", ".write_text("),
+        ("pylock.py", ".write_text("),
+        ("load.py", "os.fdopen(fd"),
+    }
+    writes = re.compile(
+        r"\.write_text\(|\.write_bytes\(|open\([^)]*['\"][wax]b?['\"]|"
+        r"log\.open\(|os\.fdopen\(fd"
+    )
     found = set()
     for path in SRC.rglob("*.py"):
         if path.name in ("fsutil.py", "inspect_script.py"):
@@ -345,15 +405,18 @@ def _script(tmp_path: Path, name: str, body: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("make", "code", "needles"), [
-    (lambda d: d / "missing-python", 2, ["missing-python", "does not exist"]),
-    (lambda d: _script(d, "not-python", "echo 'hello, I am not python'"), 2, ["not-python"]),
-    (lambda d: _script(d, "segfaults", "kill -SEGV $$"), 3, ["segfaults", "SIGSEGV"]),
-    (lambda d: _script(d, "killed", "kill -KILL $$"), 3, ["killed", "SIGKILL"]),
-])
-def test_a_broken_interpreter_is_a_clear_error_not_a_crash(tmp_path: Path, make: object,
-                                                           code: int,
-                                                           needles: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("make", "code", "needles"),
+    [
+        (lambda d: d / "missing-python", 2, ["missing-python", "does not exist"]),
+        (lambda d: _script(d, "not-python", "echo 'hello, I am not python'"), 2, ["not-python"]),
+        (lambda d: _script(d, "segfaults", "kill -SEGV $$"), 3, ["segfaults", "SIGSEGV"]),
+        (lambda d: _script(d, "killed", "kill -KILL $$"), 3, ["killed", "SIGKILL"]),
+    ],
+)
+def test_a_broken_interpreter_is_a_clear_error_not_a_crash(
+    tmp_path: Path, make: object, code: int, needles: list[str]
+) -> None:
     python = make(tmp_path)  # type: ignore[operator]
     done = cudalock("audit", "--python", str(python), "--no-gpu")
     assert done.returncode == code, done.stderr
@@ -369,7 +432,9 @@ def test_a_broken_interpreter_is_a_clear_error_not_a_crash(tmp_path: Path, make:
 
 #: Valid as a URL (no whitespace), hostile to a shell: command substitution in both spellings,
 #: a command separator and both quotes.
-HOSTILE_INDEX = "http://127.0.0.1:9/x$(touch${IFS}PWNED_A);touch${IFS}PWNED_B;`touch${IFS}PWNED_C`'\""
+HOSTILE_INDEX = (
+    "http://127.0.0.1:9/x$(touch${IFS}PWNED_A);touch${IFS}PWNED_B;`touch${IFS}PWNED_C`'\""
+)
 
 
 #: A framework git URL hostile to a shell (valid: no whitespace), and a requirement with a marker.
@@ -378,7 +443,8 @@ HOSTILE_FRAMEWORK_URL = "git+https://x.example/r$(touch${IFS}PWNED_G);`touch${IF
 
 @pytest.mark.parametrize("kind", ["path", "url", "requirement"])
 def test_install_sh_with_hostile_index_and_framework_runs_nothing_injected(
-        tmp_path: Path, kind: str) -> None:
+    tmp_path: Path, kind: str
+) -> None:
     out = tmp_path / "out"
     if kind == "path":
         directory = tmp_path / "my fw $(touch PWNED_D); `touch PWNED_E` 'q\" ;touch PWNED_F"
@@ -388,34 +454,64 @@ def test_install_sh_with_hostile_index_and_framework_runs_nothing_injected(
         framework = HOSTILE_FRAMEWORK_URL
     else:
         framework = 'llamafactory==0.9.1; os_name == "posix" and python_version >= "3.8"'
-    done = cudalock("bootstrap", *GPU_TARGET, "--torch", "==2.1.0", "--format", "venv",
-                    "--pytorch-index", HOSTILE_INDEX, "--framework", framework,
-                    "-o", str(out))
+    done = cudalock(
+        "bootstrap",
+        *GPU_TARGET,
+        "--torch",
+        "==2.1.0",
+        "--format",
+        "venv",
+        "--pytorch-index",
+        HOSTILE_INDEX,
+        "--framework",
+        framework,
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     # A stand-in interpreter records the arguments it gets instead of installing anything;
     # the script then runs end to end exactly as a user would run it.
     calls = tmp_path / "calls.jsonl"
     fake = tmp_path / "fake-python"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                    f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+    )
     fake.chmod(0o755)
-    run = subprocess.run(["bash", str(out / "install.sh")], cwd=tmp_path, capture_output=True,
-                         text=True, env={**offline_env(), "PYTHON": str(fake)}, timeout=60,
-                         check=False)
+    run = subprocess.run(
+        ["bash", str(out / "install.sh")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**offline_env(), "PYTHON": str(fake)},
+        timeout=60,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr
     recorded = [json.loads(line) for line in calls.read_text().splitlines()]
     arguments = [arg for call in recorded for arg in call]
     # The hostile values reached pip verbatim, each as one argument.
     assert f"{HOSTILE_INDEX}/cu121" in arguments
-    assert any(arg in (framework, f"-e{framework}") or arg.endswith(framework)
-               for arg in arguments), arguments
+    assert any(
+        arg in (framework, f"-e{framework}") or arg.endswith(framework) for arg in arguments
+    ), arguments
     # ...and no injected command ran, here or in the output directory, or anywhere under it.
     assert not list(tmp_path.rglob("PWNED*"))
     assert not list(Path.cwd().glob("PWNED*"))
 
 
-HOSTILE_NAMES = ["my env", "a;b", "a$(id)", "a`id`", "it's", 'say"hi"', "a\nb", "../up",
-                 "a/b", "-rf"]
+HOSTILE_NAMES = [
+    "my env",
+    "a;b",
+    "a$(id)",
+    "a`id`",
+    "it's",
+    'say"hi"',
+    "a\nb",
+    "../up",
+    "a/b",
+    "-rf",
+]
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
@@ -428,21 +524,39 @@ def test_invalid_conda_environment_names_are_refused(tmp_path: Path, name: str) 
 
 @pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck is not installed")
 @pytest.mark.parametrize("fmt", ["conda", "venv", "uv"])
-def test_shellcheck_passes_on_every_generated_script_with_hostile_values(tmp_path: Path,
-                                                                         fmt: str) -> None:
+def test_shellcheck_passes_on_every_generated_script_with_hostile_values(
+    tmp_path: Path, fmt: str
+) -> None:
     framework = tmp_path / "fw $(x); `y` 'q\""
     framework.mkdir()
     out = tmp_path / "out"
-    done = cudalock("bootstrap", *GPU_TARGET, "--torch", "==2.1.0", "--format", fmt,
-                    "--with", "deepspeed", "--pytorch-index", HOSTILE_INDEX,
-                    "--pypi-index", "https://user:pa$$w0rd@mirror.example/simple",
-                    "--framework", str(framework), "-o", str(out))
+    done = cudalock(
+        "bootstrap",
+        *GPU_TARGET,
+        "--torch",
+        "==2.1.0",
+        "--format",
+        fmt,
+        "--with",
+        "deepspeed",
+        "--pytorch-index",
+        HOSTILE_INDEX,
+        "--pypi-index",
+        "https://user:pa$$w0rd@mirror.example/simple",
+        "--framework",
+        str(framework),
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
-    scripts = [p for p in out.iterdir() if p.suffix == ".sh" or
-               p.read_bytes().startswith(b"#!")]
+    scripts = [p for p in out.iterdir() if p.suffix == ".sh" or p.read_bytes().startswith(b"#!")]
     for script in scripts:
-        checked = subprocess.run([str(SHELLCHECK), "--severity=style", str(script)],
-                                 capture_output=True, text=True, check=False)
+        checked = subprocess.run(
+            [str(SHELLCHECK), "--severity=style", str(script)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert checked.returncode == 0, (script.name, checked.stdout)
         assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
     if fmt != "uv":
@@ -459,23 +573,38 @@ def test_plain_http_index_is_refused_unless_loopback_or_allowed(tmp_path: Path) 
     assert_usage_error(done, "plain http", "***@mirror.example")
     assert "hunter2" not in done.stderr + done.stdout
     assert not (tmp_path / "a").exists()
-    allowed = cudalock(*base, "--pypi-index", insecure, "--allow-insecure-index",
-                       "-o", str(tmp_path / "b"))
+    allowed = cudalock(
+        *base, "--pypi-index", insecure, "--allow-insecure-index", "-o", str(tmp_path / "b")
+    )
     assert allowed.returncode == 0, allowed.stderr
     assert "hunter2" not in allowed.stderr + allowed.stdout
     assert "hunter2" not in (tmp_path / "b" / "cudalock.toml").read_text()
-    loopback = cudalock(*base, "--pypi-index", "http://127.0.0.1:9/simple",
-                        "-o", str(tmp_path / "c"))
+    loopback = cudalock(
+        *base, "--pypi-index", "http://127.0.0.1:9/simple", "-o", str(tmp_path / "c")
+    )
     assert loopback.returncode == 0, loopback.stderr
 
 
-@pytest.mark.parametrize("url", ["ftp://mirror.example/simple", "file:///etc/passwd",
-                                 "https://mirror.example/simple?x=1", "https:///nohost",
-                                 "https://mirror.example/a b", "https://m.example/\nrm -rf /"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://mirror.example/simple",
+        "file:///etc/passwd",
+        "https://mirror.example/simple?x=1",
+        "https:///nohost",
+        "https://mirror.example/a b",
+        "https://m.example/\nrm -rf /",
+    ],
+)
 def test_malformed_index_urls_exit_2(tmp_path: Path, url: str) -> None:
     done = cudalock("resolve", *GPU_TARGET, "--pytorch-index", url)
-    assert_usage_error(done, "--pytorch-index", "expected" if " " in url or "\n" in url
-                       or "://" not in url or url.startswith(("ftp", "file")) else "")
+    assert_usage_error(
+        done,
+        "--pytorch-index",
+        "expected"
+        if " " in url or "\n" in url or "://" not in url or url.startswith(("ftp", "file"))
+        else "",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -493,16 +622,25 @@ def test_no_code_evaluates_user_input() -> None:
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
-            name = func.id if isinstance(func, ast.Name) else (
-                func.attr if isinstance(func, ast.Attribute) else "")
-            owner = func.value.id if (isinstance(func, ast.Attribute)
-                                      and isinstance(func.value, ast.Name)) else ""
+            name = (
+                func.id
+                if isinstance(func, ast.Name)
+                else (func.attr if isinstance(func, ast.Attribute) else "")
+            )
+            owner = (
+                func.value.id
+                if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name))
+                else ""
+            )
             if name in DANGEROUS_CALLS and owner in ("", "builtins"):
                 offenders.append(f"{path.name}:{node.lineno} {name}")
             if owner == "yaml" and name in ("load", "load_all", "unsafe_load", "full_load"):
                 offenders.append(f"{path.name}:{node.lineno} yaml.{name}")
-            if name in ("loads", "load") and owner in ("pickle", "marshal", "shelve") and \
-                    path.name != "load.py":
+            if (
+                name in ("loads", "load")
+                and owner in ("pickle", "marshal", "shelve")
+                and path.name != "load.py"
+            ):
                 offenders.append(f"{path.name}:{node.lineno} {owner}.{name}")
     # ast.literal_eval (reads literals only) is allowed; pickle only for the matrix cache.
     assert offenders == []
@@ -512,8 +650,7 @@ def test_no_code_evaluates_user_input() -> None:
 # Property tests: parsers raise nothing but their documented error
 
 
-PROPERTY = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY
@@ -539,20 +676,31 @@ def test_size_and_parameter_parsers_raise_only_input_error(text: str) -> None:
 
 
 @PROPERTY
-@given(st.text() | st.from_regex(r"(exitcode: |return code = )?-?[0-9]{0,5}|SIG[A-Z]{0,6}",
-                                 fullmatch=True))
+@given(
+    st.text()
+    | st.from_regex(r"(exitcode: |return code = )?-?[0-9]{0,5}|SIG[A-Z]{0,6}", fullmatch=True)
+)
 def test_exit_code_parser_raises_only_usage_error(text: str) -> None:
     with contextlib.suppress(UsageError):
         parse_exit_code(text)
 
 
-LOG_LINES = st.sampled_from([
-    "Killed", "exitcode: -9", "Signal 9 (SIGKILL) received by PID 12",
-    "torch.cuda.OutOfMemoryError: CUDA out of memory.", "Segmentation fault (core dumped)",
-    "ERROR: Unexpected bus error encountered in worker.", "[INFO] world_size=8",
-    "zero_optimization stage 3", "model_name_or_path: meta-llama/Llama-2-7b-hf",
-    "Out of memory: Killed process 1234 (python) total-vm:1kB", "\x00\xff", "",
-])
+LOG_LINES = st.sampled_from(
+    [
+        "Killed",
+        "exitcode: -9",
+        "Signal 9 (SIGKILL) received by PID 12",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory.",
+        "Segmentation fault (core dumped)",
+        "ERROR: Unexpected bus error encountered in worker.",
+        "[INFO] world_size=8",
+        "zero_optimization stage 3",
+        "model_name_or_path: meta-llama/Llama-2-7b-hf",
+        "Out of memory: Killed process 1234 (python) total-vm:1kB",
+        "\x00\xff",
+        "",
+    ]
+)
 
 
 @PROPERTY
@@ -563,25 +711,42 @@ def test_training_log_scanner_never_raises(lines: list[str]) -> None:
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["zero_optimization", "stage", "offload_param", "offload_optimizer",
-                         "device", "stage3_gather_16bit_weights_on_model_save",
-                         "train_batch_size"]) | st.text(max_size=6), inner, max_size=5),
-    max_leaves=20)
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "zero_optimization",
+                    "stage",
+                    "offload_param",
+                    "offload_optimizer",
+                    "device",
+                    "stage3_gather_16bit_weights_on_model_save",
+                    "train_batch_size",
+                ]
+            )
+            | st.text(max_size=6),
+            inner,
+            max_size=5,
+        )
+    ),
+    max_leaves=20,
+)
 
 
 @PROPERTY
-@given(st.dictionaries(st.sampled_from(["zero_optimization", "bf16", "x"]), JSON_VALUES,
-                       max_size=3))
-def test_deepspeed_config_reader_never_raises_on_any_json_object(config: dict[str, object]
-                                                                 ) -> None:
+@given(
+    st.dictionaries(st.sampled_from(["zero_optimization", "bf16", "x"]), JSON_VALUES, max_size=3)
+)
+def test_deepspeed_config_reader_never_raises_on_any_json_object(config: dict[str, object]) -> None:
     shape_from_deepspeed_config(config)
 
 
 @PROPERTY
 @given(st.binary(max_size=200))
-def test_deepspeed_config_file_raises_only_input_error(tmp_path_factory: pytest.TempPathFactory,
-                                                       content: bytes) -> None:
+def test_deepspeed_config_file_raises_only_input_error(
+    tmp_path_factory: pytest.TempPathFactory, content: bytes
+) -> None:
     path = tmp_path_factory.mktemp("ds") / "ds.json"
     path.write_bytes(content)
     with contextlib.suppress(InputError):
@@ -589,8 +754,10 @@ def test_deepspeed_config_file_raises_only_input_error(tmp_path_factory: pytest.
 
 
 @PROPERTY
-@given(st.text() | st.from_regex(r"(https?|ftp)://[^/]{0,12}/[ -~]{0,12}", fullmatch=True),
-       st.booleans())
+@given(
+    st.text() | st.from_regex(r"(https?|ftp)://[^/]{0,12}/[ -~]{0,12}", fullmatch=True),
+    st.booleans(),
+)
 def test_index_url_validator_raises_only_usage_error(url: str, insecure: bool) -> None:
     try:
         accepted = validate_index_url(url, flag="--pypi-index", allow_insecure=insecure)
@@ -603,9 +770,12 @@ def test_index_url_validator_raises_only_usage_error(url: str, insecure: bool) -
 
 
 @PROPERTY
-@given(st.text(alphabet=st.characters(blacklist_characters="/@", blacklist_categories=["Zs",
-                                                                                      "Cc"]),
-               min_size=3))
+@given(
+    st.text(
+        alphabet=st.characters(blacklist_characters="/@", blacklist_categories=["Zs", "Cc"]),
+        min_size=3,
+    )
+)
 def test_credentials_never_survive_redaction_in_an_error(secret: str) -> None:
     url = f"ftp://user:{secret}@mirror.example/simple"
     try:
@@ -627,12 +797,19 @@ def redact_free_message() -> str:
     raise AssertionError("an ftp URL was accepted")
 
 
-
-@pytest.mark.parametrize("extra", [[], ["--json"], ["--torch", "==1.0"],
-                                   ["--torch", "==1.0", "--json"]])
+@pytest.mark.parametrize(
+    "extra", [[], ["--json"], ["--torch", "==1.0"], ["--torch", "==1.0", "--json"]]
+)
 def test_resolve_never_prints_index_credentials(extra: list[str]) -> None:
-    done = cudalock("resolve", *GPU_TARGET, "--pytorch-index", "https://me:s3cr3t@t.example/whl",
-                    "--pypi-index", "https://me:s3cr3t@p.example/simple", *extra)
+    done = cudalock(
+        "resolve",
+        *GPU_TARGET,
+        "--pytorch-index",
+        "https://me:s3cr3t@t.example/whl",
+        "--pypi-index",
+        "https://me:s3cr3t@p.example/simple",
+        *extra,
+    )
     assert done.returncode in (0, 1), done.stderr
     assert "s3cr3t" not in done.stdout + done.stderr
     if done.returncode == 0:  # the plan names its index, without the secret
@@ -640,12 +817,17 @@ def test_resolve_never_prints_index_credentials(extra: list[str]) -> None:
 
 
 def test_report_error_hides_url_credentials_whatever_the_command(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The last line of defence: cli.main prints every error through redact()."""
     from cudalock.cli.main import report_error
 
-    report_error(UsageError("cannot fetch https://alice:s3cret@mirror.example/whl/cu121",
-                            hint="check https://alice:s3cret@mirror.example"))
+    report_error(
+        UsageError(
+            "cannot fetch https://alice:s3cret@mirror.example/whl/cu121",
+            hint="check https://alice:s3cret@mirror.example",
+        )
+    )
     shown = capsys.readouterr().err
     assert "s3cret" not in shown
     assert "https://***@mirror.example/whl/cu121" in shown

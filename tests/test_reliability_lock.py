@@ -36,8 +36,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount_point
 
 
-def test_transient_5xx_is_retried_then_locks(index: IndexServer, tmp_path: Path,
-                                             cache: Path) -> None:
+def test_transient_5xx_is_retried_then_locks(
+    index: IndexServer, tmp_path: Path, cache: Path
+) -> None:
     # Without retries the same two failures end the run with exit 3 ...
     (tmp_path / "a").mkdir()
     fault = index.fail("/pypi/simple/*", status=503, times=2)
@@ -60,9 +61,9 @@ def test_transient_5xx_is_retried_then_locks(index: IndexServer, tmp_path: Path,
     assert (tmp_path / "b" / "pylock.toml").is_file()
 
 
-def test_read_only_output_exits_3_and_keeps_the_previous_lock(index: IndexServer,
-                                                             small_disk: Path,
-                                                             cache: Path) -> None:
+def test_read_only_output_exits_3_and_keeps_the_previous_lock(
+    index: IndexServer, small_disk: Path, cache: Path
+) -> None:
     out = small_disk / "out"
     out.mkdir()
     first = lock(index, out, cache=cache)
@@ -76,8 +77,9 @@ def test_read_only_output_exits_3_and_keeps_the_previous_lock(index: IndexServer
     assert snapshot(out) == before
 
 
-def test_full_disk_exits_3_and_keeps_the_previous_lock(index: IndexServer, small_disk: Path,
-                                                      cache: Path) -> None:
+def test_full_disk_exits_3_and_keeps_the_previous_lock(
+    index: IndexServer, small_disk: Path, cache: Path
+) -> None:
     out = small_disk / "out"
     out.mkdir()
     first = lock(index, out, cache=cache)

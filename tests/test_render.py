@@ -24,31 +24,48 @@ from cudalock.env.render import (
 )
 from cudalock.errors import UsageError
 from cudalock.model import Gpu, PackagePin, Plan, Target
+from cudalock.tomlfile import tomllib
 from cudalock.versions import DriverVersion
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 PT = "https://download.pytorch.org/whl"
 SHELLCHECK = Path(sys.executable).with_name("shellcheck")
 
 
-def make_plan(*, variant: str = "cu121", cuda: tuple[int, int] | None = (12, 1),
-              deepspeed: str | None = None, python: str = "3.11",
-              platform: str = "linux-x86_64") -> Plan:
+def make_plan(
+    *,
+    variant: str = "cu121",
+    cuda: tuple[int, int] | None = (12, 1),
+    deepspeed: str | None = None,
+    python: str = "3.11",
+    platform: str = "linux-x86_64",
+) -> Plan:
     index = f"{PT}/{variant}"
     label = f"+{variant}"
-    packages = [PackagePin("torch", f"2.1.0{label}", index),
-                PackagePin("torchvision", f"0.16.0{label}", index)]
+    packages = [
+        PackagePin("torch", f"2.1.0{label}", index),
+        PackagePin("torchvision", f"0.16.0{label}", index),
+    ]
     if deepspeed:
         packages.append(PackagePin("deepspeed", deepspeed, None))
-    target = Target(platform=platform, driver_version=DriverVersion("535.104.05"),
-                    driver_cuda=(12, 2), gpus=(Gpu("NVIDIA A100-SXM4-80GB", (8, 0)),))
-    return Plan(matrix_version="2026-11-29", python=python, platform=platform,
-                compat="strict", torch_version="2.1.0", variant=variant, cuda=cuda,
-                cudnn=None, index_url=index, packages=tuple(packages), targets=(target,))
+    target = Target(
+        platform=platform,
+        driver_version=DriverVersion("535.104.05"),
+        driver_cuda=(12, 2),
+        gpus=(Gpu("NVIDIA A100-SXM4-80GB", (8, 0)),),
+    )
+    return Plan(
+        matrix_version="2026-11-29",
+        python=python,
+        platform=platform,
+        compat="strict",
+        torch_version="2.1.0",
+        variant=variant,
+        cuda=cuda,
+        cudnn=None,
+        index_url=index,
+        packages=tuple(packages),
+        targets=(target,),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -62,8 +79,13 @@ def test_environment_yml_pins_python_and_routes_the_torch_family() -> None:
     assert document["channels"] == ["conda-forge"]
     deps = document["dependencies"]
     assert deps[:2] == ["python=3.11", "pip"]
-    assert {"pip": ["--index-url https://download.pytorch.org/whl/cu121",
-                    "torch==2.1.0+cu121", "torchvision==0.16.0+cu121"]} in deps
+    assert {
+        "pip": [
+            "--index-url https://download.pytorch.org/whl/cu121",
+            "torch==2.1.0+cu121",
+            "torchvision==0.16.0+cu121",
+        ]
+    } in deps
     # No compilers unless DeepSpeed ops are built.
     assert not any("nvcc" in str(d) for d in deps)
 
@@ -71,8 +93,10 @@ def test_environment_yml_pins_python_and_routes_the_torch_family() -> None:
 def test_environment_yml_with_a_pypi_mirror_lists_it_after_the_pytorch_index() -> None:
     options = RenderOptions(name="ft", pypi_index="https://mirror.example/simple")
     deps = yaml.safe_load(render(make_plan(), options)["environment.yml"])["dependencies"]
-    assert deps[-1]["pip"][:2] == ["--index-url https://download.pytorch.org/whl/cu121",
-                                   "--extra-index-url https://mirror.example/simple"]
+    assert deps[-1]["pip"][:2] == [
+        "--index-url https://download.pytorch.org/whl/cu121",
+        "--extra-index-url https://mirror.example/simple",
+    ]
 
 
 def test_deepspeed_on_cuda12_brings_conda_forge_nvcc_of_the_same_cuda() -> None:
@@ -91,8 +115,7 @@ def test_deepspeed_on_cuda11_takes_nvcc_from_the_nvidia_channel() -> None:
 
 def test_cpu_plan_has_no_compilers_even_with_deepspeed() -> None:
     plan = make_plan(variant="cpu", cuda=None, deepspeed="0.15.1")
-    deps = yaml.safe_load(render(plan, RenderOptions(name="ft"))["environment.yml"])[
-        "dependencies"]
+    deps = yaml.safe_load(render(plan, RenderOptions(name="ft"))["environment.yml"])["dependencies"]
     assert not any("cuda" in str(d) for d in deps if not isinstance(d, dict))
 
 
@@ -110,9 +133,14 @@ def test_conda_lock_form_is_accepted_by_conda_lock(tmp_path: Path) -> None:
     path.write_text(files["environment.conda-lock.yml"])
     spec = _conda_lock_parse(path, tmp_path)
     assert [r.url for r in spec.pip_repositories] == [  # type: ignore[attr-defined]
-        "https://download.pytorch.org/whl/cu121", "https://m.example/simple"]
-    pins = {d.name: d.version for d in spec.dependencies["linux-64"]  # type: ignore[attr-defined]
-            if d.manager == "pip"}
+        "https://download.pytorch.org/whl/cu121",
+        "https://m.example/simple",
+    ]
+    pins = {
+        d.name: d.version
+        for d in spec.dependencies["linux-64"]  # type: ignore[attr-defined]
+        if d.manager == "pip"
+    }
     assert pins == {"torch": "==2.1.0+cu121", "torchvision": "==0.16.0+cu121"}
     assert yaml.safe_load(files["environment.conda-lock.yml"])["allow-pypi-requests"] is False
 
@@ -139,19 +167,31 @@ def _write_script(tmp_path: Path, text: str) -> Path:
 
 def _lint(path: Path) -> None:
     subprocess.run(["bash", "-n", str(path)], check=True)
-    result = subprocess.run([str(SHELLCHECK), str(path)], capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(
+        [str(SHELLCHECK), str(path)], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout
 
 
-@pytest.mark.parametrize("framework", [None, "llamafactory==0.9.5",
-                                       "git+https://github.com/hiyouga/LlamaFactory@v0.9.5",
-                                       "/srv/my fw/$(touch pwned); `id` 'q\" x"])
+@pytest.mark.parametrize(
+    "framework",
+    [
+        None,
+        "llamafactory==0.9.5",
+        "git+https://github.com/hiyouga/LlamaFactory@v0.9.5",
+        "/srv/my fw/$(touch pwned); `id` 'q\" x",
+    ],
+)
 @pytest.mark.parametrize("deepspeed", [None, "0.15.1"])
-def test_install_sh_passes_bash_n_and_shellcheck(tmp_path: Path, framework: str | None,
-                                                deepspeed: str | None) -> None:
-    options = RenderOptions(name="ft", output_format="venv", framework=framework,
-                            pypi_index="https://u:tok@m.example/simple")
+def test_install_sh_passes_bash_n_and_shellcheck(
+    tmp_path: Path, framework: str | None, deepspeed: str | None
+) -> None:
+    options = RenderOptions(
+        name="ft",
+        output_format="venv",
+        framework=framework,
+        pypi_index="https://u:tok@m.example/simple",
+    )
     text = render(make_plan(deepspeed=deepspeed), options)["install.sh"]
     assert text.startswith("#!/usr/bin/env bash\n")
     assert "set -euo pipefail" in text
@@ -159,8 +199,9 @@ def test_install_sh_passes_bash_n_and_shellcheck(tmp_path: Path, framework: str 
 
 
 def test_install_steps_order_and_guard_rails() -> None:
-    options = RenderOptions(name="ft", framework="llamafactory==0.9.5",
-                            pypi_index="https://m.example/simple")
+    options = RenderOptions(
+        name="ft", framework="llamafactory==0.9.5", pypi_index="https://m.example/simple"
+    )
     steps = install_steps(make_plan(deepspeed="0.15.1"), options)
     argv = [step.argv for step in steps]
     # 1. torch family from the PyTorch index, exact labelled pins.
@@ -175,8 +216,11 @@ def test_install_steps_order_and_guard_rails() -> None:
     assert argv.index(ds) > 2
     # 4. pip check, then the verification (torch's version file, not an import).
     assert argv[-2][1:] == ("-m", "pip", "check")
-    assert argv[-1][1] == "-c" and argv[-1][3:] == ("12.1", "torch==2.1.0+cu121",
-                                                    "torchvision==0.16.0+cu121")
+    assert argv[-1][1] == "-c" and argv[-1][3:] == (
+        "12.1",
+        "torch==2.1.0+cu121",
+        "torchvision==0.16.0+cu121",
+    )
     assert "import torch" not in argv[-1][2]
 
 
@@ -187,8 +231,13 @@ def test_local_framework_path_is_installed_editable_and_quoted(tmp_path: Path) -
     quoted = "'/srv/my fw/$(touch pwned); `id` '\"'\"'q\" x'"
     assert f"-e {quoted}" in text
     # bash reads the quoted word back as exactly the path, executing nothing.
-    echoed = subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True,
-                            text=True, check=True, cwd=tmp_path)
+    echoed = subprocess.run(
+        ["bash", "-c", f"printf %s {quoted}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
     assert echoed.stdout == hostile
     assert not (tmp_path / "pwned").exists()
 
@@ -202,15 +251,25 @@ def test_verification_step_fails_on_a_different_torch(tmp_path: Path) -> None:
     (site / "torch" / "version.py").write_text(torch_version_file("2.15.0", "13.2"))
     step = install_steps(make_plan(), RenderOptions(name="ft"))[-1]
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, *step.argv[1:3], "12.1", "torch==2.1.0+cu121"],
-                            capture_output=True, text=True, env=env, check=False)
+    result = subprocess.run(
+        [sys.executable, *step.argv[1:3], "12.1", "torch==2.1.0+cu121"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert result.returncode == 1
     assert "torch is 2.15.0" in result.stderr and "planned 2.1.0+cu121" in result.stderr
     assert "CUDA 13.2, planned 12.1" in result.stderr
 
     (site / "torch" / "version.py").write_text(torch_version_file("2.1.0+cu121", "12.1"))
-    ok = subprocess.run([sys.executable, *step.argv[1:3], "12.1", "torch==2.1.0+cu121"],
-                        capture_output=True, text=True, env=env, check=False)
+    ok = subprocess.run(
+        [sys.executable, *step.argv[1:3], "12.1", "torch==2.1.0+cu121"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "verified torch 2.1.0+cu121 (CUDA 12.1)" in ok.stdout
 
@@ -228,40 +287,58 @@ def test_constraints_are_exactly_the_torch_family() -> None:
 def test_venv_format_writes_requirements_and_install_sh() -> None:
     files = render(make_plan(), RenderOptions(name="ft", output_format="venv"))
     assert set(files) == {"requirements.txt", "install.sh", "constraints.txt"}
-    lines = [line for line in files["requirements.txt"].splitlines()
-             if line and not line.startswith("#")]
-    assert lines == ["--index-url https://download.pytorch.org/whl/cu121",
-                     "torch==2.1.0+cu121", "torchvision==0.16.0+cu121"]
+    lines = [
+        line for line in files["requirements.txt"].splitlines() if line and not line.startswith("#")
+    ]
+    assert lines == [
+        "--index-url https://download.pytorch.org/whl/cu121",
+        "torch==2.1.0+cu121",
+        "torchvision==0.16.0+cu121",
+    ]
 
 
 def test_uv_pyproject_routes_the_family_to_an_explicit_index() -> None:
-    options = RenderOptions(name="ft", output_format="uv", framework="llamafactory==0.9.5",
-                            pypi_index="https://m.example/simple")
+    options = RenderOptions(
+        name="ft",
+        output_format="uv",
+        framework="llamafactory==0.9.5",
+        pypi_index="https://m.example/simple",
+    )
     files = render(make_plan(deepspeed="0.15.1"), options)
     assert set(files) == {"pyproject.toml", "constraints.txt"}
     document = tomllib.loads(files["pyproject.toml"])
     assert document["project"]["requires-python"] == "==3.11.*"
     assert document["project"]["dependencies"] == [
-        "torch==2.1.0+cu121", "torchvision==0.16.0+cu121", "deepspeed==0.15.1",
-        "llamafactory==0.9.5"]
+        "torch==2.1.0+cu121",
+        "torchvision==0.16.0+cu121",
+        "deepspeed==0.15.1",
+        "llamafactory==0.9.5",
+    ]
     indexes = document["tool"]["uv"]["index"]
     assert indexes[0] == {"name": "pytorch-cu121", "url": f"{PT}/cu121", "explicit": True}
-    assert indexes[1] == {"name": "pypi-mirror", "url": "https://m.example/simple",
-                          "default": True}
+    assert indexes[1] == {"name": "pypi-mirror", "url": "https://m.example/simple", "default": True}
     sources = document["tool"]["uv"]["sources"]
-    assert sources == {name: {"index": "pytorch-cu121"}
-                       for name in ("torch", "torchaudio", "torchvision")}
+    assert sources == {
+        name: {"index": "pytorch-cu121"} for name in ("torch", "torchaudio", "torchvision")
+    }
 
 
 def test_uv_pyproject_is_accepted_by_uv(tmp_path: Path) -> None:
     # uv itself parses the file: `uv lock` with no network fails resolving, not parsing.
     (tmp_path / "pyproject.toml").write_text(
-        render(make_plan(), RenderOptions(name="ft", output_format="uv"))["pyproject.toml"])
+        render(make_plan(), RenderOptions(name="ft", output_format="uv"))["pyproject.toml"]
+    )
     uv = Path(sys.executable).with_name("uv")
     from tests.support.index import offline_env
 
-    result = subprocess.run([str(uv), "lock", "--offline"], cwd=tmp_path, capture_output=True,
-                            text=True, env=offline_env(), check=False)
+    result = subprocess.run(
+        [str(uv), "lock", "--offline"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+        check=False,
+    )
     assert "failed to parse" not in result.stderr.lower(), result.stderr
     assert "TOML parse error" not in result.stderr, result.stderr
 
@@ -284,38 +361,59 @@ def test_valid_env_names(name: str) -> None:
     assert check_env_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "a b", "a/b", "a:b", "a#b", "base", "root", "-x",
-                                  "$(touch pwned)", "a;b", "x\ny", "é", "a" * 65])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "a b",
+        "a/b",
+        "a:b",
+        "a#b",
+        "base",
+        "root",
+        "-x",
+        "$(touch pwned)",
+        "a;b",
+        "x\ny",
+        "é",
+        "a" * 65,
+    ],
+)
 def test_invalid_env_names_are_refused(name: str) -> None:
     with pytest.raises(UsageError, match="invalid environment name"):
         check_env_name(name)
 
 
-@pytest.mark.parametrize(("text", "kind"), [
-    ("llamafactory==0.9.5", "requirement"),
-    ("finetunekit", "requirement"),
-    ("llamafactory[torch,metrics]>=0.9", "requirement"),
-    ("name @ https://example.com/x.whl", "requirement"),
-    ("git+https://github.com/hiyouga/LlamaFactory@v0.9.5", "url"),
-    ("https://example.com/pkg.tar.gz", "url"),
-    ("./LlamaFactory", "path"),
-    ("/srv/my fw/$(x)", "path"),
-    ("~/src/fw", "path"),
-    ("../fw", "path"),
-])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("llamafactory==0.9.5", "requirement"),
+        ("finetunekit", "requirement"),
+        ("llamafactory[torch,metrics]>=0.9", "requirement"),
+        ("name @ https://example.com/x.whl", "requirement"),
+        ("git+https://github.com/hiyouga/LlamaFactory@v0.9.5", "url"),
+        ("https://example.com/pkg.tar.gz", "url"),
+        ("./LlamaFactory", "path"),
+        ("/srv/my fw/$(x)", "path"),
+        ("~/src/fw", "path"),
+        ("../fw", "path"),
+    ],
+)
 def test_classify_framework(text: str, kind: str) -> None:
     assert classify_framework(text) == kind
 
 
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
+@given(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40))
 def test_yaml_scalar_reads_back_as_the_same_string(text: str) -> None:
     loaded = yaml.safe_load(f"- {yaml_scalar(text)}\n")
     assert loaded == [text]
 
 
 def test_yaml_scalar_keeps_ordinary_values_plain() -> None:
-    assert yaml_scalar("--index-url https://download.pytorch.org/whl/cu121") == \
-        "--index-url https://download.pytorch.org/whl/cu121"
+    assert (
+        yaml_scalar("--index-url https://download.pytorch.org/whl/cu121")
+        == "--index-url https://download.pytorch.org/whl/cu121"
+    )
     assert yaml_scalar("torch==2.1.0+cu121") == "torch==2.1.0+cu121"
     assert yaml_scalar("yes") == json.dumps("yes")
     assert yaml_scalar("3.10") == json.dumps("3.10")

@@ -89,10 +89,18 @@ def test_collect_env_quoted_and_indented_cpu_build() -> None:
 
 def test_collect_env_warnings_give_arch_list_and_compute_capability() -> None:
     report = _parse("collect_env_2_5_rtx5090.txt")
-    assert report.installed.arch_list == ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86",
-                                          "sm_90")
+    assert report.installed.arch_list == (
+        "sm_50",
+        "sm_60",
+        "sm_70",
+        "sm_75",
+        "sm_80",
+        "sm_86",
+        "sm_90",
+    )
     assert [(g.name, g.compute_capability, g.index) for g in report.gpus] == [
-        ("NVIDIA GeForce RTX 5090", (12, 0), 0)]
+        ("NVIDIA GeForce RTX 5090", (12, 0), 0)
+    ]
     assert report.cuda_runtime is None  # "No CUDA"
     # pip lists "torch==2.5.1" (no label) for the same install collect_env describes.
     assert len(report.installed.torch) == 1
@@ -156,8 +164,10 @@ def test_llamafactory_with_pasted_nvidia_smi() -> None:
     assert report.formats == ("llamafactory-cli env", "nvidia-smi")
     assert report.driver_version == "530.30.02" and report.driver_cuda == "12.1"
     # "GPU type" and the table's GPU 0 are the same card; GPU 1 is the second.
-    assert [(g.name, g.index) for g in report.gpus] == [("NVIDIA GeForce RTX 3090", 0),
-                                                        ("NVIDIA GeForce RTX 3090", 1)]
+    assert [(g.name, g.index) for g in report.gpus] == [
+        ("NVIDIA GeForce RTX 3090", 0),
+        ("NVIDIA GeForce RTX 3090", 1),
+    ]
     dists = {d.name: d.version for d in report.installed.distributions}
     assert dists["llamafactory"] == "0.9.4.dev0"
 
@@ -209,23 +219,68 @@ def test_parsing_is_bounded() -> None:
     assert report.installed.active_torch is not None
 
 
-_REPORT_WORDS = st.sampled_from([
-    "PyTorch version:", "CUDA used to build PyTorch:", "Is CUDA available:", "Yes", "True",
-    "GPU models and configuration:", "GPU 0:", "Nvidia driver version:", "[pip3]", "[conda]",
-    "torch==", "deepspeed wheel compiled w. ......", "torch", "cuda", "nvcc version .....",
-    "- PyTorch version:", "- GPU type:", "(GPU)", "Driver Version:", "CUDA Version:", "|",
-    "with CUDA capability sm_", "is not compatible with the current PyTorch",
-    "supports CUDA capabilities sm_", "found version", "12020", "99999999999", "535.104.05",
-    "2.1.0+cu121", "+cu", "0.0", "..........", "[YES]", "[NO]", "[OKAY]", ":", ">", "`", "\n",
-    " ", "\t", "12.1", "cu9999", "sm_9999", "NVIDIA-SMI", "On", "Off", "pytorch", "py3.10_cuda",
-])
+_REPORT_WORDS = st.sampled_from(
+    [
+        "PyTorch version:",
+        "CUDA used to build PyTorch:",
+        "Is CUDA available:",
+        "Yes",
+        "True",
+        "GPU models and configuration:",
+        "GPU 0:",
+        "Nvidia driver version:",
+        "[pip3]",
+        "[conda]",
+        "torch==",
+        "deepspeed wheel compiled w. ......",
+        "torch",
+        "cuda",
+        "nvcc version .....",
+        "- PyTorch version:",
+        "- GPU type:",
+        "(GPU)",
+        "Driver Version:",
+        "CUDA Version:",
+        "|",
+        "with CUDA capability sm_",
+        "is not compatible with the current PyTorch",
+        "supports CUDA capabilities sm_",
+        "found version",
+        "12020",
+        "99999999999",
+        "535.104.05",
+        "2.1.0+cu121",
+        "+cu",
+        "0.0",
+        "..........",
+        "[YES]",
+        "[NO]",
+        "[OKAY]",
+        ":",
+        ">",
+        "`",
+        "\n",
+        " ",
+        "\t",
+        "12.1",
+        "cu9999",
+        "sm_9999",
+        "NVIDIA-SMI",
+        "On",
+        "Off",
+        "pytorch",
+        "py3.10_cuda",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(
-    st.text(max_size=400),
-    st.lists(st.one_of(_REPORT_WORDS, st.text(max_size=12)), max_size=80).map("".join),
-))
+@given(
+    st.one_of(
+        st.text(max_size=400),
+        st.lists(st.one_of(_REPORT_WORDS, st.text(max_size=12)), max_size=80).map("".join),
+    )
+)
 def test_no_input_makes_the_parser_raise_anything_but_input_error(text: str) -> None:
     try:
         report = parse_report(text)

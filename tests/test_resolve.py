@@ -33,8 +33,9 @@ def matrix() -> Matrix:
     return load_matrix()
 
 
-def node(driver: str | None, *gpus: tuple[str, str], name: str = "this machine",
-         platform: str = LINUX) -> Target:
+def node(
+    driver: str | None, *gpus: tuple[str, str], name: str = "this machine", platform: str = LINUX
+) -> Target:
     return Target(
         platform=platform,
         driver_version=DriverVersion(driver) if driver else None,
@@ -63,12 +64,22 @@ class Case:
 CASES = {
     # 570.86.15 → CUDA 12.8. cu13x needs ≥ 580.65.06, cu129 ≥ 575.51.03; cu126 has no sm_12x
     # and no PTX; 2.11.0 is the newest release with cu128 (sm_120). Python: 2.11.0 tops at 3.14.
-    "blackwell-570": Case((node("570.86.15", RTX_5090),), make_request(), "2.11.0+cu128",
-                          "3.14", {"torchvision": "0.26.0+cu128"},
-                          ("limits CUDA to 12.8", "rules out the cu126 build")),
+    "blackwell-570": Case(
+        (node("570.86.15", RTX_5090),),
+        make_request(),
+        "2.11.0+cu128",
+        "3.14",
+        {"torchvision": "0.26.0+cu128"},
+        ("limits CUDA to 12.8", "rules out the cu126 build"),
+    ),
     # Pascal 6.1 on 570: cu126 still ships sm_60; 2.15.0 has no cu126, 2.14.1 does.
-    "pascal-570": Case((node("570.86.15", GTX_1080TI),), make_request(), "2.14.1+cu126", "3.14",
-                       {"torchvision": "0.29.1+cu126"}),
+    "pascal-570": Case(
+        (node("570.86.15", GTX_1080TI),),
+        make_request(),
+        "2.14.1+cu126",
+        "3.14",
+        {"torchvision": "0.29.1+cu126"},
+    ),
     # Volta 7.0 on 595.45.04 (13.2 GA): cu130/cu132 start at sm_75 with PTX 12.0 only, so the
     # newest build with sm_70 is 2.14.1+cu126.
     "volta-595": Case((node("595.45.04", V100),), make_request(), "2.14.1+cu126", "3.14"),
@@ -76,46 +87,87 @@ CASES = {
     "driver-at-minimum": Case((node("560.28.03", A100),), make_request(), "2.14.1+cu126", "3.14"),
     # One below: CUDA 12.5. No 2.8+ release has a build ≤ 12.5; 2.7.1 has cu118 (sm_80).
     # Python: 2.7.1 tops at 3.13 (3.13t is free-threaded, not a default).
-    "driver-one-below": Case((node("560.28.02", A100),), make_request(), "2.7.1+cu118", "3.13",
-                             {"torchvision": "0.22.1+cu118"}),
+    "driver-one-below": Case(
+        (node("560.28.02", A100),),
+        make_request(),
+        "2.7.1+cu118",
+        "3.13",
+        {"torchvision": "0.22.1+cu118"},
+    ),
     # Same driver with --compat minor: 560.28.02 ≥ 525.60.13, so 12.6 is allowed → 2.14.1+cu126.
-    "driver-one-below-minor": Case((node("560.28.02", A100),), make_request(compat="minor"),
-                                   "2.14.1+cu126", "3.14", says=("minor-version compatibility",
-                                                                 "PTX JIT")),
+    "driver-one-below-minor": Case(
+        (node("560.28.02", A100),),
+        make_request(compat="minor"),
+        "2.14.1+cu126",
+        "3.14",
+        says=("minor-version compatibility", "PTX JIT"),
+    ),
     # Exactly at the 12.x floor: strict gives CUDA 12.0 → cu118 (2.7.1); minor allows 12.6.
     "floor-strict": Case((node("525.60.13", A100),), make_request(), "2.7.1+cu118", "3.13"),
-    "floor-minor": Case((node("525.60.13", A100),), make_request(compat="minor"), "2.14.1+cu126",
-                        "3.14"),
+    "floor-minor": Case(
+        (node("525.60.13", A100),), make_request(compat="minor"), "2.14.1+cu126", "3.14"
+    ),
     # One below the floor: CUDA 11.8 and no 12.x by minor compat either.
-    "below-floor-minor": Case((node("525.60.12", A100),), make_request(compat="minor"),
-                              "2.7.1+cu118", "3.13"),
+    "below-floor-minor": Case(
+        (node("525.60.12", A100),), make_request(compat="minor"), "2.7.1+cu118", "3.13"
+    ),
     # Python 3.8 only on ≤ 2.4.1; 535.104.05 → 12.2 → cu121 (cu124 needs 550.54.14).
-    "python-3.8": Case((node("535.104.05", A100),), make_request(python="3.8"), "2.4.1+cu121",
-                       "3.8", {"torchvision": "0.19.1+cu121"}, ("Python 3.8 limits torch",)),
+    "python-3.8": Case(
+        (node("535.104.05", A100),),
+        make_request(python="3.8"),
+        "2.4.1+cu121",
+        "3.8",
+        {"torchvision": "0.19.1+cu121"},
+        ("Python 3.8 limits torch",),
+    ),
     # No driver: the CPU build of the newest release, Python 3.15 (2.15.0), said loudly.
-    "no-driver": Case((node(None),), make_request(), "2.15.0+cpu", "3.15",
-                      {"torchvision": "0.29.2+cpu"}, ("NO NVIDIA DRIVER",)),
+    "no-driver": Case(
+        (node(None),),
+        make_request(),
+        "2.15.0+cpu",
+        "3.15",
+        {"torchvision": "0.29.2+cpu"},
+        ("NO NVIDIA DRIVER",),
+    ),
     # --cuda 12.1 on a 570 driver: the newest release with a cu121 build is 2.5.1 (Python 3.13).
-    "cuda-pin": Case((node("570.86.15", A100),), make_request(cuda="12.1"), "2.5.1+cu121",
-                     "3.13", {"torchvision": "0.20.1+cu121"}),
+    "cuda-pin": Case(
+        (node("570.86.15", A100),),
+        make_request(cuda="12.1"),
+        "2.5.1+cu121",
+        "3.13",
+        {"torchvision": "0.20.1+cu121"},
+    ),
     # torchaudio stops at 2.11.0; on 570 its newest allowed build with sm_80 is cu128.
-    "torchaudio": Case((node("570.86.15", A100),), make_request(with_packages=["torchaudio"]),
-                       "2.11.0+cu128", "3.14",
-                       {"torchvision": "0.26.0+cu128", "torchaudio": "2.11.0+cu128"},
-                       ("--with torchaudio limits torch",)),
+    "torchaudio": Case(
+        (node("570.86.15", A100),),
+        make_request(with_packages=["torchaudio"]),
+        "2.11.0+cu128",
+        "3.14",
+        {"torchvision": "0.26.0+cu128", "torchaudio": "2.11.0+cu128"},
+        ("--with torchaudio limits torch",),
+    ),
     # A100 on 570: 2.14.1+cu126 (newest release first); DeepSpeed 0.19.8 needs torch ≥ 2.0.0.
-    "deepspeed": Case((node("570.86.15", A100),),
-                      make_request(with_packages=["deepspeed"]), "2.14.1+cu126", "3.14",
-                      {"torchvision": "0.29.1+cu126", "deepspeed": "0.19.8"}),
+    "deepspeed": Case(
+        (node("570.86.15", A100),),
+        make_request(with_packages=["deepspeed"]),
+        "2.14.1+cu126",
+        "3.14",
+        {"torchvision": "0.29.1+cu126", "deepspeed": "0.19.8"},
+    ),
     # Windows: 537.13 is 12.2.2's Windows minimum → CUDA 12.2 → 2.7.1+cu118 on Windows.
-    "windows": Case((node("537.13", A100, platform="windows-x86_64"),), make_request(),
-                    "2.7.1+cu118", "3.13"),
+    "windows": Case(
+        (node("537.13", A100, platform="windows-x86_64"),), make_request(), "2.7.1+cu118", "3.13"
+    ),
     # A fleet: node-b's 535.104.05 limits CUDA to 12.2 and brings Volta; node-a brings 8.9.
     # Newest build ≤ 12.2 with sm_70 and sm_86: 2.7.1+cu118.
-    "fleet": Case((node("570.86.15", RTX_4090, name="node-a"),
-                   node("535.104.05", V100, name="node-b")), make_request(), "2.7.1+cu118",
-                  "3.13", {}, ("driver 535.104.05 on node-b limits CUDA to 12.2", "on node-a",
-                               "2 targets")),
+    "fleet": Case(
+        (node("570.86.15", RTX_4090, name="node-a"), node("535.104.05", V100, name="node-b")),
+        make_request(),
+        "2.7.1+cu118",
+        "3.13",
+        {},
+        ("driver 535.104.05 on node-b limits CUDA to 12.2", "on node-a", "2 targets"),
+    ),
 }
 
 
@@ -156,19 +208,28 @@ def test_plan_json_has_the_documented_fields(matrix: Matrix) -> None:
     document = plan.to_json()
     assert document["matrix_version"] == matrix.matrix_version
     assert document["python"] == "3.14"
-    assert document["torch"] == {"version": "2.11.0", "variant": "cu128", "cuda": "12.8",
-                                 "cudnn": document["torch"]["cudnn"],
-                                 "index_url": f"{INDEX}/cu128"}
-    assert document["packages"][0] == {"name": "torch", "version": "2.11.0+cu128",
-                                       "index_url": f"{INDEX}/cu128"}
+    assert document["torch"] == {
+        "version": "2.11.0",
+        "variant": "cu128",
+        "cuda": "12.8",
+        "cudnn": document["torch"]["cudnn"],
+        "index_url": f"{INDEX}/cu128",
+    }
+    assert document["packages"][0] == {
+        "name": "torch",
+        "version": "2.11.0+cu128",
+        "index_url": f"{INDEX}/cu128",
+    }
     assert document["target"]["driver_version"] == "570.86.15"
     assert {"torch", "variant", "reason", "fix"} <= set(document["rejected"][0])
 
 
 def test_mixed_pascal_and_blackwell_fleet_has_no_common_build(matrix: Matrix) -> None:
     # sm_60 is only in cu126 and older (no PTX); sm_120 only in cu128+; no build has both.
-    fleet = [node("580.65.06", RTX_5090, name="node-a"),
-             node("580.65.06", GTX_1080TI, name="node-b")]
+    fleet = [
+        node("580.65.06", RTX_5090, name="node-a"),
+        node("580.65.06", GTX_1080TI, name="node-b"),
+    ]
     with pytest.raises(Unsatisfiable) as caught:
         resolve(matrix, fleet, make_request())
     reasons = " ".join(r.reason for r in caught.value.rejected)  # type: ignore[attr-defined]
@@ -184,7 +245,9 @@ def test_unsatisfiable_spec_names_the_driver_it_needs(matrix: Matrix) -> None:
     error = caught.value
     rejected = error.rejected
     assert [(r.torch, r.variant) for r in rejected] == [  # type: ignore[attr-defined]
-        ("2.15.0", "cu132"), ("2.15.0", "cu130")]
+        ("2.15.0", "cu132"),
+        ("2.15.0", "cu130"),
+    ]
     assert rejected[1].fix == "upgrade to driver ≥ 580.65.06"  # type: ignore[attr-defined]
     assert error.hint is not None and "580.65.06" in error.hint
     assert "--compat minor" not in error.hint
@@ -200,8 +263,10 @@ def test_strict_failure_says_what_compat_minor_would_give(matrix: Matrix) -> Non
 
 
 def test_mixed_platforms_are_named(matrix: Matrix) -> None:
-    fleet = [node("570.86.15", A100, name="node-a"),
-             node("572.16", A100, name="win-1", platform="windows-x86_64")]
+    fleet = [
+        node("570.86.15", A100, name="node-a"),
+        node("572.16", A100, name="win-1", platform="windows-x86_64"),
+    ]
     with pytest.raises(Unsatisfiable, match=r"linux-x86_64 \(node-a\).*windows-x86_64 \(win-1\)"):
         resolve(matrix, fleet, make_request())
 

@@ -26,8 +26,9 @@ from tests.support.small_matrix import LINUX, small_matrix
 MATRIX = small_matrix()
 
 
-def node(driver: str | None, *ccs: str, name: str = "this machine",
-         platform: str = LINUX) -> Target:
+def node(
+    driver: str | None, *ccs: str, name: str = "this machine", platform: str = LINUX
+) -> Target:
     return Target(
         platform=platform,
         driver_version=DriverVersion(driver) if driver else None,
@@ -82,8 +83,9 @@ def test_free_threaded_python_is_matched_exactly() -> None:
 def test_companion_spec_limits_the_release() -> None:
     # torchvision < 0.20: 2.14.1 pairs 0.29.1, 2.11.0 0.26.0, 2.5.1 0.20.1, 2.4.1 0.19.1 → 2.4.1;
     # driver 560.28.03 (12.6) → its newest build cu124.
-    plan = resolve(MATRIX, [node("560.28.03", "8.0")],
-                   make_request(with_packages=["torchvision<0.20"]))
+    plan = resolve(
+        MATRIX, [node("560.28.03", "8.0")], make_request(with_packages=["torchvision<0.20"])
+    )
     assert plan.torch_pin.version == "2.4.1+cu124"
     vision = plan.pin("torchvision")
     assert vision is not None and vision.version == "0.19.1+cu124"
@@ -98,8 +100,7 @@ def test_deepspeed_newest_release_for_the_chosen_torch() -> None:
     # Its torch range is marked unverified in the small matrix: the plan says so.
     assert any("DeepSpeed 0.19.8" in fact for fact in plan.unverified)
     # Python 3.8 → torch 2.4.1; 0.19.8 and 0.16.9 need newer Pythons → 0.14.4.
-    plan = resolve(MATRIX, [node(None)], make_request(python="3.8",
-                                                      with_packages=["deepspeed"]))
+    plan = resolve(MATRIX, [node(None)], make_request(python="3.8", with_packages=["deepspeed"]))
     deepspeed = plan.pin("deepspeed")
     assert deepspeed is not None and deepspeed.version == "0.14.4"
 
@@ -145,19 +146,29 @@ def test_parse_torch_spec(text: str, expected: str) -> None:
 def test_no_torch_spec_is_no_constraint_and_costs_no_specifier_import() -> None:
     assert parse_torch_spec("") is None and parse_torch_spec("  ") is None
     # Compiling packaging's specifier grammar is a good part of resolve's start-up.
-    script = ("import sys\nfrom cudalock.cli.main import run\n"
-              "run(['resolve', '--no-gpu', '--python', '3.11', '--json'])\n"
-              "print('packaging.specifiers' in sys.modules, file=sys.stderr)")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, check=True)
+    script = (
+        "import sys\nfrom cudalock.cli.main import run\n"
+        "run(['resolve', '--no-gpu', '--python', '3.11', '--json'])\n"
+        "print('packaging.specifiers' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
     assert '"torch"' in done.stdout and done.stderr.strip() == "False"
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("torch", ">=x"), ("python", "3"), ("cuda", "twelve"), ("compat", "loose"),
-     ("with_packages", ["numpy"]), ("with_packages", ["torch"]), ("with_packages", ["x[["]),
-     ("pytorch_index", "download.pytorch.org/whl")],
+    [
+        ("torch", ">=x"),
+        ("python", "3"),
+        ("cuda", "twelve"),
+        ("compat", "loose"),
+        ("with_packages", ["numpy"]),
+        ("with_packages", ["torch"]),
+        ("with_packages", ["x[["]),
+        ("pytorch_index", "download.pytorch.org/whl"),
+    ],
 )
 def test_make_request_rejects_bad_values(field: str, value: object) -> None:
     with pytest.raises(UsageError):
@@ -168,14 +179,25 @@ def test_make_request_companions() -> None:
     assert make_request().with_packages == ("torchvision",)
     assert make_request(with_packages=["none"]).with_packages == ()
     assert make_request(with_packages=["deepspeed>=0.15"]).with_packages == (
-        "torchvision", "deepspeed>=0.15")
+        "torchvision",
+        "deepspeed>=0.15",
+    )
     assert make_request(with_packages=["torchvision<0.20"]).with_packages == ("torchvision<0.20",)
     with pytest.raises(InputError):
         make_request(torch="2.x")
 
 
-DRIVERS = ["450.80.02", "520.61.05", "525.60.13", "535.104.05", "550.54.14", "560.28.03",
-           "570.86.15", "580.65.06", "595.45.04"]
+DRIVERS = [
+    "450.80.02",
+    "520.61.05",
+    "525.60.13",
+    "535.104.05",
+    "550.54.14",
+    "560.28.03",
+    "570.86.15",
+    "580.65.06",
+    "595.45.04",
+]
 CCS = ["6.1", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "12.0"]
 
 targets_strategy = st.lists(
@@ -192,8 +214,9 @@ targets_strategy = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(fleet=targets_strategy, compat=st.sampled_from(["strict", "minor"]), data=st.data())
-def test_fleet_plan_runs_on_every_node_and_ignores_order(fleet: list[Target], compat: str,
-                                                         data: st.DataObject) -> None:
+def test_fleet_plan_runs_on_every_node_and_ignores_order(
+    fleet: list[Target], compat: str, data: st.DataObject
+) -> None:
     request = make_request(compat=compat)
     try:
         plan = resolve(MATRIX, fleet, request)
@@ -224,8 +247,9 @@ def test_fleet_plan_runs_on_every_node_and_ignores_order(fleet: list[Target], co
 
 def test_resolving_ten_thousand_targets_is_fast() -> None:
     drivers = ["535.104", "550.54", "560.28", "570.86", "580.65"]
-    fleet = [node(f"{drivers[i % 5]}.{i % 97:02d}", CCS[i % 5 + 1], name=f"n{i}")
-             for i in range(10_000)]
+    fleet = [
+        node(f"{drivers[i % 5]}.{i % 97:02d}", CCS[i % 5 + 1], name=f"n{i}") for i in range(10_000)
+    ]
     started = time.perf_counter()
     plan = resolve(MATRIX, fleet, make_request())
     elapsed = time.perf_counter() - started

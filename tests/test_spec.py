@@ -22,12 +22,20 @@ from cudalock.model import Gpu, Request, Target
 from cudalock.versions import DriverVersion
 
 SPEC = Spec(
-    request=Request(torch="==2.1.0", python="3.11", with_packages=("torchvision", "deepspeed"),
-                    framework="llamafactory==0.9.5",
-                    pytorch_index="https://mirror.example/whl",
-                    pypi_index="https://mirror.example/simple"),
-    target=TargetSummary(driver_version="535.104.05", driver_cuda="12.2",
-                         compute_capabilities=("8.0", "8.6"), platform="linux-x86_64"),
+    request=Request(
+        torch="==2.1.0",
+        python="3.11",
+        with_packages=("torchvision", "deepspeed"),
+        framework="llamafactory==0.9.5",
+        pytorch_index="https://mirror.example/whl",
+        pypi_index="https://mirror.example/simple",
+    ),
+    target=TargetSummary(
+        driver_version="535.104.05",
+        driver_cuda="12.2",
+        compute_capabilities=("8.0", "8.6"),
+        platform="linux-x86_64",
+    ),
     output=OutputSpec(format="venv", name="ft"),
 )
 
@@ -58,8 +66,11 @@ def test_update_keeps_comments_and_untouched_formatting() -> None:
         'with = ["torchvision"]\n'
         'framework = "old==1"\n'
     )
-    changed = Spec(request=Request(torch="==2.1.0", python="3.12", framework=None),
-                   target=None, output=OutputSpec(format="conda"))
+    changed = Spec(
+        request=Request(torch="==2.1.0", python="3.12", framework=None),
+        target=None,
+        output=OutputSpec(format="conda"),
+    )
     text = update_spec_text(original, changed)
     assert text.startswith("# my project's torch, see ticket 42\n")
     assert "# pinned: 2.2 breaks our kernels\n" in text
@@ -77,8 +88,12 @@ def test_update_is_stable(tmp_path: Path) -> None:
 
 
 def test_credentials_are_not_recorded() -> None:
-    spec = Spec(request=Request(pytorch_index="https://user:s3cret@mirror.example/whl",
-                                pypi_index="https://tok@mirror.example/simple"))
+    spec = Spec(
+        request=Request(
+            pytorch_index="https://user:s3cret@mirror.example/whl",
+            pypi_index="https://tok@mirror.example/simple",
+        )
+    )
     text = update_spec_text(None, spec)
     assert "s3cret" not in text and "tok@" not in text
     assert parse_spec(text).request.pytorch_index == "https://mirror.example/whl"
@@ -91,17 +106,20 @@ def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
         read_spec(path)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("[request]\ntorch = 2.1\n", r"\[request\] torch must be a string"),
-    ('[request]\nwith = "torchvision"\n', r"\[request\] with must be a list of strings"),
-    ('[request]\ntorhc = "2.1"\n', r"\[request\] unknown key 'torhc'"),
-    ('[request]\ncompat = "loose"\n', r"compat must be strict or minor"),
-    ('[output]\nformat = "pixi"\n', r"\[output\] format must be one of conda, venv, uv"),
-    ("spec_version = 2\n", r"spec_version 2 is not supported"),
-    ('request = "x"\n', r"\[request\] must be a table"),
-    ("[extras]\n", r"unknown key 'extras'"),
-    ("[target]\ngpu = 1\n", r"\[target\] gpu must be true or false"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[request]\ntorch = 2.1\n", r"\[request\] torch must be a string"),
+        ('[request]\nwith = "torchvision"\n', r"\[request\] with must be a list of strings"),
+        ('[request]\ntorhc = "2.1"\n', r"\[request\] unknown key 'torhc'"),
+        ('[request]\ncompat = "loose"\n', r"compat must be strict or minor"),
+        ('[output]\nformat = "pixi"\n', r"\[output\] format must be one of conda, venv, uv"),
+        ("spec_version = 2\n", r"spec_version 2 is not supported"),
+        ('request = "x"\n', r"\[request\] must be a table"),
+        ("[extras]\n", r"unknown key 'extras'"),
+        ("[target]\ngpu = 1\n", r"\[target\] gpu must be true or false"),
+    ],
+)
 def test_bad_content_is_an_input_error(text: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
         parse_spec(text)
@@ -115,14 +133,26 @@ def test_binary_file_is_an_input_error(tmp_path: Path) -> None:
 
 
 def test_target_summary_of_a_fleet_takes_the_lowest_driver_and_every_arch() -> None:
-    a = Target(platform="linux-x86_64", driver_version=DriverVersion("550.54.14"),
-               driver_cuda=(12, 4), gpus=(Gpu("H100", (9, 0)),))
-    b = Target(platform="linux-x86_64", driver_version=DriverVersion("535.104.05"),
-               driver_cuda=(12, 2), gpus=(Gpu("A10", (8, 6)), Gpu("A100", (8, 0))))
+    a = Target(
+        platform="linux-x86_64",
+        driver_version=DriverVersion("550.54.14"),
+        driver_cuda=(12, 4),
+        gpus=(Gpu("H100", (9, 0)),),
+    )
+    b = Target(
+        platform="linux-x86_64",
+        driver_version=DriverVersion("535.104.05"),
+        driver_cuda=(12, 2),
+        gpus=(Gpu("A10", (8, 6)), Gpu("A100", (8, 0))),
+    )
     summary = TargetSummary.of([a, b])
-    assert summary == TargetSummary(driver_version="535.104.05", driver_cuda="12.2",
-                                    compute_capabilities=("8.0", "8.6", "9.0"),
-                                    platform="linux-x86_64", gpu=True)
+    assert summary == TargetSummary(
+        driver_version="535.104.05",
+        driver_cuda="12.2",
+        compute_capabilities=("8.0", "8.6", "9.0"),
+        platform="linux-x86_64",
+        gpu=True,
+    )
 
 
 def test_cpu_target_is_recorded_as_gpu_false() -> None:
@@ -133,12 +163,29 @@ def test_cpu_target_is_recorded_as_gpu_false() -> None:
     assert parse_spec(text).target == summary
 
 
-_TOML_PIECES = st.sampled_from([
-    "[request]\n", "[target]\n", "[output]\n", "[[request]]\n", "spec_version = 1\n",
-    'torch = "2.1"\n', "torch = 2\n", 'with = ["a", 1]\n', "with = []\n", "gpu = true\n",
-    'compat = "minor"\n', 'format = "uv"\n', "x = {a = 1}\n", "= =\n", '"\n', "\x00",
-    "compute_capabilities = [[1]]\n", "[request.sub]\n", "spec_version = \"1\"\n",
-])
+_TOML_PIECES = st.sampled_from(
+    [
+        "[request]\n",
+        "[target]\n",
+        "[output]\n",
+        "[[request]]\n",
+        "spec_version = 1\n",
+        'torch = "2.1"\n',
+        "torch = 2\n",
+        'with = ["a", 1]\n',
+        "with = []\n",
+        "gpu = true\n",
+        'compat = "minor"\n',
+        'format = "uv"\n',
+        "x = {a = 1}\n",
+        "= =\n",
+        '"\n',
+        "\x00",
+        "compute_capabilities = [[1]]\n",
+        "[request.sub]\n",
+        'spec_version = "1"\n',
+    ]
+)
 
 
 @settings(max_examples=200, deadline=None)

@@ -33,7 +33,7 @@ def test_pep503_and_pep691_pages_advertise_hashes_and_metadata(tmp_path: Path) -
         page = body.decode()
         assert status == 200 and ctype == "text/html"
         assert "/whl/cu121/torch-2.1.0%2Bcu121-py3-none-any.whl#sha256=" in page
-        assert 'data-core-metadata="sha256=' in page and 'data-dist-info-metadata=' in page
+        assert 'data-core-metadata="sha256=' in page and "data-dist-info-metadata=" in page
 
         status, ctype, body = _get(srv.pytorch_url + "/cu121/torch/", PEP691_JSON)
         document = json.loads(body)
@@ -61,22 +61,45 @@ def test_faults_are_injected_then_clear(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_pip_installs_the_labelled_build_from_the_local_index(tmp_path: Path) -> None:
     newer = torch_standin("2.15.0", "13.2")
-    with serve_indexes(tmp_path, pytorch={"cu121": [TORCH]},
-                       pypi=[newer, StandIn("finetunekit", "1.0", requires_dist=["torch>=2.0"])]
-                       ) as srv:
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")],
-                       check=True)
+    with serve_indexes(
+        tmp_path,
+        pytorch={"cu121": [TORCH]},
+        pypi=[newer, StandIn("finetunekit", "1.0", requires_dist=["torch>=2.0"])],
+    ) as srv:
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True
+        )
         python = str(tmp_path / "v" / "bin" / "python")
         pip = [sys.executable, "-m", "pip", "--python", python, "install", "--no-input"]
-        subprocess.run([*pip, "--index-url", srv.pytorch_url + "/cu121", "torch==2.1.0+cu121"],
-                       check=True, env=offline_env(), capture_output=True)
+        subprocess.run(
+            [*pip, "--index-url", srv.pytorch_url + "/cu121", "torch==2.1.0+cu121"],
+            check=True,
+            env=offline_env(),
+            capture_output=True,
+        )
         # Unpinned, the PyPI-like index offers the newer unlabelled torch: what cudalock prevents.
-        done = subprocess.run([*pip, "--index-url", srv.pypi_url, "--dry-run", "--quiet",
-                               "--report", "-",
-                               "--upgrade", "finetunekit", "torch"],
-                              env=offline_env(), capture_output=True, text=True, check=True)
-        chosen = {i["metadata"]["name"]: i["metadata"]["version"]
-                  for i in json.loads(done.stdout)["install"]}
+        done = subprocess.run(
+            [
+                *pip,
+                "--index-url",
+                srv.pypi_url,
+                "--dry-run",
+                "--quiet",
+                "--report",
+                "-",
+                "--upgrade",
+                "finetunekit",
+                "torch",
+            ],
+            env=offline_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        chosen = {
+            i["metadata"]["name"]: i["metadata"]["version"]
+            for i in json.loads(done.stdout)["install"]
+        }
         assert chosen["torch"] == "2.15.0"
         # pip read the dependencies from the PEP 658 file next to the wheel.
         assert srv.requested("/pypi/files/torch-2.15.0-py3-none-any.whl.metadata")

@@ -25,16 +25,26 @@ GPU_BOX = Target(
     platform="linux-x86_64",
     driver_version=DriverVersion("550.54.15"),
     driver_cuda=(12, 4),
-    gpus=(Gpu("NVIDIA A100-SXM4-80GB", (8, 0), 0, "GPU-a", 80 << 30),
-          Gpu("Tesla T4", (7, 5), 1, "GPU-b", 15 << 30)),
-    host=Host(os="linux", arch="x86_64", glibc="2.35", memory_total_bytes=512 << 30,
-              cgroup_memory_limit_bytes=None, hostname="node-07"),
+    gpus=(
+        Gpu("NVIDIA A100-SXM4-80GB", (8, 0), 0, "GPU-a", 80 << 30),
+        Gpu("Tesla T4", (7, 5), 1, "GPU-b", 15 << 30),
+    ),
+    host=Host(
+        os="linux",
+        arch="x86_64",
+        glibc="2.35",
+        memory_total_bytes=512 << 30,
+        cgroup_memory_limit_bytes=None,
+        hostname="node-07",
+    ),
     source="nvml",
     notes=("CUDA_VISIBLE_DEVICES='0': CUDA programs see 1 of 2 GPUs",),
 )
-CPU_BOX = Target(platform="linux-x86_64", host=Host(os="linux", arch="x86_64", glibc="2.36",
-                                                    hostname="laptop"),
-                 notes=("no NVIDIA driver found: this is a CPU-only target",))
+CPU_BOX = Target(
+    platform="linux-x86_64",
+    host=Host(os="linux", arch="x86_64", glibc="2.36", hostname="laptop"),
+    notes=("no NVIDIA driver found: this is a CPU-only target",),
+)
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +117,9 @@ def test_driver_older_than_the_table(matrix: Matrix) -> None:
 
 
 def test_compute_capabilities_replace_gpus(matrix: Matrix) -> None:
-    target = one(matrix, CPU_BOX, driver_version="535.104.05",
-                 compute_capabilities=("8.6", "sm_90"))
+    target = one(
+        matrix, CPU_BOX, driver_version="535.104.05", compute_capabilities=("8.6", "sm_90")
+    )
     assert target.compute_capabilities == ((8, 6), (9, 0))
     assert target.host == CPU_BOX.host
     # Driver and GPUs both given: the live probe's "no driver" note no longer applies.
@@ -116,8 +127,9 @@ def test_compute_capabilities_replace_gpus(matrix: Matrix) -> None:
 
 
 def test_gpu_names_from_the_matrix(matrix: Matrix) -> None:
-    target = one(matrix, driver_cuda="12.4", gpu_names=("H100", "Tesla T4"),
-                 compute_capabilities=("8.6",))
+    target = one(
+        matrix, driver_cuda="12.4", gpu_names=("H100", "Tesla T4"), compute_capabilities=("8.6",)
+    )
     assert [(g.name, g.compute_capability) for g in target.gpus] == [
         ("GPU with compute capability 8.6", (8, 6)),
         ("NVIDIA H100", (9, 0)),
@@ -158,14 +170,17 @@ def test_platform_override_uses_that_platforms_driver_table(matrix: Matrix) -> N
     assert target.host == Host(os="windows", arch="x86_64")
 
 
-@pytest.mark.parametrize(("options", "named"), [
-    ({"driver_version": "abc"}, "'abc'"),
-    ({"driver_version": "535.104.05.1"}, "'535.104.05.1'"),
-    ({"driver_cuda": "12.x"}, "'12.x'"),
-    ({"compute_capabilities": ("9.x",)}, "'9.x'"),
-    ({"compute_capabilities": ("sm_",)}, "'sm_'"),
-    ({"platform": "linux-riscv64"}, "'linux-riscv64'"),
-])
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"driver_version": "abc"}, "'abc'"),
+        ({"driver_version": "535.104.05.1"}, "'535.104.05.1'"),
+        ({"driver_cuda": "12.x"}, "'12.x'"),
+        ({"compute_capabilities": ("9.x",)}, "'9.x'"),
+        ({"compute_capabilities": ("sm_",)}, "'sm_'"),
+        ({"platform": "linux-riscv64"}, "'linux-riscv64'"),
+    ],
+)
 def test_bad_override_values(matrix: Matrix, options: dict[str, Any], named: str) -> None:
     with pytest.raises(InputError) as caught:
         one(matrix, **options)
@@ -187,8 +202,9 @@ def test_probe_file_round_trip(tmp_path: Path, matrix: Matrix) -> None:
     assert target.name == "node-07"  # the recorded hostname
     assert target.source == f"file:{path}"
     assert target.notes[0] == f"read from {path} (probed there via nvml)"
-    assert replace(target, name=GPU_BOX.name, source=GPU_BOX.source,
-                   notes=target.notes[1:]) == GPU_BOX
+    assert (
+        replace(target, name=GPU_BOX.name, source=GPU_BOX.source, notes=target.notes[1:]) == GPU_BOX
+    )
 
 
 def test_probe_file_without_hostname_is_named_after_file(tmp_path: Path) -> None:
@@ -223,29 +239,36 @@ def mutated(**changes: Any) -> dict[str, Any]:
     return document
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    ("{not json", "is not valid JSON"),
-    ("[]", "must be a JSON object, got a list"),
-    (json.dumps(mutated(schema_version=2)), "schema_version 2 is not supported"),
-    (json.dumps(mutated(schema_version="1")), "'schema_version' must be the integer 1"),
-    (json.dumps(mutated(schema_version=KeyError)), "'schema_version' must be the integer 1"),
-    (json.dumps(mutated(platform=KeyError)), "'platform' is missing"),
-    (json.dumps(mutated(platform="Linux x86")), "is not a platform"),
-    (json.dumps(mutated(driver_version=535)), "'driver_version' must be a string or null"),
-    (json.dumps(mutated(driver_version="535.x")), "invalid NVIDIA driver version '535.x'"),
-    (json.dumps(mutated(driver_cuda="twelve")), "invalid CUDA version 'twelve'"),
-    (json.dumps(mutated(gpus={"name": "x"})), "'gpus' must be a list"),
-    (json.dumps(mutated(gpus=[{"name": "x", "compute_capability": "9.x"}])),
-     "gpus[0]: invalid compute capability '9.x'"),
-    (json.dumps(mutated(gpus=[{"compute_capability": "9.0"}])), "'gpus[0].name' is missing"),
-    (json.dumps(mutated(gpus=[{"name": "x", "memory_total_bytes": -1}])),
-     "'gpus[0].memory_total_bytes' must be a non-negative integer"),
-    (json.dumps(mutated(gpus=[{"name": "x", "index": True}])), "'gpus[0].index' must be"),
-    (json.dumps(mutated(host=[])), "host must be a JSON object"),
-    (json.dumps(mutated(host={"ram": 1})), "host has unknown field(s) 'ram'"),
-    (json.dumps(mutated(driver_verison="535.104.05")), "unknown field(s) 'driver_verison'"),
-    (json.dumps(mutated(notes="x")), "'notes' must be a list of strings"),
-])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{not json", "is not valid JSON"),
+        ("[]", "must be a JSON object, got a list"),
+        (json.dumps(mutated(schema_version=2)), "schema_version 2 is not supported"),
+        (json.dumps(mutated(schema_version="1")), "'schema_version' must be the integer 1"),
+        (json.dumps(mutated(schema_version=KeyError)), "'schema_version' must be the integer 1"),
+        (json.dumps(mutated(platform=KeyError)), "'platform' is missing"),
+        (json.dumps(mutated(platform="Linux x86")), "is not a platform"),
+        (json.dumps(mutated(driver_version=535)), "'driver_version' must be a string or null"),
+        (json.dumps(mutated(driver_version="535.x")), "invalid NVIDIA driver version '535.x'"),
+        (json.dumps(mutated(driver_cuda="twelve")), "invalid CUDA version 'twelve'"),
+        (json.dumps(mutated(gpus={"name": "x"})), "'gpus' must be a list"),
+        (
+            json.dumps(mutated(gpus=[{"name": "x", "compute_capability": "9.x"}])),
+            "gpus[0]: invalid compute capability '9.x'",
+        ),
+        (json.dumps(mutated(gpus=[{"compute_capability": "9.0"}])), "'gpus[0].name' is missing"),
+        (
+            json.dumps(mutated(gpus=[{"name": "x", "memory_total_bytes": -1}])),
+            "'gpus[0].memory_total_bytes' must be a non-negative integer",
+        ),
+        (json.dumps(mutated(gpus=[{"name": "x", "index": True}])), "'gpus[0].index' must be"),
+        (json.dumps(mutated(host=[])), "host must be a JSON object"),
+        (json.dumps(mutated(host={"ram": 1})), "host has unknown field(s) 'ram'"),
+        (json.dumps(mutated(driver_verison="535.104.05")), "unknown field(s) 'driver_verison'"),
+        (json.dumps(mutated(notes="x")), "'notes' must be a list of strings"),
+    ],
+)
 def test_bad_probe_files(tmp_path: Path, content: str, problem: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content, encoding="utf-8")

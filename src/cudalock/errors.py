@@ -42,8 +42,9 @@ class Unsatisfiable(CudalockError):
 
     exit_code = EXIT_PROBLEMS
 
-    def __init__(self, message: str, *, rejected: tuple[object, ...] = (),
-                 hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, rejected: tuple[object, ...] = (), hint: str | None = None
+    ) -> None:
         super().__init__(message, hint=hint)
         self.rejected = rejected
 

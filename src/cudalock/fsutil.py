@@ -49,8 +49,9 @@ def write_atomic(path: Path, content: str | bytes, *, mode: int | None = None) -
         raise _failure(path, err) from None
 
 
-def write_group(files: Mapping[Path, str | bytes], *, force: bool, modes: Mapping[Path, int]
-                | None = None) -> None:
+def write_group(
+    files: Mapping[Path, str | bytes], *, force: bool, modes: Mapping[Path, int] | None = None
+) -> None:
     """Write several outputs: refuse clobbering first, then write each one atomically.
 
     If a later write fails, the files this call already replaced are restored to what they were,

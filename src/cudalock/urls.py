@@ -56,8 +56,10 @@ def validate_index_url(url: str, *, flag: str, allow_insecure: bool = False) -> 
     """
     shown = redact(url)
     if any(ch.isspace() for ch in url) or any(ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise UsageError(f"{flag} {shown!r} contains whitespace or control characters; "
-                         "expected a URL like https://mirror.example/whl")
+        raise UsageError(
+            f"{flag} {shown!r} contains whitespace or control characters; "
+            "expected a URL like https://mirror.example/whl"
+        )
     try:
         parts = urllib.parse.urlsplit(url)
         host = parts.hostname or ""
@@ -65,8 +67,10 @@ def validate_index_url(url: str, *, flag: str, allow_insecure: bool = False) -> 
     except ValueError:
         raise UsageError(f"{flag} {shown!r} is not a valid URL") from None
     if parts.scheme not in ("https", "http") or not host:
-        raise UsageError(f"{flag} {shown!r} is not an http(s) URL; "
-                         "expected a URL like https://mirror.example/whl")
+        raise UsageError(
+            f"{flag} {shown!r} is not an http(s) URL; "
+            "expected a URL like https://mirror.example/whl"
+        )
     if parts.query or parts.fragment:
         raise UsageError(f"{flag} {shown!r} must not have a query or fragment")
     if parts.scheme == "http" and not allow_insecure and not is_loopback_host(host):

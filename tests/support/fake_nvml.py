@@ -146,8 +146,11 @@ def record(library: Any = pynvml) -> dict[str, Any]:
             return list(value)
         return value
 
-    recording: dict[str, Any] = {"description": "recorded on a real machine",
-                                 "system": {}, "devices": []}
+    recording: dict[str, Any] = {
+        "description": "recorded on a real machine",
+        "system": {},
+        "devices": [],
+    }
     recording["system"]["nvmlInit"] = ask("nvmlInit")
     if recording["system"]["nvmlInit"] is not None:
         return recording

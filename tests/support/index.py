@@ -98,8 +98,14 @@ class _Index:
 class IndexServer:
     """The running server. Iterate it for ``(pytorch_url, pypi_url)``."""
 
-    def __init__(self, wheel_dir: Path, pytorch: Mapping[str, Sequence[StandIn]],
-                 pypi: Sequence[StandIn], *, auth: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        wheel_dir: Path,
+        pytorch: Mapping[str, Sequence[StandIn]],
+        pypi: Sequence[StandIn],
+        *,
+        auth: tuple[str, str] | None = None,
+    ) -> None:
         self.wheel_dir = wheel_dir
         self.auth = auth
         self.faults: list[Fault] = []
@@ -125,15 +131,17 @@ class IndexServer:
         for spec in specs:
             data = build_wheel(spec, directory).read_bytes()
             metadata = metadata_of(spec).encode()
-            index.projects.setdefault(normalize(spec.name), []).append(_File(
-                filename=spec.filename,
-                data=data,
-                sha256=hashlib.sha256(data).hexdigest(),
-                metadata=metadata,
-                metadata_sha256=hashlib.sha256(metadata).hexdigest(),
-                requires_python=spec.requires_python,
-                version=spec.version,
-            ))
+            index.projects.setdefault(normalize(spec.name), []).append(
+                _File(
+                    filename=spec.filename,
+                    data=data,
+                    sha256=hashlib.sha256(data).hexdigest(),
+                    metadata=metadata,
+                    metadata_sha256=hashlib.sha256(metadata).hexdigest(),
+                    requires_python=spec.requires_python,
+                    version=spec.version,
+                )
+            )
 
     def start(self) -> IndexServer:
         self._thread.start()
@@ -234,14 +242,14 @@ class IndexServer:
             if path.rstrip("/") == index.prefix:
                 return self._root_page(index, accept)
             if path.startswith(index.prefix + "/") and path.endswith("/"):
-                project = path[len(index.prefix) + 1:-1]
+                project = path[len(index.prefix) + 1 : -1]
                 if "/" not in project:
                     files = index.projects.get(normalize(project))
                     if files is None:
                         return 404, "text/plain", b"no such project\n"
                     return self._project_page(index, normalize(project), files, accept)
             if path.startswith(index.files_prefix + "/"):
-                name = urllib.parse.unquote(path[len(index.files_prefix) + 1:])
+                name = urllib.parse.unquote(path[len(index.files_prefix) + 1 :])
                 want_metadata = name.endswith(".metadata")
                 filename = name.removesuffix(".metadata")
                 for files in index.projects.values():
@@ -259,15 +267,18 @@ class IndexServer:
     def _root_page(self, index: _Index, accept: str) -> tuple[int, str, bytes]:
         names = sorted(index.projects)
         if self._wants_json(accept):
-            document = {"meta": {"api-version": "1.1"},
-                        "projects": [{"name": name} for name in names]}
+            document = {
+                "meta": {"api-version": "1.1"},
+                "projects": [{"name": name} for name in names],
+            }
             return 200, PEP691_JSON, json.dumps(document).encode()
         links = "".join(f'<a href="{name}/">{name}</a>\n' for name in names)
         page = f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n"
         return 200, "text/html", page.encode()
 
-    def _project_page(self, index: _Index, project: str, files: list[_File],
-                      accept: str) -> tuple[int, str, bytes]:
+    def _project_page(
+        self, index: _Index, project: str, files: list[_File], accept: str
+    ) -> tuple[int, str, bytes]:
         ordered = sorted(files, key=lambda f: f.filename)
         if self._wants_json(accept):
             document = {
@@ -297,9 +308,10 @@ class IndexServer:
             attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
             links.append(f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br/>\n")
         page = (
-            "<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" "
-            f"content=\"1.1\"></head><body>\n<h1>Links for {project}</h1>\n"
-            + "".join(links) + "</body></html>\n"
+            '<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" '
+            f'content="1.1"></head><body>\n<h1>Links for {project}</h1>\n'
+            + "".join(links)
+            + "</body></html>\n"
         )
         return 200, "text/html", page.encode()
 
@@ -326,8 +338,13 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
         def _answer(self, *, head: bool) -> None:
             path = urllib.parse.urlsplit(self.path).path
             if not self._authorised():
-                self._send(401, "text/plain", b"authentication required\n", head=head,
-                           extra={"WWW-Authenticate": 'Basic realm="cudalock-tests"'})
+                self._send(
+                    401,
+                    "text/plain",
+                    b"authentication required\n",
+                    head=head,
+                    extra={"WWW-Authenticate": 'Basic realm="cudalock-tests"'},
+                )
                 self._record(path, 401)
                 return
             status, ctype, body = server.route(path, self.headers.get("Accept", ""))
@@ -357,12 +374,22 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
             self._record(path, status)
             # Like PyPI: files never change, project pages may be reused for ten minutes, so
             # uv's cache behaves here as it does against the real indexes.
-            caching = ({"Cache-Control": "max-age=365000000, immutable, public"}
-                       if ctype == "binary/octet-stream" else {"Cache-Control": "max-age=600"})
+            caching = (
+                {"Cache-Control": "max-age=365000000, immutable, public"}
+                if ctype == "binary/octet-stream"
+                else {"Cache-Control": "max-age=600"}
+            )
             self._send(status, ctype, body, head=head, extra=caching if status == 200 else None)
 
-        def _send(self, status: int, ctype: str, body: bytes, *, head: bool,
-                  extra: Mapping[str, str] | None = None) -> None:
+        def _send(
+            self,
+            status: int,
+            ctype: str,
+            body: bytes,
+            *,
+            head: bool,
+            extra: Mapping[str, str] | None = None,
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
@@ -380,9 +407,13 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def serve_indexes(tmp_path: Path, pytorch: Mapping[str, Sequence[StandIn]] | None = None,
-                  pypi: Sequence[StandIn] = (), *,
-                  auth: tuple[str, str] | None = None) -> Iterator[IndexServer]:
+def serve_indexes(
+    tmp_path: Path,
+    pytorch: Mapping[str, Sequence[StandIn]] | None = None,
+    pypi: Sequence[StandIn] = (),
+    *,
+    auth: tuple[str, str] | None = None,
+) -> Iterator[IndexServer]:
     """Serve the given stand-ins until the block ends; wheels are built under ``tmp_path``."""
     server = IndexServer(tmp_path / "index", pytorch or {}, pypi, auth=auth).start()
     try:
@@ -397,16 +428,21 @@ def offline_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     This machine's pip config and ``PIP_*`` variables add find-links, extra indexes and
     constraints; tests must see only the indexes they pass on the command line.
     """
-    env = {k: v for k, v in (base if base is not None else os.environ).items()
-           if not k.startswith(("PIP_", "UV_", "CUDALOCK_"))}
-    env.update({
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_NO_CACHE_DIR": "1",
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_NO_INPUT": "1",
-        "PIP_DEFAULT_TIMEOUT": "15",
-        "UV_NO_CONFIG": "1",
-        "UV_NO_CACHE": "1",
-        "UV_PYTHON_DOWNLOADS": "never",
-    })
+    env = {
+        k: v
+        for k, v in (base if base is not None else os.environ).items()
+        if not k.startswith(("PIP_", "UV_", "CUDALOCK_"))
+    }
+    env.update(
+        {
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_NO_CACHE_DIR": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PIP_NO_INPUT": "1",
+            "PIP_DEFAULT_TIMEOUT": "15",
+            "UV_NO_CONFIG": "1",
+            "UV_NO_CACHE": "1",
+            "UV_PYTHON_DOWNLOADS": "never",
+        }
+    )
     return env

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-_BACKEND = '''
+_BACKEND = """
 import base64, hashlib, os, zipfile
 
 NAME, VERSION, REQUIRES = {name!r}, {version!r}, {requires!r}
@@ -56,18 +56,22 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
     module = NAME.replace("-", "_")
     return _wheel(wheel_directory, {{"_" + module + "_editable.pth": ROOT + "\\n"}})
-'''
+"""
 
 
-def make_local_project(directory: Path, name: str, version: str,
-                       requires: Sequence[str] = ()) -> Path:
+def make_local_project(
+    directory: Path, name: str, version: str, requires: Sequence[str] = ()
+) -> Path:
     """Write a project at ``directory`` (any name, spaces and quotes included)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "pyproject.toml").write_text(
-        '[build-system]\nrequires = []\nbuild-backend = "inplace_backend"\n'
-        'backend-path = ["."]\n', encoding="utf-8")
+        '[build-system]\nrequires = []\nbuild-backend = "inplace_backend"\nbackend-path = ["."]\n',
+        encoding="utf-8",
+    )
     (directory / "inplace_backend.py").write_text(
-        _BACKEND.format(name=name, version=version, requires=list(requires)), encoding="utf-8")
+        _BACKEND.format(name=name, version=version, requires=list(requires)), encoding="utf-8"
+    )
     (directory / f"{name.replace('-', '_')}.py").write_text(
-        f"__version__ = {version!r}\n", encoding="utf-8")
+        f"__version__ = {version!r}\n", encoding="utf-8"
+    )
     return directory

@@ -19,8 +19,11 @@ import pytest
 def mounted_tmpfs(mount_point: Path, size: str) -> Iterator[Path]:
     """A tmpfs of ``size`` (``64k``) mounted at ``mount_point`` (created) for the block."""
     mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                              str(mount_point)], capture_output=True, check=False)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
+        capture_output=True,
+        check=False,
+    )
     if mounted.returncode != 0:
         pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
     try:

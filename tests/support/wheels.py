@@ -52,8 +52,9 @@ def torch_version_file(version: str, cuda: str | None, git_version: str = "0" * 
     )
 
 
-def torch_standin(version: str, cuda: str | None, requires_dist: Sequence[str] = (),
-                  tag: str = "py3-none-any") -> StandIn:
+def torch_standin(
+    version: str, cuda: str | None, requires_dist: Sequence[str] = (), tag: str = "py3-none-any"
+) -> StandIn:
     """A stand-in torch whose version file says ``version`` (e.g. "2.1.0+cu121") and ``cuda``."""
     return StandIn(
         name="torch",
@@ -80,9 +81,7 @@ def build_wheel(spec: StandIn, directory: Path) -> Path:
     if spec.requires_python:
         metadata_lines.append(f"Requires-Python: {spec.requires_python}")
     metadata_lines += [f"Requires-Dist: {req}" for req in spec.requires_dist]
-    contents: dict[str, bytes] = {
-        path: text.encode() for path, text in sorted(spec.files.items())
-    }
+    contents: dict[str, bytes] = {path: text.encode() for path, text in sorted(spec.files.items())}
     if not any(p.endswith(".py") for p in contents):
         contents[f"{spec.normalized}/__init__.py"] = f"__version__ = '{spec.version}'\n".encode()
     contents[f"{dist_info}/METADATA"] = ("\n".join(metadata_lines) + "\n").encode()

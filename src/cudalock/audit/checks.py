@@ -51,12 +51,30 @@ from cudalock.versions import (
 
 #: Every code audit can emit (README "Finding codes"). doctor adds its own.
 CODES = (
-    "no-driver", "driver-too-old", "minor-compat-only", "gpu-arch-unsupported", "cpu-only-build",
-    "mixed-cuda-builds", "torchvision-mismatch", "torchaudio-mismatch", "duplicate-torch",
-    "deepspeed-built-without-torch", "deepspeed-cuda-mismatch", "deepspeed-torch-mismatch",
-    "nvcc-mismatch", "library-shadowing", "torch-import-crash", "torch-import-timeout",
-    "torch-import-failed", "cuda-init-failed", "no-torch", "unknown-torch-build",
-    "driver-unknown", "rocm-build-on-nvidia", "broken-torch-install", "cuda-unavailable",
+    "no-driver",
+    "driver-too-old",
+    "minor-compat-only",
+    "gpu-arch-unsupported",
+    "cpu-only-build",
+    "mixed-cuda-builds",
+    "torchvision-mismatch",
+    "torchaudio-mismatch",
+    "duplicate-torch",
+    "deepspeed-built-without-torch",
+    "deepspeed-cuda-mismatch",
+    "deepspeed-torch-mismatch",
+    "nvcc-mismatch",
+    "library-shadowing",
+    "torch-import-crash",
+    "torch-import-timeout",
+    "torch-import-failed",
+    "cuda-init-failed",
+    "no-torch",
+    "unknown-torch-build",
+    "driver-unknown",
+    "rocm-build-on-nvidia",
+    "broken-torch-install",
+    "cuda-unavailable",
 )
 
 _ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -81,12 +99,19 @@ _LIBRARY_PACKAGES = {
 #: matching pip distribution, e.g. when torch bundles them).
 _CUDA_VERSIONED = ("libcudart", "libnvJitLink", "libnvrtc")
 #: NVIDIA pip packages without a -cuNN suffix whose version major is the CUDA major (CUDA 13).
-_UNSUFFIXED_CUDA_MAJOR = ("nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-nvjitlink",
-                          "nvidia-cuda-cupti", "nvidia-cublas", "nvidia-nvtx")
+_UNSUFFIXED_CUDA_MAJOR = (
+    "nvidia-cuda-runtime",
+    "nvidia-cuda-nvrtc",
+    "nvidia-nvjitlink",
+    "nvidia-cuda-cupti",
+    "nvidia-cublas",
+    "nvidia-nvtx",
+)
 
 
-def audit(installed: Installed, target: Target, matrix: Matrix, *,
-          driver_known: bool = True) -> list[Finding]:
+def audit(
+    installed: Installed, target: Target, matrix: Matrix, *, driver_known: bool = True
+) -> list[Finding]:
     """Findings for ``installed`` on ``target``, most severe first.
 
     ``driver_known=False`` says the target's driver was not given (a report that names none):
@@ -94,9 +119,18 @@ def audit(installed: Installed, target: Target, matrix: Matrix, *,
     """
     context = _Context(installed, target, matrix, driver_known)
     findings: list[Finding] = []
-    for check in (_check_torch_present, _check_duplicates, _check_driver, _check_arch,
-                  _check_cpu_build, _check_companions, _check_nvidia_libraries,
-                  _check_deepspeed, _check_nvcc, _check_library_shadowing):
+    for check in (
+        _check_torch_present,
+        _check_duplicates,
+        _check_driver,
+        _check_arch,
+        _check_cpu_build,
+        _check_companions,
+        _check_nvidia_libraries,
+        _check_deepspeed,
+        _check_nvcc,
+        _check_library_shadowing,
+    ):
         findings.extend(check(context))
     return sort_findings(findings)
 
@@ -143,8 +177,9 @@ class _Torch:
 
 
 class _Context:
-    def __init__(self, installed: Installed, target: Target, matrix: Matrix,
-                 driver_known: bool) -> None:
+    def __init__(
+        self, installed: Installed, target: Target, matrix: Matrix, driver_known: bool
+    ) -> None:
         self.installed = installed
         self.target = target
         self.matrix = matrix
@@ -168,8 +203,10 @@ class _Context:
             if variant is None and install.cuda_known and not install.hip:
                 variant = "cpu"
             if variant:
-                build = next((b for b in release.builds_for(self.target.platform)
-                              if b.variant == variant), None)
+                build = next(
+                    (b for b in release.builds_for(self.target.platform) if b.variant == variant),
+                    None,
+                )
         return _Torch(install, public, label, cuda, release, build)
 
     @cached_property
@@ -192,11 +229,13 @@ class _Context:
     def companions(self) -> list[str]:
         return [name for name in ("torchvision", "torchaudio") if self.installed.dist(name)]
 
-    def replacement(self, *, same_version: bool = True,
-                    same_major_as_driver: bool = False) -> _Replacement:
+    def replacement(
+        self, *, same_version: bool = True, same_major_as_driver: bool = False
+    ) -> _Replacement:
         """The build the resolver chooses instead (strict policy), as pip commands."""
-        return _replacement(self, same_version=same_version,
-                            same_major_as_driver=same_major_as_driver)
+        return _replacement(
+            self, same_version=same_version, same_major_as_driver=same_major_as_driver
+        )
 
 
 @dataclass(frozen=True)
@@ -211,8 +250,9 @@ class _Replacement:
         return self.plan.torch_pin.version if self.plan else None
 
 
-def _replacement(context: _Context, *, same_version: bool,
-                 same_major_as_driver: bool) -> _Replacement:
+def _replacement(
+    context: _Context, *, same_version: bool, same_major_as_driver: bool
+) -> _Replacement:
 
     torch = context.torch
     companions = context.companions or ["none"]
@@ -220,7 +260,6 @@ def _replacement(context: _Context, *, same_version: bool,
     if same_version and torch is not None and torch.public:
         attempts.append({"torch": f"=={torch.public}", "cuda": None})
     if same_major_as_driver:
-
         driver_cuda = target_driver_cuda(context.matrix, context.target)
         if driver_cuda is not None:
             for minor in range(driver_cuda[1], -1, -1):
@@ -230,15 +269,21 @@ def _replacement(context: _Context, *, same_version: bool,
     last_error = ""
     for attempt in attempts:
         try:
-            request = make_request(torch=attempt["torch"], python=context.python,
-                                   cuda=attempt["cuda"], with_packages=companions)
+            request = make_request(
+                torch=attempt["torch"],
+                python=context.python,
+                cuda=attempt["cuda"],
+                with_packages=companions,
+            )
             plan = resolve(context.matrix, [context.target], request)
         except CudalockError as err:
             last_error = err.message
             if attempt["torch"] and err.hint and torch is not None:
                 # What would keep the installed release (a driver upgrade, --compat minor).
-                kept_hint = (f"to keep torch {torch.public} (cudalock bootstrap --torch "
-                             f"{torch.public}): {err.hint}")
+                kept_hint = (
+                    f"to keep torch {torch.public} (cudalock bootstrap --torch "
+                    f"{torch.public}): {err.hint}"
+                )
             continue
         return _Replacement(plan, install_commands(plan, context.pip), kept_hint)
     return _Replacement(None, (), last_error)
@@ -268,16 +313,20 @@ def _cuda_or_none(text: str | None) -> CudaVersion | None:
     return None if version == (0, 0) else version
 
 
-def _finding(code: str, severity: Severity, message: str, evidence: Sequence[str],
-             fix: Sequence[str] = ()) -> Finding:
-    return Finding(code=code, severity=severity, message=message, evidence=tuple(evidence),
-                   fix=tuple(fix))
+def _finding(
+    code: str, severity: Severity, message: str, evidence: Sequence[str], fix: Sequence[str] = ()
+) -> Finding:
+    return Finding(
+        code=code, severity=severity, message=message, evidence=tuple(evidence), fix=tuple(fix)
+    )
 
 
 def _torch_evidence(torch: _Torch) -> list[str]:
     install = torch.install
-    evidence = [f"torch.__version__ = {install.version!r}",
-                f"torch.version.cuda = {install.cuda!r}"]
+    evidence = [
+        f"torch.__version__ = {install.version!r}",
+        f"torch.version.cuda = {install.cuda!r}",
+    ]
     if install.location and install.location != "report":
         evidence.append(f"torch location: {install.location}")
     return evidence
@@ -312,57 +361,81 @@ def _check_torch_present(context: _Context) -> list[Finding]:
     broken = context.installed.active_torch
     if torch is None and broken is not None:
         replacement = context.replacement(same_version=False)
-        return [_finding(
-            "broken-torch-install", "error",
-            "the torch package directory has no readable torch/version.py: a partial or "
-            "interrupted install, which fails at import",
-            [f"torch location: {broken.location}"]
-            + [f"{d.location}: torch {d.version}" for d in context.installed.dists("torch")],
-            [f"{context.pip} uninstall -y torch",
-             *_fix_lines(replacement, "then install one build")],
-        )]
+        return [
+            _finding(
+                "broken-torch-install",
+                "error",
+                "the torch package directory has no readable torch/version.py: a partial or "
+                "interrupted install, which fails at import",
+                [f"torch location: {broken.location}"]
+                + [f"{d.location}: torch {d.version}" for d in context.installed.dists("torch")],
+                [
+                    f"{context.pip} uninstall -y torch",
+                    *_fix_lines(replacement, "then install one build"),
+                ],
+            )
+        ]
     if torch is None:
         if context.installed.dists("torch"):
             return []  # a dist-info without a package: reported by _check_duplicates
         replacement = context.replacement(same_version=False)
         from_report = context.installed.source.startswith("report")
-        return [_finding(
-            "no-torch", "info",
-            "the report names no torch, so the torch checks are skipped" if from_report else
-            "torch is not installed in this environment: nothing here uses the GPU through torch",
-            [f"environment: {context.installed.source}"],
-            _fix_lines(replacement, "the build cudalock would install for this target"),
-        )]
+        return [
+            _finding(
+                "no-torch",
+                "info",
+                "the report names no torch, so the torch checks are skipped"
+                if from_report
+                else "torch is not installed in this environment: nothing here uses the GPU "
+                "through torch",
+                [f"environment: {context.installed.source}"],
+                _fix_lines(replacement, "the build cudalock would install for this target"),
+            )
+        ]
     findings = []
     if torch.install.cuda_known and torch.build is None and not torch.is_rocm:
         matrix_version = context.matrix.matrix_version
-        what = (f"torch {torch.public} is not in the matrix ({matrix_version})"
-                if torch.release is None else
-                f"the matrix ({matrix_version}) lists no "
-                f"{torch.label or 'such'} build of torch {torch.public} for "
-                f"{context.target.platform}")
-        findings.append(_finding(
-            "unknown-torch-build", "info",
-            f"{what}: its GPU architectures are unknown, so it is judged by its CUDA version "
-            "alone (run 'cudalock audit --deep' on the GPU machine to read its arch list)",
-            _torch_evidence(torch),
-        ))
+        what = (
+            f"torch {torch.public} is not in the matrix ({matrix_version})"
+            if torch.release is None
+            else f"the matrix ({matrix_version}) lists no "
+            f"{torch.label or 'such'} build of torch {torch.public} for "
+            f"{context.target.platform}"
+        )
+        findings.append(
+            _finding(
+                "unknown-torch-build",
+                "info",
+                f"{what}: its GPU architectures are unknown, so it is judged by its CUDA version "
+                "alone (run 'cudalock audit --deep' on the GPU machine to read its arch list)",
+                _torch_evidence(torch),
+            )
+        )
     if not torch.install.cuda_known:
-        findings.append(_finding(
-            "unknown-torch-build", "info",
-            f"{torch.described}: the report does not say which CUDA it was built for, so the "
-            "driver and GPU checks are skipped",
-            _torch_evidence(torch),
-        ))
+        findings.append(
+            _finding(
+                "unknown-torch-build",
+                "info",
+                f"{torch.described}: the report does not say which CUDA it was built for, so the "
+                "driver and GPU checks are skipped",
+                _torch_evidence(torch),
+            )
+        )
     return findings
 
 
 def _check_duplicates(context: _Context) -> list[Finding]:
     installed = context.installed
-    dists = [d for d in installed.dists("torch") if d.location is None
-             or not d.location.startswith("report")]
-    live_dirs = [t for t in installed.torch if t.location and t.location != "report"
-                 and not t.location.startswith("report")]
+    dists = [
+        d
+        for d in installed.dists("torch")
+        if d.location is None or not d.location.startswith("report")
+    ]
+    live_dirs = [
+        t
+        for t in installed.torch
+        if t.location and t.location != "report" and not t.location.startswith("report")
+    ]
     report_installs = [t for t in installed.torch if t.location and t.location.startswith("report")]
     evidence: list[str] = []
     conda_builds: list[TorchInstall] = []
@@ -373,8 +446,11 @@ def _check_duplicates(context: _Context) -> list[Finding]:
         count = max(len(dists), 1)
     elif len(report_installs) > 1:
         evidence += [f"{_where(t.location)}: torch {t.version}" for t in report_installs]
-        conda_builds = [t for t in report_installs if t.location and "[conda]" in t.location
-                        and not t.location.endswith("pypi")]
+        conda_builds = [
+            t
+            for t in report_installs
+            if t.location and "[conda]" in t.location and not t.location.endswith("pypi")
+        ]
         count = len(report_installs) - len(conda_builds)
     else:
         return []
@@ -382,9 +458,12 @@ def _check_duplicates(context: _Context) -> list[Finding]:
     same_dir = len(dists) > 1 and len(directories) == 1
     message = (
         "more than one torch is installed: "
-        + ("their dist-info directories sit in the same site-packages, so the files on disk "
-           "are a mix of both versions" if same_dir else
-           "one shadows the other, so 'import torch' loads a different build than pip reports")
+        + (
+            "their dist-info directories sit in the same site-packages, so the files on disk "
+            "are a mix of both versions"
+            if same_dir
+            else "one shadows the other, so 'import torch' loads a different build than pip reports"
+        )
         + "; mixed files crash at import (-11 or undefined symbols)"
     )
     replacement = context.replacement()
@@ -393,8 +472,10 @@ def _check_duplicates(context: _Context) -> list[Finding]:
     for install in live_dirs:
         parent = re.sub(r"/torch/?$", "/", install.location or "")
         if not any((d.location or "").startswith(parent) for d in dists):
-            fix.append(f"# {install.location} has no pip metadata: remove it, or its directory "
-                       "from PYTHONPATH")
+            fix.append(
+                f"# {install.location} has no pip metadata: remove it, or its directory "
+                "from PYTHONPATH"
+            )
     if conda_builds:
         fix.append("conda remove -y --force pytorch   # conda's pytorch beside pip's torch")
     fix += _fix_lines(replacement, "then install one build")
@@ -414,66 +495,101 @@ def _check_driver(context: _Context) -> list[Finding]:
     target = context.target
     evidence = _torch_evidence(torch) + _target_evidence(context)
     if not context.driver_known:
-        return [_finding(
-            "driver-unknown", "info",
-            f"the NVIDIA driver is not known (the report does not name it), so whether it can "
-            f"run {torch.described} (CUDA {format_cuda(torch.cuda)}) is not checked",
-            evidence,
-            ["# give the driver: cudalock audit --report FILE --driver-version 535.104.05",
-             "# (read it with: nvidia-smi --query-gpu=driver_version --format=csv,noheader)"],
-        )]
+        return [
+            _finding(
+                "driver-unknown",
+                "info",
+                f"the NVIDIA driver is not known (the report does not name it), so whether it can "
+                f"run {torch.described} (CUDA {format_cuda(torch.cuda)}) is not checked",
+                evidence,
+                [
+                    "# give the driver: cudalock audit --report FILE --driver-version 535.104.05",
+                    "# (read it with: nvidia-smi --query-gpu=driver_version --format=csv,noheader)",
+                ],
+            )
+        ]
     verdict = driver_verdict(context.matrix, torch.cuda, target, compat="minor")
     if verdict.status == "ok":
         return []
     if verdict.status == "no-driver":
         severity: Severity = "error" if target.gpus else "warning"
         replacement = context.replacement()
-        return [_finding(
-            "no-driver", severity,
-            f"{torch.described} is a CUDA {format_cuda(torch.cuda)} build but the target has no "
-            "NVIDIA driver: torch.cuda.is_available() is False and everything runs on the CPU"
-            + (" although the target lists GPUs" if target.gpus else ""),
-            evidence + list(target.notes),
-            ["# install the NVIDIA driver (then check: nvidia-smi), or use the CPU build:",
-             *_fix_lines(replacement, "the build for this target")[1:]],
-        )]
+        return [
+            _finding(
+                "no-driver",
+                severity,
+                f"{torch.described} is a CUDA {format_cuda(torch.cuda)} build but the target "
+                "has no "
+                "NVIDIA driver: torch.cuda.is_available() is False and everything runs on the CPU"
+                + (" although the target lists GPUs" if target.gpus else ""),
+                evidence + list(target.notes),
+                [
+                    "# install the NVIDIA driver (then check: nvidia-smi), or use the CPU build:",
+                    *_fix_lines(replacement, "the build for this target")[1:],
+                ],
+            )
+        ]
     if verdict.status == "minor-compat":
         replacement = context.replacement(same_version=False, same_major_as_driver=True)
-        return [_finding(
-            "minor-compat-only", "warning",
-            f"{torch.described} runs on this driver only through NVIDIA's minor-version "
-            f"compatibility: {verdict.reason}. Minor-version compatibility does not cover PTX "
-            "JIT of PTX newer than the driver (kernels shipped only as PTX fail with "
-            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION) nor CUDA features that need the newer driver "
-            "(cudaErrorCallRequiresNewerDriver)",
-            [*evidence,
-             f"CUDA {torch.cuda[0]}.x minor-version-compatibility floor: driver ≥ "
-             f"{verdict.floor}",
-             f"CUDA {format_cuda(torch.cuda)} needs driver ≥ {verdict.required_driver} "
-             "without it"],
-            _fix_lines(replacement, "a build this driver runs without minor-version "
-                                    "compatibility")
-            + ([f"# or upgrade the NVIDIA driver to ≥ {verdict.required_driver}"]
-               if verdict.required_driver else []),
-        )]
+        return [
+            _finding(
+                "minor-compat-only",
+                "warning",
+                f"{torch.described} runs on this driver only through NVIDIA's minor-version "
+                f"compatibility: {verdict.reason}. Minor-version compatibility does not cover PTX "
+                "JIT of PTX newer than the driver (kernels shipped only as PTX fail with "
+                "CUDA_ERROR_UNSUPPORTED_PTX_VERSION) nor CUDA features that need the newer driver "
+                "(cudaErrorCallRequiresNewerDriver)",
+                [
+                    *evidence,
+                    f"CUDA {torch.cuda[0]}.x minor-version-compatibility floor: driver ≥ "
+                    f"{verdict.floor}",
+                    f"CUDA {format_cuda(torch.cuda)} needs driver ≥ {verdict.required_driver} "
+                    "without it",
+                ],
+                _fix_lines(
+                    replacement, "a build this driver runs without minor-version compatibility"
+                )
+                + (
+                    [f"# or upgrade the NVIDIA driver to ≥ {verdict.required_driver}"]
+                    if verdict.required_driver
+                    else []
+                ),
+            )
+        ]
     replacement = context.replacement()
-    floor_text = (f"; CUDA {torch.cuda[0]}.x needs at least driver {verdict.floor} even under "
-                  "minor-version compatibility" if verdict.floor else "")
-    return [_finding(
-        "driver-too-old", "error",
-        f"the NVIDIA driver cannot run {torch.described} (CUDA {format_cuda(torch.cuda)}): "
-        f"{verdict.reason}{floor_text}. CUDA initialisation fails (\"The NVIDIA driver on your "
-        "system is too old\"), or the process dies with SIGSEGV when libraries are mixed",
-        evidence + ([f"CUDA {format_cuda(torch.cuda)} needs driver ≥ {verdict.required_driver}"]
-                    if verdict.required_driver else []),
-        _fix_lines(replacement, "a build this driver runs")
-        + ([f"# or upgrade the NVIDIA driver to ≥ {verdict.required_driver}"]
-           if verdict.required_driver else []),
-    )]
+    floor_text = (
+        f"; CUDA {torch.cuda[0]}.x needs at least driver {verdict.floor} even under "
+        "minor-version compatibility"
+        if verdict.floor
+        else ""
+    )
+    return [
+        _finding(
+            "driver-too-old",
+            "error",
+            f"the NVIDIA driver cannot run {torch.described} (CUDA {format_cuda(torch.cuda)}): "
+            f'{verdict.reason}{floor_text}. CUDA initialisation fails ("The NVIDIA driver on your '
+            'system is too old"), or the process dies with SIGSEGV when libraries are mixed',
+            evidence
+            + (
+                [f"CUDA {format_cuda(torch.cuda)} needs driver ≥ {verdict.required_driver}"]
+                if verdict.required_driver
+                else []
+            ),
+            _fix_lines(replacement, "a build this driver runs")
+            + (
+                [f"# or upgrade the NVIDIA driver to ≥ {verdict.required_driver}"]
+                if verdict.required_driver
+                else []
+            ),
+        )
+    ]
 
 
-def _arch_lists(context: _Context, torch: _Torch) -> tuple[
-        tuple[ComputeCapability, ...], tuple[ComputeCapability, ...], str] | None:
+def _arch_lists(
+    context: _Context, torch: _Torch
+) -> tuple[tuple[ComputeCapability, ...], tuple[ComputeCapability, ...], str] | None:
     """(SASS, PTX, where from): the live arch list when known, else the matrix's."""
     arch_list = context.installed.arch_list
     if arch_list:
@@ -502,24 +618,36 @@ def _check_arch(context: _Context) -> list[Finding]:
     if torch.build is not None and origin.startswith("matrix"):
         missing = set(missing_archs(torch.build, context.target.compute_capabilities))
     else:
-        missing = {cc for cc in context.target.compute_capabilities
-                   if not arch_covers(sass, ptx, cc)}
+        missing = {
+            cc for cc in context.target.compute_capabilities if not arch_covers(sass, ptx, cc)
+        }
     if not missing:
         return []
     gpus = [g for g in context.target.gpus if g.compute_capability in missing]
-    names = sorted({f"{g.name} (compute capability {format_cc(g.compute_capability)})"
-                    for g in gpus if g.compute_capability})
+    names = sorted(
+        {
+            f"{g.name} (compute capability {format_cc(g.compute_capability)})"
+            for g in gpus
+            if g.compute_capability
+        }
+    )
     built = " ".join([f"sm_{c[0]}{c[1]}" for c in sass] + [f"compute_{c[0]}{c[1]}" for c in ptx])
     replacement = context.replacement()
-    return [_finding(
-        "gpu-arch-unsupported", "error",
-        f"{torch.described} has no kernels for {', '.join(names)}: CUDA calls fail with "
-        "\"no kernel image is available for execution on the device\"",
-        _torch_evidence(torch) + [f"built for: {built} ({origin})"]
-        + [f"GPU {g.index if g.index is not None else ''}: {g.name}".replace("GPU : ", "GPU: ")
-           for g in gpus],
-        _fix_lines(replacement, "a build with kernels for every target GPU"),
-    )]
+    return [
+        _finding(
+            "gpu-arch-unsupported",
+            "error",
+            f"{torch.described} has no kernels for {', '.join(names)}: CUDA calls fail with "
+            '"no kernel image is available for execution on the device"',
+            _torch_evidence(torch)
+            + [f"built for: {built} ({origin})"]
+            + [
+                f"GPU {g.index if g.index is not None else ''}: {g.name}".replace("GPU : ", "GPU: ")
+                for g in gpus
+            ],
+            _fix_lines(replacement, "a build with kernels for every target GPU"),
+        )
+    ]
 
 
 def _check_cpu_build(context: _Context) -> list[Finding]:
@@ -532,23 +660,29 @@ def _check_cpu_build(context: _Context) -> list[Finding]:
         return []
     if torch.is_rocm:
         replacement = context.replacement()
-        return [_finding(
-            "rocm-build-on-nvidia", "error",
-            f"{torch.described} is a ROCm (AMD) build on a machine with NVIDIA GPUs: it cannot "
-            "use them",
-            _torch_evidence(torch) + _target_evidence(context),
-            _fix_lines(replacement, "the CUDA build for this target"),
-        )]
+        return [
+            _finding(
+                "rocm-build-on-nvidia",
+                "error",
+                f"{torch.described} is a ROCm (AMD) build on a machine with NVIDIA GPUs: it cannot "
+                "use them",
+                _torch_evidence(torch) + _target_evidence(context),
+                _fix_lines(replacement, "the CUDA build for this target"),
+            )
+        ]
     if not torch.is_cpu:
         return []
     replacement = context.replacement()
-    return [_finding(
-        "cpu-only-build", "error",
-        f"{torch.described} is a CPU-only build on a machine with an NVIDIA GPU: "
-        "torch.cuda.is_available() is False and training runs on the CPU",
-        _torch_evidence(torch) + _target_evidence(context),
-        _fix_lines(replacement, "the CUDA build for this target"),
-    )]
+    return [
+        _finding(
+            "cpu-only-build",
+            "error",
+            f"{torch.described} is a CPU-only build on a machine with an NVIDIA GPU: "
+            "torch.cuda.is_available() is False and training runs on the CPU",
+            _torch_evidence(torch) + _target_evidence(context),
+            _fix_lines(replacement, "the CUDA build for this target"),
+        )
+    ]
 
 
 def _companion_cuda(dist: Distribution) -> tuple[str, CudaVersion | None] | None:
@@ -564,8 +698,9 @@ def _check_companions(context: _Context) -> list[Finding]:
     if torch is None:
         return []
     findings: list[Finding] = []
-    torch_variant = torch.label or (variant_for_cuda(torch.cuda) if torch.cuda else
-                                    ("cpu" if torch.is_cpu else None))
+    torch_variant = torch.label or (
+        variant_for_cuda(torch.cuda) if torch.cuda else ("cpu" if torch.is_cpu else None)
+    )
     mixed_errors: list[str] = []
     mixed_warnings: list[str] = []
     for name in ("torchvision", "torchaudio"):
@@ -584,30 +719,41 @@ def _check_companions(context: _Context) -> list[Finding]:
         expected = getattr(torch.release, name) if torch.release else None
         if expected and public_version(dist.version) != expected:
             replacement = context.replacement()
-            findings.append(_finding(
-                f"{name}-mismatch", "error",
-                f"{name} {dist.version} does not belong to {torch.described}: torch "
-                f"{torch.public} pairs with {name} {expected}. Its compiled operators are "
-                "registered against another torch ABI (\"operator torchvision::nms does not "
-                "exist\", undefined symbols, or a crash at import)",
-                [f"{name} {dist.version}", f"torch {torch.install.version}",
-                 f"matrix: torch {torch.public} ↔ {name} {expected}"],
-                _fix_lines(replacement, "install the matching set"),
-            ))
+            findings.append(
+                _finding(
+                    f"{name}-mismatch",
+                    "error",
+                    f"{name} {dist.version} does not belong to {torch.described}: torch "
+                    f"{torch.public} pairs with {name} {expected}. Its compiled operators are "
+                    'registered against another torch ABI ("operator torchvision::nms does not '
+                    'exist", undefined symbols, or a crash at import)',
+                    [
+                        f"{name} {dist.version}",
+                        f"torch {torch.install.version}",
+                        f"matrix: torch {torch.public} ↔ {name} {expected}",
+                    ],
+                    _fix_lines(replacement, "install the matching set"),
+                )
+            )
     if mixed_errors or mixed_warnings:
         severity: Severity = "error" if mixed_errors else "warning"
         replacement = context.replacement()
-        detail = ("different CUDA major versions: torchvision/torchaudio refuse to load their "
-                  "CUDA operators (\"compiled with different CUDA major versions\") or crash"
-                  if mixed_errors else
-                  "the same CUDA major with different minors: they load, but two CUDA runtimes "
-                  "of different minor versions end up in one process")
-        findings.append(_finding(
-            "mixed-cuda-builds", severity,
-            f"the torch family is built for different CUDA versions ({detail})",
-            mixed_errors + mixed_warnings,
-            _fix_lines(replacement, "install torch and its companions from one index"),
-        ))
+        detail = (
+            "different CUDA major versions: torchvision/torchaudio refuse to load their "
+            'CUDA operators ("compiled with different CUDA major versions") or crash'
+            if mixed_errors
+            else "the same CUDA major with different minors: they load, but two CUDA runtimes "
+            "of different minor versions end up in one process"
+        )
+        findings.append(
+            _finding(
+                "mixed-cuda-builds",
+                severity,
+                f"the torch family is built for different CUDA versions ({detail})",
+                mixed_errors + mixed_warnings,
+                _fix_lines(replacement, "install torch and its companions from one index"),
+            )
+        )
     return findings
 
 
@@ -634,14 +780,20 @@ def _check_nvidia_libraries(context: _Context) -> list[Finding]:
     if not others:
         return []
     names = " ".join(sorted({shlex.quote(o.split(" ")[0]) for o in others}))
-    return [_finding(
-        "mixed-cuda-builds", "warning",
-        f"NVIDIA runtime packages of another CUDA major sit beside {torch.described} "
-        f"(CUDA {format_cuda(torch.cuda)}): usually leftovers of an earlier torch; if anything "
-        "puts their lib directories on the library path, two CUDA majors load into one process",
-        others,
-        [f"{context.pip} uninstall -y {names}   # if nothing else in the environment needs them"],
-    )]
+    return [
+        _finding(
+            "mixed-cuda-builds",
+            "warning",
+            f"NVIDIA runtime packages of another CUDA major sit beside {torch.described} "
+            f"(CUDA {format_cuda(torch.cuda)}): usually leftovers of an earlier torch; if anything "
+            "puts their lib directories on the library path, two CUDA majors load into one process",
+            others,
+            [
+                f"{context.pip} uninstall -y {names}   # if nothing else in the environment "
+                "needs them"
+            ],
+        )
+    ]
 
 
 def _major_minor(text: str | None) -> tuple[int, int] | None:
@@ -665,46 +817,61 @@ def _check_deepspeed(context: _Context) -> list[Finding]:
     torch = context.torch
     if ds is None or not ds.has_build_info:
         return []
-    evidence = [f"deepspeed {ds.version}",
-                f"built with torch {ds.torch_version}, cuda {ds.torch_cuda}"]
+    evidence = [
+        f"deepspeed {ds.version}",
+        f"built with torch {ds.torch_version}, cuda {ds.torch_cuda}",
+    ]
     if torch is not None:
-        evidence.append(f"installed torch {torch.install.version} "
-                        f"(CUDA {torch.install.cuda})")
+        evidence.append(f"installed torch {torch.install.version} (CUDA {torch.install.cuda})")
     if ds.built_without_torch:
-        return [_finding(
-            "deepspeed-built-without-torch", "warning",
-            "DeepSpeed was built where torch could not be imported (an isolated pip build "
-            "environment): it records torch 0.0 / cuda 0.0, no op was pre-compiled, and every op "
-            "(FusedAdam, cpu_adam for ZeRO offload, ...) is JIT-compiled on first use, which "
-            "needs ninja and an nvcc matching torch's CUDA",
-            evidence,
-            _deepspeed_fix(context, ds.version),
-        )]
+        return [
+            _finding(
+                "deepspeed-built-without-torch",
+                "warning",
+                "DeepSpeed was built where torch could not be imported (an isolated pip build "
+                "environment): it records torch 0.0 / cuda 0.0, no op was pre-compiled, and "
+                "every op "
+                "(FusedAdam, cpu_adam for ZeRO offload, ...) is JIT-compiled on first use, which "
+                "needs ninja and an nvcc matching torch's CUDA",
+                evidence,
+                _deepspeed_fix(context, ds.version),
+            )
+        ]
     if torch is None:
         return []
     findings = []
     severity: Severity = "error" if ds.installed_ops else "warning"
-    consequence = (f"its pre-compiled ops ({', '.join(ds.installed_ops[:6])}) refuse to load "
-                   "(\"DeepSpeed ops were compiled and installed with a different version\")"
-                   if ds.installed_ops else
-                   "no op was pre-compiled, so this matters only once ops are rebuilt")
+    consequence = (
+        f"its pre-compiled ops ({', '.join(ds.installed_ops[:6])}) refuse to load "
+        '("DeepSpeed ops were compiled and installed with a different version")'
+        if ds.installed_ops
+        else "no op was pre-compiled, so this matters only once ops are rebuilt"
+    )
     built_cuda = _major_minor(ds.torch_cuda)
     if built_cuda and built_cuda != (0, 0) and torch.cuda and built_cuda != torch.cuda:
-        findings.append(_finding(
-            "deepspeed-cuda-mismatch", severity,
-            f"DeepSpeed was compiled for CUDA {format_cuda(built_cuda)} but torch uses CUDA "
-            f"{format_cuda(torch.cuda)}: {consequence}",
-            evidence, _deepspeed_fix(context, ds.version),
-        ))
+        findings.append(
+            _finding(
+                "deepspeed-cuda-mismatch",
+                severity,
+                f"DeepSpeed was compiled for CUDA {format_cuda(built_cuda)} but torch uses CUDA "
+                f"{format_cuda(torch.cuda)}: {consequence}",
+                evidence,
+                _deepspeed_fix(context, ds.version),
+            )
+        )
     built_torch = _major_minor(ds.torch_version)
     installed_torch = _major_minor(torch.public)
     if built_torch and installed_torch and built_torch != installed_torch:
-        findings.append(_finding(
-            "deepspeed-torch-mismatch", severity,
-            f"DeepSpeed was compiled with torch {built_torch[0]}.{built_torch[1]} but torch "
-            f"{torch.public} is installed: {consequence}",
-            evidence, _deepspeed_fix(context, ds.version),
-        ))
+        findings.append(
+            _finding(
+                "deepspeed-torch-mismatch",
+                severity,
+                f"DeepSpeed was compiled with torch {built_torch[0]}.{built_torch[1]} but torch "
+                f"{torch.public} is installed: {consequence}",
+                evidence,
+                _deepspeed_fix(context, ds.version),
+            )
+        )
     return findings
 
 
@@ -738,39 +905,49 @@ def _check_nvcc(context: _Context) -> list[Finding]:
     if nvcc_cuda is None or nvcc_cuda == torch.cuda:
         return []
     has_deepspeed = context.installed.deepspeed is not None or bool(
-        context.installed.dist("deepspeed"))
+        context.installed.dist("deepspeed")
+    )
     major_differs = nvcc_cuda[0] != torch.cuda[0]
     if has_deepspeed:
         if not major_differs and _deepspeed_accepts(context, nvcc_cuda, torch.cuda):
             return []
         severity: Severity = "error"
-        consequence = ("DeepSpeed refuses to JIT-build its ops (\"Installed CUDA version "
-                       f"{format_cuda(nvcc_cuda)} does not match the version torch was compiled "
-                       f"with {format_cuda(torch.cuda)}\") unless DS_SKIP_CUDA_CHECK=1")
+        consequence = (
+            'DeepSpeed refuses to JIT-build its ops ("Installed CUDA version '
+            f"{format_cuda(nvcc_cuda)} does not match the version torch was compiled "
+            f'with {format_cuda(torch.cuda)}") unless DS_SKIP_CUDA_CHECK=1'
+        )
     elif major_differs:
         severity = "warning"
-        consequence = ("torch's cpp_extension refuses to build CUDA extensions "
-                       "(flash-attn, apex, ...) with a different CUDA major")
+        consequence = (
+            "torch's cpp_extension refuses to build CUDA extensions "
+            "(flash-attn, apex, ...) with a different CUDA major"
+        )
     else:
         return []
     where = f"{nvcc.path}, via {nvcc.origin}" if nvcc.path else f"{nvcc.origin}, per the report"
     home = f"/usr/local/cuda-{format_cuda(torch.cuda)}"
-    toolkit = next((tk.version for tk in context.matrix.toolkits if tk.cuda == torch.cuda),
-                   None)
-    fix = [f"export CUDA_HOME={home}   # a CUDA {format_cuda(torch.cuda)} toolkit, if one is "
-           "installed there",
-           "export PATH=\"$CUDA_HOME/bin:$PATH\""]
+    toolkit = next((tk.version for tk in context.matrix.toolkits if tk.cuda == torch.cuda), None)
+    fix = [
+        f"export CUDA_HOME={home}   # a CUDA {format_cuda(torch.cuda)} toolkit, if one is "
+        "installed there",
+        'export PATH="$CUDA_HOME/bin:$PATH"',
+    ]
     if toolkit:
-        fix.append(f"conda install -y -c nvidia/label/cuda-{toolkit} cuda-nvcc cuda-cudart-dev"
-                   "   # inside a conda env, then: export CUDA_HOME=\"$CONDA_PREFIX\"")
-    return [_finding(
-        "nvcc-mismatch", severity,
-        f"the nvcc that JIT-built ops would use is CUDA {format_cuda(nvcc_cuda)}, but "
-        f"{torch.described} uses CUDA {format_cuda(torch.cuda)}: {consequence}",
-        [f"nvcc {nvcc.version} ({where})",
-         f"torch.version.cuda = {torch.install.cuda!r}"],
-        fix,
-    )]
+        fix.append(
+            f"conda install -y -c nvidia/label/cuda-{toolkit} cuda-nvcc cuda-cudart-dev"
+            '   # inside a conda env, then: export CUDA_HOME="$CONDA_PREFIX"'
+        )
+    return [
+        _finding(
+            "nvcc-mismatch",
+            severity,
+            f"the nvcc that JIT-built ops would use is CUDA {format_cuda(nvcc_cuda)}, but "
+            f"{torch.described} uses CUDA {format_cuda(torch.cuda)}: {consequence}",
+            [f"nvcc {nvcc.version} ({where})", f"torch.version.cuda = {torch.install.cuda!r}"],
+            fix,
+        )
+    ]
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...] | None:
@@ -808,16 +985,26 @@ def _check_library_shadowing(context: _Context) -> list[Finding]:
             if found[0] != wheel_version[0]:
                 continue  # another soname: it cannot stand in for the wheel's copy
             if len(found) == 1:
-                problem = (f"{library.path} (version unknown beyond {library.version}) can be "
-                           f"loaded instead of {wheel.name} {wheel.version}")
+                problem = (
+                    f"{library.path} (version unknown beyond {library.version}) can be "
+                    f"loaded instead of {wheel.name} {wheel.version}"
+                )
             elif found < wheel_version:
-                problem = (f"{library.path} ({library.version}) is loaded instead of the "
-                           f"newer {wheel.name} {wheel.version}")
+                problem = (
+                    f"{library.path} ({library.version}) is loaded instead of the "
+                    f"newer {wheel.name} {wheel.version}"
+                )
                 severity = "error"
-        elif (library.name in _CUDA_VERSIONED and found[0] == torch.cuda[0]
-              and len(found) >= 2 and found[:2] < torch.cuda):
-            problem = (f"{library.path} ({library.version}) is older than torch's CUDA "
-                       f"{format_cuda(torch.cuda)} and is found first")
+        elif (
+            library.name in _CUDA_VERSIONED
+            and found[0] == torch.cuda[0]
+            and len(found) >= 2
+            and found[:2] < torch.cuda
+        ):
+            problem = (
+                f"{library.path} ({library.version}) is older than torch's CUDA "
+                f"{format_cuda(torch.cuda)} and is found first"
+            )
             severity = "error"
         if problem:
             evidence.append(problem)
@@ -826,18 +1013,26 @@ def _check_library_shadowing(context: _Context) -> list[Finding]:
     if not evidence:
         return []
     kept = [p for p in context.installed.ld_library_path if p not in shadowing_dirs]
-    fix = ([f"export LD_LIBRARY_PATH={shlex.quote(':'.join(kept))}"] if kept
-           else ["unset LD_LIBRARY_PATH"])
-    fix.append("# and remove those directories where LD_LIBRARY_PATH is set (~/.bashrc, "
-               "module files, the job script)")
-    return [_finding(
-        "library-shadowing", severity,
-        "CUDA libraries on LD_LIBRARY_PATH take precedence over the copies torch's wheels "
-        "ship: an older one is loaded in their place, and newer libraries then fail with "
-        "undefined symbols (e.g. __nvJitLinkComplete_12_4 in libnvJitLink.so.12) or crash",
-        [*evidence, f"LD_LIBRARY_PATH={':'.join(context.installed.ld_library_path)}"],
-        fix,
-    )]
+    fix = (
+        [f"export LD_LIBRARY_PATH={shlex.quote(':'.join(kept))}"]
+        if kept
+        else ["unset LD_LIBRARY_PATH"]
+    )
+    fix.append(
+        "# and remove those directories where LD_LIBRARY_PATH is set (~/.bashrc, "
+        "module files, the job script)"
+    )
+    return [
+        _finding(
+            "library-shadowing",
+            severity,
+            "CUDA libraries on LD_LIBRARY_PATH take precedence over the copies torch's wheels "
+            "ship: an older one is loaded in their place, and newer libraries then fail with "
+            "undefined symbols (e.g. __nvJitLinkComplete_12_4 in libnvJitLink.so.12) or crash",
+            [*evidence, f"LD_LIBRARY_PATH={':'.join(context.installed.ld_library_path)}"],
+            fix,
+        )
+    ]
 
 
 __all__ = [

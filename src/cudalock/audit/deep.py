@@ -80,7 +80,10 @@ def deep_inspect(python: Path, timeout: float = 120) -> DeepResult:
     command = [str(python), "-c", _CHILD]
     try:
         process = subprocess.Popen(  # noqa: S603 - the interpreter the user audits
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
             start_new_session=True,
         )
     except OSError as failure:
@@ -98,13 +101,18 @@ def deep_inspect(python: Path, timeout: float = 120) -> DeepResult:
         return DeepResult((_crash_finding(python, -process.returncode, stage, stderr_tail),))
     result = _result(out)
     if result is None:
-        return DeepResult((Finding(
-            code="torch-import-failed", severity="error",
-            message=f"the torch check exited with status {process.returncode} during "
+        return DeepResult(
+            (
+                Finding(
+                    code="torch-import-failed",
+                    severity="error",
+                    message=f"the torch check exited with status {process.returncode} during "
                     f"'{stage or 'start-up'}' without a result",
-            evidence=tuple(stderr_tail),
-            fix=(_reproduce(python),),
-        ),))
+                    evidence=tuple(stderr_tail),
+                    fix=(_reproduce(python),),
+                ),
+            )
+        )
     return _judge(python, result, stderr_tail)
 
 
@@ -140,36 +148,40 @@ def _tail(err: bytes, lines: int = 12) -> list[str]:
 
 
 def _reproduce(python: Path) -> str:
-    return (f"{shlex.quote(str(python))} -X faulthandler -c "
-            f"{shlex.quote('import torch; torch.cuda.init(); print(torch.cuda.get_arch_list())')}")
+    return (
+        f"{shlex.quote(str(python))} -X faulthandler -c "
+        f"{shlex.quote('import torch; torch.cuda.init(); print(torch.cuda.get_arch_list())')}"
+    )
 
 
-def _crash_finding(python: Path, number: int, stage: str | None,
-                   stderr_tail: list[str]) -> Finding:
+def _crash_finding(python: Path, number: int, stage: str | None, stderr_tail: list[str]) -> Finding:
     name = signal_name(number)
     return Finding(
-        code="torch-import-crash", severity="error",
+        code="torch-import-crash",
+        severity="error",
         message=f"the process was killed by {name} (return code -{number}) during "
-                f"'{stage or 'interpreter start-up'}': torch crashes in this environment before "
-                "any training code runs. The usual causes are a CUDA build the driver or GPU "
-                "cannot run, mixed CUDA libraries, or a library on LD_LIBRARY_PATH shadowing "
-                "the wheel's own; the other findings say which applies",
-        evidence=(f"return code -{number} ({name})", f"stage: {stage or 'start-up'}",
-                  *stderr_tail),
+        f"'{stage or 'interpreter start-up'}': torch crashes in this environment before "
+        "any training code runs. The usual causes are a CUDA build the driver or GPU "
+        "cannot run, mixed CUDA libraries, or a library on LD_LIBRARY_PATH shadowing "
+        "the wheel's own; the other findings say which applies",
+        evidence=(f"return code -{number} ({name})", f"stage: {stage or 'start-up'}", *stderr_tail),
         fix=(f"# reproduce with the Python stack printed:\n{_reproduce(python)}",),
     )
 
 
 def _timeout_finding(python: Path, timeout: float, stage: str | None, err: bytes) -> Finding:
     return Finding(
-        code="torch-import-timeout", severity="error",
+        code="torch-import-timeout",
+        severity="error",
         message=f"importing torch / initialising CUDA did not finish within {timeout:g} s (stuck "
-                f"in '{stage or 'interpreter start-up'}'); it was stopped. A hang at CUDA "
-                "initialisation often means a driver/GPU problem (a GPU in a bad state, a "
-                "persistence daemon, or the JIT compiling PTX for a GPU the build lacks)",
+        f"in '{stage or 'interpreter start-up'}'); it was stopped. A hang at CUDA "
+        "initialisation often means a driver/GPU problem (a GPU in a bad state, a "
+        "persistence daemon, or the JIT compiling PTX for a GPU the build lacks)",
         evidence=(f"timeout {timeout:g} s", f"stage: {stage or 'start-up'}", *_tail(err)),
-        fix=(f"# reproduce and watch where it waits:\n{_reproduce(python)}",
-             "nvidia-smi   # does the driver itself answer?"),
+        fix=(
+            f"# reproduce and watch where it waits:\n{_reproduce(python)}",
+            "nvidia-smi   # does the driver itself answer?",
+        ),
     )
 
 
@@ -183,28 +195,40 @@ def _judge(python: Path, result: dict[str, Any], stderr_tail: list[str]) -> Deep
     if isinstance(error, str):
         stage = result.get("stage") or "CUDA initialisation"
         code = "torch-import-failed" if stage == "import torch" else "cuda-init-failed"
-        findings.append(Finding(
-            code=code, severity="error",
-            message=f"'{stage}' failed: {error[:500]}",
-            evidence=(f"torch {version}" if version else "torch not imported",
-                      f"stage: {stage}", *stderr_tail),
-            fix=(_reproduce(python),),
-        ))
+        findings.append(
+            Finding(
+                code=code,
+                severity="error",
+                message=f"'{stage}' failed: {error[:500]}",
+                evidence=(
+                    f"torch {version}" if version else "torch not imported",
+                    f"stage: {stage}",
+                    *stderr_tail,
+                ),
+                fix=(_reproduce(python),),
+            )
+        )
     elif result.get("available") is False:
-        findings.append(Finding(
-            code="cuda-unavailable", severity="warning",
-            message=f"torch {version} imports, but torch.cuda.is_available() is False: "
-                    "nothing runs on the GPU (see the driver and build findings, and torch's "
-                    "warnings below)",
-            evidence=(f"torch.version.cuda = {result.get('cuda')!r}", *stderr_tail),
-            fix=(_reproduce(python),),
-        ))
+        findings.append(
+            Finding(
+                code="cuda-unavailable",
+                severity="warning",
+                message=f"torch {version} imports, but torch.cuda.is_available() is False: "
+                "nothing runs on the GPU (see the driver and build findings, and torch's "
+                "warnings below)",
+                evidence=(f"torch.version.cuda = {result.get('cuda')!r}", *stderr_tail),
+                fix=(_reproduce(python),),
+            )
+        )
     for device in devices:
         if device.get("kernel_ok") is False:
-            findings.append(Finding(
-                code="cuda-init-failed", severity="error",
-                message=f"a test kernel on cuda:{device.get('index')} returned a wrong result",
-                evidence=(json.dumps(device),),
-                fix=(_reproduce(python),),
-            ))
+            findings.append(
+                Finding(
+                    code="cuda-init-failed",
+                    severity="error",
+                    message=f"a test kernel on cuda:{device.get('index')} returned a wrong result",
+                    evidence=(json.dumps(device),),
+                    fix=(_reproduce(python),),
+                )
+            )
     return DeepResult(tuple(findings), arch_list, version, devices)

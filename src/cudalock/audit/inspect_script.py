@@ -21,8 +21,19 @@ SCRIPT_VERSION = 1
 
 # Packages whose files we read directly (beyond their dist-info metadata).
 _CUDA_LIBS = (
-    "libnvJitLink", "libcudart", "libcublas", "libcublasLt", "libcusparse", "libcusolver",
-    "libcufft", "libcurand", "libnvrtc", "libcupti", "libcudnn", "libnccl", "libnvToolsExt",
+    "libnvJitLink",
+    "libcudart",
+    "libcublas",
+    "libcublasLt",
+    "libcusparse",
+    "libcusolver",
+    "libcufft",
+    "libcurand",
+    "libnvrtc",
+    "libcupti",
+    "libcudnn",
+    "libnccl",
+    "libnvToolsExt",
 )
 _LIB_RE = re.compile(r"^(lib[A-Za-z_]+?)\.so((?:\.\d+)*)$")
 _NVCC_RE = re.compile(r"release (\d+\.\d+), V(\d+(?:\.\d+)*)")
@@ -84,11 +95,13 @@ def _distributions(paths: list[str]) -> list[dict[str, object]]:
                 # A dist-info without readable METADATA still names itself: name-version.dist-info
                 stem = entry.rsplit(".", 1)[0]
                 name, _, version = stem.partition("-")
-            found.append({
-                "name": _normalize(name),
-                "version": version or None,
-                "location": full,
-            })
+            found.append(
+                {
+                    "name": _normalize(name),
+                    "version": version or None,
+                    "location": full,
+                }
+            )
     return found
 
 
@@ -125,14 +138,16 @@ def _torch_installs(paths: list[str]) -> list[dict[str, object]]:
         if not os.path.isfile(os.path.join(package, "__init__.py")):
             continue
         info = _literal_assignments(os.path.join(package, "version.py"))
-        installs.append({
-            "location": package,
-            "version": _text(info.get("__version__")),
-            "cuda": _text(info.get("cuda")),
-            "hip": _text(info.get("hip")),
-            "git_version": _text(info.get("git_version")),
-            "has_version_file": os.path.isfile(os.path.join(package, "version.py")),
-        })
+        installs.append(
+            {
+                "location": package,
+                "version": _text(info.get("__version__")),
+                "cuda": _text(info.get("cuda")),
+                "hip": _text(info.get("hip")),
+                "git_version": _text(info.get("git_version")),
+                "has_version_file": os.path.isfile(os.path.join(package, "version.py")),
+            }
+        )
     return installs
 
 
@@ -165,8 +180,11 @@ def _nvcc_version(nvcc: str) -> tuple[str | None, str | None]:
     """(version, problem) from ``nvcc --version``, falling back to the toolkit's version.json."""
     try:
         result = subprocess.run(  # noqa: S603 - the nvcc this environment would run
-            [nvcc, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            timeout=15, check=False,
+            [nvcc, "--version"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=15,
+            check=False,
         )
         match = _NVCC_RE.search(result.stdout.decode("utf-8", "replace"))
         if match:
@@ -216,8 +234,14 @@ def _nvcc_candidates() -> list[dict[str, object]]:
         if not os.path.isfile(real):
             if origin in ("CUDA_HOME", "CUDA_PATH"):
                 seen.append(real)
-                found.append({"origin": origin, "path": path, "version": None,
-                              "problem": origin + " is set but has no bin/nvcc"})
+                found.append(
+                    {
+                        "origin": origin,
+                        "path": path,
+                        "version": None,
+                        "problem": origin + " is set but has no bin/nvcc",
+                    }
+                )
             continue
         seen.append(real)
         version, problem = _nvcc_version(path)

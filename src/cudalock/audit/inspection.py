@@ -46,8 +46,12 @@ _MAX_OUTPUT = 32 * 1024 * 1024
 
 def python_for_prefix(prefix: Path) -> Path:
     """The interpreter of a conda environment or venv rooted at ``prefix``."""
-    for candidate in (prefix / "bin" / "python", prefix / "python.exe",
-                      prefix / "Scripts" / "python.exe", prefix / "bin" / "python3"):
+    for candidate in (
+        prefix / "bin" / "python",
+        prefix / "python.exe",
+        prefix / "Scripts" / "python.exe",
+        prefix / "bin" / "python3",
+    ):
         if candidate.is_file():
             return candidate
     raise InputError(
@@ -68,7 +72,8 @@ def default_python(environ: Mapping[str, str] | None = None) -> Path:
                 continue
 
     found = shutil.which("python3", path=env.get("PATH")) or shutil.which(
-        "python", path=env.get("PATH"))
+        "python", path=env.get("PATH")
+    )
     if not found:
         raise InputError(
             "no active Python environment found (no VIRTUAL_ENV, no CONDA_PREFIX, no python3 on "
@@ -77,14 +82,16 @@ def default_python(environ: Mapping[str, str] | None = None) -> Path:
     return Path(found)
 
 
-def inspect_environment(python: Path | None = None, prefix: Path | None = None,
-                        timeout: float = 30) -> Installed:
+def inspect_environment(
+    python: Path | None = None, prefix: Path | None = None, timeout: float = 30
+) -> Installed:
     """Inspect the environment of ``python`` (or of ``prefix``; default: the active one)."""
     return start_inspection(python=python, prefix=prefix, timeout=timeout).installed()
 
 
-def start_inspection(python: Path | None = None, prefix: Path | None = None,
-                     timeout: float = 30) -> RunningInspection:
+def start_inspection(
+    python: Path | None = None, prefix: Path | None = None, timeout: float = 30
+) -> RunningInspection:
     """Start inspecting the environment of ``python`` (or ``prefix``) and return at once.
 
     The audited interpreter needs about as long to start and read its metadata as cudalock
@@ -109,7 +116,10 @@ def start_inspection(python: Path | None = None, prefix: Path | None = None,
     try:
         process = subprocess.Popen(  # noqa: S603 - the interpreter is the one the user names
             [str(python), "-c", source],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
         )
     except PermissionError:
         raise InputError(f"{str(python)!r} is not executable") from None
@@ -132,14 +142,14 @@ class RunningInspection:
         python, process = self.python, self._process
         try:
             stdout, stderr = process.communicate(
-                timeout=max(0.0, self._deadline - time.monotonic()))
+                timeout=max(0.0, self._deadline - time.monotonic())
+            )
         except subprocess.TimeoutExpired:
             self.close()
             raise EnvironmentFailure(
                 f"{str(python)!r} did not finish inspecting its environment within "
                 f"{self._timeout:g} s",
-                hint="something run at interpreter start-up (sitecustomize, a .pth file) may "
-                "hang",
+                hint="something run at interpreter start-up (sitecustomize, a .pth file) may hang",
             ) from None
         if process.returncode < 0:
             name = signal_name(-process.returncode)
@@ -237,13 +247,21 @@ def installed_from_document(document: Mapping[str, Any], source: str) -> Install
             location=_str(ds.get("location")),
         )
     nvcc = tuple(
-        Nvcc(path=_str(n.get("path")), version=_str(n.get("version")),
-             origin=_str(n.get("origin")) or "unknown", problem=_str(n.get("problem")))
+        Nvcc(
+            path=_str(n.get("path")),
+            version=_str(n.get("version")),
+            origin=_str(n.get("origin")) or "unknown",
+            problem=_str(n.get("problem")),
+        )
         for n in _items(document.get("nvcc"))
     )
     libraries = tuple(
-        SharedLibrary(name=str(lib.get("name")), path=str(lib.get("path")),
-                      version=_str(lib.get("version")), directory=str(lib.get("directory")))
+        SharedLibrary(
+            name=str(lib.get("name")),
+            path=str(lib.get("path")),
+            version=_str(lib.get("version")),
+            directory=str(lib.get("directory")),
+        )
         for lib in _items(document.get("cuda_libraries"))
         if _str(lib.get("name")) and _str(lib.get("path"))
     )
@@ -255,15 +273,20 @@ def installed_from_document(document: Mapping[str, Any], source: str) -> Install
         platform=platform_name(_str(py.get("platform")), _str(py.get("machine"))),
         prefix=_str(py.get("prefix")),
         distributions=tuple(
-            Distribution(name=str(d.get("name")), version=_str(d.get("version")),
-                         location=_str(d.get("location")))
-            for d in _items(document.get("distributions")) if _str(d.get("name"))
+            Distribution(
+                name=str(d.get("name")),
+                version=_str(d.get("version")),
+                location=_str(d.get("location")),
+            )
+            for d in _items(document.get("distributions"))
+            if _str(d.get("name"))
         ),
         torch=torch,
         deepspeed=deepspeed,
         nvcc=nvcc,
         ld_library_path=tuple(p for p in ld_path if isinstance(p, str))
-        if isinstance(ld_path, list) else (),
+        if isinstance(ld_path, list)
+        else (),
         cuda_libraries=libraries,
         notes=tuple(notes),
     )

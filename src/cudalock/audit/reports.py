@@ -47,8 +47,18 @@ DS_REPORT = "ds_report"
 LLAMAFACTORY = "llamafactory-cli env"
 NVIDIA_SMI = "nvidia-smi"
 
-_UNKNOWN = {"", "could not collect", "none", "n/a", "na", "no cuda", "unknown", "not available",
-            "[fail]", "-"}
+_UNKNOWN = {
+    "",
+    "could not collect",
+    "none",
+    "n/a",
+    "na",
+    "no cuda",
+    "unknown",
+    "not available",
+    "[fail]",
+    "-",
+}
 
 
 @dataclass(frozen=True)
@@ -61,8 +71,11 @@ class ReportGpu:
 
     def to_json(self) -> dict[str, Any]:
         cc = self.compute_capability
-        return {"index": self.index, "name": self.name,
-                "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -111,8 +124,9 @@ class ParsedReport:
         }
 
 
-def report_target(report: ParsedReport, matrix: Matrix,
-                  default_platform: str = "linux-x86_64") -> Target:
+def report_target(
+    report: ParsedReport, matrix: Matrix, default_platform: str = "linux-x86_64"
+) -> Target:
     """The machine the report describes: its driver and GPUs (compute capabilities from the
     report's own warnings, else from the matrix's GPU table by name)."""
     platform = report.installed.platform or default_platform
@@ -122,8 +136,10 @@ def report_target(report: ParsedReport, matrix: Matrix,
     if driver is not None and driver_cuda is None:
         driver_cuda = matrix.max_cuda_for_driver(driver, platform)
         if driver_cuda is not None:
-            notes.append(f"maximum CUDA {format_cuda(driver_cuda)} for driver {driver} from the "
-                         "matrix's driver table")
+            notes.append(
+                f"maximum CUDA {format_cuda(driver_cuda)} for driver {driver} from the "
+                "matrix's driver table"
+            )
     gpus = []
     for gpu in report.gpus:
         cc = gpu.compute_capability
@@ -131,14 +147,22 @@ def report_target(report: ParsedReport, matrix: Matrix,
             model = matrix.gpu_by_name(gpu.name)
             cc = model.compute_capability if model else None
             if model is None:
-                notes.append(f"GPU {gpu.name!r} is not in the matrix's GPU table: its compute "
-                             "capability is unknown (give --compute-capability)")
+                notes.append(
+                    f"GPU {gpu.name!r} is not in the matrix's GPU table: its compute "
+                    "capability is unknown (give --compute-capability)"
+                )
         gpus.append(Gpu(name=gpu.name, compute_capability=cc, index=gpu.index))
     if not report.driver_known:
         notes.append("the report does not name the NVIDIA driver")
-    return Target(platform=platform, driver_version=driver, driver_cuda=driver_cuda,
-                  gpus=tuple(gpus), name="the machine in the report", source="report",
-                  notes=tuple(notes))
+    return Target(
+        platform=platform,
+        driver_version=driver,
+        driver_cuda=driver_cuda,
+        gpus=tuple(gpus),
+        name="the machine in the report",
+        source="report",
+        notes=tuple(notes),
+    )
 
 
 def _parse_cuda_or_none(text: str | None) -> CudaVersion | None:
@@ -160,14 +184,18 @@ def decode_report(data: bytes) -> str:
     UTF-16 with a byte-order mark is accepted: Windows PowerShell writes ``>`` redirections so.
     """
     if not data.strip():
-        raise InputError("the report is empty: paste the output of collect_env, ds_report or "
-                         "llamafactory-cli env")
-    head = data[:MAX_REPORT_CHARS * 4]
+        raise InputError(
+            "the report is empty: paste the output of collect_env, ds_report or "
+            "llamafactory-cli env"
+        )
+    head = data[: MAX_REPORT_CHARS * 4]
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         return head.decode("utf-16", "replace")[:MAX_REPORT_CHARS]
     if b"\x00" in head[:65536]:
-        raise InputError("the report is binary data, not text: expected the text output of "
-                         "collect_env, ds_report or llamafactory-cli env")
+        raise InputError(
+            "the report is binary data, not text: expected the text output of "
+            "collect_env, ds_report or llamafactory-cli env"
+        )
     return head.decode("utf-8", "replace").removeprefix("\ufeff")[:MAX_REPORT_CHARS]
 
 
@@ -176,13 +204,17 @@ def _check_text(text: str) -> str:
         raise InputError("the report must be text")
     text = text[:MAX_REPORT_CHARS]
     if not text.strip():
-        raise InputError("the report is empty: paste the output of collect_env, ds_report or "
-                         "llamafactory-cli env")
+        raise InputError(
+            "the report is empty: paste the output of collect_env, ds_report or "
+            "llamafactory-cli env"
+        )
     sample = text[:65536]
     controls = sum(1 for ch in sample if ord(ch) < 32 and ch not in "\t\n\r\f\v\x1b")
     if "\x00" in sample or controls > max(16, len(sample) // 20):
-        raise InputError("the report is binary data, not text: expected the text output of "
-                         "collect_env, ds_report or llamafactory-cli env")
+        raise InputError(
+            "the report is binary data, not text: expected the text output of "
+            "collect_env, ds_report or llamafactory-cli env"
+        )
     return text
 
 
@@ -330,8 +362,9 @@ class _State:
         if entry not in self.recognised:
             self.recognised.append(entry)
 
-    def add_gpu(self, name: str, cc: tuple[int, int] | None = None,
-                index: int | None = None) -> None:
+    def add_gpu(
+        self, name: str, cc: tuple[int, int] | None = None, index: int | None = None
+    ) -> None:
         """Add a GPU; a GPU named again without an index (a warning) only adds what it says."""
         name = re.sub(r"\s*\(UUID:[^)]*\)", "", name).strip()[:200]
         if not name:
@@ -360,8 +393,9 @@ class _State:
 
 _KV = re.compile(r"^-?\s*([A-Za-z`][A-Za-z0-9 _/()\-.`']{0,60}?)\s*:\s*(.*)$")
 _DOTTED = re.compile(r"^([A-Za-z][A-Za-z0-9 _/().\-]{0,60}?)\s*\.{3,}\s*(.*)$")
-_DS_OP = re.compile(r"^([A-Za-z0-9_]+)\s*\.{2,}\s*\[(YES|NO)\]\s*\.{2,}\s*\[(OKAY|NO)\]",
-                    re.IGNORECASE)
+_DS_OP = re.compile(
+    r"^([A-Za-z0-9_]+)\s*\.{2,}\s*\[(YES|NO)\]\s*\.{2,}\s*\[(OKAY|NO)\]", re.IGNORECASE
+)
 _PIP_LINE = re.compile(r"^\[(pip3?|conda)\]\s+(.*)$")
 _GPU_LINE = re.compile(r"^GPU\s+(\d{1,4})\s*:\s*(.+)$")
 _SMI_HEADER = re.compile(r"Driver Version:\s*([\d.]+)(?:.*?CUDA Version:\s*([\d.]+))?")
@@ -404,8 +438,15 @@ _COLLECT_KEYS = {
     "version of relevant libraries": "libraries",
 }
 # collect_env fields that alone mark the text as collect_env.
-_COLLECT_MARKERS = {"torch_version", "torch_cuda", "cuda_available", "driver", "gpus",
-                    "libraries", "cuda_runtime"}
+_COLLECT_MARKERS = {
+    "torch_version",
+    "torch_cuda",
+    "cuda_available",
+    "driver",
+    "gpus",
+    "libraries",
+    "cuda_runtime",
+}
 
 _LLAMA_PACKAGES = {
     "`llamafactory` version": "llamafactory",
@@ -441,8 +482,10 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
     if not line:
         return nxt
     _scan_anywhere(state, line)
-    if "DeepSpeed C++/CUDA extension op report" in line or \
-            "DeepSpeed general environment info" in line:
+    if (
+        "DeepSpeed C++/CUDA extension op report" in line
+        or "DeepSpeed general environment info" in line
+    ):
         state.saw(DS_REPORT, "header")
         return nxt
     op = _DS_OP.match(line)
@@ -502,7 +545,8 @@ def _scan_anywhere(state: _State, line: str) -> None:
     if too_old:
         try:
             state.driver_cuda = state.driver_cuda or format_cuda(
-                cuda_from_nvml(int(too_old.group(1))))
+                cuda_from_nvml(int(too_old.group(1)))
+            )
             state.saw(COLLECT_ENV, "driver too old warning")
         except InputError:
             pass
@@ -616,8 +660,12 @@ def _ds_field(state: _State, key: str, value: str) -> None:
         state.ds_cuda = cuda_match.group(1).rstrip(".,") if cuda_match else None
         state.ds_hip = hip_match.group(1).rstrip(".,") if hip_match else None
         state.saw(DS_REPORT, "deepspeed wheel compiled w.")
-    elif key in ("torch install path", "deepspeed install path", "shared memory (/dev/shm) size",
-                 "ninja"):
+    elif key in (
+        "torch install path",
+        "deepspeed install path",
+        "shared memory (/dev/shm) size",
+        "ninja",
+    ):
         state.saw(DS_REPORT, key)
 
 
@@ -694,18 +742,30 @@ def _torch_installs(state: _State) -> list[TorchInstall]:
     primary: TorchInstall | None = None
     if state.torch_version:
         known = state.torch_cuda_known or local_label(state.torch_version) is not None
-        cuda = state.torch_cuda if state.torch_cuda_known else _cuda_of_torch_version(
-            state.torch_version)
-        primary = TorchInstall(version=state.torch_version, cuda=cuda, hip=state.torch_hip,
-                               location="report", cuda_known=known)
+        cuda = (
+            state.torch_cuda
+            if state.torch_cuda_known
+            else _cuda_of_torch_version(state.torch_version)
+        )
+        primary = TorchInstall(
+            version=state.torch_version,
+            cuda=cuda,
+            hip=state.torch_hip,
+            location="report",
+            cuda_known=known,
+        )
     others: list[TorchInstall] = []
     for dist in state.dists:
         if dist.name != "torch" or not dist.version:
             continue
         conda = _is_conda_build(dist)
         cuda = _conda_cuda(dist.location or "") if conda else _cuda_of_torch_version(dist.version)
-        candidate = TorchInstall(version=dist.version, cuda=cuda, location=dist.location,
-                                 cuda_known=conda or local_label(dist.version) is not None)
+        candidate = TorchInstall(
+            version=dist.version,
+            cuda=cuda,
+            location=dist.location,
+            cuda_known=conda or local_label(dist.version) is not None,
+        )
         if primary is None:
             primary = candidate
             continue
@@ -748,8 +808,10 @@ def _dedupe(dists: list[Distribution]) -> list[Distribution]:
     kept: list[Distribution] = []
     for dist in dists:
         duplicate = any(
-            k.name == dist.name and k.version == dist.version
-            and not _is_conda_build(k) and not _is_conda_build(dist)
+            k.name == dist.name
+            and k.version == dist.version
+            and not _is_conda_build(k)
+            and not _is_conda_build(dist)
             for k in kept
         )
         if not duplicate:

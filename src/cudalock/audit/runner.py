@@ -52,8 +52,14 @@ class AuditOutcome:
         return document
 
 
-def judge(installed: Installed, targets: Sequence[Target], matrix: Matrix, *,
-          driver_known: bool = True, extra: Sequence[Finding] = ()) -> tuple[Finding, ...]:
+def judge(
+    installed: Installed,
+    targets: Sequence[Target],
+    matrix: Matrix,
+    *,
+    driver_known: bool = True,
+    extra: Sequence[Finding] = (),
+) -> tuple[Finding, ...]:
     """Audit against every target; a finding that several targets share is listed once."""
     findings: list[Finding] = list(extra)
     for target in targets:
@@ -63,15 +69,20 @@ def judge(installed: Installed, targets: Sequence[Target], matrix: Matrix, *,
     return tuple(sort_findings(findings))
 
 
-def audit_live(targets: Sequence[Target], matrix: Matrix, inspection: RunningInspection, *,
-               deep: bool = False, deep_timeout: float = 120) -> AuditOutcome:
+def audit_live(
+    targets: Sequence[Target],
+    matrix: Matrix,
+    inspection: RunningInspection,
+    *,
+    deep: bool = False,
+    deep_timeout: float = 120,
+) -> AuditOutcome:
     """Judge a live environment from its ``inspection`` (started by the caller, see
     ``start_inspection``, so that it runs while the caller probes); torch is never imported
     unless ``deep``, then in a child."""
     installed = inspection.installed()
     extra: list[Finding] = []
     if deep:
-
         interpreter = Path(installed.python) if installed.python else inspection.python
         result = deep_inspect(interpreter, deep_timeout)
         extra.extend(result.findings)
@@ -81,8 +92,9 @@ def audit_live(targets: Sequence[Target], matrix: Matrix, inspection: RunningIns
     return AuditOutcome(findings, installed, tuple(targets))
 
 
-def report_targets(report: ParsedReport, matrix: Matrix,
-                   options: TargetOptions | None = None) -> tuple[tuple[Target, ...], bool]:
+def report_targets(
+    report: ParsedReport, matrix: Matrix, options: TargetOptions | None = None
+) -> tuple[tuple[Target, ...], bool]:
     """The targets a report is judged on, and whether the driver is known.
 
     The report's own driver and GPUs, with any override flags replacing the fields they give;
@@ -102,8 +114,9 @@ def report_targets(report: ParsedReport, matrix: Matrix,
     return (target,), report.driver_known or driver_given or overrides.no_gpu
 
 
-def audit_report(report: ParsedReport, matrix: Matrix,
-                 options: TargetOptions | None = None) -> AuditOutcome:
+def audit_report(
+    report: ParsedReport, matrix: Matrix, options: TargetOptions | None = None
+) -> AuditOutcome:
     """Audit a parsed report on the machine it names (or the one the flags describe)."""
     targets, driver_known = report_targets(report, matrix, options)
     findings = judge(report.installed, targets, matrix, driver_known=driver_known)

@@ -93,7 +93,6 @@ def run(args: argparse.Namespace) -> None:
     )
     result = run_bootstrap(target_options(args), request_options(args), options, progress)
     if json_output:
-
         from cudalock.urls import redact_json
 
         document = {

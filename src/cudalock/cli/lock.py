@@ -113,8 +113,7 @@ def run(args: argparse.Namespace) -> None:
     json_output: bool = args.json_output
     quiet: bool = args.quiet
     request_opts = request_options(args)
-    inputs = read_inputs(request_opts, target_options(args), spec_file=args.spec,
-                         output_dir=out)
+    inputs = read_inputs(request_opts, target_options(args), spec_file=args.spec, output_dir=out)
     request, target_opts = inputs.request, inputs.target_options
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)

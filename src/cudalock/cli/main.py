@@ -79,40 +79,7 @@ Handler = Callable[[argparse.Namespace], None]
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions and epilogs as written; the width read without importing shutil.
-
-    argparse builds a formatter for every flag added, and its default width comes from
-    ``shutil.get_terminal_size``: importing shutil (and, through it, the compression modules)
-    is a few milliseconds of every command's start-up.
-    """
-
-    def __init__(
-        self,
-        prog: str,
-        indent_increment: int = 2,
-        max_help_position: int = 24,
-        width: int | None = None,
-    ) -> None:
-        if width is None:
-            width = terminal_columns() - 2  # as argparse does
-        super().__init__(prog, indent_increment, max_help_position, width)
-
-
-def terminal_columns() -> int:
-    """$COLUMNS, else the width of the terminal on stdout, else 80 (as shutil reads it)."""
-    import os
-
-    try:
-        columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        columns = 0
-    if columns > 0:
-        return columns
-    stdout = sys.__stdout__
-    try:
-        return (os.get_terminal_size(stdout.fileno()).columns if stdout else 0) or 80
-    except (ValueError, OSError):  # not a terminal, or closed
-        return 80
+    """Descriptions and epilogs printed as written: they hold examples and exit-code tables."""
 
 
 class Parser(argparse.ArgumentParser):

@@ -37,12 +37,30 @@ from cudalock.target.host import CgroupMemory, ShmInfo
 
 #: Every code doctor (and the memory check it runs) can report; the audit's codes come on top.
 FINDING_CODES = (
-    "host-oom-kill", "cgroup-oom-kill", "gpu-oom", "sigkill-not-oom", "sigkill-collateral",
-    "oom-unconfirmed", "kernel-log-unreadable", "kubernetes-oomkilled-hint", "slurm-time-limit",
-    "killed-during-checkpoint-save", "memory-check-skipped", "host-memory-short",
-    "host-memory-enough", "host-memory-unknown", "gpu-memory-short", "segfault-in-library",
-    "gpu-xid-error", "shm-too-small", "dataloader-bus-error", "segfault-other-causes",
-    "audit-clean", "audit-unavailable", "signal-other", "exit-status-plain",
+    "host-oom-kill",
+    "cgroup-oom-kill",
+    "gpu-oom",
+    "sigkill-not-oom",
+    "sigkill-collateral",
+    "oom-unconfirmed",
+    "kernel-log-unreadable",
+    "kubernetes-oomkilled-hint",
+    "slurm-time-limit",
+    "killed-during-checkpoint-save",
+    "memory-check-skipped",
+    "host-memory-short",
+    "host-memory-enough",
+    "host-memory-unknown",
+    "gpu-memory-short",
+    "segfault-in-library",
+    "gpu-xid-error",
+    "shm-too-small",
+    "dataloader-bus-error",
+    "segfault-other-causes",
+    "audit-clean",
+    "audit-unavailable",
+    "signal-other",
+    "exit-status-plain",
 )
 
 SIGKILL, SIGBUS, SIGSEGV = signal.SIGKILL, signal.SIGBUS, signal.SIGSEGV
@@ -71,11 +89,16 @@ class SetupHints:
 
     @classmethod
     def from_shape(cls, shape: RunShape) -> SetupHints:
-        return cls(params=shape.params, params_source=shape.params_source,
-                   zero_stage=shape.zero_stage, gpus_per_node=shape.gpus_per_node,
-                   nodes=shape.nodes, offload_optimizer=shape.offload_optimizer,
-                   offload_param=shape.offload_param,
-                   gather_16bit_weights=shape.gather_16bit_weights)
+        return cls(
+            params=shape.params,
+            params_source=shape.params_source,
+            zero_stage=shape.zero_stage,
+            gpus_per_node=shape.gpus_per_node,
+            nodes=shape.nodes,
+            offload_optimizer=shape.offload_optimizer,
+            offload_param=shape.offload_param,
+            gather_16bit_weights=shape.gather_16bit_weights,
+        )
 
 
 def merge_hints(*sources: SetupHints) -> SetupHints:
@@ -120,13 +143,16 @@ def build_setup(hints: SetupHints, default_gpus: int = 1) -> tuple[TrainingSetup
         offload_param=bool(hints.offload_param),
         largest_layer_params=hints.largest_layer_params,
         zero_init=True if hints.zero_init is None else hints.zero_init,
-        gather_16bit_weights=(True if hints.gather_16bit_weights is None
-                              else hints.gather_16bit_weights),
+        gather_16bit_weights=(
+            True if hints.gather_16bit_weights is None else hints.gather_16bit_weights
+        ),
         source=hints.params_source or "",
     )
     if stage == 3 and hints.gather_16bit_weights is None:
-        notes.append("stage3_gather_16bit_weights_on_model_save unknown: assumed true "
-                     "(the larger save-time need)")
+        notes.append(
+            "stage3_gather_16bit_weights_on_model_save unknown: assumed true "
+            "(the larger save-time need)"
+        )
     return setup, notes
 
 
@@ -169,10 +195,12 @@ class Observations:
     in_kubernetes: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel.to_json() if self.kernel else None,
-                "cgroup": self.cgroup.to_json() if self.cgroup else None,
-                "shm": self.shm.to_json() if self.shm else None,
-                "in_kubernetes": self.in_kubernetes}
+        return {
+            "kernel": self.kernel.to_json() if self.kernel else None,
+            "cgroup": self.cgroup.to_json() if self.cgroup else None,
+            "shm": self.shm.to_json() if self.shm else None,
+            "in_kubernetes": self.in_kubernetes,
+        }
 
 
 def _quote(lines: Sequence[str]) -> tuple[str, ...]:
@@ -201,8 +229,9 @@ _OTHER_SIGKILL = (
 )
 
 
-def _sigkill_findings(exit_status: ExitStatus, log: LogFacts | None,
-                      seen: Observations) -> tuple[str, list[Finding]]:
+def _sigkill_findings(
+    exit_status: ExitStatus, log: LogFacts | None, seen: Observations
+) -> tuple[str, list[Finding]]:
     findings: list[Finding] = []
     kernel = seen.kernel
     kills = kernel.events.kills if kernel else ()
@@ -221,8 +250,10 @@ def _sigkill_findings(exit_status: ExitStatus, log: LogFacts | None,
             listed = ", ".join(str(k.pid) for k in matched)
             return f" PID {listed} is the very process the training log reports as killed."
         if pids and group:
-            return (" None of these PIDs is one the training log reports (a DataLoader worker "
-                    "or another rank may have been chosen): check that the times match the crash.")
+            return (
+                " None of these PIDs is one the training log reports (a DataLoader worker "
+                "or another rank may have been chosen): check that the times match the crash."
+            )
         return ""
 
     if cgroup_kills or cgroup_levels or slurm_oom:
@@ -233,118 +264,186 @@ def _sigkill_findings(exit_status: ExitStatus, log: LogFacts | None,
         evidence.extend(e.line for e in slurm_oom)
         limit = seen.cgroup.limit_bytes if seen.cgroup else None
         limit_text = f" ({format_gib(limit)})" if limit is not None else ""
-        findings.append(Finding(
-            "cgroup-oom-kill", "error",
-            "The container/cgroup memory limit" + limit_text + " was hit and the kernel's OOM "
-            "killer sent SIGKILL inside that cgroup; the host itself may have had memory left."
-            + pid_note(cgroup_kills),
-            _quote(evidence),
-            ("raise the container's memory limit (docker run --memory, Kubernetes "
-             "resources.limits.memory, Slurm --mem) to what the memory check below needs",
-             "or lower the run's host memory (see the memory check's alternatives)"),
-        ))
+        findings.append(
+            Finding(
+                "cgroup-oom-kill",
+                "error",
+                "The container/cgroup memory limit" + limit_text + " was hit and the kernel's OOM "
+                "killer sent SIGKILL inside that cgroup; the host itself may have had memory left."
+                + pid_note(cgroup_kills),
+                _quote(evidence),
+                (
+                    "raise the container's memory limit (docker run --memory, Kubernetes "
+                    "resources.limits.memory, Slurm --mem) to what the memory check below needs",
+                    "or lower the run's host memory (see the memory check's alternatives)",
+                ),
+            )
+        )
     if host_kills:
         if verdict == "unknown":
             verdict = "host-oom"
-        findings.append(Finding(
-            "host-oom-kill", "error",
-            "The host ran out of RAM and the kernel's OOM killer sent SIGKILL to "
-            + ", ".join(k.describe() for k in host_kills[-3:]) + "." + pid_note(host_kills),
-            _quote(_kill_lines(host_kills)),
-            ("give the host more RAM or make the run need less (see the memory check below)",
-             "save checkpoints with ZeRO-3 and stage3_gather_16bit_weights_on_model_save: true, "
-             "or stagger saves, so the ranks do not all copy the 16-bit weights at once"),
-        ))
+        findings.append(
+            Finding(
+                "host-oom-kill",
+                "error",
+                "The host ran out of RAM and the kernel's OOM killer sent SIGKILL to "
+                + ", ".join(k.describe() for k in host_kills[-3:])
+                + "."
+                + pid_note(host_kills),
+                _quote(_kill_lines(host_kills)),
+                (
+                    "give the host more RAM or make the run need less (see the memory check below)",
+                    "save checkpoints with ZeRO-3 and "
+                    "stage3_gather_16bit_weights_on_model_save: true, "
+                    "or stagger saves, so the ranks do not all copy the 16-bit weights at once",
+                ),
+            )
+        )
     if cuda_oom:
         if verdict == "unknown":
             verdict = "gpu-oom"
-        findings.append(Finding(
-            "gpu-oom", "error",
-            "A GPU ran out of memory (CUDA out of memory). That is a different problem from a "
-            "host OOM: the rank raises an exception, and the launcher then kills the other "
-            "ranks, which is where a -9 comes from.",
-            _quote([e.line for e in cuda_oom]),
-            ("lower the micro-batch size or sequence length, enable gradient checkpointing",
-             "use ZeRO-3 or offload_optimizer/offload_param to CPU (costs host RAM; see the "
-             "memory check)",
-             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation"),
-        ))
+        findings.append(
+            Finding(
+                "gpu-oom",
+                "error",
+                "A GPU ran out of memory (CUDA out of memory). That is a different problem from a "
+                "host OOM: the rank raises an exception, and the launcher then kills the other "
+                "ranks, which is where a -9 comes from.",
+                _quote([e.line for e in cuda_oom]),
+                (
+                    "lower the micro-batch size or sequence length, enable gradient checkpointing",
+                    "use ZeRO-3 or offload_optimizer/offload_param to CPU (costs host RAM; see the "
+                    "memory check)",
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
+                ),
+            )
+        )
     if dataloader and verdict == "unknown":
-        findings.append(Finding(
-            "oom-unconfirmed", "warning",
-            "A DataLoader worker was killed with SIGKILL, which is usually the OOM killer, but "
-            "no kernel or cgroup record of it was found here.",
-            _quote([e.line for e in dataloader]),
-            ("check the kernel log with root rights: " + HOW_TO_READ[0],
-             "fewer DataLoader workers (num_workers) each hold a copy of the dataset state"),
-        ))
+        findings.append(
+            Finding(
+                "oom-unconfirmed",
+                "warning",
+                "A DataLoader worker was killed with SIGKILL, which is usually the OOM killer, but "
+                "no kernel or cgroup record of it was found here.",
+                _quote([e.line for e in dataloader]),
+                (
+                    "check the kernel log with root rights: " + HOW_TO_READ[0],
+                    "fewer DataLoader workers (num_workers) each hold a copy of the dataset state",
+                ),
+            )
+        )
     if kernel is not None and not kernel.readable:
         reasons = [f"{s.name}: {s.reason}" for s in kernel.sources]
-        findings.append(Finding(
-            "kernel-log-unreadable", "warning",
-            "The kernel log could not be read here, so an OOM kill cannot be confirmed or ruled "
-            "out from it" + (" (the cgroup counters were read instead)." if seen.cgroup
-                             and seen.cgroup.levels else "."),
-            tuple(reasons),
-            (*HOW_TO_READ, "inside a container, run it on the host (the container cannot read "
-             "the host's kernel log without privileges)"),
-        ))
+        findings.append(
+            Finding(
+                "kernel-log-unreadable",
+                "warning",
+                "The kernel log could not be read here, so an OOM kill cannot be confirmed or "
+                "ruled "
+                "out from it"
+                + (
+                    " (the cgroup counters were read instead)."
+                    if seen.cgroup and seen.cgroup.levels
+                    else "."
+                ),
+                tuple(reasons),
+                (
+                    *HOW_TO_READ,
+                    "inside a container, run it on the host (the container cannot read "
+                    "the host's kernel log without privileges)",
+                ),
+            )
+        )
     pod_lines = log.of_kind("kubernetes-oomkilled") if log else ()
     if pod_lines or (exit_status.raw.strip() == "137" and seen.in_kubernetes):
-        findings.append(Finding(
-            "kubernetes-oomkilled-hint", "info",
-            "137 in Kubernetes: if the container's last state says reason OOMKilled, the "
-            "container's memory limit was hit (kubelet sets memory.oom.group, so one OOM "
-            "kill ends every process in the container).",
-            tuple(e.line for e in pod_lines),
-            ("kubectl get pod POD -o jsonpath="
-             "'{.status.containerStatuses[*].lastState.terminated.reason}'",
-             "kubectl describe pod POD"),
-        ))
+        findings.append(
+            Finding(
+                "kubernetes-oomkilled-hint",
+                "info",
+                "137 in Kubernetes: if the container's last state says reason OOMKilled, the "
+                "container's memory limit was hit (kubelet sets memory.oom.group, so one OOM "
+                "kill ends every process in the container).",
+                tuple(e.line for e in pod_lines),
+                (
+                    "kubectl get pod POD -o jsonpath="
+                    "'{.status.containerStatuses[*].lastState.terminated.reason}'",
+                    "kubectl describe pod POD",
+                ),
+            )
+        )
     time_limit = log.of_kind("slurm-time-limit", "slurm-cancelled") if log else ()
     if time_limit:
-        findings.append(Finding(
-            "slurm-time-limit", "error" if verdict == "unknown" else "info",
-            "Slurm cancelled the job (time limit or scancel); Slurm stops jobs with SIGTERM, "
-            "then SIGKILL.",
-            _quote([e.line for e in time_limit]),
-            ("ask for more time (--time) or checkpoint and resume",),
-        ))
+        findings.append(
+            Finding(
+                "slurm-time-limit",
+                "error" if verdict == "unknown" else "info",
+                "Slurm cancelled the job (time limit or scancel); Slurm stops jobs with SIGTERM, "
+                "then SIGKILL.",
+                _quote([e.line for e in time_limit]),
+                ("ask for more time (--time) or checkpoint and resume",),
+            )
+        )
         if verdict == "unknown":
             verdict = "not-oom"
     if verdict == "unknown" and log is not None:
-        other = [e for e in log.of_kind("launcher-exit", "launcher-signal")
-                 if e.signal not in (None, SIGKILL)]
+        other = [
+            e
+            for e in log.of_kind("launcher-exit", "launcher-signal")
+            if e.signal not in (None, SIGKILL)
+        ]
         if other:
             verdict = "not-oom"
-            findings.append(Finding(
-                "sigkill-collateral", "warning",
-                f"Another rank failed first ({signal_name(other[0].signal or 0)}); the launcher "
-                "then killed the remaining ranks with SIGKILL. Explain that first failure: run "
-                f"cudalock doctor --exit-code -{other[0].signal}.",
-                _quote([e.line for e in other]),
-            ))
+            findings.append(
+                Finding(
+                    "sigkill-collateral",
+                    "warning",
+                    f"Another rank failed first ({signal_name(other[0].signal or 0)}); the "
+                    "launcher "
+                    "then killed the remaining ranks with SIGKILL. Explain that first failure: run "
+                    f"cudalock doctor --exit-code -{other[0].signal}.",
+                    _quote([e.line for e in other]),
+                )
+            )
     evidence_read = (kernel is not None and kernel.readable) or bool(
-        seen.cgroup and seen.cgroup.levels)
+        seen.cgroup and seen.cgroup.levels
+    )
     if verdict == "unknown" and evidence_read and kernel is not None and kernel.readable:
         verdict = "not-oom"
-        findings.append(Finding(
-            "sigkill-not-oom", "warning",
-            "No OOM kill is recorded in the kernel log or the cgroup counters, so this SIGKILL "
-            "most likely came from somewhere else: " + "; ".join(_OTHER_SIGKILL) + ".",
-            tuple(f"{s.name}: read, no OOM kill" for s in kernel.sources if s.readable),
-        ))
+        findings.append(
+            Finding(
+                "sigkill-not-oom",
+                "warning",
+                "No OOM kill is recorded in the kernel log or the cgroup counters, so this SIGKILL "
+                "most likely came from somewhere else: " + "; ".join(_OTHER_SIGKILL) + ".",
+                tuple(f"{s.name}: read, no OOM kill" for s in kernel.sources if s.readable),
+            )
+        )
     return verdict, findings
 
 
 _LIBRARY_HINTS = (
-    (("libcuda", "libnvidia"), "the NVIDIA driver's own library: a driver/CUDA mismatch, a "
-     "driver upgraded without a reboot, or a GPU fault (see Xid lines)"),
-    (("libtorch_cuda", "libc10_cuda", "libcudnn", "libcublas", "libnvjitlink", "libcusparse",
-      "libnccl"), "a CUDA library of the PyTorch build: a build for a newer CUDA than the driver, "
-     "or CUDA libraries from two different installs mixed on the library path"),
-    (("cpu_adam", "fused_adam", "deepspeed", "transformer_inference", "_op"),
-     "a compiled DeepSpeed/extension op: built against another torch or CUDA version"),
+    (
+        ("libcuda", "libnvidia"),
+        "the NVIDIA driver's own library: a driver/CUDA mismatch, a "
+        "driver upgraded without a reboot, or a GPU fault (see Xid lines)",
+    ),
+    (
+        (
+            "libtorch_cuda",
+            "libc10_cuda",
+            "libcudnn",
+            "libcublas",
+            "libnvjitlink",
+            "libcusparse",
+            "libnccl",
+        ),
+        "a CUDA library of the PyTorch build: a build for a newer CUDA than the driver, "
+        "or CUDA libraries from two different installs mixed on the library path",
+    ),
+    (
+        ("cpu_adam", "fused_adam", "deepspeed", "transformer_inference", "_op"),
+        "a compiled DeepSpeed/extension op: built against another torch or CUDA version",
+    ),
     (("libgomp", "libiomp", "libomp"), "two OpenMP runtimes in one process"),
 )
 
@@ -360,34 +459,33 @@ def _library_meaning(library: str) -> str:
 #: How a problem the audit finds turns into SIGSEGV, by the audit's finding code.
 _AUDIT_CRASH_MEANING: dict[str, str] = {
     "driver-too-old": "a build for a newer CUDA than the driver fails at CUDA initialisation, "
-                      "or crashes in native code when CUDA libraries of two versions get mixed",
+    "or crashes in native code when CUDA libraries of two versions get mixed",
     "minor-compat-only": "under minor-version compatibility, kernels that need PTX JIT or newer "
-                         "driver features fail; extensions that skip error checks crash instead",
+    "driver features fail; extensions that skip error checks crash instead",
     "gpu-arch-unsupported": "without kernels for the GPU's architecture CUDA calls fail; "
-                            "extensions that skip the error check crash instead of raising",
+    "extensions that skip the error check crash instead of raising",
     "mixed-cuda-builds": "two CUDA versions' libraries loaded into one process resolve symbols "
-                         "against each other and crash",
+    "against each other and crash",
     "torchvision-mismatch": "torchvision's C++ ops are built for another torch: calling them "
-                            "jumps into a changed ABI",
+    "jumps into a changed ABI",
     "torchaudio-mismatch": "torchaudio's C++ ops are built for another torch: calling them jumps "
-                           "into a changed ABI",
+    "into a changed ABI",
     "duplicate-torch": "two torch installs: the extension modules of one load the libraries of "
-                       "the other",
+    "the other",
     "library-shadowing": "a library on LD_LIBRARY_PATH/LD_PRELOAD replaces the one torch was "
-                         "built with",
+    "built with",
     "nvcc-mismatch": "DeepSpeed JIT-builds its ops with this nvcc; ops built for another CUDA "
-                     "than torch's crash or fail to load",
+    "than torch's crash or fail to load",
     "deepspeed-torch-mismatch": "DeepSpeed ops compiled against another torch call into a "
-                                "changed C++ ABI and crash",
+    "changed C++ ABI and crash",
     "deepspeed-cuda-mismatch": "DeepSpeed ops compiled for another CUDA load a second CUDA "
-                               "runtime into the process",
-    "deepspeed-built-without-torch": "DeepSpeed's prebuilt ops were not built against this "
-                                     "torch",
+    "runtime into the process",
+    "deepspeed-built-without-torch": "DeepSpeed's prebuilt ops were not built against this torch",
     "torch-import-crash": "the crash reproduces in a child process that only imports torch and "
-                          "initialises CUDA: the environment itself is at fault, not the "
-                          "training code",
+    "initialises CUDA: the environment itself is at fault, not the "
+    "training code",
     "cuda-init-failed": "CUDA initialisation fails in a child process: the same failure inside "
-                        "native training code can end as a segfault",
+    "native training code can end as a segfault",
     "rocm-build-on-nvidia": "a ROCm build of torch cannot drive NVIDIA GPUs",
 }
 
@@ -402,103 +500,154 @@ def explain_audit_finding(finding: Finding) -> Finding:
     return replace(finding, message=f"{message}{separator}Why -11: {meaning}.")
 
 
-def _sigsegv_findings(log: LogFacts | None, seen: Observations,
-                      audit_findings: Sequence[Finding] | None,
-                      audit_error: str | None) -> tuple[str, list[Finding]]:
+def _sigsegv_findings(
+    log: LogFacts | None,
+    seen: Observations,
+    audit_findings: Sequence[Finding] | None,
+    audit_error: str | None,
+) -> tuple[str, list[Finding]]:
     findings: list[Finding] = []
     verdict = "segfault"
     kernel = seen.kernel
     if kernel is not None:
         for seg in kernel.events.segfaults[-3:]:
             if seg.library:
-                findings.append(Finding(
-                    "segfault-in-library", "error",
-                    f"The kernel recorded {seg.comm} (PID {seg.pid}) crashing in {seg.library}: "
-                    f"{_library_meaning(seg.library)}.",
-                    (seg.line,),
-                ))
+                findings.append(
+                    Finding(
+                        "segfault-in-library",
+                        "error",
+                        f"The kernel recorded {seg.comm} (PID {seg.pid}) crashing in "
+                        f"{seg.library}: "
+                        f"{_library_meaning(seg.library)}.",
+                        (seg.line,),
+                    )
+                )
         if kernel.events.xids:
-            findings.append(Finding(
-                "gpu-xid-error", "error",
-                "The NVIDIA driver logged Xid errors (GPU faults). Processes using a faulting GPU "
-                "can die with SIGSEGV or SIGKILL; this is a driver or hardware problem, not a "
-                "package version.",
-                _quote(list(kernel.events.xids)),
-                ("look the Xid number up in NVIDIA's Xid catalogue; 79 (fallen off the bus), 48 "
-                 "and 63/64 (ECC) need the machine's administrator",),
-            ))
+            findings.append(
+                Finding(
+                    "gpu-xid-error",
+                    "error",
+                    "The NVIDIA driver logged Xid errors (GPU faults). Processes using a "
+                    "faulting GPU "
+                    "can die with SIGSEGV or SIGKILL; this is a driver or hardware problem, not a "
+                    "package version.",
+                    _quote(list(kernel.events.xids)),
+                    (
+                        "look the Xid number up in NVIDIA's Xid catalogue; 79 (fallen off the "
+                        "bus), 48 "
+                        "and 63/64 (ECC) need the machine's administrator",
+                    ),
+                )
+            )
     if audit_findings is not None:
         problems = [f for f in audit_findings if f.severity in ("error", "warning")]
         findings.extend(explain_audit_finding(f) for f in audit_findings)
         if not problems:
-            findings.append(Finding(
-                "audit-clean", "info",
-                "The audit of the environment found no version problem (driver, GPU "
-                "architecture, CUDA libraries, DeepSpeed build) that explains a segfault.",
-            ))
+            findings.append(
+                Finding(
+                    "audit-clean",
+                    "info",
+                    "The audit of the environment found no version problem (driver, GPU "
+                    "architecture, CUDA libraries, DeepSpeed build) that explains a segfault.",
+                )
+            )
     elif audit_error:
-        findings.append(Finding("audit-unavailable", "warning",
-                                f"The environment audit could not run: {audit_error}"))
+        findings.append(
+            Finding(
+                "audit-unavailable",
+                "warning",
+                f"The environment audit could not run: {audit_error}",
+            )
+        )
     findings.extend(_shm_findings(log, seen.shm, crash=True))
     shm = seen.shm
-    shm_evidence = (f"{shm.path}: {format_gib(shm.total_bytes)}, {format_gib(shm.free_bytes)} "
-                    "free" if shm else "/dev/shm: size not read",)
-    findings.append(Finding(
-        "segfault-other-causes", "info",
-        "Causes of -11 that are not version problems: DataLoader workers with too small "
-        "/dev/shm; forking DataLoader workers after CUDA was initialised; two OpenMP runtimes "
-        "(libgomp and libiomp5) in one process; a too small stack (ulimit -s) for deep "
-        "recursion; faulty GPU or host memory (Xid errors, ECC).",
-        evidence=shm_evidence,
-        fix=("re-run with num_workers=0 to rule DataLoader workers out",
-             "PYTHONFAULTHANDLER=1 (or python -X faulthandler) prints the Python stack at the "
-             "crash"),
-    ))
+    shm_evidence = (
+        f"{shm.path}: {format_gib(shm.total_bytes)}, {format_gib(shm.free_bytes)} free"
+        if shm
+        else "/dev/shm: size not read",
+    )
+    findings.append(
+        Finding(
+            "segfault-other-causes",
+            "info",
+            "Causes of -11 that are not version problems: DataLoader workers with too small "
+            "/dev/shm; forking DataLoader workers after CUDA was initialised; two OpenMP runtimes "
+            "(libgomp and libiomp5) in one process; a too small stack (ulimit -s) for deep "
+            "recursion; faulty GPU or host memory (Xid errors, ECC).",
+            evidence=shm_evidence,
+            fix=(
+                "re-run with num_workers=0 to rule DataLoader workers out",
+                "PYTHONFAULTHANDLER=1 (or python -X faulthandler) prints the Python stack at the "
+                "crash",
+            ),
+        )
+    )
     return verdict, findings
 
 
 def _shm_findings(log: LogFacts | None, shm: ShmInfo | None, *, crash: bool) -> list[Finding]:
     bus_errors = log.of_kind("dataloader-bus-error", "shell-bus-error") if log else ()
     findings: list[Finding] = []
-    fixes = ("docker run --shm-size=16g … (Docker's default is 64 MiB)",
-             "Kubernetes: mount an emptyDir with medium: Memory (and a sizeLimit) at /dev/shm",
-             "or lower DataLoader num_workers")
+    fixes = (
+        "docker run --shm-size=16g … (Docker's default is 64 MiB)",
+        "Kubernetes: mount an emptyDir with medium: Memory (and a sizeLimit) at /dev/shm",
+        "or lower DataLoader num_workers",
+    )
     small = shm is not None and shm.total_bytes < SHM_WARN_BYTES
     if bus_errors:
         size = ""
         if shm is not None:
-            size = f" {shm.path} here is {format_gib(shm.total_bytes)} " \
-                   f"({format_gib(shm.free_bytes)} free)"
-            size += "." if small else (": large enough now, so if the run was in a container, "
-                                       "check the container's /dev/shm (Docker's default is "
-                                       "64 MiB).")
-        findings.append(Finding(
-            "dataloader-bus-error", "error",
-            "DataLoader workers died of SIGBUS: they ran out of shared memory." + size
-            + " Check the kernel/cgroup evidence too: a cgroup OOM can show up the same way.",
-            _quote([e.line for e in bus_errors]), fixes,
-        ))
+            size = (
+                f" {shm.path} here is {format_gib(shm.total_bytes)} "
+                f"({format_gib(shm.free_bytes)} free)"
+            )
+            size += (
+                "."
+                if small
+                else (
+                    ": large enough now, so if the run was in a container, "
+                    "check the container's /dev/shm (Docker's default is "
+                    "64 MiB)."
+                )
+            )
+        findings.append(
+            Finding(
+                "dataloader-bus-error",
+                "error",
+                "DataLoader workers died of SIGBUS: they ran out of shared memory."
+                + size
+                + " Check the kernel/cgroup evidence too: a cgroup OOM can show up the same way.",
+                _quote([e.line for e in bus_errors]),
+                fixes,
+            )
+        )
     if shm is not None and small:
-        findings.append(Finding(
-            "shm-too-small", "error" if bus_errors or crash else "warning",
-            f"{shm.path} is {format_gib(shm.total_bytes)} ({format_gib(shm.free_bytes)} free); "
-            "DataLoader workers pass batches through it, and DeepSpeed's ds_report warns below "
-            "512 MiB.",
-            (f"statvfs({shm.path}): size {shm.total_bytes} bytes, free {shm.free_bytes} bytes",),
-            fixes,
-        ))
+        findings.append(
+            Finding(
+                "shm-too-small",
+                "error" if bus_errors or crash else "warning",
+                f"{shm.path} is {format_gib(shm.total_bytes)} ({format_gib(shm.free_bytes)} free); "
+                "DataLoader workers pass batches through it, and DeepSpeed's ds_report warns below "
+                "512 MiB.",
+                (
+                    f"statvfs({shm.path}): size {shm.total_bytes} bytes, free {shm.free_bytes} "
+                    "bytes",
+                ),
+                fixes,
+            )
+        )
     return findings
 
 
 _VERDICT_SUMMARY = {
     "host-oom": "host OOM: the machine ran out of RAM and the kernel's OOM killer sent SIGKILL",
     "cgroup-oom": "container/cgroup limit: the memory limit of the container (or job cgroup) "
-                  "was hit and the OOM killer sent SIGKILL",
+    "was hit and the OOM killer sent SIGKILL",
     "gpu-oom": "GPU OOM: a GPU ran out of memory; the -9 is the launcher stopping the other ranks",
     "not-oom": "not an OOM: no OOM kill is recorded; something else sent SIGKILL",
     "unknown": "undetermined: no record of an OOM kill could be read",
     "likely-host-oom": "probably a host OOM: the host has less RAM than this run needs, but no "
-                       "kernel record of the kill could be read",
+    "kernel record of the kill could be read",
     "segfault": "segmentation fault (SIGSEGV)",
     "bus-error": "bus error (SIGBUS), usually DataLoader workers out of shared memory",
     "other-signal": "killed by another signal",
@@ -506,10 +655,16 @@ _VERDICT_SUMMARY = {
 }
 
 
-def diagnose(exit_status: ExitStatus, *, log: LogFacts | None = None,
-             seen: Observations | None = None, memory: MemoryVerdict | None = None,
-             setup_notes: Sequence[str] = (), audit_findings: Sequence[Finding] | None = None,
-             audit_error: str | None = None) -> DoctorReport:
+def diagnose(
+    exit_status: ExitStatus,
+    *,
+    log: LogFacts | None = None,
+    seen: Observations | None = None,
+    memory: MemoryVerdict | None = None,
+    setup_notes: Sequence[str] = (),
+    audit_findings: Sequence[Finding] | None = None,
+    audit_error: str | None = None,
+) -> DoctorReport:
     """The verdict and findings for one crash (pure)."""
     seen = seen or Observations()
     findings: list[Finding] = []
@@ -522,31 +677,45 @@ def diagnose(exit_status: ExitStatus, *, log: LogFacts | None = None,
             spike = ""
             if memory is not None and memory.needs.save_spike_bytes:
                 setup = memory.needs.setup
-                who = (f"each of the {setup.gpus_per_node} ranks on a node copies"
-                       if setup.zero_stage in (1, 2) else "rank 0 gathers")
-                spike = (f" For this run {who} the full 16-bit weights into host RAM: "
-                         f"{format_gib(memory.needs.save_spike_bytes)} extra at that moment.")
-            findings.append(Finding(
-                "killed-during-checkpoint-save", "warning",
-                "The last thing the log shows before the kill is a checkpoint save, with no "
-                "training step after it: the save-time host memory spike is the likely trigger."
-                + spike,
-                (f"log line {saving.line_no}: {saving.line}",),
-                ('ZeRO-3 with "stage3_gather_16bit_weights_on_model_save": true keeps the 16-bit '
-                 "copy on rank 0 only",
-                 "or give the node the RAM the memory check asks for"),
-            ))
+                who = (
+                    f"each of the {setup.gpus_per_node} ranks on a node copies"
+                    if setup.zero_stage in (1, 2)
+                    else "rank 0 gathers"
+                )
+                spike = (
+                    f" For this run {who} the full 16-bit weights into host RAM: "
+                    f"{format_gib(memory.needs.save_spike_bytes)} extra at that moment."
+                )
+            findings.append(
+                Finding(
+                    "killed-during-checkpoint-save",
+                    "warning",
+                    "The last thing the log shows before the kill is a checkpoint save, with no "
+                    "training step after it: the save-time host memory spike is the likely trigger."
+                    + spike,
+                    (f"log line {saving.line_no}: {saving.line}",),
+                    (
+                        'ZeRO-3 with "stage3_gather_16bit_weights_on_model_save": true keeps '
+                        "the 16-bit "
+                        "copy on rank 0 only",
+                        "or give the node the RAM the memory check asks for",
+                    ),
+                )
+            )
         if memory is not None:
             findings.extend(memory.findings)
             if verdict == "unknown" and memory.host_enough is False:
                 verdict = "likely-host-oom"
         else:
-            findings.append(Finding(
-                "memory-check-skipped", "info",
-                "No memory check: the model size is unknown. Pass --params 7B (or --model "
-                "PATH) with --zero and --gpus-per-node to compare this host with what the run "
-                "needs.",
-            ))
+            findings.append(
+                Finding(
+                    "memory-check-skipped",
+                    "info",
+                    "No memory check: the model size is unknown. Pass --params 7B (or --model "
+                    "PATH) with --zero and --gpus-per-node to compare this host with what the run "
+                    "needs.",
+                )
+            )
     elif sig == SIGSEGV:
         verdict, found = _sigsegv_findings(log, seen, audit_findings, audit_error)
         findings.extend(found)
@@ -554,36 +723,47 @@ def diagnose(exit_status: ExitStatus, *, log: LogFacts | None = None,
         verdict = "bus-error"
         findings.extend(_shm_findings(log, seen.shm, crash=True))
         if not findings:
-            findings.append(Finding(
-                "shm-too-small", "warning",
-                "SIGBUS in training is nearly always shared memory (/dev/shm) running out; its "
-                "size could not be read here.", fix=("df -h /dev/shm",)))
+            findings.append(
+                Finding(
+                    "shm-too-small",
+                    "warning",
+                    "SIGBUS in training is nearly always shared memory (/dev/shm) running out; its "
+                    "size could not be read here.",
+                    fix=("df -h /dev/shm",),
+                )
+            )
     elif sig is not None:
         verdict = "other-signal"
-        findings.append(Finding(
-            "signal-other", "info",
-            f"The process was killed by {signal_name(sig)} ({sig}); cudalock doctor explains -9 "
-            "(SIGKILL) and -11 (SIGSEGV) in depth. SIGABRT (-6) usually follows a C++ "
-            "exception or an NCCL watchdog timeout: look for the message just before it.",
-        ))
+        findings.append(
+            Finding(
+                "signal-other",
+                "info",
+                f"The process was killed by {signal_name(sig)} ({sig}); cudalock doctor "
+                "explains -9 "
+                "(SIGKILL) and -11 (SIGSEGV) in depth. SIGABRT (-6) usually follows a C++ "
+                "exception or an NCCL watchdog timeout: look for the message just before it.",
+            )
+        )
     else:
         verdict = "exit-status"
-        findings.append(Finding(
-            "exit-status-plain", "info",
-            f"Exit status {exit_status.code} is not a signal: the program exited by itself, "
-            "so its own error message (the last traceback in the log) explains it.",
-        ))
+        findings.append(
+            Finding(
+                "exit-status-plain",
+                "info",
+                f"Exit status {exit_status.code} is not a signal: the program exited by itself, "
+                "so its own error message (the last traceback in the log) explains it.",
+            )
+        )
     summary = _VERDICT_SUMMARY[verdict]
     evidence: dict[str, Any] = {"machine": seen.to_json()}
     if log is not None:
         evidence["log"] = log.to_json()
-    return DoctorReport(exit_status, verdict, summary, tuple(findings), memory,
-                        tuple(setup_notes), evidence)
+    return DoctorReport(
+        exit_status, verdict, summary, tuple(findings), memory, tuple(setup_notes), evidence
+    )
 
 
 # --- gathering the inputs (the edge) --------------------------------------------------------------
 
 
 # --- text output ----------------------------------------------------------------------------------
-
-

@@ -46,7 +46,11 @@ def run_command(argv: Sequence[str], timeout: float = 20.0) -> CommandResult:
     """Run a log command; a missing program or a timeout becomes a failed result, not an error."""
     try:
         done = subprocess.run(  # noqa: S603 - fixed argv from DEFAULT_LOG_COMMANDS
-            list(argv), capture_output=True, text=True, errors="replace", timeout=timeout,
+            list(argv),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
             check=False,
         )
     except FileNotFoundError:
@@ -79,17 +83,28 @@ class OomKill:
 
     def describe(self) -> str:
         who = f"PID {self.pid} ({self.comm})" if self.pid is not None else str(self.comm)
-        rss = (f", {self.anon_rss_kb / 2**20:.1f} GiB resident"
-               if self.anon_rss_kb is not None else "")
-        where = (f" in cgroup {self.oom_memcg or self.task_memcg}" if self.scope == "cgroup"
-                 and (self.oom_memcg or self.task_memcg) else "")
+        rss = (
+            f", {self.anon_rss_kb / 2**20:.1f} GiB resident" if self.anon_rss_kb is not None else ""
+        )
+        where = (
+            f" in cgroup {self.oom_memcg or self.task_memcg}"
+            if self.scope == "cgroup" and (self.oom_memcg or self.task_memcg)
+            else ""
+        )
         return f"{who}{rss}{where}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"scope": self.scope, "pid": self.pid, "comm": self.comm,
-                "anon_rss_kb": self.anon_rss_kb, "total_vm_kb": self.total_vm_kb,
-                "constraint": self.constraint, "task_memcg": self.task_memcg,
-                "oom_memcg": self.oom_memcg, "lines": list(self.lines)}
+        return {
+            "scope": self.scope,
+            "pid": self.pid,
+            "comm": self.comm,
+            "anon_rss_kb": self.anon_rss_kb,
+            "total_vm_kb": self.total_vm_kb,
+            "constraint": self.constraint,
+            "task_memcg": self.task_memcg,
+            "oom_memcg": self.oom_memcg,
+            "lines": list(self.lines),
+        }
 
 
 @dataclass(frozen=True)
@@ -164,19 +179,24 @@ def parse_kernel_log(text: str) -> KernelEvents:
         if (killed := _KILLED.search(line)) is not None:
             pid_value = int(killed.group("pid"))
             prefix = killed.group("prefix") or old_prefix.get(pid_value, "")
-            pending.append((
-                prefix, pid_value, killed.group("comm"),
-                int(killed.group("anon")) if killed.group("anon") else None,
-                int(killed.group("vm")) if killed.group("vm") else None,
-                line,
-            ))
+            pending.append(
+                (
+                    prefix,
+                    pid_value,
+                    killed.group("comm"),
+                    int(killed.group("anon")) if killed.group("anon") else None,
+                    int(killed.group("vm")) if killed.group("vm") else None,
+                    line,
+                )
+            )
             continue
         if _INVOKED.search(line):
             invocations.append(line)
             continue
         if (segv := _SEGFAULT.search(line)) is not None:
-            segfaults.append(Segfault(segv.group("comm"), int(segv.group("pid")),
-                                      segv.group("lib"), line))
+            segfaults.append(
+                Segfault(segv.group("comm"), int(segv.group("pid")), segv.group("lib"), line)
+            )
             continue
         if _XID.search(line):
             xids.append(line)
@@ -185,12 +205,19 @@ def parse_kernel_log(text: str) -> KernelEvents:
         fields, summary_line = summaries.get(pid, ({}, "")) if pid is not None else ({}, "")
         constraint = fields.get("constraint")
         cgroup = prefix == "Memory cgroup out of memory" or constraint == "CONSTRAINT_MEMCG"
-        kills.append(OomKill(
-            scope="cgroup" if cgroup else "host",
-            pid=pid, comm=comm, anon_rss_kb=anon, total_vm_kb=vm, constraint=constraint,
-            task_memcg=fields.get("task_memcg"), oom_memcg=fields.get("oom_memcg"),
-            lines=tuple(x for x in (summary_line, line) if x),
-        ))
+        kills.append(
+            OomKill(
+                scope="cgroup" if cgroup else "host",
+                pid=pid,
+                comm=comm,
+                anon_rss_kb=anon,
+                total_vm_kb=vm,
+                constraint=constraint,
+                task_memcg=fields.get("task_memcg"),
+                oom_memcg=fields.get("oom_memcg"),
+                lines=tuple(x for x in (summary_line, line) if x),
+            )
+        )
     return KernelEvents(tuple(kills), tuple(segfaults), tuple(xids), tuple(invocations))
 
 
@@ -225,8 +252,12 @@ class KernelLog:
         }
 
 
-_DENIED = ("operation not permitted", "permission denied", "insufficient permissions",
-           "no journal files were opened")
+_DENIED = (
+    "operation not permitted",
+    "permission denied",
+    "insufficient permissions",
+    "no journal files were opened",
+)
 
 
 def _command_source(argv: Sequence[str], result: CommandResult) -> tuple[LogSource, str]:
@@ -283,9 +314,14 @@ def read_kernel_log(
     texts: list[str] = []
     for argv in commands:
         result = runner(argv)
-        if result.returncode != 0 and "-T" in argv and any(
-                word in result.stderr.lower() for word in ("invalid option", "unrecognized option",
-                                                           "unknown option")):
+        if (
+            result.returncode != 0
+            and "-T" in argv
+            and any(
+                word in result.stderr.lower()
+                for word in ("invalid option", "unrecognized option", "unknown option")
+            )
+        ):
             argv = [arg for arg in argv if arg != "-T"]  # busybox dmesg has no -T
             result = runner(argv)
         source, text = _command_source(argv, result)
@@ -305,13 +341,13 @@ def read_kernel_log(
             segfaults.setdefault((seg.pid, seg.library), seg)
         xids.update(dict.fromkeys(events.xids))
         invocations.update(dict.fromkeys(events.invocations))
-    return KernelLog(tuple(sources), KernelEvents(
-        _dedupe(kills), tuple(segfaults.values()), tuple(xids), tuple(invocations)))
+    return KernelLog(
+        tuple(sources),
+        KernelEvents(_dedupe(kills), tuple(segfaults.values()), tuple(xids), tuple(invocations)),
+    )
 
 
 # --- cgroup memory ------------------------------------------------------------------------------
 
 
 # --- /dev/shm and the bundle doctor reads ---------------------------------------------------------
-
-

@@ -41,9 +41,13 @@ class ExitStatus:
         return signal_name(self.signal) if self.signal is not None else f"exit status {self.code}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"raw": self.raw, "signal": self.signal,
-                "signal_name": signal_name(self.signal) if self.signal is not None else None,
-                "exit_code": self.code, "form": self.form}
+        return {
+            "raw": self.raw,
+            "signal": self.signal,
+            "signal_name": signal_name(self.signal) if self.signal is not None else None,
+            "exit_code": self.code,
+            "form": self.form,
+        }
 
 
 _NUMBER_IN = re.compile(r"(?<![\w.])([+-]?\d+)(?![\w.])")
@@ -53,8 +57,10 @@ _SIGNAL_NAME = re.compile(r"\bSIG[A-Z0-9]{2,7}\b")
 def _from_number(raw: str, value: int) -> ExitStatus:
     if value < 0:
         if -value > 64:
-            raise UsageError(f"exit code {raw!r}: signal {-value} does not exist; "
-                             "expected e.g. -9, 137, -11 or 139")
+            raise UsageError(
+                f"exit code {raw!r}: signal {-value} does not exist; "
+                "expected e.g. -9, 137, -11 or 139"
+            )
         return ExitStatus(raw, -value, None, f"killed by signal {-value} (Python/launcher form)")
     if 128 < value <= 128 + 64:
         return ExitStatus(raw, value - 128, None, f"shell/container form 128+{value - 128}")
@@ -77,8 +83,9 @@ def parse_exit_code(text: str) -> ExitStatus:
     numbers = _NUMBER_IN.findall(raw)
     if numbers:
         return _from_number(raw, int(numbers[0]))
-    raise UsageError(f"exit code {raw!r} is not understood; expected e.g. -9, 137, "
-                     "'exitcode: -9', -11 or 139")
+    raise UsageError(
+        f"exit code {raw!r} is not understood; expected e.g. -9, 137, 'exitcode: -9', -11 or 139"
+    )
 
 
 # --- training logs ------------------------------------------------------------------------------
@@ -95,8 +102,13 @@ class LogEvent:
     pid: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "line_no": self.line_no, "line": self.line,
-                "signal": self.signal, "pid": self.pid}
+        return {
+            "kind": self.kind,
+            "line_no": self.line_no,
+            "line": self.line,
+            "signal": self.signal,
+            "pid": self.pid,
+        }
 
 
 @dataclass(frozen=True)
@@ -142,8 +154,7 @@ class LogFacts:
         return tuple(dict.fromkeys(e.pid for e in self.events if e.pid is not None))
 
     def to_json(self) -> dict[str, Any]:
-        return {"events": [event.to_json() for event in self.events],
-                "run": self.shape.to_json()}
+        return {"events": [event.to_json() for event in self.events], "run": self.shape.to_json()}
 
 
 def _signal_from_code(value: int) -> int | None:
@@ -157,24 +168,38 @@ def _signal_from_code(value: int) -> int | None:
 # (kind, pattern); a pattern's "code" group is an exit code, "sig" a signal number, "pid" a PID.
 _EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("launcher-exit", re.compile(r"exitcode\s*:\s*(?P<code>-?\d+)\s*\(pid:\s*(?P<pid>\d+)\)")),
-    ("launcher-exit", re.compile(
-        r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: \d+ \(pid: (?P<pid>\d+)\)")),
+    (
+        "launcher-exit",
+        re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: \d+ \(pid: (?P<pid>\d+)\)"),
+    ),
     ("launcher-signal", re.compile(r"Signal (?P<sig>\d+) \(SIG\w+\) received by PID (?P<pid>\d+)")),
     ("launcher-exit", re.compile(r"exits with return code = (?P<code>-?\d+)")),
-    ("dataloader-killed", re.compile(
-        r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Killed")),
-    ("dataloader-bus-error", re.compile(
-        r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Bus error")),
-    ("dataloader-segfault", re.compile(
-        r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Segmentation fault")),
+    (
+        "dataloader-killed",
+        re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Killed"),
+    ),
+    (
+        "dataloader-bus-error",
+        re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Bus error"),
+    ),
+    (
+        "dataloader-segfault",
+        re.compile(
+            r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Segmentation fault"
+        ),
+    ),
     ("cuda-oom", re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError")),
     ("slurm-oom", re.compile(r"Detected \d+ oom[-_]kill events?")),
     ("slurm-time-limit", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT")),
     ("slurm-cancelled", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT")),
     ("kubernetes-oomkilled", re.compile(r"\bOOMKilled\b")),
     ("nccl-timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*timed out")),
-    ("checkpoint-save", re.compile(
-        r"Saving model checkpoint to|Checkpoint \S+ is about to be saved|Saving checkpoint")),
+    (
+        "checkpoint-save",
+        re.compile(
+            r"Saving model checkpoint to|Checkpoint \S+ is about to be saved|Saving checkpoint"
+        ),
+    ),
     ("training-progress", re.compile(r"""['"]loss['"]\s*:|\bloss[:=]\s*\d""")),
     ("shell-killed", re.compile(r"^(?:\S+: line \d+: +\d+ )?Killed\b")),
     ("shell-segfault", re.compile(r"Segmentation fault(?: \(core dumped\))?\s*$")),
@@ -203,7 +228,8 @@ def _events(text: str) -> list[LogEvent]:
 
 
 _CONFIG_PATH = re.compile(
-    r"""(?:--deepspeed(?:_config)?|deepspeed_config|"deepspeed")["'=:\s]+["']?(?P<path>[^\s"',]+\.json)""")
+    r"""(?:--deepspeed(?:_config)?|deepspeed_config|"deepspeed")["'=:\s]+["']?(?P<path>[^\s"',]+\.json)"""
+)
 _STAGE = (
     re.compile(r"ZeRO stage (?P<n>[0-3])\b", re.IGNORECASE),
     re.compile(r"zero_optimization_stage\W*(?P<n>[0-3])\b"),
@@ -214,20 +240,25 @@ _STAGE = (
 )
 # "offload_param": {"device": "cpu"} in JSON, offload_param=…Config(device='cpu') in DeepSpeed's
 # config dump, offload_param=None when unset; never reading across into the other offload key.
-_OFFLOAD = (r"{what}(?:\W{{1,3}}(?P<null>None|null)\b"
-            r"|(?:(?!offload)[^\n]){{0,60}}?device\W{{0,40}}?"
-            r"(?:OffloadDeviceEnum\.)?(?P<device>cpu|nvme|none)\b)")
+_OFFLOAD = (
+    r"{what}(?:\W{{1,3}}(?P<null>None|null)\b"
+    r"|(?:(?!offload)[^\n]){{0,60}}?device\W{{0,40}}?"
+    r"(?:OffloadDeviceEnum\.)?(?P<device>cpu|nvme|none)\b)"
+)
 _OFFLOAD_OPTIMIZER = re.compile(_OFFLOAD.format(what="offload_optimizer"))
 _OFFLOAD_PARAM = re.compile(_OFFLOAD.format(what="offload_param"))
 _GATHER = re.compile(
-    r"gather_16bit_weights_on_model_save\W{0,40}?(?P<value>true|false)\b", re.IGNORECASE)
+    r"gather_16bit_weights_on_model_save\W{0,40}?(?P<value>true|false)\b", re.IGNORECASE
+)
 _NPROC = re.compile(r"--(?:nproc[_-]per[_-]node|num[_-]gpus)[= ](?P<n>\d+)")
 _NNODES = re.compile(r"--(?:nnodes|num[_-]nodes)[= ](?P<n>\d+)(?![:\d])")
 _WORLD_INFO = re.compile(r"WORLD INFO DICT: (?P<dict>\{.*\})")
 _ALL_PARAMS = re.compile(r"all params: (?P<n>[\d,]+)")
 _TRAINABLE = re.compile(r"Number of trainable parameters = (?P<n>[\d,]+)")
-_MODEL_ARG = re.compile(r"--model_name_or_path[= ](?P<name>\S+)|model_name_or_path[=:]\s*['\"]?"
-                        r"(?P<name2>[^\s'\",]+)")
+_MODEL_ARG = re.compile(
+    r"--model_name_or_path[= ](?P<name>\S+)|model_name_or_path[=:]\s*['\"]?"
+    r"(?P<name2>[^\s'\",]+)"
+)
 _SIZE_IN_NAME = re.compile(r"(?<![\dA-Za-z.])(?P<n>\d+(?:\.\d+)?)[bB](?![A-Za-z\d])")
 
 
@@ -293,7 +324,10 @@ def _shape(text: str) -> RunShape:
         offload_optimizer=(opt.group("device") not in (None, "none")) if opt else None,
         offload_param=(par.group("device") not in (None, "none")) if par else None,
         gather_16bit_weights=(gather.group("value").lower() == "true") if gather else None,
-        gpus_per_node=gpus, nodes=nodes, params=params, params_source=params_source,
+        gpus_per_node=gpus,
+        nodes=nodes,
+        params=params,
+        params_source=params_source,
         model=model,
     )
 
@@ -317,8 +351,9 @@ def shape_from_deepspeed_config(config: dict[str, Any]) -> RunShape:
         value = section.get("device")
         return None if value in (None, "auto") else value != "none"
 
-    gather = zero.get("stage3_gather_16bit_weights_on_model_save",
-                      zero.get("gather_16bit_weights_on_model_save"))
+    gather = zero.get(
+        "stage3_gather_16bit_weights_on_model_save", zero.get("gather_16bit_weights_on_model_save")
+    )
     return RunShape(
         zero_stage=stage if isinstance(stage, int) and 0 <= stage <= 3 else None,
         offload_optimizer=device("offload_optimizer"),

@@ -23,8 +23,11 @@ def render_findings(findings: Sequence[Finding]) -> list[str]:
 def render_report(report: DoctorReport) -> list[str]:
 
     status = report.exit
-    lines = [f"Return code {status.raw}: {status.name} ({status.form})",
-             f"Verdict: {report.summary}", ""]
+    lines = [
+        f"Return code {status.raw}: {status.name} ({status.form})",
+        f"Verdict: {report.summary}",
+        "",
+    ]
     lines.extend(render_findings(report.findings))
     if report.memory is not None:
         lines.append("")

@@ -49,8 +49,10 @@ MAX_LOG_BYTES = 256 * 2**20
 
 
 def in_kubernetes(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
-    return "KUBERNETES_SERVICE_HOST" in environ or (
-        root / "var/run/secrets/kubernetes.io/serviceaccount").is_dir()
+    return (
+        "KUBERNETES_SERVICE_HOST" in environ
+        or (root / "var/run/secrets/kubernetes.io/serviceaccount").is_dir()
+    )
 
 
 def read_log(path: Path) -> str:
@@ -79,8 +81,9 @@ def read_deepspeed_config(path: Path) -> RunShape:
     return shape_from_deepspeed_config(data)
 
 
-def host_memory_from(host: Host | None, override: int | None,
-                     source: str = "/proc/meminfo and cgroup") -> HostMemory:
+def host_memory_from(
+    host: Host | None, override: int | None, source: str = "/proc/meminfo and cgroup"
+) -> HostMemory:
     """``--host-memory`` wins; otherwise the probed host's RAM and cgroup limit."""
     if override is not None:
         return HostMemory(override, None, "--host-memory")
@@ -124,11 +127,15 @@ class MachineReaders:
     root: Path = Path("/")
 
 
-def default_readers(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys"),
-                    shm_path: Path = Path("/dev/shm"), root: Path = Path("/"),
-                    runner: CommandRunner | None = None,
-                    log_commands: Sequence[Sequence[str]] | None = None,
-                    environ: Mapping[str, str] | None = None) -> MachineReaders:
+def default_readers(
+    proc_root: Path = Path("/proc"),
+    sys_root: Path = Path("/sys"),
+    shm_path: Path = Path("/dev/shm"),
+    root: Path = Path("/"),
+    runner: CommandRunner | None = None,
+    log_commands: Sequence[Sequence[str]] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> MachineReaders:
     """This machine's evidence; every root, command and the environment can be replaced."""
 
     def probe() -> Target | None:
@@ -139,7 +146,8 @@ def default_readers(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys
         read_kernel_log=lambda: ke.read_kernel_log(
             runner=runner or ke.run_command,
             commands=ke.DEFAULT_LOG_COMMANDS if log_commands is None else log_commands,
-            root=root),
+            root=root,
+        ),
         read_cgroup=lambda: read_cgroup_memory(sys_root / "fs" / "cgroup", proc_root),
         read_shm=lambda: read_shm(shm_path),
         probe=probe,
@@ -154,8 +162,9 @@ def default_audit(python: Path | None, deep: bool) -> Sequence[Finding]:
     return audit_findings(python, deep)
 
 
-def run_doctor(request: DoctorRequest, readers: MachineReaders,
-               audit: AuditRunner = default_audit) -> DoctorReport:
+def run_doctor(
+    request: DoctorRequest, readers: MachineReaders, audit: AuditRunner = default_audit
+) -> DoctorReport:
 
     exit_status = parse_exit_code(request.exit_code)
     log = scan_training_log(read_log(request.log_path)) if request.log_path else None
@@ -179,19 +188,34 @@ def run_doctor(request: DoctorRequest, readers: MachineReaders,
             audit_error = str(err)
         except Exception as err:  # the audit failing must not hide the rest of the diagnosis
             audit_error = f"{type(err).__name__}: {err}"
-    return diagnose(exit_status, log=log, seen=seen, memory=memory, setup_notes=notes,
-                    audit_findings=audit_findings, audit_error=audit_error)
+    return diagnose(
+        exit_status,
+        log=log,
+        seen=seen,
+        memory=memory,
+        setup_notes=notes,
+        audit_findings=audit_findings,
+        audit_error=audit_error,
+    )
 
 
-def _memory_for_doctor(request: DoctorRequest, log: LogFacts | None, readers: MachineReaders,
-                       read_model_size: Callable[[Path], Any]
-                       ) -> tuple[MemoryVerdict | None, list[str]]:
+def _memory_for_doctor(
+    request: DoctorRequest,
+    log: LogFacts | None,
+    readers: MachineReaders,
+    read_model_size: Callable[[Path], Any],
+) -> tuple[MemoryVerdict | None, list[str]]:
     notes: list[str] = []
     sources: list[SetupHints] = [request.flags]
     if request.model_path is not None:
         size = read_model_size(request.model_path)
-        sources.append(SetupHints(params=size.params, params_source=size.source,
-                                  largest_layer_params=size.largest_layer_params))
+        sources.append(
+            SetupHints(
+                params=size.params,
+                params_source=size.source,
+                largest_layer_params=size.largest_layer_params,
+            )
+        )
     config_path = request.deepspeed_config
     if config_path is None and log is not None and log.shape.deepspeed_config:
         candidate = Path(log.shape.deepspeed_config)
@@ -201,8 +225,10 @@ def _memory_for_doctor(request: DoctorRequest, log: LogFacts | None, readers: Ma
         if candidate.is_file():
             config_path = candidate
         else:
-            notes.append(f"the log names DeepSpeed config {log.shape.deepspeed_config}, which is "
-                         "not readable here (pass --deepspeed-config)")
+            notes.append(
+                f"the log names DeepSpeed config {log.shape.deepspeed_config}, which is "
+                "not readable here (pass --deepspeed-config)"
+            )
     if config_path is not None:
         sources.append(SetupHints.from_shape(read_deepspeed_config(config_path)))
         notes.append(f"ZeRO settings read from {config_path}")
@@ -213,12 +239,20 @@ def _memory_for_doctor(request: DoctorRequest, log: LogFacts | None, readers: Ma
             model_dir = Path(shape.model)
             if model_dir.is_dir():
                 size = read_model_size(model_dir)
-                sources.append(SetupHints(params=size.params, params_source=size.source,
-                                          largest_layer_params=size.largest_layer_params))
+                sources.append(
+                    SetupHints(
+                        params=size.params,
+                        params_source=size.source,
+                        largest_layer_params=size.largest_layer_params,
+                    )
+                )
         sources.append(SetupHints.from_shape(shape))
     hints = merge_hints(*sources)
-    target = readers.probe() if request.host_memory_bytes is None or hints.gpus_per_node is None \
+    target = (
+        readers.probe()
+        if request.host_memory_bytes is None or hints.gpus_per_node is None
         else None
+    )
     default_gpus = len(target.gpus) if target is not None and target.gpus else 1
     setup, setup_notes = build_setup(hints, default_gpus)
     notes.extend(setup_notes)

@@ -57,13 +57,26 @@ STEP_MARKER = "==> cudalock step "
 Echo = Callable[[str], None]
 
 #: pip's words for "these requirements cannot be satisfied together" (a plan problem, exit 1).
-_CONFLICT_WORDS = ("ResolutionImpossible", "conflicting dependencies", "Cannot install",
-                   "No matching distribution found")
+_CONFLICT_WORDS = (
+    "ResolutionImpossible",
+    "conflicting dependencies",
+    "Cannot install",
+    "No matching distribution found",
+)
 #: pip's words for a network that failed it: then "no matching distribution" is not a conflict.
-_NETWORK_WORDS = ("NewConnectionError", "Connection refused", "ConnectTimeout", "ReadTimeout",
-                  "Max retries exceeded", "Temporary failure in name resolution",
-                  "Name or service not known", "HTTP error 5", "IncompleteRead",
-                  "ProtocolError", "SSLError")
+_NETWORK_WORDS = (
+    "NewConnectionError",
+    "Connection refused",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "Max retries exceeded",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "HTTP error 5",
+    "IncompleteRead",
+    "ProtocolError",
+    "SSLError",
+)
 
 
 @dataclass(frozen=True)
@@ -99,9 +112,11 @@ def absolute_framework(framework: str | None, cwd: Path) -> str | None:
     path = Path(os.path.expanduser(framework))
     path = path if path.is_absolute() else cwd / path
     if not path.is_dir():
-        raise UsageError(f"--framework {framework!r} looks like a local path, but no such "
-                         "directory exists; expected a requirement (name==version), a VCS URL "
-                         "or a project directory")
+        raise UsageError(
+            f"--framework {framework!r} looks like a local path, but no such "
+            "directory exists; expected a requirement (name==version), a VCS URL "
+            "or a project directory"
+        )
     return str(Path(os.path.normpath(path)))
 
 
@@ -117,32 +132,36 @@ def choose_format(given: str | None, spec: Spec | None) -> OutputFormat:
 # The command
 
 
-def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
-                  options: BootstrapOptions, show: Echo) -> BootstrapResult:
+def run_bootstrap(
+    target_opts: TargetOptions, request_opts: RequestOptions, options: BootstrapOptions, show: Echo
+) -> BootstrapResult:
     """Everything ``cudalock bootstrap`` does; ``show`` prints progress to the user."""
 
     def echo(line: str) -> None:
         show(redact(line))  # the plan's explanation names index URLs, credentials and all
 
-
     out_dir = options.output_dir
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"-o {str(out_dir)!r} is not a directory")
-    inputs = read_inputs(request_opts, target_opts, spec_file=options.spec_file,
-                         output_dir=out_dir)
+    inputs = read_inputs(request_opts, target_opts, spec_file=options.spec_file, output_dir=out_dir)
     spec_path, spec, request = inputs.spec_path, inputs.spec, inputs.request
-    request = dataclasses.replace(request,
-                                  framework=absolute_framework(request.framework, Path.cwd()))
+    request = dataclasses.replace(
+        request, framework=absolute_framework(request.framework, Path.cwd())
+    )
     output_format = choose_format(options.output_format, spec)
     if options.create and output_format == "venv" and request.python is None:
         # The venv is made from this interpreter unless asked otherwise: choosing the newest
         # Python torch supports would send most users off to find an interpreter they lack.
         request = dataclasses.replace(request, python=_running_python())
-        echo(f"python: {request.python}, the interpreter creating the venv "
-             "(--python chooses another)")
+        echo(
+            f"python: {request.python}, the interpreter creating the venv "
+            "(--python chooses another)"
+        )
     if options.create and output_format == "uv":
-        raise UsageError("--create builds conda or venv environments; with --format uv, run "
-                         "'uv sync' in the output directory instead")
+        raise UsageError(
+            "--create builds conda or venv environments; with --format uv, run "
+            "'uv sync' in the output directory instead"
+        )
 
     target_opts = inputs.target_options
     if inputs.recorded_target:
@@ -151,20 +170,30 @@ def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
     targets = targets_from_options(target_opts, matrix)
     plan = resolve(matrix, targets, request)
 
-    name = check_env_name(options.name or (spec.output.name if spec else None)
-                          or default_env_name(plan))
-    render_options = RenderOptions(name=name, output_format=output_format,
-                                   framework=request.framework, pypi_index=request.pypi_index)
+    name = check_env_name(
+        options.name or (spec.output.name if spec else None) or default_env_name(plan)
+    )
+    render_options = RenderOptions(
+        name=name,
+        output_format=output_format,
+        framework=request.framework,
+        pypi_index=request.pypi_index,
+    )
     files = {out_dir / file: text for file, text in render(plan, render_options).items()}
-    new_spec = Spec(request=request, target=TargetSummary.of(targets),
-                    output=OutputSpec(format=output_format, name=options.name
-                                      or (spec.output.name if spec else None)))
+    new_spec = Spec(
+        request=request,
+        target=TargetSummary.of(targets),
+        output=OutputSpec(
+            format=output_format, name=options.name or (spec.output.name if spec else None)
+        ),
+    )
     refuse_existing(list(files), force=options.force)
     # The spec is always written beside the outputs, so 'cudalock lock -o DIR' finds it; a
     # --spec read from elsewhere lends its comments to a new one.
     written_spec = out_dir / SPEC_FILE
-    files[written_spec] = update_spec(written_spec if written_spec.exists() else spec_path,
-                                      new_spec)
+    files[written_spec] = update_spec(
+        written_spec if written_spec.exists() else spec_path, new_spec
+    )
     script = out_dir / "install.sh"
     # mkstemp creates 0600 files; these are meant to be read (and install.sh run) like any
     # file the user writes.
@@ -172,8 +201,10 @@ def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
     write_group(files, force=True, modes=modes)
 
     torch = plan.torch_pin
-    echo(f"plan: torch {torch.version} from {redact(plan.index_url or 'the default index')}, "
-         f"Python {plan.python}")
+    echo(
+        f"plan: torch {torch.version} from {redact(plan.index_url or 'the default index')}, "
+        f"Python {plan.python}"
+    )
     for line in plan.explanation:
         echo(f"  {line}")
     echo("wrote: " + ", ".join(sorted(str(path) for path in files)))
@@ -182,25 +213,29 @@ def run_bootstrap(target_opts: TargetOptions, request_opts: RequestOptions,
     if options.create:
         steps = install_steps(plan, render_options)
         if output_format == "venv":
-            environment = create_venv(plan, options.venv or out_dir / ".venv", out_dir, steps,
-                                      echo)
+            environment = create_venv(plan, options.venv or out_dir / ".venv", out_dir, steps, echo)
         else:
             environment = create_conda(name, out_dir, steps, echo)
         audit_new_environment(environment, plan, matrix, echo)
     else:
         echo(next_steps(output_format, out_dir, name))
-    return BootstrapResult(plan=plan, request=request, written=tuple(files),
-                           environment=environment)
+    return BootstrapResult(
+        plan=plan, request=request, written=tuple(files), environment=environment
+    )
 
 
 def next_steps(output_format: OutputFormat, out_dir: Path, name: str) -> str:
     where = str(out_dir)
     if output_format == "conda":
-        return (f"next: conda env create -f {where}/environment.yml && conda activate {name} "
-                f"&& bash {where}/install.sh   (or rerun with --create)")
+        return (
+            f"next: conda env create -f {where}/environment.yml && conda activate {name} "
+            f"&& bash {where}/install.sh   (or rerun with --create)"
+        )
     if output_format == "venv":
-        return (f"next: python -m venv {where}/.venv && PYTHON={where}/.venv/bin/python "
-                f"bash {where}/install.sh   (or rerun with --create)")
+        return (
+            f"next: python -m venv {where}/.venv && PYTHON={where}/.venv/bin/python "
+            f"bash {where}/install.sh   (or rerun with --create)"
+        )
     return f"next: cd {where} && uv sync"
 
 
@@ -208,8 +243,7 @@ def next_steps(output_format: OutputFormat, out_dir: Path, name: str) -> str:
 # --create
 
 
-def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...],
-                echo: Echo) -> Path:
+def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...], echo: Echo) -> Path:
     """Create (or reuse) a virtual environment with the plan's Python, then run install.sh."""
     venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
@@ -220,15 +254,29 @@ def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...],
     else:
         command = venv_command(plan.python, venv)
         echo(f"environment: creating {venv} with Python {plan.python}")
-        _run_logged("create the virtual environment", command, log, echo, cwd=out_dir,
-                    env=dict(os.environ), removal=removal)
+        _run_logged(
+            "create the virtual environment",
+            command,
+            log,
+            echo,
+            cwd=out_dir,
+            env=dict(os.environ),
+            removal=removal,
+        )
     found = _python_version(python)
     if found != plan.python.rstrip("t"):
-        raise UsageError(f"the environment at {venv} has Python {found}, the plan needs "
-                         f"{plan.python}; remove it ({removal}) or choose --venv")
+        raise UsageError(
+            f"the environment at {venv} has Python {found}, the plan needs "
+            f"{plan.python}; remove it ({removal}) or choose --venv"
+        )
     env = dict(os.environ)
-    env.update({"PYTHON": str(python.absolute()), "VIRTUAL_ENV": str(venv.absolute()),
-                "PATH": f"{python.parent.absolute()}{os.pathsep}{env.get('PATH', '')}"})
+    env.update(
+        {
+            "PYTHON": str(python.absolute()),
+            "VIRTUAL_ENV": str(venv.absolute()),
+            "PATH": f"{python.parent.absolute()}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
     env.pop("PYTHONHOME", None)
     run_install_script(out_dir, steps, log, env, echo, removal=removal)
     return venv
@@ -269,7 +317,11 @@ def _python_version(python: Path) -> str:
     try:
         result = subprocess.run(  # noqa: S603 - the interpreter cudalock just created
             [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=60, check=False)
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except OSError as err:
         raise EnvironmentFailure(f"cannot run {python}: {err.strerror or err}") from None
     return result.stdout.strip()
@@ -289,21 +341,37 @@ def create_conda(name: str, out_dir: Path, steps: tuple[Step, ...], echo: Echo) 
     prefix = _conda_prefix(executable, name)
     if prefix is None:
         yml = str(out_dir / "environment.yml")
-        command = ([executable, "create", "-y", "-n", name, "-f", yml] if tool == "micromamba"
-                   else [executable, "env", "create", "-n", name, "-f", yml])
+        command = (
+            [executable, "create", "-y", "-n", name, "-f", yml]
+            if tool == "micromamba"
+            else [executable, "env", "create", "-n", name, "-f", yml]
+        )
         echo(f"environment: creating conda environment {name} with {tool}")
-        _run_logged(f"{tool} creates the environment", command, log, echo, cwd=out_dir,
-                    env=dict(os.environ), removal=removal)
+        _run_logged(
+            f"{tool} creates the environment",
+            command,
+            log,
+            echo,
+            cwd=out_dir,
+            env=dict(os.environ),
+            removal=removal,
+        )
         prefix = _conda_prefix(executable, name)
         if prefix is None:
-            raise EnvironmentFailure(f"{tool} reported success but environment {name} is "
-                                     f"not listed by '{tool} env list'")
+            raise EnvironmentFailure(
+                f"{tool} reported success but environment {name} is not listed by '{tool} env list'"
+            )
     else:
         echo(f"environment: reusing conda environment {name} at {prefix}")
     python = prefix / ("python.exe" if os.name == "nt" else "bin/python")
     env = dict(os.environ)
-    env.update({"PYTHON": str(python), "CONDA_PREFIX": str(prefix),
-                "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}"})
+    env.update(
+        {
+            "PYTHON": str(python),
+            "CONDA_PREFIX": str(prefix),
+            "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
     run_install_script(out_dir, steps, log, env, echo, removal=removal)
     return prefix
 
@@ -311,8 +379,12 @@ def create_conda(name: str, out_dir: Path, steps: tuple[Step, ...], echo: Echo) 
 def _conda_prefix(executable: str, name: str) -> Path | None:
     try:
         result = subprocess.run(  # noqa: S603 - conda/mamba/micromamba found on PATH
-            [executable, "env", "list", "--json"], capture_output=True, text=True,
-            timeout=120, check=False)
+            [executable, "env", "list", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         prefixes = json.loads(result.stdout).get("envs", [])
     except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError):
         return None
@@ -322,28 +394,52 @@ def _conda_prefix(executable: str, name: str) -> Path | None:
     return None
 
 
-def run_install_script(out_dir: Path, steps: tuple[Step, ...], log: Path,
-                       env: Mapping[str, str], echo: Echo, *, removal: str) -> None:
+def run_install_script(
+    out_dir: Path,
+    steps: tuple[Step, ...],
+    log: Path,
+    env: Mapping[str, str],
+    echo: Echo,
+    *,
+    removal: str,
+) -> None:
     """Run install.sh, showing each step as it starts; a failed step raises, naming it."""
     python = env.get("PYTHON", "python")
-    _run_logged("install.sh", ["bash", str((out_dir / "install.sh").absolute())], log, echo,
-                cwd=out_dir, env=env, removal=removal, steps=steps, python=python)
+    _run_logged(
+        "install.sh",
+        ["bash", str((out_dir / "install.sh").absolute())],
+        log,
+        echo,
+        cwd=out_dir,
+        env=env,
+        removal=removal,
+        steps=steps,
+        python=python,
+    )
 
 
 def _start_log(out_dir: Path) -> Path:
     """A fresh log for this run (the previous run's log is replaced)."""
     log = out_dir / LOG_FILE
     try:
-        log.write_text("cudalock bootstrap --create: the output of every step\n",
-                       encoding="utf-8")
+        log.write_text("cudalock bootstrap --create: the output of every step\n", encoding="utf-8")
     except OSError as err:
         raise EnvironmentFailure(f"cannot write the log {log}: {err.strerror or err}") from None
     return log
 
 
-def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Path,
-                env: Mapping[str, str], removal: str,
-                steps: tuple[Step, ...] = (), python: str = "python") -> None:
+def _run_logged(
+    what: str,
+    command: list[str],
+    log: Path,
+    echo: Echo,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    removal: str,
+    steps: tuple[Step, ...] = (),
+    python: str = "python",
+) -> None:
     """Run ``command``, its output (redacted) appended to ``log``; raise if it fails."""
     current: tuple[int, str] | None = None
     errors: list[str] = []
@@ -355,14 +451,21 @@ def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Pa
             handle.write(f"\n### {what}: {redact(' '.join(command))}\n")
             handle.flush()
             process = subprocess.Popen(  # noqa: S603 - cudalock's own script / venv command
-                command, cwd=cwd, env=dict(env), stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+                command,
+                cwd=cwd,
+                env=dict(env),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            )
             assert process.stdout is not None
             for raw in process.stdout:
                 line = redact(raw.rstrip("\n"))
                 handle.write(line + "\n")
                 if line.startswith(STEP_MARKER):
-                    label = line[len(STEP_MARKER):]
+                    label = line[len(STEP_MARKER) :]
                     number = label.split("/", 1)[0]
                     current = (int(number) if number.isdigit() else 0, label)
                     echo(f"  step {label}")
@@ -379,8 +482,9 @@ def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Pa
                     in_causes = False
             returncode = process.wait()
     except OSError as err:
-        raise EnvironmentFailure(f"cannot run {what} ({command[0]}): {err.strerror or err}; "
-                                 f"log: {log}") from None
+        raise EnvironmentFailure(
+            f"cannot run {what} ({command[0]}): {err.strerror or err}; log: {log}"
+        ) from None
     if returncode == 0:
         return
     if current is not None and 1 <= current[0] <= len(steps):
@@ -391,15 +495,18 @@ def _run_logged(what: str, command: list[str], log: Path, echo: Echo, *, cwd: Pa
     detail = f": {errors[0].removeprefix('ERROR: ')}" if errors else ""
     if causes:
         detail += " (" + "; ".join(causes) + ")"
-    message = (f"{step_text} failed (exit status {returncode}){detail}; command: {shown}; "
-               f"full output in {log}")
+    message = (
+        f"{step_text} failed (exit status {returncode}){detail}; command: {shown}; "
+        f"full output in {log}"
+    )
     hint = f"the environment is left for inspection; remove it with: {removal}"
     if network:
         message += f"; the network failed: {network[-1].strip()}"
         hint = f"check the index URLs and the network, then run again; {hint}"
     elif any(word in line for line in errors for word in _CONFLICT_WORDS):
-        hint = ("choose a framework version that accepts the planned torch, or another "
-                f"--torch; {hint}")
+        hint = (
+            f"choose a framework version that accepts the planned torch, or another --torch; {hint}"
+        )
         raise Unsatisfiable(message, hint=hint)
     raise EnvironmentFailure(message, hint=hint)
 
@@ -421,6 +528,9 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
             f"the new environment {environment} did not pass the audit"
             + ("" if torch else ": it has no torch"),
             hint=f"see the findings above and {LOG_FILE}; cudalock audit --python "
-            f"{shlex.quote(str(python_for_prefix(environment)))} repeats them")
-    echo(f"environment ready: {environment} (Python {outcome.installed.python_version}, "
-         f"torch {torch.version}, CUDA {torch.cuda or 'none'}); audit: no errors")
+            f"{shlex.quote(str(python_for_prefix(environment)))} repeats them",
+        )
+    echo(
+        f"environment ready: {environment} (Python {outcome.installed.python_version}, "
+        f"torch {torch.version}, CUDA {torch.cuda or 'none'}); audit: no errors"
+    )

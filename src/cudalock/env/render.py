@@ -118,7 +118,8 @@ def framework_args(framework: str) -> tuple[str, ...]:
 def torch_family(plan: Plan) -> tuple[PackagePin, ...]:
     """The pins that come from the PyTorch index and go into constraints.txt (torch first)."""
     family = [
-        pin for pin in plan.packages
+        pin
+        for pin in plan.packages
         if canonicalize_name(pin.name) in TORCH_FAMILY
         or (plan.index_url and pin.index_url == plan.index_url)
     ]
@@ -133,7 +134,8 @@ def companions(plan: Plan) -> tuple[PackagePin, ...]:
 
 def builds_deepspeed_ops(plan: Plan) -> bool:
     return plan.cuda is not None and any(
-        canonicalize_name(p.name) == "deepspeed" for p in plan.packages)
+        canonicalize_name(p.name) == "deepspeed" for p in plan.packages
+    )
 
 
 def yaml_scalar(text: str) -> str:
@@ -158,8 +160,12 @@ def _yaml_double_quoted(text: str) -> str:
         code = ord(char)
         if char in ('"', "\\"):
             out.append("\\" + char)
-        elif 0x20 <= code <= 0x7E or (0xA0 <= code <= 0xD7FF and code not in (0x2028, 0x2029)) \
-                or (0xE000 <= code <= 0xFFFD and code != 0xFEFF) or code >= 0x10000:
+        elif (
+            0x20 <= code <= 0x7E
+            or (0xA0 <= code <= 0xD7FF and code not in (0x2028, 0x2029))
+            or (0xE000 <= code <= 0xFFFD and code != 0xFEFF)
+            or code >= 0x10000
+        ):
             out.append(char)
         elif code <= 0xFF:
             out.append(f"\\x{code:02x}")
@@ -174,9 +180,7 @@ def toml_string(text: str) -> str:
 
 def _comment(lines: tuple[str, ...] | list[str]) -> str:
     """Comment lines (``# ...``); line breaks inside a value cannot end the comment."""
-    return "\n".join(
-        f"# {' '.join(line.split())}".rstrip() for line in lines
-    )
+    return "\n".join(f"# {' '.join(line.split())}".rstrip() for line in lines)
 
 
 def _header(plan: Plan, options: RenderOptions, what: str) -> str:
@@ -191,8 +195,10 @@ def _header(plan: Plan, options: RenderOptions, what: str) -> str:
         driver = str(target.driver_version) if target.driver_version else "no NVIDIA driver"
         ccs = ", ".join(f"{cc[0]}.{cc[1]}" for cc in target.compute_capabilities) or "none"
         driver_cuda = format_cuda(target.driver_cuda) if target.driver_cuda else "unknown"
-        lines.append(f"Target ({target.name}): driver {driver} (CUDA {driver_cuda}), "
-                     f"compute capability {ccs}.")
+        lines.append(
+            f"Target ({target.name}): driver {driver} (CUDA {driver_cuda}), "
+            f"compute capability {ccs}."
+        )
     if plan.unverified:
         lines.append("Rests on facts the matrix marks unverified: " + "; ".join(plan.unverified))
     return _comment(lines)
@@ -220,33 +226,65 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
     else:
         torch_index = default_index
     # Titles are printed when install.sh runs: no credentials in them.
-    steps.append(Step(f"the torch family from {redact(plan.index_url or 'the default index')}",
-                      (*pip, *torch_index, *family_pins)))
+    steps.append(
+        Step(
+            f"the torch family from {redact(plan.index_url or 'the default index')}",
+            (*pip, *torch_index, *family_pins),
+        )
+    )
 
     if options.framework:
         args = framework_args(options.framework)
-        steps.append(Step(f"the framework {options.framework}, without its dependencies",
-                          (*pip, *default_index, "--no-deps", *args)))
-        steps.append(Step("the framework's dependencies, with the torch family pinned",
-                          (*pip, *default_index, "-c", "constraints.txt", *args)))
+        steps.append(
+            Step(
+                f"the framework {options.framework}, without its dependencies",
+                (*pip, *default_index, "--no-deps", *args),
+            )
+        )
+        steps.append(
+            Step(
+                "the framework's dependencies, with the torch family pinned",
+                (*pip, *default_index, "-c", "constraints.txt", *args),
+            )
+        )
 
     others = companions(plan)
     if others:
         if builds_deepspeed_ops(plan):
-            steps.append(Step("build tools for DeepSpeed",
-                              (*pip, *default_index, "-c", "constraints.txt",
-                               "setuptools", "wheel")))
-        isolation = ("--no-build-isolation",) if any(
-            canonicalize_name(p.name) == "deepspeed" for p in others) else ()
+            steps.append(
+                Step(
+                    "build tools for DeepSpeed",
+                    (*pip, *default_index, "-c", "constraints.txt", "setuptools", "wheel"),
+                )
+            )
+        isolation = (
+            ("--no-build-isolation",)
+            if any(canonicalize_name(p.name) == "deepspeed" for p in others)
+            else ()
+        )
         names = ", ".join(p.name for p in others)
-        steps.append(Step(f"{names}, built against the installed torch",
-                          (*pip, *default_index, *isolation, "-c", "constraints.txt",
-                           *(p.requirement for p in others))))
+        steps.append(
+            Step(
+                f"{names}, built against the installed torch",
+                (
+                    *pip,
+                    *default_index,
+                    *isolation,
+                    "-c",
+                    "constraints.txt",
+                    *(p.requirement for p in others),
+                ),
+            )
+        )
 
     steps.append(Step("pip check", (PYTHON, "-m", "pip", "check")))
     planned_cuda = format_cuda(plan.cuda) if plan.cuda else "none"
-    steps.append(Step("verify torch without importing it",
-                      (PYTHON, "-c", verify_script(), planned_cuda, *family_pins)))
+    steps.append(
+        Step(
+            "verify torch without importing it",
+            (PYTHON, "-c", verify_script(), planned_cuda, *family_pins),
+        )
+    )
     return tuple(steps)
 
 
@@ -292,8 +330,9 @@ def render(plan: Plan, options: RenderOptions) -> dict[str, str]:
     elif options.output_format == "uv":
         files["pyproject.toml"] = render_uv_pyproject(plan, options)
     else:
-        raise UsageError(f"invalid --format {options.output_format!r}: expected "
-                         f"{', '.join(OUTPUT_FORMATS)}")
+        raise UsageError(
+            f"invalid --format {options.output_format!r}: expected {', '.join(OUTPUT_FORMATS)}"
+        )
     files["constraints.txt"] = render_constraints_txt(plan, options)
     return files
 
@@ -304,10 +343,13 @@ def render_install_sh(plan: Plan, options: RenderOptions) -> str:
     for number, step in enumerate(steps, start=1):
         title = f"{number}/{len(steps)}: {step.title}"
         blocks.append(f"step {shlex.quote(title)}\n{_wrap_shell(step)}")
-    return fill(_template("install.sh.tmpl"), {
-        "header": _header(plan, options, "install.sh"),
-        "steps": "\n\n".join(blocks),
-    })
+    return fill(
+        _template("install.sh.tmpl"),
+        {
+            "header": _header(plan, options, "install.sh"),
+            "steps": "\n\n".join(blocks),
+        },
+    )
 
 
 def _wrap_shell(step: Step) -> str:
@@ -319,7 +361,7 @@ def _wrap_shell(step: Step) -> str:
     if step.argv[1] == "-c":
         script, args = step.argv[2], step.argv[3:]
         quoted = " ".join(shlex.quote(a) for a in args)
-        return f'"$PYTHON" - {quoted} <<\'{HEREDOC_END}\'\n{script.rstrip()}\n{HEREDOC_END}'
+        return f"\"$PYTHON\" - {quoted} <<'{HEREDOC_END}'\n{script.rstrip()}\n{HEREDOC_END}"
     words = [shlex.quote(a) for a in step.argv[1:]]
     head_length = 4 if step.argv[3:4] == ("install",) else len(words)
     head = " ".join(['"$PYTHON"', *words[:head_length]])
@@ -377,15 +419,20 @@ def render_environment_yml(plan: Plan, options: RenderOptions) -> str:
     dependencies += [f"      - {yaml_scalar(line)}" for line in _pip_section(plan, options)]
     after = []
     if options.framework or companions(plan):
-        after = [f"Then:    conda activate {options.name} && bash install.sh",
-                 "(the framework and companions need pip options environment.yml cannot carry)"]
-    return fill(_template("environment.yml.tmpl"), {
-        "header": _header(plan, options, "environment.yml"),
-        "next_steps": _comment(after) if after else "#",
-        "name": yaml_scalar(options.name),
-        "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in channels),
-        "dependencies": "\n".join(dependencies),
-    })
+        after = [
+            f"Then:    conda activate {options.name} && bash install.sh",
+            "(the framework and companions need pip options environment.yml cannot carry)",
+        ]
+    return fill(
+        _template("environment.yml.tmpl"),
+        {
+            "header": _header(plan, options, "environment.yml"),
+            "next_steps": _comment(after) if after else "#",
+            "name": yaml_scalar(options.name),
+            "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in channels),
+            "dependencies": "\n".join(dependencies),
+        },
+    )
 
 
 def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
@@ -395,36 +442,44 @@ def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
         repositories.append(plan.index_url)
     if options.pypi_index:
         repositories.append(options.pypi_index)
-    dependencies = [f"  - {yaml_scalar(dep)}" for dep in [*_conda_python(plan), "pip",
-                                                           *compilers]]
+    dependencies = [f"  - {yaml_scalar(dep)}" for dep in [*_conda_python(plan), "pip", *compilers]]
     dependencies.append("  - pip:")
     dependencies += [f"      - {yaml_scalar(pin.requirement)}" for pin in torch_family(plan)]
     subdir = platform_named(plan.platform).conda_subdir
-    return fill(_template("environment.conda-lock.yml.tmpl"), {
-        "header": _header(plan, options, "environment.conda-lock.yml"),
-        "name": yaml_scalar(options.name),
-        "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in channels),
-        "platforms": f"  - {yaml_scalar(subdir)}",
-        "pip_repositories": "\n".join(f"  - {yaml_scalar(url)}" for url in repositories)
-        or "  []",
-        # With a mirror given, conda-lock must not fall back to pypi.org behind its back.
-        "allow_pypi": "allow-pypi-requests: false\n" if options.pypi_index else "",
-        "dependencies": "\n".join(dependencies),
-    })
+    return fill(
+        _template("environment.conda-lock.yml.tmpl"),
+        {
+            "header": _header(plan, options, "environment.conda-lock.yml"),
+            "name": yaml_scalar(options.name),
+            "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in channels),
+            "platforms": f"  - {yaml_scalar(subdir)}",
+            "pip_repositories": "\n".join(f"  - {yaml_scalar(url)}" for url in repositories)
+            or "  []",
+            # With a mirror given, conda-lock must not fall back to pypi.org behind its back.
+            "allow_pypi": "allow-pypi-requests: false\n" if options.pypi_index else "",
+            "dependencies": "\n".join(dependencies),
+        },
+    )
 
 
 def render_constraints_txt(plan: Plan, options: RenderOptions) -> str:
-    return fill(_template("constraints.txt.tmpl"), {
-        "header": _header(plan, options, "constraints.txt"),
-        "pins": "\n".join(pin.requirement for pin in torch_family(plan)),
-    })
+    return fill(
+        _template("constraints.txt.tmpl"),
+        {
+            "header": _header(plan, options, "constraints.txt"),
+            "pins": "\n".join(pin.requirement for pin in torch_family(plan)),
+        },
+    )
 
 
 def render_requirements_txt(plan: Plan, options: RenderOptions) -> str:
-    return fill(_template("requirements.txt.tmpl"), {
-        "header": _header(plan, options, "requirements.txt"),
-        "lines": "\n".join(_pip_section(plan, options)),
-    })
+    return fill(
+        _template("requirements.txt.tmpl"),
+        {
+            "header": _header(plan, options, "requirements.txt"),
+            "lines": "\n".join(_pip_section(plan, options)),
+        },
+    )
 
 
 def render_uv_pyproject(plan: Plan, options: RenderOptions) -> str:
@@ -442,23 +497,31 @@ def render_uv_pyproject(plan: Plan, options: RenderOptions) -> str:
     index_name = f"pytorch-{plan.variant}"
     indexes = []
     if plan.index_url and plan.index_url != options.pypi_index:
-        indexes.append(f"[[tool.uv.index]]\nname = {toml_string(index_name)}\n"
-                       f"url = {toml_string(plan.index_url)}\nexplicit = true")
+        indexes.append(
+            f"[[tool.uv.index]]\nname = {toml_string(index_name)}\n"
+            f"url = {toml_string(plan.index_url)}\nexplicit = true"
+        )
     if options.pypi_index:
-        indexes.append(f"[[tool.uv.index]]\nname = \"pypi-mirror\"\n"
-                       f"url = {toml_string(options.pypi_index)}\ndefault = true")
+        indexes.append(
+            f'[[tool.uv.index]]\nname = "pypi-mirror"\n'
+            f"url = {toml_string(options.pypi_index)}\ndefault = true"
+        )
     routed = sorted({*TORCH_FAMILY, *(canonicalize_name(p.name) for p in family)})
     sources = (
         [f"{name} = {{ index = {toml_string(index_name)} }}" for name in routed]
-        if plan.index_url and plan.index_url != options.pypi_index else []
+        if plan.index_url and plan.index_url != options.pypi_index
+        else []
     )
     python = plan.python.rstrip("t")
-    return fill(_template("pyproject.toml.tmpl"), {
-        "header": _header(plan, options, "pyproject.toml"),
-        "notes": _comment(notes) if notes else "#",
-        "project_name": toml_string(options.name),
-        "requires_python": toml_string(f"=={python}.*"),
-        "dependencies": "\n".join(f"    {toml_string(d)}," for d in dependencies),
-        "indexes": "\n\n".join(indexes),
-        "sources": "\n".join(sources),
-    })
+    return fill(
+        _template("pyproject.toml.tmpl"),
+        {
+            "header": _header(plan, options, "pyproject.toml"),
+            "notes": _comment(notes) if notes else "#",
+            "project_name": toml_string(options.name),
+            "requires_python": toml_string(f"=={python}.*"),
+            "dependencies": "\n".join(f"    {toml_string(d)}," for d in dependencies),
+            "indexes": "\n\n".join(indexes),
+            "sources": "\n".join(sources),
+        },
+    )

@@ -107,12 +107,16 @@ def parse_spec(text: str, where: str = SPEC_FILE) -> Spec:
     data = document.unwrap()
     version = data.get("spec_version", SPEC_VERSION)
     if version != SPEC_VERSION:
-        raise InputError(f"{where}: spec_version {version!r} is not supported "
-                         f"(this cudalock reads {SPEC_VERSION})")
+        raise InputError(
+            f"{where}: spec_version {version!r} is not supported "
+            f"(this cudalock reads {SPEC_VERSION})"
+        )
     unknown = set(data) - {"spec_version", "request", "target", "output"}
     if unknown:
-        raise InputError(f"{where}: unknown key {sorted(unknown)[0]!r}; expected [request], "
-                         "[target] and [output] tables")
+        raise InputError(
+            f"{where}: unknown key {sorted(unknown)[0]!r}; expected [request], "
+            "[target] and [output] tables"
+        )
     request_table = _Table(where, "request", data.get("request", {}))
     target_table = _Table(where, "target", data.get("target")) if "target" in data else None
     output_table = _Table(where, "output", data.get("output", {}))
@@ -145,15 +149,16 @@ class _Table:
     def check_keys(self, known: Sequence[str]) -> None:
         for key in self.table:
             if key not in known:
-                raise InputError(f"{self.where}: [{self.name}] unknown key {key!r}; "
-                                 f"expected one of {', '.join(known)}")
+                raise InputError(
+                    f"{self.where}: [{self.name}] unknown key {key!r}; "
+                    f"expected one of {', '.join(known)}"
+                )
 
     def _value(self, key: str, fits: Callable[[Any], bool], expected: str) -> Any:
         """The key's value (None if absent), or an error saying it must be ``expected``."""
         value = self.table.get(key)
         if value is not None and not fits(value):
-            raise InputError(f"{self.where}: [{self.name}] {key} must be {expected}, "
-                             f"got {value!r}")
+            raise InputError(f"{self.where}: [{self.name}] {key} must be {expected}, got {value!r}")
         return value
 
     def text(self, key: str) -> str | None:
@@ -161,8 +166,11 @@ class _Table:
         return value
 
     def texts(self, key: str) -> tuple[str, ...] | None:
-        value = self._value(key, lambda v: isinstance(v, list)
-                            and all(isinstance(item, str) for item in v), "a list of strings")
+        value = self._value(
+            key,
+            lambda v: isinstance(v, list) and all(isinstance(item, str) for item in v),
+            "a list of strings",
+        )
         return None if value is None else tuple(value)
 
     def flag(self, key: str) -> bool | None:
@@ -170,8 +178,16 @@ class _Table:
         return value
 
 
-_REQUEST_KEYS = ("torch", "python", "cuda", "compat", "with", "framework", "pytorch_index",
-                 "pypi_index")
+_REQUEST_KEYS = (
+    "torch",
+    "python",
+    "cuda",
+    "compat",
+    "with",
+    "framework",
+    "pytorch_index",
+    "pypi_index",
+)
 _TARGET_KEYS = ("driver_version", "driver_cuda", "compute_capabilities", "platform", "gpu")
 _OUTPUT_KEYS = ("format", "name")
 
@@ -181,8 +197,7 @@ def _request(table: _Table) -> Request:
     default = Request()
     compat = table.text("compat") or default.compat
     if compat not in ("strict", "minor"):
-        raise InputError(f"{table.where}: [request] compat must be strict or minor, "
-                         f"got {compat!r}")
+        raise InputError(f"{table.where}: [request] compat must be strict or minor, got {compat!r}")
     with_packages = table.texts("with")
     return Request(
         torch=table.text("torch") or "",
@@ -212,8 +227,10 @@ def _output(table: _Table) -> OutputSpec:
     table.check_keys(_OUTPUT_KEYS)
     output_format = table.text("format")
     if output_format is not None and output_format not in OUTPUT_FORMATS:
-        raise InputError(f"{table.where}: [output] format must be one of "
-                         f"{', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+        raise InputError(
+            f"{table.where}: [output] format must be one of "
+            f"{', '.join(OUTPUT_FORMATS)}, got {output_format!r}"
+        )
     return OutputSpec(format=output_format, name=table.text("name"))
 
 
@@ -310,8 +327,13 @@ class Inputs:
     recorded_target: bool
 
 
-def read_inputs(request_options: RequestOptions, target_options: TargetOptions, *,
-                spec_file: Path | None, output_dir: Path) -> Inputs:
+def read_inputs(
+    request_options: RequestOptions,
+    target_options: TargetOptions,
+    *,
+    spec_file: Path | None,
+    output_dir: Path,
+) -> Inputs:
     """Read ``spec_file`` (``--spec``), else ``output_dir/cudalock.toml`` if it exists, and lay
     the flags over it: each Request flag replaces its value; the Target flags replace the
     recorded target by part (the driver, the GPUs, the platform), and ``--probe`` replaces it
@@ -324,8 +346,9 @@ def read_inputs(request_options: RequestOptions, target_options: TargetOptions, 
     recorded = spec.target if spec is not None else None
     if recorded is None or target_options.probe_files:
         return Inputs(path, spec, request, target_options, recorded_target=False)
-    return Inputs(path, spec, request, _over_recorded(target_options, recorded),
-                  recorded_target=True)
+    return Inputs(
+        path, spec, request, _over_recorded(target_options, recorded), recorded_target=True
+    )
 
 
 def _over_recorded(options: TargetOptions, recorded: TargetSummary) -> TargetOptions:
@@ -339,7 +362,8 @@ def _over_recorded(options: TargetOptions, recorded: TargetSummary) -> TargetOpt
         driver_version=options.driver_version if driver_given else recorded.driver_version,
         driver_cuda=options.driver_cuda if driver_given else recorded.driver_cuda,
         no_gpu=options.no_gpu if driver_given else not recorded.gpu,
-        compute_capabilities=(options.compute_capabilities if gpus_given
-                              else tuple(recorded.compute_capabilities)),
+        compute_capabilities=(
+            options.compute_capabilities if gpus_given else tuple(recorded.compute_capabilities)
+        ),
         platform=options.platform or recorded.platform,
     )

@@ -51,12 +51,16 @@ class LockState:
     def from_record(cls, record: Any, *, source: str) -> LockState:
         """Read ``[tool.cudalock]``; ``InputError`` if it is missing or malformed."""
         if not isinstance(record, Mapping) or not record:
-            raise InputError(f"{source} has no [tool.cudalock] record; it was not written by "
-                             "cudalock lock (regenerate it with cudalock lock --force)")
+            raise InputError(
+                f"{source} has no [tool.cudalock] record; it was not written by "
+                "cudalock lock (regenerate it with cudalock lock --force)"
+            )
         try:
             plan = record["plan"]
-            pins: dict[str, str] = {canonicalize_name(str(p["name"])): str(p["version"])
-                    for p in plan.get("packages", [])}
+            pins: dict[str, str] = {
+                canonicalize_name(str(p["name"])): str(p["version"])
+                for p in plan.get("packages", [])
+            }
             return cls(
                 matrix_version=str(record["matrix-version"]),
                 python=str(record["python"]),
@@ -66,8 +70,10 @@ class LockState:
                 pins=pins,
             )
         except (KeyError, TypeError, AttributeError) as err:
-            raise InputError(f"{source}: [tool.cudalock] is malformed ({err}); regenerate the "
-                             "lock with cudalock lock") from None
+            raise InputError(
+                f"{source}: [tool.cudalock] is malformed ({err}); regenerate the "
+                "lock with cudalock lock"
+            ) from None
 
 
 def _show(value: Any) -> str:
@@ -95,8 +101,9 @@ def compare(recorded: LockState, current: LockState) -> list[str]:
     """
     changes: list[str] = []
     if recorded.matrix_version != current.matrix_version:
-        changes.append(_changed("the compatibility matrix", recorded.matrix_version,
-                                current.matrix_version))
+        changes.append(
+            _changed("the compatibility matrix", recorded.matrix_version, current.matrix_version)
+        )
     changes += _target_changes(recorded.targets, current.targets)
     for key, what in _REQUEST_FIELDS:
         old, new = recorded.request.get(key), current.request.get(key)
@@ -113,8 +120,9 @@ def compare(recorded: LockState, current: LockState) -> list[str]:
     return changes
 
 
-def _target_changes(old: Sequence[Mapping[str, Any]],
-                    new: Sequence[Mapping[str, Any]]) -> list[str]:
+def _target_changes(
+    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
+) -> list[str]:
     if len(old) != len(new):
         return [f"the targets changed: {len(old)} node(s) when locked, {len(new)} now"]
     changes: list[str] = []

@@ -143,15 +143,22 @@ def _index_name(url: str, taken: set[str]) -> str:
     return name
 
 
-def lock_input(plan: Plan, request: Request, *, pypi_index: str | None = None,
-               glibc: str | None = None, allow_insecure: bool = False) -> LockInput:
+def lock_input(
+    plan: Plan,
+    request: Request,
+    *,
+    pypi_index: str | None = None,
+    glibc: str | None = None,
+    allow_insecure: bool = False,
+) -> LockInput:
     """uv's input for ``plan``: its pins, routed, plus requested packages it does not pin.
 
     ``with`` packages and the framework that the Plan does not pin itself are passed as the user
     wrote them, so uv pins them (and their dependencies) under the Plan's torch.
     """
     default_index = validate_index_url(
-        pypi_index or request.pypi_index or DEFAULT_PYPI_INDEX, flag="--pypi-index",
+        pypi_index or request.pypi_index or DEFAULT_PYPI_INDEX,
+        flag="--pypi-index",
         allow_insecure=allow_insecure,
     )
     requirements: list[str] = []
@@ -162,8 +169,9 @@ def lock_input(plan: Plan, request: Request, *, pypi_index: str | None = None,
         pinned.add(name)
         requirements.append(f"{name}=={pin.version}")
         if pin.index_url:
-            url = validate_index_url(pin.index_url, flag="--pytorch-index",
-                                     allow_insecure=allow_insecure)
+            url = validate_index_url(
+                pin.index_url, flag="--pytorch-index", allow_insecure=allow_insecure
+            )
             if url != default_index:
                 routed.setdefault(url, []).append(name)
     extras = [*request.with_packages, *([request.framework] if request.framework else [])]
@@ -198,8 +206,7 @@ def input_project(inp: LockInput) -> str:
 
     doc = tomlkit.document()
     doc.add(tomlkit.comment("Input for uv, written by cudalock lock; not a real project."))
-    doc["project"] = {"name": INPUT_PROJECT, "version": "0",
-                      "dependencies": list(inp.requirements)}
+    doc["project"] = {"name": INPUT_PROJECT, "version": "0", "dependencies": list(inp.requirements)}
     sources = {name: {"index": route.name} for route in inp.routes for name in route.packages}
     indexes = [{"name": route.name, "url": route.url, "explicit": True} for route in inp.routes]
     tool_uv: dict[str, Any] = {}
@@ -211,19 +218,25 @@ def input_project(inp: LockInput) -> str:
     return tomlkit.dumps(doc)
 
 
-def uv_compile_args(uv: str, inp: LockInput, *, upgrade: bool,
-                    cache_dir: Path | None) -> list[str]:
+def uv_compile_args(uv: str, inp: LockInput, *, upgrade: bool, cache_dir: Path | None) -> list[str]:
     """``uv pip compile`` for the input project (run in its directory, output ``pylock.toml``).
 
     The default index is passed through the environment (``UV_DEFAULT_INDEX``), not argv, so
     credentials in a mirror URL never show in a process listing.
     """
     args = [
-        uv, "pip", "compile", "pyproject.toml",
-        "--format", "pylock.toml",
-        "--output-file", LOCK_FILE,
-        "--python-version", inp.python,
-        "--python-platform", inp.python_platform,
+        uv,
+        "pip",
+        "compile",
+        "pyproject.toml",
+        "--format",
+        "pylock.toml",
+        "--output-file",
+        LOCK_FILE,
+        "--python-version",
+        inp.python,
+        "--python-platform",
+        inp.python_platform,
         "--no-config",
         "--no-header",
         "--no-python-downloads",
@@ -238,9 +251,13 @@ def uv_compile_args(uv: str, inp: LockInput, *, upgrade: bool,
     return args
 
 
-def build_interpreter(python: str, *, executable: str = sys.executable,
-                      version: tuple[int, int] = sys.version_info[:2],
-                      free_threaded: bool | None = None) -> str | None:
+def build_interpreter(
+    python: str,
+    *,
+    executable: str = sys.executable,
+    version: tuple[int, int] = sys.version_info[:2],
+    free_threaded: bool | None = None,
+) -> str | None:
     """The interpreter cudalock runs on, when it is the Python the lock is for; else None.
 
     uv runs an interpreter only to build the metadata of packages without wheels. Without
@@ -271,13 +288,15 @@ def _without_none(value: Any) -> Any:
 def target_summary(target: Target) -> dict[str, Any]:
     """What of a Target a lock depends on (not host names, memory or probe notes)."""
 
-    summary: dict[str, Any] = _without_none({
-        "name": target.name,
-        "platform": target.platform,
-        "driver-version": str(target.driver_version) if target.driver_version else None,
-        "driver-cuda": format_cuda(target.driver_cuda) if target.driver_cuda else None,
-        "compute-capabilities": [format_cc(cc) for cc in target.compute_capabilities],
-    })
+    summary: dict[str, Any] = _without_none(
+        {
+            "name": target.name,
+            "platform": target.platform,
+            "driver-version": str(target.driver_version) if target.driver_version else None,
+            "driver-cuda": format_cuda(target.driver_cuda) if target.driver_cuda else None,
+            "compute-capabilities": [format_cc(cc) for cc in target.compute_capabilities],
+        }
+    )
     return summary
 
 
@@ -296,8 +315,9 @@ def fingerprint(document: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def lock_record(plan: Plan, request: Request, inp: LockInput, *, cudalock_version: str,
-                uv_version: str) -> dict[str, Any]:
+def lock_record(
+    plan: Plan, request: Request, inp: LockInput, *, cudalock_version: str, uv_version: str
+) -> dict[str, Any]:
     """The ``[tool.cudalock]`` table: what the lock was made from, for ``--check``."""
     req = request_summary(request)
     targets = [target_summary(t) for t in plan.targets]
@@ -343,8 +363,9 @@ def parse_lock(text: str, *, source: str) -> tuple[Pylock, dict[str, Any]]:
     return lock, data
 
 
-def finalize_lock(uv_text: str, record: Mapping[str, Any], inp: LockInput, *,
-                  cudalock_version: str) -> str:
+def finalize_lock(
+    uv_text: str, record: Mapping[str, Any], inp: LockInput, *, cudalock_version: str
+) -> str:
     """uv's pylock.toml, made ours: created-by, environment, exact Python, indexes, record."""
 
     try:
@@ -352,10 +373,18 @@ def finalize_lock(uv_text: str, record: Mapping[str, Any], inp: LockInput, *,
     except Exception as err:
         raise EnvironmentFailure(f"uv wrote a pylock.toml that is not TOML: {err}") from None
     doc = tomlkit.document()
-    doc.add(tomlkit.comment(f"Generated by cudalock {cudalock_version} (resolved by uv); "
-                            "regenerate with 'cudalock lock', check with 'cudalock lock --check'."))
-    doc.add(tomlkit.comment("Install: uv pip sync pylock.toml | pip install -r pylock.toml (pip >= "
-                            "26.3) | pip install --require-hashes -r requirements.lock.txt"))
+    doc.add(
+        tomlkit.comment(
+            f"Generated by cudalock {cudalock_version} (resolved by uv); "
+            "regenerate with 'cudalock lock', check with 'cudalock lock --check'."
+        )
+    )
+    doc.add(
+        tomlkit.comment(
+            "Install: uv pip sync pylock.toml | pip install -r pylock.toml (pip >= "
+            "26.3) | pip install --require-hashes -r requirements.lock.txt"
+        )
+    )
     doc["lock-version"] = uv_doc.get("lock-version", "1.0")
     doc["environments"] = [environment_marker(inp.platform)]
     # The wheels are for this one Python; an installer must refuse any other.
@@ -450,8 +479,9 @@ def requirements_lock(lock: Pylock, inp: LockInput, *, cudalock_version: str) ->
 
 
 def locked_versions(lock: Pylock) -> dict[str, str]:
-    return {canonicalize_name(p.name): str(p.version) for p in lock.packages
-            if p.version is not None}
+    return {
+        canonicalize_name(p.name): str(p.version) for p in lock.packages if p.version is not None
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -482,8 +512,11 @@ def classify_uv_failure(stderr: str) -> Exception:
     text = stderr.replace(f"{INPUT_PROJECT} depends on", "the request needs")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     lines = [line for line in lines if not line.startswith("warning:")]
-    causes = [line.removeprefix("cause:").strip() for line in lines
-              if line.startswith(("cause:", "╰─▶", "Caused by:"))]
+    causes = [
+        line.removeprefix("cause:").strip()
+        for line in lines
+        if line.startswith(("cause:", "╰─▶", "Caused by:"))
+    ]
     if "no solution found" in text.lower() or "unsatisfiable" in text.lower():
         explanation = " ".join(c.removeprefix("╰─▶").strip() for c in causes) or lines[-1]
         return Unsatisfiable(
@@ -498,24 +531,35 @@ def classify_uv_failure(stderr: str) -> Exception:
             hint="packages without wheels (DeepSpeed is an sdist) run their setup code while "
             "locking; see uv's output above, or lock without that package (--with)",
         )
-    first = next((line for line in lines if line.startswith("error:")),
-                 lines[0] if lines else "uv failed without a message")
+    first = next(
+        (line for line in lines if line.startswith("error:")),
+        lines[0] if lines else "uv failed without a message",
+    )
     detail = first.removeprefix("error:").strip()
     if causes and causes[-1] not in detail:
         detail += f" ({causes[-1].removeprefix('Caused by:').strip()})"
     return EnvironmentFailure(
-        f"resolving the lock failed: {detail}; nothing was written, the previous lock is "
-        "untouched",
+        f"resolving the lock failed: {detail}; nothing was written, the previous lock is untouched",
         hint="check the network and the index URLs (--pytorch-index, --pypi-index); uv retried "
         "each request --retries times, waiting --timeout seconds",
     )
 
 
-def make_lock(plan: Plan, request: Request, *, output_dir: Path, upgrade: bool = False,
-              pypi_index: str | None = None, allow_insecure: bool = False,
-              cache_dir: Path | None = None, timeout_s: int = 60, retries: int = 3,
-              force: bool = False, echo: Callable[[str], None] | None = None,
-              environ: Mapping[str, str] | None = None) -> LockResult:
+def make_lock(
+    plan: Plan,
+    request: Request,
+    *,
+    output_dir: Path,
+    upgrade: bool = False,
+    pypi_index: str | None = None,
+    allow_insecure: bool = False,
+    cache_dir: Path | None = None,
+    timeout_s: int = 60,
+    retries: int = 3,
+    force: bool = False,
+    echo: Callable[[str], None] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LockResult:
     """Resolve ``plan`` with uv and write ``pylock.toml`` and ``requirements.lock.txt``.
 
     On any failure nothing is written and the previous files stay as they were.
@@ -526,14 +570,21 @@ def make_lock(plan: Plan, request: Request, *, output_dir: Path, upgrade: bool =
     req_path = output_dir / REQUIREMENTS_FILE
     foreign = [p for p in (lock_path, req_path) if p.exists() and not is_ours(p)]
     refuse_existing(foreign, force=force)
-    inp = lock_input(plan, request, pypi_index=pypi_index, glibc=target_glibc(plan.targets),
-                     allow_insecure=allow_insecure)
+    inp = lock_input(
+        plan,
+        request,
+        pypi_index=pypi_index,
+        glibc=target_glibc(plan.targets),
+        allow_insecure=allow_insecure,
+    )
     uv = find_uv()
     uv_ver = uv_version(uv)
     routes = ", ".join(f"{', '.join(r.packages)} only from {redact(r.url)}" for r in inp.routes)
-    say(f"cudalock: locking for Python {inp.python} on {inp.platform} ({inp.python_platform}) "
+    say(
+        f"cudalock: locking for Python {inp.python} on {inp.platform} ({inp.python_platform}) "
         f"with uv {uv_ver}: {routes or 'no routed packages'}; everything else from "
-        f"{redact(inp.default_index)}")
+        f"{redact(inp.default_index)}"
+    )
     with tempfile.TemporaryDirectory(prefix="cudalock-lock-") as tmp:
         work = Path(tmp)
         os.chmod(work, 0o700)  # the input may hold a mirror URL with credentials
@@ -542,9 +593,12 @@ def make_lock(plan: Plan, request: Request, *, output_dir: Path, upgrade: bool =
             # uv reads an existing output file as preferences: locked versions are kept
             # where the new plan still allows them.
             shutil.copyfile(lock_path, work / LOCK_FILE)
-        env = uv_environment(environ if environ is not None else os.environ,
-                             timeout_s=timeout_s, retries=retries,
-                             extra={"UV_DEFAULT_INDEX": inp.default_index})
+        env = uv_environment(
+            environ if environ is not None else os.environ,
+            timeout_s=timeout_s,
+            retries=retries,
+            extra={"UV_DEFAULT_INDEX": inp.default_index},
+        )
         if cache_dir is not None:
             env.pop("UV_NO_CACHE", None)  # an explicit --cache-dir means: use it
         args = uv_compile_args(uv, inp, upgrade=upgrade, cache_dir=cache_dir)
@@ -567,8 +621,7 @@ def make_lock(plan: Plan, request: Request, *, output_dir: Path, upgrade: bool =
     write_group({lock_path: text, req_path: requirements}, force=True)
     versions = locked_versions(lock)
     say(f"cudalock: wrote {lock_path} and {req_path} ({len(versions)} packages)")
-    return LockResult(lock_path=lock_path, requirements_path=req_path, packages=versions,
-                      input=inp)
+    return LockResult(lock_path=lock_path, requirements_path=req_path, packages=versions, input=inp)
 
 
 def read_lock_file(path: Path) -> tuple[Pylock, dict[str, Any]]:
@@ -599,12 +652,21 @@ def state_of(plan: Plan, request: Request) -> LockState:
 
 
 def _significant(text: str) -> list[str]:
-    return [line.rstrip() for line in text.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        line.rstrip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
-def check_lock(output_dir: Path, plan: Plan, request: Request, *,
-               pypi_index: str | None = None, allow_insecure: bool = False) -> list[str]:
+def check_lock(
+    output_dir: Path,
+    plan: Plan,
+    request: Request,
+    *,
+    pypi_index: str | None = None,
+    allow_insecure: bool = False,
+) -> list[str]:
     """What makes the lock in ``output_dir`` stale for ``plan``/``request`` (empty: current).
 
     An unreadable or invalid lock is an ``InputError`` (exit 2); a missing one is stale.
@@ -620,8 +682,13 @@ def check_lock(output_dir: Path, plan: Plan, request: Request, *,
     changes += pins_missing_from_lock(recorded.pins, locked_versions(lock))
     if changes:
         return changes
-    inp = lock_input(plan, request, pypi_index=pypi_index, allow_insecure=allow_insecure,
-                     glibc=target_glibc(plan.targets))
+    inp = lock_input(
+        plan,
+        request,
+        pypi_index=pypi_index,
+        allow_insecure=allow_insecure,
+        glibc=target_glibc(plan.targets),
+    )
     expected = requirements_lock(lock, inp, cudalock_version=__version__)
     try:
         actual = req_path.read_text(encoding="utf-8")

@@ -62,19 +62,23 @@ def uv_version(uv: str) -> str:
     """``uv --version`` as a bare version string ("0.13.9")."""
     try:
         done = subprocess.run(  # noqa: S603 - a fixed argument list, no shell
-            [uv, "--version"], capture_output=True, text=True, timeout=60, check=False,
+            [uv, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise EnvironmentFailure(f"cannot run {uv}: {err}", hint=INSTALL_HINT) from None
     words = done.stdout.split()
     if done.returncode != 0 or len(words) < 2:
-        raise EnvironmentFailure(f"{uv} --version failed: {done.stderr.strip()}",
-                                 hint=INSTALL_HINT)
+        raise EnvironmentFailure(f"{uv} --version failed: {done.stderr.strip()}", hint=INSTALL_HINT)
     return words[1]
 
 
-def uv_environment(base: Mapping[str, str], *, timeout_s: int, retries: int,
-                   extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def uv_environment(
+    base: Mapping[str, str], *, timeout_s: int, retries: int, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment uv runs with: the caller's, less index routing, plus our limits."""
     env = {k: v for k, v in base.items() if k not in _UV_ROUTING_VARIABLES}
     env["UV_HTTP_TIMEOUT"] = str(timeout_s)
@@ -99,17 +103,30 @@ class UvRun:
         return self.returncode == 0
 
 
-def run_uv(args: Sequence[str], *, cwd: Path, env: Mapping[str, str],
-           echo: Callable[[str], None] | None = None, timeout_s: float | None = None) -> UvRun:
+def run_uv(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    echo: Callable[[str], None] | None = None,
+    timeout_s: float | None = None,
+) -> UvRun:
     """Run uv with ``args``; every stderr line is passed (redacted) to ``echo`` as it arrives."""
     try:
         process = subprocess.Popen(  # noqa: S603 - a fixed argument list, no shell
-            list(args), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+            list(args),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
         )
     except OSError as err:
-        raise EnvironmentFailure(f"cannot run {args[0]}: {err.strerror or err}",
-                                 hint=INSTALL_HINT) from None
+        raise EnvironmentFailure(
+            f"cannot run {args[0]}: {err.strerror or err}", hint=INSTALL_HINT
+        ) from None
     lines: list[str] = []
     assert process.stderr is not None and process.stdout is not None
     try:

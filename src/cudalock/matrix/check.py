@@ -44,8 +44,15 @@ _VARIANT_RE = re.compile(r"^(cpu|cu\d{2,4}|rocm\d+(\.\d+){1,2}|xpu)$")
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 _BUILD_FIELDS = {"variant", "cuda", "cudnn", "nccl", "sass", "ptx", "platforms"}
-_RELEASE_FIELDS = {"version", "date", "requires_python", "python", "pypi_default", "torchvision",
-                   "torchaudio"}
+_RELEASE_FIELDS = {
+    "version",
+    "date",
+    "requires_python",
+    "python",
+    "pypi_default",
+    "torchvision",
+    "torchaudio",
+}
 _TOOLKIT_FIELDS = {"version", "label", "driver_linux", "driver_windows"}
 _GPU_FIELDS = {"name", "match", "compute_capability", "architecture"}
 _DS_FIELDS = {"version", "date", "requires_python", "torch"}
@@ -84,23 +91,35 @@ def check_matrix(matrix: Matrix) -> list[Problem]:
 
 def _check_head(matrix: Matrix) -> list[Problem]:
     if not _DATE_RE.match(matrix.matrix_version) or not _valid_date(matrix.matrix_version):
-        return [Problem("matrix.toml", "top level",
-                        f"matrix_version {matrix.matrix_version!r} is not a date (YYYY-MM-DD)")]
+        return [
+            Problem(
+                "matrix.toml",
+                "top level",
+                f"matrix_version {matrix.matrix_version!r} is not a date (YYYY-MM-DD)",
+            )
+        ]
     return []
 
 
 def _check_provenance(file: str, entry: str, prov: Provenance, fields: set[str]) -> list[Problem]:
     problems = []
     if prov.status not in STATUSES:
-        problems.append(Problem(file, entry, f"status {prov.status!r} is not one of "
-                                             f"{', '.join(STATUSES)}"))
+        problems.append(
+            Problem(file, entry, f"status {prov.status!r} is not one of {', '.join(STATUSES)}")
+        )
     for name in prov.unverified_fields:
         if name not in fields:
-            problems.append(Problem(file, entry, f"unverified names {name!r}, which is not a "
-                                                 f"field of this entry"))
+            problems.append(
+                Problem(
+                    file, entry, f"unverified names {name!r}, which is not a field of this entry"
+                )
+            )
     if prov.unverified_fields and not prov.verified:
-        problems.append(Problem(file, entry, "unverified = [...] on an entry whose status is "
-                                             "already 'unverified'"))
+        problems.append(
+            Problem(
+                file, entry, "unverified = [...] on an entry whose status is already 'unverified'"
+            )
+        )
     return problems
 
 
@@ -114,9 +133,14 @@ def _ordered(file: str, label: str, keys: Sequence[tuple[str, object]]) -> list[
             continue
         seen.add(key)
         if position and key < keys[position - 1][1]:  # type: ignore[operator]
-            problems.append(Problem(file, f"{label} {name}",
-                                    f"out of order: comes after {keys[position - 1][0]} "
-                                    f"(entries must be sorted by version, oldest first)"))
+            problems.append(
+                Problem(
+                    file,
+                    f"{label} {name}",
+                    f"out of order: comes after {keys[position - 1][0]} "
+                    f"(entries must be sorted by version, oldest first)",
+                )
+            )
     return problems
 
 
@@ -133,21 +157,31 @@ def _check_cuda(matrix: Matrix) -> list[Problem]:
             problems.append(Problem(file, entry, "verified toolkit without any driver minimum"))
     problems += _ordered(file, "[[toolkit]] version =", keys)
 
-    problems += _ordered(file, "[[major]] major =",
-                         [(str(m.major), m.major) for m in matrix.majors])
+    problems += _ordered(
+        file, "[[major]] major =", [(str(m.major), m.major) for m in matrix.majors]
+    )
     known_majors = {tk.cuda[0] for tk in matrix.toolkits}
     for m in matrix.majors:
         entry = f"[[major]] major = {m.major}"
-        problems += _check_provenance(file, entry, m.provenance,
-                                      {"major", "minor_compat_linux", "minor_compat_windows"})
+        problems += _check_provenance(
+            file, entry, m.provenance, {"major", "minor_compat_linux", "minor_compat_windows"}
+        )
         if m.major < 11:
-            problems.append(Problem(file, entry, "minor-version compatibility starts with "
-                                                 "CUDA 11; earlier majors have no floor"))
+            problems.append(
+                Problem(
+                    file,
+                    entry,
+                    "minor-version compatibility starts with CUDA 11; earlier majors have no floor",
+                )
+            )
         if m.major not in known_majors:
             problems.append(Problem(file, entry, f"no [[toolkit]] of CUDA {m.major}.x"))
 
-    problems += _ordered(file, "[[arch_support]] cuda =",
-                         [(repr(format_cuda(a.cuda)), a.cuda) for a in matrix.arch_support])
+    problems += _ordered(
+        file,
+        "[[arch_support]] cuda =",
+        [(repr(format_cuda(a.cuda)), a.cuda) for a in matrix.arch_support],
+    )
     for a in matrix.arch_support:
         entry = f"[[arch_support]] cuda = {format_cuda(a.cuda)!r}"
         problems += _check_provenance(file, entry, a.provenance, {"cuda", "sass"})
@@ -185,17 +219,27 @@ def _check_torch(matrix: Matrix) -> list[Problem]:
         else:
             vision = _version(release.torchvision)
             if vision is None:
-                problems.append(Problem(file, entry, f"torchvision {release.torchvision!r} is "
-                                                     f"not a version"))
+                problems.append(
+                    Problem(file, entry, f"torchvision {release.torchvision!r} is not a version")
+                )
             elif previous_vision and vision <= previous_vision[1]:
-                problems.append(Problem(file, entry, f"torchvision {release.torchvision} does not "
-                                                     f"follow {previous_vision[0]}'s pairing"))
+                problems.append(
+                    Problem(
+                        file,
+                        entry,
+                        f"torchvision {release.torchvision} does not "
+                        f"follow {previous_vision[0]}'s pairing",
+                    )
+                )
             if vision is not None:
-                previous_vision = (f"torch {release.version} (torchvision "
-                                   f"{release.torchvision})", vision)
+                previous_vision = (
+                    f"torch {release.version} (torchvision {release.torchvision})",
+                    vision,
+                )
         if release.torchaudio is not None and _version(release.torchaudio) is None:
-            problems.append(Problem(file, entry,
-                                    f"torchaudio {release.torchaudio!r} is not a version"))
+            problems.append(
+                Problem(file, entry, f"torchaudio {release.torchaudio!r} is not a version")
+            )
 
         seen: set[tuple[str, str]] = set()
         for build in release.builds:
@@ -204,8 +248,13 @@ def _check_torch(matrix: Matrix) -> list[Problem]:
             problems += _check_provenance(file, where, build.provenance, _BUILD_FIELDS)
             for platform in build.platforms:
                 if (build.variant, platform) in seen:
-                    problems.append(Problem(file, where, f"duplicate build: {build.variant} on "
-                                                         f"{platform} is listed twice"))
+                    problems.append(
+                        Problem(
+                            file,
+                            where,
+                            f"duplicate build: {build.variant} on {platform} is listed twice",
+                        )
+                    )
                 seen.add((build.variant, platform))
             problems += _check_build(matrix, file, where, release, build, known_cuda)
 
@@ -213,9 +262,15 @@ def _check_torch(matrix: Matrix) -> list[Problem]:
             if platform not in PLATFORMS:
                 continue  # reported by _check_release_values
             if not any(b.variant == variant and platform in b.platforms for b in release.builds):
-                problems.append(Problem(file, entry, f"pypi_default {platform} = {variant!r} "
-                                                     f"names no build of this release on "
-                                                     f"{platform}"))
+                problems.append(
+                    Problem(
+                        file,
+                        entry,
+                        f"pypi_default {platform} = {variant!r} "
+                        f"names no build of this release on "
+                        f"{platform}",
+                    )
+                )
     problems += _ordered(file, "[[release]] version =", keys)
     return problems
 
@@ -227,77 +282,123 @@ def _check_release_values(file: str, entry: str, release: TorchRelease) -> list[
     try:
         SpecifierSet(release.requires_python)
     except InvalidSpecifier:
-        problems.append(Problem(file, entry, f"requires_python {release.requires_python!r} is "
-                                             f"not a version specifier"))
+        problems.append(
+            Problem(
+                file,
+                entry,
+                f"requires_python {release.requires_python!r} is not a version specifier",
+            )
+        )
     if not release.python:
         problems.append(Problem(file, entry, "no python table (CPython versions per platform)"))
     for platform, versions in release.python.items():
         if platform not in PLATFORMS:
-            problems.append(Problem(file, entry, f"python: unknown platform {platform!r} "
-                                                 f"(expected one of {', '.join(PLATFORMS)})"))
+            problems.append(
+                Problem(
+                    file,
+                    entry,
+                    f"python: unknown platform {platform!r} "
+                    f"(expected one of {', '.join(PLATFORMS)})",
+                )
+            )
         for text in versions:
             try:
                 parse_python_version(text)
             except InputError:
-                problems.append(Problem(file, entry, f"python.{platform}: {text!r} is not a "
-                                                     f"Python version like 3.11 or 3.13t"))
+                problems.append(
+                    Problem(
+                        file,
+                        entry,
+                        f"python.{platform}: {text!r} is not a Python version like 3.11 or 3.13t",
+                    )
+                )
     for platform in release.pypi_default:
         if platform not in PLATFORMS:
             problems.append(Problem(file, entry, f"pypi_default: unknown platform {platform!r}"))
         elif platform not in release.python:
-            problems.append(Problem(file, entry, f"pypi_default for {platform}, which has no "
-                                                 f"python entry"))
+            problems.append(
+                Problem(file, entry, f"pypi_default for {platform}, which has no python entry")
+            )
     return problems
 
 
-def _check_build(matrix: Matrix, file: str, where: str, release: TorchRelease, build: TorchBuild,
-                 known_cuda: set[CudaVersion]) -> list[Problem]:
+def _check_build(
+    matrix: Matrix,
+    file: str,
+    where: str,
+    release: TorchRelease,
+    build: TorchBuild,
+    known_cuda: set[CudaVersion],
+) -> list[Problem]:
     problems = []
     if not _VARIANT_RE.match(build.variant):
-        problems.append(Problem(file, where, f"variant {build.variant!r} is not cpu, cuXYZ, "
-                                             f"rocmX.Y or xpu"))
+        problems.append(
+            Problem(file, where, f"variant {build.variant!r} is not cpu, cuXYZ, rocmX.Y or xpu")
+        )
     if not build.platforms:
         problems.append(Problem(file, where, "no platforms"))
     for platform in build.platforms:
         if platform not in PLATFORMS:
             problems.append(Problem(file, where, f"unknown platform {platform!r}"))
         elif platform not in release.python:
-            problems.append(Problem(file, where, f"platform {platform} has no python entry in "
-                                                 f"this release"))
+            problems.append(
+                Problem(file, where, f"platform {platform} has no python entry in this release")
+            )
     from_name = cuda_from_variant(build.variant)
     if from_name is None:
         if build.cuda is not None:
-            problems.append(Problem(file, where, f"a {build.kind} build must not name a CUDA "
-                                                 f"version"))
+            problems.append(
+                Problem(file, where, f"a {build.kind} build must not name a CUDA version")
+            )
         if build.sass or build.ptx:
-            problems.append(Problem(file, where, f"a {build.kind} build has no NVIDIA "
-                                                 f"architectures (sass/ptx must be empty)"))
+            problems.append(
+                Problem(
+                    file,
+                    where,
+                    f"a {build.kind} build has no NVIDIA architectures (sass/ptx must be empty)",
+                )
+            )
         return problems
     if build.cuda is None:
         problems.append(Problem(file, where, "CUDA build without 'cuda'"))
         return problems
     if build.cuda != from_name:
-        problems.append(Problem(file, where, f"cuda {format_cuda(build.cuda)} does not match "
-                                             f"variant {build.variant}"))
+        problems.append(
+            Problem(
+                file,
+                where,
+                f"cuda {format_cuda(build.cuda)} does not match variant {build.variant}",
+            )
+        )
     if build.cuda not in known_cuda:
-        problems.append(Problem(file, where, f"CUDA {format_cuda(build.cuda)} is not in the CUDA "
-                                             f"table (cuda.toml [[toolkit]])"))
+        problems.append(
+            Problem(
+                file,
+                where,
+                f"CUDA {format_cuda(build.cuda)} is not in the CUDA table (cuda.toml [[toolkit]])",
+            )
+        )
     if not build.sass and not build.ptx:
         problems.append(Problem(file, where, "CUDA build without sass or ptx architectures"))
     support = arch_support_for(matrix, build.cuda)
     if support is None:
-        problems.append(Problem(file, where, f"no [[arch_support]] entry covers CUDA "
-                                             f"{format_cuda(build.cuda)}"))
+        problems.append(
+            Problem(file, where, f"no [[arch_support]] entry covers CUDA {format_cuda(build.cuda)}")
+        )
     else:
         allowed = set(support.sass)
         for kind, ccs in (("sass", build.sass), ("ptx", build.ptx)):
             bad = [format_cc(cc) for cc in ccs if cc not in allowed]
             if bad:
-                problems.append(Problem(
-                    file, where,
-                    f"{kind} {', '.join(bad)} cannot be compiled by CUDA "
-                    f"{format_cuda(build.cuda)} (cuda.toml [[arch_support]] cuda = "
-                    f"{format_cuda(support.cuda)!r})"))
+                problems.append(
+                    Problem(
+                        file,
+                        where,
+                        f"{kind} {', '.join(bad)} cannot be compiled by CUDA "
+                        f"{format_cuda(build.cuda)} (cuda.toml [[arch_support]] cuda = "
+                        f"{format_cuda(support.cuda)!r})",
+                    )
+                )
     if list(build.sass) != sorted(set(build.sass)):
         problems.append(Problem(file, where, "sass must be sorted and without duplicates"))
     return problems
@@ -317,8 +418,9 @@ def _check_gpus(matrix: Matrix) -> list[Problem]:
         for needle in gpu.match:
             owner = needles.get(needle.lower())
             if owner is not None and owner != gpu.name:
-                problems.append(Problem(file, entry, f"match {needle!r} is also a match of "
-                                                     f"{owner!r}"))
+                problems.append(
+                    Problem(file, entry, f"match {needle!r} is also a match of {owner!r}")
+                )
             needles[needle.lower()] = gpu.name
             if not needle.strip():
                 problems.append(Problem(file, entry, "empty match string"))
@@ -337,22 +439,24 @@ def _check_deepspeed(matrix: Matrix) -> list[Problem]:
             problems.append(Problem(file, entry, "version is not a PEP 440 version"))
         else:
             keys.append((repr(release.version), version))
-        for label, spec in (("torch", release.torch), ("requires_python",
-                                                       release.requires_python)):
+        for label, spec in (("torch", release.torch), ("requires_python", release.requires_python)):
             if spec:
                 try:
                     SpecifierSet(spec)
                 except InvalidSpecifier:
-                    problems.append(Problem(file, entry, f"{label} {spec!r} is not a version "
-                                                         f"specifier"))
-        if release.date is not None and (not _DATE_RE.match(release.date)
-                                         or not _valid_date(release.date)):
+                    problems.append(
+                        Problem(file, entry, f"{label} {spec!r} is not a version specifier")
+                    )
+        if release.date is not None and (
+            not _DATE_RE.match(release.date) or not _valid_date(release.date)
+        ):
             problems.append(Problem(file, entry, f"date {release.date!r} is not YYYY-MM-DD"))
     problems += _ordered(file, "[[release]] version =", keys)
     for check in matrix.deepspeed_cuda_checks:
         entry = f"[[cuda_check]] deepspeed = {check.deepspeed!r}"
-        problems += _check_provenance(file, entry, check.provenance,
-                                      {"deepspeed", "minor_mismatch_ok"})
+        problems += _check_provenance(
+            file, entry, check.provenance, {"deepspeed", "minor_mismatch_ok"}
+        )
         try:
             SpecifierSet(check.deepspeed)
         except InvalidSpecifier:
@@ -360,10 +464,18 @@ def _check_deepspeed(matrix: Matrix) -> list[Problem]:
         for major, versions in check.minor_mismatch_ok.items():
             wrong = [format_cuda(v) for v in versions if v[0] != major]
             if wrong:
-                problems.append(Problem(file, entry, f"minor_mismatch_ok.{major} lists "
-                                                     f"{', '.join(wrong)} of another major"))
-    problems += _overlapping_rules(file, [c.deepspeed for c in matrix.deepspeed_cuda_checks],
-                                   [r.version for r in matrix.deepspeed])
+                problems.append(
+                    Problem(
+                        file,
+                        entry,
+                        f"minor_mismatch_ok.{major} lists {', '.join(wrong)} of another major",
+                    )
+                )
+    problems += _overlapping_rules(
+        file,
+        [c.deepspeed for c in matrix.deepspeed_cuda_checks],
+        [r.version for r in matrix.deepspeed],
+    )
     return problems
 
 
@@ -379,9 +491,13 @@ def _overlapping_rules(file: str, specs: Sequence[str], versions: Iterable[str])
     for version in versions:
         matching = [spec for spec, s in parsed if s.contains(version, prereleases=True)]
         if len(matching) > 1:
-            problems.append(Problem(file, f"[[release]] version = {version!r}",
-                                    f"matched by several [[cuda_check]] rules: "
-                                    f"{', '.join(matching)}"))
+            problems.append(
+                Problem(
+                    file,
+                    f"[[release]] version = {version!r}",
+                    f"matched by several [[cuda_check]] rules: {', '.join(matching)}",
+                )
+            )
     return problems
 
 
@@ -399,4 +515,3 @@ def _valid_date(text: str) -> bool:
     except ValueError:
         return False
     return True
-

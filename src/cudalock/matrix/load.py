@@ -73,8 +73,9 @@ def matrix_dir_from(option: str | os.PathLike[str] | None) -> Path:
     return Path(chosen) if chosen else default_matrix_dir()
 
 
-def load_matrix(directory: str | os.PathLike[str] | None = None, *,
-                use_cache: bool = True) -> Matrix:
+def load_matrix(
+    directory: str | os.PathLike[str] | None = None, *, use_cache: bool = True
+) -> Matrix:
     """Load and type-check a matrix directory (the shipped one by default).
 
     Parsing the TOML takes about ten times as long as reading a pickle of the typed result, so
@@ -122,7 +123,10 @@ def _cache_key(path: Path) -> tuple[Any, ...] | None:
     except OSError:
         return None  # a missing file: let the TOML path report it
     return (
-        _CACHE_FORMAT, __version__, sys.version_info[:2], resolved,
+        _CACHE_FORMAT,
+        __version__,
+        sys.version_info[:2],
+        resolved,
         tuple((c.st_mtime_ns, c.st_size) for c in code),
         tuple((name, st.st_mtime_ns, st.st_size, st.st_ino) for name, st in stats),
     )
@@ -330,8 +334,9 @@ def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = 
         for e in _entries("cuda.toml", cuda_doc, "arch_support", "cuda")
     )
 
-    releases = tuple(_torch_release(e) for e in _entries("torch.toml", raw["torch.toml"],
-                                                         "release", "version"))
+    releases = tuple(
+        _torch_release(e) for e in _entries("torch.toml", raw["torch.toml"], "release", "version")
+    )
     gpus = tuple(
         GpuModel(
             name=e.req("name"),
@@ -353,8 +358,9 @@ def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = 
         )
         for e in _entries("deepspeed.toml", ds_doc, "release", "version")
     )
-    checks = tuple(_deepspeed_check(e) for e in _entries("deepspeed.toml", ds_doc,
-                                                         "cuda_check", "deepspeed"))
+    checks = tuple(
+        _deepspeed_check(e) for e in _entries("deepspeed.toml", ds_doc, "cuda_check", "deepspeed")
+    )
     return Matrix(
         schema_version=schema,
         matrix_version=head.req("matrix_version"),

@@ -195,8 +195,12 @@ class Matrix:
         best: CudaVersion | None = None
         for tk in self.toolkits:
             minimum = tk.driver_windows if windows else tk.driver_linux
-            if (minimum is not None and minimum <= driver and tk.provenance.verified
-                    and (best is None or tk.cuda > best)):
+            if (
+                minimum is not None
+                and minimum <= driver
+                and tk.provenance.verified
+                and (best is None or tk.cuda > best)
+            ):
                 best = tk.cuda
         return best
 

@@ -127,8 +127,9 @@ def cuda_variant_from_metadata(metadata: str, machine: str) -> str:
     """
     message = email.parser.Parser().parsestr(metadata, headersonly=True)
     environment = {key: str(value) for key, value in default_environment().items()}
-    environment.update(platform_system="Linux", sys_platform="linux", platform_machine=machine,
-                       os_name="posix")
+    environment.update(
+        platform_system="Linux", sys_platform="linux", platform_machine=machine, os_name="posix"
+    )
     for text in message.get_all("Requires-Dist") or []:
         try:
             requirement = Requirement(text)
@@ -208,8 +209,14 @@ class Fetcher:
         from urllib3.util.retry import Retry
 
         self.session = requests.Session()
-        retry = Retry(total=retries, connect=retries, read=retries, backoff_factor=0.3,
-                      status_forcelist=(429, 500, 502, 503, 504), allowed_methods=("GET",))
+        retry = Retry(
+            total=retries,
+            connect=retries,
+            read=retries,
+            backoff_factor=0.3,
+            status_forcelist=(429, 500, 502, 503, 504),
+            allowed_methods=("GET",),
+        )
         adapter = HTTPAdapter(max_retries=retry)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
@@ -219,8 +226,9 @@ class Fetcher:
         import requests
 
         try:
-            response = self.session.get(url, headers={"Accept": accept},
-                                        timeout=(min(self.timeout, 10.0), self.timeout))
+            response = self.session.get(
+                url, headers={"Accept": accept}, timeout=(min(self.timeout, 10.0), self.timeout)
+            )
         except requests.RequestException as err:
             raise EnvironmentFailure(f"cannot read {url}: {_reason(err)}") from None
         if response.status_code == 404:
@@ -280,10 +288,15 @@ class Sources:
     companions: dict[str, dict[str, str]]
 
 
-def refresh_matrix(directory: Path, *, pypi_url: str = DEFAULT_PYPI_INDEX,
-                   pytorch_index: str = DEFAULT_PYTORCH_INDEX, write: bool = True,
-                   fetcher: Fetcher | None = None,
-                   today: datetime.date | None = None) -> RefreshResult:
+def refresh_matrix(
+    directory: Path,
+    *,
+    pypi_url: str = DEFAULT_PYPI_INDEX,
+    pytorch_index: str = DEFAULT_PYTORCH_INDEX,
+    write: bool = True,
+    fetcher: Fetcher | None = None,
+    today: datetime.date | None = None,
+) -> RefreshResult:
     """Read the sources, update torch.toml (and matrix_version) in ``directory``; the diff."""
     import tomlkit
 
@@ -299,18 +312,40 @@ def refresh_matrix(directory: Path, *, pypi_url: str = DEFAULT_PYPI_INDEX,
         raise InputError(f"matrix file in {str(directory)!r} is not valid TOML: {err}") from None
     cuda_doc = _read_cuda_versions(directory / "cuda.toml")
 
-    sources = gather(doc, cuda_doc, fetcher or Fetcher(), pypi_url.rstrip("/"),
-                     pytorch_index.rstrip("/"), (today or datetime.date.today()).isoformat())
+    sources = gather(
+        doc,
+        cuda_doc,
+        fetcher or Fetcher(),
+        pypi_url.rstrip("/"),
+        pytorch_index.rstrip("/"),
+        (today or datetime.date.today()).isoformat(),
+    )
     changes = apply(doc, sources)
     if changes:
         head["matrix_version"] = sources.today
     new_text, new_head = _space_headers(tomlkit.dumps(doc)), tomlkit.dumps(head)
-    diff = "".join(
-        list(difflib.unified_diff(old_head.splitlines(True), new_head.splitlines(True),
-                                  "a/matrix.toml", "b/matrix.toml"))
-        + list(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True),
-                                    "a/torch.toml", "b/torch.toml"))
-    ) if changes else ""
+    diff = (
+        "".join(
+            list(
+                difflib.unified_diff(
+                    old_head.splitlines(True),
+                    new_head.splitlines(True),
+                    "a/matrix.toml",
+                    "b/matrix.toml",
+                )
+            )
+            + list(
+                difflib.unified_diff(
+                    old_text.splitlines(True),
+                    new_text.splitlines(True),
+                    "a/torch.toml",
+                    "b/torch.toml",
+                )
+            )
+        )
+        if changes
+        else ""
+    )
     if write and changes:
         write_atomic(torch_path, new_text)
         write_atomic(head_path, new_head)
@@ -347,15 +382,22 @@ def _releases(doc: Any) -> list[Any]:
     return list(doc.get("release", []))
 
 
-def gather(doc: Any, cuda_versions: list[tuple[int, int]], fetcher: Fetcher, pypi_url: str,
-           pytorch_index: str, today: str) -> Sources:
+def gather(
+    doc: Any,
+    cuda_versions: list[tuple[int, int]],
+    fetcher: Fetcher,
+    pypi_url: str,
+    pytorch_index: str,
+    today: str,
+) -> Sources:
     """Everything the refresh needs from the network, read before the documents change."""
     known = _releases(doc)
     minimum = min((Version(str(r["version"])) for r in known), default=Version("0"))
     page = fetcher.json(f"{pypi_url}/torch/")
     if page is None:
-        raise EnvironmentFailure(f"{pypi_url}/torch/ does not exist (is --pypi-url a PEP 691 "
-                                 f"simple index?)")
+        raise EnvironmentFailure(
+            f"{pypi_url}/torch/ does not exist (is --pypi-url a PEP 691 simple index?)"
+        )
     releases = pypi_releases(page, minimum)
     known_versions = {str(r["version"]) for r in known}
     new_versions = sorted((v for v in releases if v not in known_versions), key=Version)
@@ -392,8 +434,9 @@ def _variants_to_read(known: Iterable[Any], cuda_versions: list[tuple[int, int]]
     return sorted(variants)
 
 
-def _companions(fetcher: Fetcher, pypi_url: str, new_versions: list[str], doc: Any
-                ) -> dict[str, dict[str, str]]:
+def _companions(
+    fetcher: Fetcher, pypi_url: str, new_versions: list[str], doc: Any
+) -> dict[str, dict[str, str]]:
     """torchvision/torchaudio releases pinning exactly one of the new torch versions."""
     wanted = set(new_versions)
     found: dict[str, dict[str, str]] = defaultdict(dict)
@@ -406,8 +449,13 @@ def _companions(fetcher: Fetcher, pypi_url: str, new_versions: list[str], doc: A
         for entry in page.get("files", []):
             wheel = read_wheel_name(str(entry.get("filename", "")))
             has_metadata = entry.get("core-metadata") or entry.get("dist-info-metadata")
-            if (wheel is None or wheel.version.local or wheel.version.is_prerelease
-                    or not has_metadata or not isinstance(entry.get("url"), str)):
+            if (
+                wheel is None
+                or wheel.version.local
+                or wheel.version.is_prerelease
+                or not has_metadata
+                or not isinstance(entry.get("url"), str)
+            ):
                 continue
             first_file.setdefault(str(wheel.version), str(entry["url"]) + ".metadata")
         for version in sorted(first_file, key=Version):
@@ -463,24 +511,43 @@ def _new_release(facts: PypiRelease, sources: Sources, releases: Any) -> Any:
     for project in ("torchvision", "torchaudio"):
         if project in companions:
             release[project] = companions[project]
-    source = [_source_note(f"{sources.pypi_url}/torch/", "PEP 691 JSON: upload-time, "
-                           "requires-python, wheel tags", sources)]
+    source = [
+        _source_note(
+            f"{sources.pypi_url}/torch/",
+            "PEP 691 JSON: upload-time, requires-python, wheel tags",
+            sources,
+        )
+    ]
     defaults = sources.defaults.get(facts.version, {})
     if defaults:
-        source.append(_source_note(f"{sources.pypi_url}/torch/", "PEP 658 metadata of the "
-                                   "Linux wheels: Requires-Dist CUDA runtime pin", sources))
+        source.append(
+            _source_note(
+                f"{sources.pypi_url}/torch/",
+                "PEP 658 metadata of the Linux wheels: Requires-Dist CUDA runtime pin",
+                sources,
+            )
+        )
     for project, version in companions.items():
-        source.append(_source_note(f"{sources.pypi_url}/{project}/", f"{project} {version} "
-                                   f"Requires-Dist torch=={facts.version}", sources))
+        source.append(
+            _source_note(
+                f"{sources.pypi_url}/{project}/",
+                f"{project} {version} Requires-Dist torch=={facts.version}",
+                sources,
+            )
+        )
     release["source"] = _multiline(source)
     release["status"] = "verified"
-    missing = [name for name, value in (("date", facts.date),
-                                        ("requires_python", facts.requires_python)) if not value]
+    missing = [
+        name
+        for name, value in (("date", facts.date), ("requires_python", facts.requires_python))
+        if not value
+    ]
     if missing:
         release["unverified"] = missing
     if "torchaudio" not in companions:
-        release["note"] = ("refresh: no torchaudio release pins this torch version; "
-                           "check whether one exists")
+        release["note"] = (
+            "refresh: no torchaudio release pins this torch version; check whether one exists"
+        )
     python = tomlkit.table()
     for platform in _PLATFORM_ORDER:
         if platform in facts.python:
@@ -490,8 +557,7 @@ def _new_release(facts: PypiRelease, sources: Sources, releases: Any) -> Any:
     for platform in _PLATFORM_ORDER:
         if platform not in facts.python:
             continue
-        default[platform] = defaults.get(platform, "cpu") if platform.startswith("linux") \
-            else "cpu"
+        default[platform] = defaults.get(platform, "cpu") if platform.startswith("linux") else "cpu"
     release["pypi_default"] = default
     builds = tomlkit.aot()
     # The PyPI wheels themselves: the CPU build where PyPI serves CPU, the CUDA default on Linux.
@@ -523,8 +589,10 @@ def _update_release(release: Any, facts: PypiRelease | None, sources: Sources) -
             python[platform] = sorted(set(listed) | set(seen), key=python_key)
             changes.append(f"torch {version}: python.{platform} += {', '.join(added)}")
     if facts.requires_python and str(release.get("requires_python")) != facts.requires_python:
-        changes.append(f"torch {version}: requires_python {release.get('requires_python')} -> "
-                       f"{facts.requires_python}")
+        changes.append(
+            f"torch {version}: requires_python {release.get('requires_python')} -> "
+            f"{facts.requires_python}"
+        )
         release["requires_python"] = facts.requires_python
     if facts.date and str(release.get("date")) != facts.date:
         changes.append(f"torch {version}: date {release.get('date')} -> {facts.date}")
@@ -538,17 +606,27 @@ def _add_index_builds(release: Any, version: str, sources: Sources, releases: An
     on_index = sources.index.get(version, {})
     python = release.get("python", {})
     for variant in sorted(on_index):
-        covered = {str(p) for b in release.get("build", []) if str(b["variant"]) == variant
-                   for p in b.get("platforms", [])}
+        covered = {
+            str(p)
+            for b in release.get("build", [])
+            if str(b["variant"]) == variant
+            for p in b.get("platforms", [])
+        }
         for platform in _PLATFORM_ORDER:
             if platform not in on_index[variant] or platform in covered:
                 continue
             if platform not in python:
                 continue  # no PyPI wheel tags for this platform: nothing to say about Python
-            source = [_source_note(f"{sources.pytorch_index}/{variant}/torch/", "PEP 503 page",
-                                   sources)]
-            table = _build_table(variant, [platform], _nearest_archs(releases, version, variant,
-                                                                       platform), source, sources)
+            source = [
+                _source_note(f"{sources.pytorch_index}/{variant}/torch/", "PEP 503 page", sources)
+            ]
+            table = _build_table(
+                variant,
+                [platform],
+                _nearest_archs(releases, version, variant, platform),
+                source,
+                sources,
+            )
             if "build" not in release:
                 import tomlkit
 
@@ -558,23 +636,35 @@ def _add_index_builds(release: Any, version: str, sources: Sources, releases: An
     return changes
 
 
-def _nearest_archs(releases: Any, version: str, variant: str, platform: str
-                   ) -> tuple[str, list[str], list[str]] | None:
+def _nearest_archs(
+    releases: Any, version: str, variant: str, platform: str
+) -> tuple[str, list[str], list[str]] | None:
     """(torch version, sass, ptx) of the same variant/platform in the nearest older release."""
-    older = sorted((r for r in releases if Version(str(r["version"])) < Version(version)),
-                   key=lambda r: Version(str(r["version"])), reverse=True)
+    older = sorted(
+        (r for r in releases if Version(str(r["version"])) < Version(version)),
+        key=lambda r: Version(str(r["version"])),
+        reverse=True,
+    )
     for release in older:
         for build in release.get("build", []):
-            if str(build["variant"]) == variant and platform in [str(p) for p in
-                                                                 build.get("platforms", [])]:
-                return (str(release["version"]), [str(s) for s in build.get("sass", [])],
-                        [str(s) for s in build.get("ptx", [])])
+            if str(build["variant"]) == variant and platform in [
+                str(p) for p in build.get("platforms", [])
+            ]:
+                return (
+                    str(release["version"]),
+                    [str(s) for s in build.get("sass", [])],
+                    [str(s) for s in build.get("ptx", [])],
+                )
     return None
 
 
-def _build_table(variant: str, platforms: list[str],
-                 archs: tuple[str, list[str], list[str]] | None, source: list[str],
-                 sources: Sources) -> Any:
+def _build_table(
+    variant: str,
+    platforms: list[str],
+    archs: tuple[str, list[str], list[str]] | None,
+    source: list[str],
+    sources: Sources,
+) -> Any:
     import tomlkit
 
     table = tomlkit.table()
@@ -590,9 +680,11 @@ def _build_table(variant: str, platforms: list[str],
     table["status"] = "verified"
     if cuda is not None:
         table["unverified"] = ["sass", "ptx"]
-        table["note"] = (f"refresh: arch lists copied from torch {archs[0]} {variant}; verify "
-                         f"them" if archs else
-                         "refresh: arch lists unknown; fill in sass/ptx from the build scripts")
+        table["note"] = (
+            f"refresh: arch lists copied from torch {archs[0]} {variant}; verify them"
+            if archs
+            else "refresh: arch lists unknown; fill in sass/ptx from the build scripts"
+        )
     return table
 
 
@@ -602,4 +694,3 @@ def _multiline(items: list[str]) -> Any:
     array = tomlkit.array()
     array.extend(items)
     return array.multiline(True)
-

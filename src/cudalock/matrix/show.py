@@ -33,8 +33,11 @@ class Row:
 
     @property
     def pypi_default_on(self) -> tuple[str, ...]:
-        return tuple(p for p in self.build.platforms
-                     if self.release.pypi_default.get(p) == self.build.variant)
+        return tuple(
+            p
+            for p in self.build.platforms
+            if self.release.pypi_default.get(p) == self.build.variant
+        )
 
     @property
     def unverified(self) -> tuple[str, ...]:
@@ -64,12 +67,14 @@ def select_rows(
                 continue
             if platform is not None and platform not in build.platforms:
                 continue
-            rows.append(Row(
-                release=release,
-                build=build,
-                driver_linux=_driver(matrix, build, "linux-x86_64"),
-                driver_windows=_driver(matrix, build, "windows-x86_64"),
-            ))
+            rows.append(
+                Row(
+                    release=release,
+                    build=build,
+                    driver_linux=_driver(matrix, build, "linux-x86_64"),
+                    driver_windows=_driver(matrix, build, "windows-x86_64"),
+                )
+            )
     rows.sort(key=lambda r: (Version(r.release.version), r.build.cuda or (0, 0)), reverse=True)
     return rows
 
@@ -78,8 +83,17 @@ def _driver(matrix: Matrix, build: TorchBuild, platform: str) -> DriverVersion |
     return matrix.min_driver_for_cuda(build.cuda, platform) if build.cuda else None
 
 
-_COLUMNS = ("torch", "variant", "CUDA", "driver (linux)", "platforms", "SASS", "PTX",
-            "PyPI default", "unverified")
+_COLUMNS = (
+    "torch",
+    "variant",
+    "CUDA",
+    "driver (linux)",
+    "platforms",
+    "SASS",
+    "PTX",
+    "PyPI default",
+    "unverified",
+)
 
 
 def _cells(row: Row) -> tuple[str, ...]:
@@ -106,8 +120,9 @@ def render_table(rows: list[Row]) -> str:
     """Aligned plain-text columns (no colours, so it pastes into an issue as is)."""
     table = [_COLUMNS] + [_cells(r) for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip()
-             for line in table]
+    lines = [
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in table
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -116,20 +131,22 @@ def rows_as_json(rows: list[Row]) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         build = row.build
-        out.append({
-            "torch": row.release.version,
-            "variant": build.variant,
-            "cuda": format_cuda(build.cuda) if build.cuda else None,
-            "cudnn": build.cudnn,
-            "nccl": build.nccl,
-            "driver_linux_min": str(row.driver_linux) if row.driver_linux else None,
-            "driver_windows_min": str(row.driver_windows) if row.driver_windows else None,
-            "platforms": list(build.platforms),
-            "sass": [format_cc(cc) for cc in build.sass],
-            "ptx": [format_cc(cc) for cc in build.ptx],
-            "pypi_default_on": list(row.pypi_default_on),
-            "status": build.provenance.status,
-            "unverified": list(build.provenance.unverified_fields),
-            "source": list(build.provenance.source),
-        })
+        out.append(
+            {
+                "torch": row.release.version,
+                "variant": build.variant,
+                "cuda": format_cuda(build.cuda) if build.cuda else None,
+                "cudnn": build.cudnn,
+                "nccl": build.nccl,
+                "driver_linux_min": str(row.driver_linux) if row.driver_linux else None,
+                "driver_windows_min": str(row.driver_windows) if row.driver_windows else None,
+                "platforms": list(build.platforms),
+                "sass": [format_cc(cc) for cc in build.sass],
+                "ptx": [format_cc(cc) for cc in build.ptx],
+                "pypi_default_on": list(row.pypi_default_on),
+                "status": build.provenance.status,
+                "unverified": list(build.provenance.unverified_fields),
+                "source": list(build.provenance.source),
+            }
+        )
     return out

@@ -73,15 +73,21 @@ def estimate_zero3_model_states_mem_needs(
             if zero_init:
                 cpu_mem = total_params * 18 * gpus_factor * additional_buffer_factor
             else:
-                cpu_mem = (total_params * max(4 * num_gpus_per_node, 18 * gpus_factor)
-                           * additional_buffer_factor)
+                cpu_mem = (
+                    total_params
+                    * max(4 * num_gpus_per_node, 18 * gpus_factor)
+                    * additional_buffer_factor
+                )
         else:
             gpu_mem = largest_layer_memory + int(2 * total_params / total_gpus)
             if zero_init:
                 cpu_mem = total_params * 16 * gpus_factor * additional_buffer_factor
             else:
-                cpu_mem = (total_params * max(4 * num_gpus_per_node, 16 * gpus_factor)
-                           * additional_buffer_factor)
+                cpu_mem = (
+                    total_params
+                    * max(4 * num_gpus_per_node, 16 * gpus_factor)
+                    * additional_buffer_factor
+                )
     else:
         gpu_mem = largest_layer_memory + int(18 * total_params / total_gpus)
         if zero_init:
@@ -123,8 +129,10 @@ class TrainingSetup:
         if self.nodes < 1:
             raise UsageError(f"--nodes {self.nodes} must be at least 1")
         if self.offload_param and self.zero_stage != 3:
-            raise UsageError("--offload-param cpu needs ZeRO-3 (stages 1 and 2 do not offload "
-                             "parameters); use --zero 3 or --offload-param none")
+            raise UsageError(
+                "--offload-param cpu needs ZeRO-3 (stages 1 and 2 do not offload "
+                "parameters); use --zero 3 or --offload-param none"
+            )
         if self.largest_layer_params is not None and self.largest_layer_params < 0:
             raise UsageError("the largest layer's parameter count cannot be negative")
 
@@ -150,8 +158,11 @@ class TrainingSetup:
             "offload " + " + ".join(offload) + " to CPU" if offload else "no offload",
         ]
         if self.zero_stage == 3:
-            parts.append("16-bit weights gathered at save" if self.gather_16bit_weights
-                         else "16-bit weights not gathered at save")
+            parts.append(
+                "16-bit weights gathered at save"
+                if self.gather_16bit_weights
+                else "16-bit weights not gathered at save"
+            )
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -196,8 +207,9 @@ class EstimatorRow:
             "per_cpu_bytes": self.cpu_bytes,
             "per_gpu_bytes": self.gpu_bytes,
             "offload_optimizer": "cpu" if self.offload_optimizer else "none",
-            "offload_param": (None if self.offload_param is None
-                              else "cpu" if self.offload_param else "none"),
+            "offload_param": (
+                None if self.offload_param is None else "cpu" if self.offload_param else "none"
+            ),
             "zero_init": self.zero_init,
         }
 
@@ -208,7 +220,8 @@ def estimator_table(setup: TrainingSetup) -> tuple[EstimatorRow, ...]:
     if setup.zero_stage in (1, 2):
         for cpu_offload in (True, False):
             cpu, gpu = estimate_zero2_model_states_mem_needs(
-                setup.params, setup.gpus_per_node, setup.nodes, cpu_offload)
+                setup.params, setup.gpus_per_node, setup.nodes, cpu_offload
+            )
             rows.append(EstimatorRow(cpu, gpu, cpu_offload))
         return tuple(rows)
     largest = setup.largest_layer_params or 0
@@ -218,8 +231,14 @@ def estimator_table(setup: TrainingSetup) -> tuple[EstimatorRow, ...]:
                 continue  # DeepSpeed's estimator has no such row
             for zero_init in (True, False):
                 cpu, gpu = estimate_zero3_model_states_mem_needs(
-                    setup.params, largest, setup.gpus_per_node, setup.nodes,
-                    cpu_offload, offload_params, zero_init)
+                    setup.params,
+                    largest,
+                    setup.gpus_per_node,
+                    setup.nodes,
+                    cpu_offload,
+                    offload_params,
+                    zero_init,
+                )
                 rows.append(EstimatorRow(cpu, gpu, cpu_offload, offload_params, zero_init))
     return tuple(rows)
 
@@ -311,46 +330,61 @@ def memory_needs(setup: TrainingSetup) -> MemoryNeeds:
         Phase(
             "model states (DeepSpeed estimator)",
             chosen.cpu_bytes,
-            "held for the whole run (offloaded states)" if offloaded
+            "held for the whole run (offloaded states)"
+            if offloaded
             else "peak while the ranks build the model on the CPU, freed once it moves to GPUs",
         ),
     ]
     if setup.zero_stage in (1, 2):
-        phases.append(Phase(
-            "checkpoint save",
-            steady + spike,
-            f"every one of the {setup.gpus_per_node} ranks on a node copies the full 16-bit "
-            f"weights ({format_gib(setup.weights_16bit_bytes)}) into host RAM",
-        ))
-        phases.append(Phase(
-            "rule of thumb",
-            rule_of_thumb(setup),
-            "1.5 × full 16-bit weight size × GPUs per node",
-        ))
+        phases.append(
+            Phase(
+                "checkpoint save",
+                steady + spike,
+                f"every one of the {setup.gpus_per_node} ranks on a node copies the full 16-bit "
+                f"weights ({format_gib(setup.weights_16bit_bytes)}) into host RAM",
+            )
+        )
+        phases.append(
+            Phase(
+                "rule of thumb",
+                rule_of_thumb(setup),
+                "1.5 × full 16-bit weight size × GPUs per node",
+            )
+        )
     elif setup.gather_16bit_weights:
-        phases.append(Phase(
-            "checkpoint save",
-            steady + spike,
-            "rank 0 gathers the full 16-bit weights "
-            f"({format_gib(setup.weights_16bit_bytes)}) into its host RAM (node 0 only)",
-        ))
+        phases.append(
+            Phase(
+                "checkpoint save",
+                steady + spike,
+                "rank 0 gathers the full 16-bit weights "
+                f"({format_gib(setup.weights_16bit_bytes)}) into its host RAM (node 0 only)",
+            )
+        )
     notes: list[str] = [
         "Model states only, as DeepSpeed estimates them: activations, DataLoader workers, CUDA "
         "contexts and pinned buffers come on top.",
     ]
     if setup.zero_stage == 1:
-        notes.append("ZeRO-1 uses DeepSpeed's ZeRO-2 estimator here; ZeRO-1 keeps full gradients "
-                     "on every GPU, so its real per-GPU need is higher.")
+        notes.append(
+            "ZeRO-1 uses DeepSpeed's ZeRO-2 estimator here; ZeRO-1 keeps full gradients "
+            "on every GPU, so its real per-GPU need is higher."
+        )
     if setup.zero_stage == 3 and setup.largest_layer_params is None:
-        notes.append("The largest layer is unknown (pass --largest-layer-params or --model): the "
-                     "ZeRO-3 per-GPU figure leaves out its 4 bytes × largest-layer params.")
+        notes.append(
+            "The largest layer is unknown (pass --largest-layer-params or --model): the "
+            "ZeRO-3 per-GPU figure leaves out its 4 bytes × largest-layer params."
+        )
     if setup.zero_stage == 3 and setup.offload_param and not setup.offload_optimizer:
-        notes.append("DeepSpeed's estimator has no row for offload_param=cpu without "
-                     "offload_optimizer; the figures are its offload_param=none row.")
+        notes.append(
+            "DeepSpeed's estimator has no row for offload_param=cpu without "
+            "offload_optimizer; the figures are its offload_param=none row."
+        )
     if setup.zero_stage == 3 and not setup.gather_16bit_weights:
-        notes.append("Without stage3_gather_16bit_weights_on_model_save the 16-bit model is not "
-                     "saved; recovering it later with zero_to_fp32.py needs 4 bytes × params "
-                     f"({format_gib(4 * setup.params)}) of host RAM.")
+        notes.append(
+            "Without stage3_gather_16bit_weights_on_model_save the 16-bit model is not "
+            "saved; recovering it later with zero_to_fp32.py needs 4 bytes × params "
+            f"({format_gib(4 * setup.params)}) of host RAM."
+        )
     return MemoryNeeds(setup, table, chosen, spike, tuple(phases), tuple(notes))
 
 
@@ -372,8 +406,9 @@ class HostMemory:
 
     @property
     def limited_by_cgroup(self) -> bool:
-        return (self.cgroup_limit_bytes is not None
-                and (self.total_bytes is None or self.cgroup_limit_bytes < self.total_bytes))
+        return self.cgroup_limit_bytes is not None and (
+            self.total_bytes is None or self.cgroup_limit_bytes < self.total_bytes
+        )
 
     def describe(self) -> str:
         parts = []
@@ -451,42 +486,56 @@ def _fits(need: int, have: int | None) -> bool | None:
     return None if have is None else need <= have
 
 
-def _alternatives(setup: TrainingSetup, host: HostMemory,
-                  gpu_memory: int | None) -> tuple[Alternative, ...]:
+def _alternatives(
+    setup: TrainingSetup, host: HostMemory, gpu_memory: int | None
+) -> tuple[Alternative, ...]:
     candidates: list[tuple[str, str, TrainingSetup]] = []
     if setup.zero_stage in (1, 2):
-        candidates.append((
-            "zero3-gathered",
-            'ZeRO-3 with "stage3_gather_16bit_weights_on_model_save": true (only rank 0 holds '
-            "the 16-bit copy at save)",
-            replace(setup, zero_stage=3, zero_init=True, gather_16bit_weights=True),
-        ))
+        candidates.append(
+            (
+                "zero3-gathered",
+                'ZeRO-3 with "stage3_gather_16bit_weights_on_model_save": true (only rank 0 holds '
+                "the 16-bit copy at save)",
+                replace(setup, zero_stage=3, zero_init=True, gather_16bit_weights=True),
+            )
+        )
     elif not setup.gather_16bit_weights:
-        candidates.append((
-            "zero3-gathered",
-            'set "stage3_gather_16bit_weights_on_model_save": true to save a usable 16-bit model',
-            replace(setup, gather_16bit_weights=True),
-        ))
+        candidates.append(
+            (
+                "zero3-gathered",
+                'set "stage3_gather_16bit_weights_on_model_save": true to save a usable 16-bit '
+                "model",
+                replace(setup, gather_16bit_weights=True),
+            )
+        )
     if setup.offload_optimizer:
-        candidates.append((
-            "no-optimizer-offload",
-            '"offload_optimizer": {"device": "none"} (optimizer states move back to the GPUs)',
-            replace(setup, offload_optimizer=False, offload_param=False),
-        ))
+        candidates.append(
+            (
+                "no-optimizer-offload",
+                '"offload_optimizer": {"device": "none"} (optimizer states move back to the GPUs)',
+                replace(setup, offload_optimizer=False, offload_param=False),
+            )
+        )
     else:
-        candidates.append((
-            "optimizer-offload",
-            '"offload_optimizer": {"device": "cpu"} (frees GPU memory, costs host RAM)',
-            replace(setup, offload_optimizer=True),
-        ))
+        candidates.append(
+            (
+                "optimizer-offload",
+                '"offload_optimizer": {"device": "cpu"} (frees GPU memory, costs host RAM)',
+                replace(setup, offload_optimizer=True),
+            )
+        )
     alternatives = []
     for label, change, alt_setup in candidates:
         needs = memory_needs(alt_setup)
-        alternatives.append(Alternative(
-            label, change, needs,
-            _fits(needs.host_required_bytes, host.available_bytes),
-            _fits(needs.gpu_required_bytes, gpu_memory),
-        ))
+        alternatives.append(
+            Alternative(
+                label,
+                change,
+                needs,
+                _fits(needs.host_required_bytes, host.available_bytes),
+                _fits(needs.gpu_required_bytes, gpu_memory),
+            )
+        )
     return tuple(alternatives)
 
 
@@ -496,8 +545,9 @@ def kubernetes_resources(needs: MemoryNeeds) -> dict[str, str]:
     return {"requests.memory": quantity, "limits.memory": quantity}
 
 
-def check_host_memory(needs: MemoryNeeds, host: HostMemory,
-                      gpu_memory_bytes: int | None = None) -> MemoryVerdict:
+def check_host_memory(
+    needs: MemoryNeeds, host: HostMemory, gpu_memory_bytes: int | None = None
+) -> MemoryVerdict:
     """Compare the run's needs with the host (and, if known, the smallest GPU's memory)."""
     setup = needs.setup
     available = host.available_bytes
@@ -508,53 +558,75 @@ def check_host_memory(needs: MemoryNeeds, host: HostMemory,
     kube = kubernetes_resources(needs)
     findings: list[Finding] = []
     phase = needs.deciding_phase
-    evidence = (*(f"{p.name}: {format_gib(p.bytes)} per node ({p.explanation})"
-                  for p in needs.phases), f"host: {host.describe()}")
+    evidence = (
+        *(f"{p.name}: {format_gib(p.bytes)} per node ({p.explanation})" for p in needs.phases),
+        f"host: {host.describe()}",
+    )
     if host_enough is None:
-        findings.append(Finding(
-            "host-memory-unknown", "warning",
-            f"{setup.describe()} needs about {format_gib(required)} of host RAM per node; this "
-            "host's memory could not be read, so it was not compared.",
-            evidence, ("pass --host-memory, e.g. --host-memory 512GiB",),
-        ))
+        findings.append(
+            Finding(
+                "host-memory-unknown",
+                "warning",
+                f"{setup.describe()} needs about {format_gib(required)} of host RAM per node; this "
+                "host's memory could not be read, so it was not compared.",
+                evidence,
+                ("pass --host-memory, e.g. --host-memory 512GiB",),
+            )
+        )
     elif host_enough:
-        findings.append(Finding(
-            "host-memory-enough", "info",
-            f"{setup.describe()} needs about {format_gib(required)} of host RAM per node "
-            f"({phase.name}); this host has {format_gib(available or 0)}.",
-            evidence,
-        ))
+        findings.append(
+            Finding(
+                "host-memory-enough",
+                "info",
+                f"{setup.describe()} needs about {format_gib(required)} of host RAM per node "
+                f"({phase.name}); this host has {format_gib(available or 0)}.",
+                evidence,
+            )
+        )
     else:
         assert available is not None
         shortfall = required - available
         where = "the container/cgroup limit" if host.limited_by_cgroup else "host RAM"
-        fixes = [f"give each node at least {format_gib(required)} of RAM "
-                 f"({format_gib(shortfall)} more than {where} allows now)"]
+        fixes = [
+            f"give each node at least {format_gib(required)} of RAM "
+            f"({format_gib(shortfall)} more than {where} allows now)"
+        ]
         for alt in alternatives:
             if alt.fits_host and alt.fits_gpu is not False:
-                fixes.append(f"or: {alt.change}: needs {format_gib(alt.needs.host_required_bytes)}"
-                             f" of host RAM and {format_gib(alt.needs.gpu_required_bytes)} per GPU")
-        fixes.append(f"Kubernetes: resources: {{requests: {{memory: {kube['requests.memory']}}}, "
-                     f"limits: {{memory: {kube['limits.memory']}}}}}")
-        findings.append(Finding(
-            "host-memory-short", "error",
-            f"{setup.describe()} needs about {format_gib(required)} of host RAM per node at "
-            f"'{phase.name}'; {where} gives {format_gib(available)}: "
-            f"{format_gib(shortfall)} short. The kernel's OOM killer sends SIGKILL (-9) when "
-            "that happens.",
-            evidence, tuple(fixes),
-        ))
+                fixes.append(
+                    f"or: {alt.change}: needs {format_gib(alt.needs.host_required_bytes)}"
+                    f" of host RAM and {format_gib(alt.needs.gpu_required_bytes)} per GPU"
+                )
+        fixes.append(
+            f"Kubernetes: resources: {{requests: {{memory: {kube['requests.memory']}}}, "
+            f"limits: {{memory: {kube['limits.memory']}}}}}"
+        )
+        findings.append(
+            Finding(
+                "host-memory-short",
+                "error",
+                f"{setup.describe()} needs about {format_gib(required)} of host RAM per node at "
+                f"'{phase.name}'; {where} gives {format_gib(available)}: "
+                f"{format_gib(shortfall)} short. The kernel's OOM killer sends SIGKILL (-9) when "
+                "that happens.",
+                evidence,
+                tuple(fixes),
+            )
+        )
     if gpu_enough is False:
         assert gpu_memory_bytes is not None
         fixes = [f"or: {alt.change}" for alt in alternatives if alt.fits_gpu]
-        findings.append(Finding(
-            "gpu-memory-short", "error",
-            f"{setup.describe()} needs about {format_gib(needs.gpu_required_bytes)} per GPU for "
-            f"model states alone; the GPU has {format_gib(gpu_memory_bytes)}.",
-            (needs.chosen.line().strip(),),
-            ("use more GPUs (the partitioned states shrink with the GPU count)", *fixes),
-        ))
-    return MemoryVerdict(needs, host, gpu_memory_bytes, host_enough, gpu_enough,
-                         alternatives, tuple(findings), kube)
-
-
+        findings.append(
+            Finding(
+                "gpu-memory-short",
+                "error",
+                f"{setup.describe()} needs about {format_gib(needs.gpu_required_bytes)} per GPU "
+                "for "
+                f"model states alone; the GPU has {format_gib(gpu_memory_bytes)}.",
+                (needs.chosen.line().strip(),),
+                ("use more GPUs (the partitioned states shrink with the GPU count)", *fixes),
+            )
+        )
+    return MemoryVerdict(
+        needs, host, gpu_memory_bytes, host_enough, gpu_enough, alternatives, tuple(findings), kube
+    )

@@ -28,10 +28,20 @@ MAX_JSON_BYTES = 16 * 2**20
 MAX_SAFETENSORS_HEADER = 100 * 2**20
 
 DTYPE_BYTES = {
-    "float64": 8, "double": 8,
-    "float32": 4, "float": 4, "fp32": 4,
-    "float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "uint8": 1,
+    "float64": 8,
+    "double": 8,
+    "float32": 4,
+    "float": 4,
+    "fp32": 4,
+    "float16": 2,
+    "half": 2,
+    "fp16": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+    "uint8": 1,
 }
 
 
@@ -44,8 +54,13 @@ class ModelSize:
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"params": self.params, "largest_layer_params": self.largest_layer_params,
-                "source": self.source, "exact": self.exact, "notes": list(self.notes)}
+        return {
+            "params": self.params,
+            "largest_layer_params": self.largest_layer_params,
+            "source": self.source,
+            "exact": self.exact,
+            "notes": list(self.notes),
+        }
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -55,8 +70,10 @@ def _read_json(path: Path) -> dict[str, Any]:
     except OSError as err:
         raise InputError(f"cannot read {path}: {err.strerror or err}") from err
     if len(raw) > MAX_JSON_BYTES:
-        raise InputError(f"{path} is larger than {MAX_JSON_BYTES >> 20} MiB; expected a small "
-                         "config.json or model.safetensors.index.json")
+        raise InputError(
+            f"{path} is larger than {MAX_JSON_BYTES >> 20} MiB; expected a small "
+            "config.json or model.safetensors.index.json"
+        )
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
@@ -80,8 +97,13 @@ def _text_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-REQUIRED_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
-                 "num_attention_heads")
+REQUIRED_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "intermediate_size",
+    "num_attention_heads",
+)
 
 
 def params_from_config(config: dict[str, Any], path: Path = Path("config.json")) -> ModelSize:
@@ -91,14 +113,18 @@ def params_from_config(config: dict[str, Any], path: Path = Path("config.json"))
     if missing:
         raise InputError(
             f"{path}: cannot count parameters, missing {', '.join(missing)}; expected a "
-            "llama/mistral/qwen-style config.json (or pass --params)")
+            "llama/mistral/qwen-style config.json (or pass --params)"
+        )
     vocab = _int(config, "vocab_size", path)
     hidden = _int(config, "hidden_size", path)
     layers = _int(config, "num_hidden_layers", path)
     intermediate = _int(config, "intermediate_size", path)
     heads = _int(config, "num_attention_heads", path)
-    kv_heads = _int(config, "num_key_value_heads", path) if config.get(
-        "num_key_value_heads") is not None else heads
+    kv_heads = (
+        _int(config, "num_key_value_heads", path)
+        if config.get("num_key_value_heads") is not None
+        else heads
+    )
     head_dim = _int(config, "head_dim", path) if config.get("head_dim") else hidden // heads
     model_type = str(config.get("model_type", ""))
     tied = config.get("tie_word_embeddings")
@@ -113,8 +139,10 @@ def params_from_config(config: dict[str, Any], path: Path = Path("config.json"))
     if model_type.startswith("qwen3"):
         attention += 2 * head_dim  # q_norm and k_norm
     experts = config.get("num_local_experts") or config.get("num_experts")
-    notes = ["estimated from config.json (llama-style decoder: embeddings, attention, gated MLP, "
-             "RMSNorm); the exact count needs the weights"]
+    notes = [
+        "estimated from config.json (llama-style decoder: embeddings, attention, gated MLP, "
+        "RMSNorm); the exact count needs the weights"
+    ]
     layer_linears = [hidden * q_out + (q_out if attention_bias else 0), hidden * intermediate]
     if isinstance(experts, int) and experts > 1:
         expert_width = int(config.get("moe_intermediate_size") or intermediate)
@@ -144,18 +172,23 @@ def _dtype_bytes(config: dict[str, Any] | None) -> tuple[int, str | None]:
     return 2, None
 
 
-def params_from_index(index: dict[str, Any], path: Path,
-                      config: dict[str, Any] | None) -> ModelSize:
+def params_from_index(
+    index: dict[str, Any], path: Path, config: dict[str, Any] | None
+) -> ModelSize:
     metadata = index.get("metadata")
     total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
     if isinstance(total_size, bool) or not isinstance(total_size, (int, float)) or total_size <= 0:
-        raise InputError(f"{path}: no positive metadata.total_size; expected a "
-                         "model.safetensors.index.json written by transformers")
+        raise InputError(
+            f"{path}: no positive metadata.total_size; expected a "
+            "model.safetensors.index.json written by transformers"
+        )
     dtype_bytes, dtype = _dtype_bytes(config)
     notes = []
     if dtype is None:
-        notes.append("dtype unknown (no torch_dtype in config.json): assumed 2 bytes "
-                     "(bf16/fp16) per parameter")
+        notes.append(
+            "dtype unknown (no torch_dtype in config.json): assumed 2 bytes "
+            "(bf16/fp16) per parameter"
+        )
     else:
         notes.append(f"{int(total_size)} bytes / {dtype_bytes} bytes per {dtype} parameter")
     largest = None
@@ -164,8 +197,13 @@ def params_from_index(index: dict[str, Any], path: Path,
             largest = params_from_config(config, path.with_name("config.json")).largest_layer_params
         except InputError:
             largest = None
-    return ModelSize(int(total_size) // dtype_bytes, largest, str(path), exact=dtype is not None,
-                     notes=tuple(notes))
+    return ModelSize(
+        int(total_size) // dtype_bytes,
+        largest,
+        str(path),
+        exact=dtype is not None,
+        notes=tuple(notes),
+    )
 
 
 def params_from_safetensors(path: Path) -> ModelSize:
@@ -198,8 +236,9 @@ def params_from_safetensors(path: Path) -> ModelSize:
         largest = max(largest, count)
     if total == 0:
         raise InputError(f"{path} holds no tensors")
-    return ModelSize(total, largest, str(path), exact=True,
-                     notes=("largest layer = largest single tensor",))
+    return ModelSize(
+        total, largest, str(path), exact=True, notes=("largest layer = largest single tensor",)
+    )
 
 
 def read_model_size(path: Path) -> ModelSize:
@@ -211,15 +250,20 @@ def read_model_size(path: Path) -> ModelSize:
         if single.is_file():
             return params_from_safetensors(single)
         if index.is_file():
-            return params_from_index(_read_json(index), index,
-                                     _read_json(config) if config.is_file() else None)
+            return params_from_index(
+                _read_json(index), index, _read_json(config) if config.is_file() else None
+            )
         if config.is_file():
             return params_from_config(_read_json(config), config)
-        raise InputError(f"{path} holds no config.json, model.safetensors.index.json or "
-                         "model.safetensors; expected a Hugging Face model directory")
+        raise InputError(
+            f"{path} holds no config.json, model.safetensors.index.json or "
+            "model.safetensors; expected a Hugging Face model directory"
+        )
     if not path.is_file():
-        raise InputError(f"model file {path} does not exist; expected a Hugging Face config.json, "
-                         "model.safetensors.index.json or model directory")
+        raise InputError(
+            f"model file {path} does not exist; expected a Hugging Face config.json, "
+            "model.safetensors.index.json or model directory"
+        )
     if path.suffix == ".safetensors":
         return params_from_safetensors(path)
     data = _read_json(path)

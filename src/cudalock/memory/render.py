@@ -16,14 +16,19 @@ def render_needs(needs: MemoryNeeds) -> list[str]:
     ]
     model = f"SW: Model with {format_params(setup.params)} total params"
     if setup.zero_stage == 3:
-        largest = ("unknown" if setup.largest_layer_params is None
-                   else format_params(setup.largest_layer_params))
+        largest = (
+            "unknown"
+            if setup.largest_layer_params is None
+            else format_params(setup.largest_layer_params)
+        )
         model += f", {largest} largest layer params"
     lines.append(model + f" (ZeRO-{setup.zero_stage}).")
     if setup.source:
         lines.append(f"    (parameter count from {setup.source})")
-    lines.append("  per CPU   |  per GPU  |   Options          (GiB = 2**30 bytes; DeepSpeed "
-                 "prints these as GB)")
+    lines.append(
+        "  per CPU   |  per GPU  |   Options          (GiB = 2**30 bytes; DeepSpeed "
+        "prints these as GB)"
+    )
     for row in needs.table:
         marker = "  <- this run" if row == needs.chosen else ""
         lines.append(row.line().rstrip() + marker)
@@ -47,9 +52,13 @@ def render_verdict(verdict: MemoryVerdict) -> list[str]:
         lines.append("Alternatives (host RAM per node / per GPU):")
         for alt in verdict.alternatives:
             fit = {True: "fits", False: "does not fit", None: "not compared"}[alt.fits_host]
-            lines.append(f"  {format_gib(alt.needs.host_required_bytes, 9)} / "
-                         f"{format_gib(alt.needs.gpu_required_bytes, 7)}  {alt.change} "
-                         f"[host: {fit}]")
-    lines.append(f"Kubernetes pod: requests.memory={verdict.kubernetes['requests.memory']}, "
-                 f"limits.memory={verdict.kubernetes['limits.memory']}")
+            lines.append(
+                f"  {format_gib(alt.needs.host_required_bytes, 9)} / "
+                f"{format_gib(alt.needs.gpu_required_bytes, 7)}  {alt.change} "
+                f"[host: {fit}]"
+            )
+    lines.append(
+        f"Kubernetes pod: requests.memory={verdict.kubernetes['requests.memory']}, "
+        f"limits.memory={verdict.kubernetes['limits.memory']}"
+    )
     return lines

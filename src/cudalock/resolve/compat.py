@@ -35,9 +35,7 @@ def missing_archs(
     build: TorchBuild, ccs: Iterable[ComputeCapability]
 ) -> tuple[ComputeCapability, ...]:
     """The compute capabilities in ``ccs`` that ``build`` has no kernels for (sorted, unique)."""
-    return tuple(
-        sorted({cc for cc in ccs if not arch_covers(build.sass, build.ptx, cc)})
-    )
+    return tuple(sorted({cc for cc in ccs if not arch_covers(build.sass, build.ptx, cc)}))
 
 
 @dataclass(frozen=True)
@@ -107,9 +105,7 @@ def driver_verdict(
         else f"{this} is older than every CUDA release in the matrix"
     )
     if driver_cuda is not None and cuda <= driver_cuda:
-        return DriverVerdict(
-            "ok", required, floor, f"{supports}, which runs {wanted}", driver_cuda
-        )
+        return DriverVerdict("ok", required, floor, f"{supports}, which runs {wanted}", driver_cuda)
 
     eligible = (
         driver_cuda is not None
@@ -130,8 +126,9 @@ def driver_verdict(
     reason = f"{needs}; {supports}"
     if eligible:
         reason += f" (--compat minor would allow it: driver ≥ {floor}, the CUDA {cuda[0]}.x floor)"
-    return DriverVerdict("too-old", required, floor, reason, driver_cuda,
-                         minor_compat_possible=eligible)
+    return DriverVerdict(
+        "too-old", required, floor, reason, driver_cuda, minor_compat_possible=eligible
+    )
 
 
 def _at_least(

@@ -14,8 +14,7 @@ def render_plan(plan: Plan, bootstrap_command: str | None = None) -> str:
     cuda = f"CUDA {format_cuda(plan.cuda)}" if plan.cuda else "CPU only"
     cudnn = f", cuDNN {plan.cudnn}" if plan.cudnn else ""
     lines = [
-        f"torch {plan.torch_pin.version}  ({cuda}{cudnn})  Python {plan.python}  "
-        f"{plan.platform}",
+        f"torch {plan.torch_pin.version}  ({cuda}{cudnn})  Python {plan.python}  {plan.platform}",
         f"matrix {plan.matrix_version}, compat {plan.compat}",
         "",
         "Packages:",

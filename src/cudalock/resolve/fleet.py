@@ -17,7 +17,6 @@ from cudalock.versions import ComputeCapability, CudaVersion, DriverVersion, for
 __all__ = ["Fleet", "reduce_fleet"]
 
 
-
 @dataclass(frozen=True)
 class _DriverGroup:
     """One driver level of the fleet: its lowest node stands for all nodes at that level."""
@@ -39,7 +38,8 @@ class Fleet:
     unknown_gpus: list[str]
     size: int
     _verdicts: dict[tuple[CudaVersion, str], tuple[DriverVerdict, Target]] = field(
-        default_factory=dict)
+        default_factory=dict
+    )
 
     @property
     def has_driver(self) -> bool:
@@ -62,8 +62,7 @@ class Fleet:
             if not verdict.allowed:
                 result = (verdict, group.node)
                 break
-            if result is None or (verdict.status == "minor-compat"
-                                  and result[0].status == "ok"):
+            if result is None or (verdict.status == "minor-compat" and result[0].status == "ok"):
                 result = (verdict, group.node)
         assert result is not None
         self._verdicts[(cuda, compat)] = result
@@ -131,8 +130,11 @@ def reduce_fleet(matrix: Matrix, targets: Sequence[Target]) -> Fleet:
         current = levels.get(level_key)
         if current is None:
             levels[level_key] = (target, 1)
-        elif (target.driver_version is not None and current[0].driver_version is not None
-              and target.driver_version < current[0].driver_version):
+        elif (
+            target.driver_version is not None
+            and current[0].driver_version is not None
+            and target.driver_version < current[0].driver_version
+        ):
             levels[level_key] = (target, current[1] + 1)
         else:
             levels[level_key] = (current[0], current[1] + 1)

@@ -80,8 +80,10 @@ _COMPANION_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*?)\s*$")
 
 def parse_companion(text: str) -> Companion:
     """``"torchvision"``, ``"deepspeed>=0.15"`` → a :class:`Companion` cudalock pairs."""
-    invalid = InputError(f"invalid package {text!r}: expected a name with an optional PEP 440 "
-                         "spec, like 'deepspeed>=0.15'")
+    invalid = InputError(
+        f"invalid package {text!r}: expected a name with an optional PEP 440 "
+        "spec, like 'deepspeed>=0.15'"
+    )
     match = _COMPANION_RE.match(text)
     if match is None:
         raise invalid
@@ -146,12 +148,16 @@ def make_request(
         compat="minor" if compat == "minor" else "strict",
         with_packages=tuple(packages.values()),
         framework=check_framework(framework),
-        pytorch_index=validate_index_url(pytorch_index or DEFAULT_PYTORCH_INDEX,
-                                         flag="--pytorch-index",
-                                         allow_insecure=allow_insecure_index),
-        pypi_index=(validate_index_url(pypi_index, flag="--pypi-index",
-                                       allow_insecure=allow_insecure_index)
-                    if pypi_index else None),
+        pytorch_index=validate_index_url(
+            pytorch_index or DEFAULT_PYTORCH_INDEX,
+            flag="--pytorch-index",
+            allow_insecure=allow_insecure_index,
+        ),
+        pypi_index=(
+            validate_index_url(pypi_index, flag="--pypi-index", allow_insecure=allow_insecure_index)
+            if pypi_index
+            else None
+        ),
     )
 
 
@@ -175,8 +181,11 @@ class RequestOptions:
         given, validated."""
         current = base if base is not None else Request()
         # The base list is complete as recorded: "none" first keeps a dropped torchvision out.
-        with_packages = (self.with_packages if self.with_packages is not None
-                         else ("none", *current.with_packages))
+        with_packages = (
+            self.with_packages
+            if self.with_packages is not None
+            else ("none", *current.with_packages)
+        )
 
         def pick(given: str | None, recorded: str | None) -> str | None:
             return given if given is not None else recorded
@@ -200,6 +209,8 @@ def check_framework(text: str | None) -> str | None:
         return None
     cleaned = text.strip()
     if not cleaned or any(ch in cleaned for ch in "\n\r\0"):
-        raise UsageError(f"invalid --framework {text!r}: expected a requirement "
-                         "(llamafactory==0.9.5), a local path or a VCS URL, on one line")
+        raise UsageError(
+            f"invalid --framework {text!r}: expected a requirement "
+            "(llamafactory==0.9.5), a local path or a VCS URL, on one line"
+        )
     return cleaned

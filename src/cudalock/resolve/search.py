@@ -113,8 +113,9 @@ class _Search:
         """Whether a torch version matches the requested spec (any, without --torch)."""
         return self.spec is None or self.spec.contains(version, prereleases=True)
 
-    def reject(self, release: TorchRelease, variant: str, reason: str,
-               fix: str | None = None) -> None:
+    def reject(
+        self, release: TorchRelease, variant: str, reason: str, fix: str | None = None
+    ) -> None:
         self.rejected.append(Rejection(release.version, variant, reason, fix))
 
     def run(self) -> _Choice | None:
@@ -145,19 +146,25 @@ class _Search:
                 gil = [p for p in offered if not p.endswith("t")]
                 span = f"{min(gil, key=python_key)}–{max(gil, key=python_key)}" if gil else "none"
                 self.reject(
-                    release, "*",
+                    release,
+                    "*",
                     f"torch {release.version} has no wheels for Python {python} on "
                     f"{self.platform} (it has {span})",
                     f"use --python {max(gil, key=python_key)}" if gil else None,
                 )
-                self.limits.setdefault("python", f"Python {python} limits torch to releases "
-                                                 "that still ship wheels for it")
+                self.limits.setdefault(
+                    "python",
+                    f"Python {python} limits torch to releases that still ship wheels for it",
+                )
                 return None
         else:
             gil = [p for p in offered if not p.endswith("t")]
             if not gil:
-                self.reject(release, "*", f"torch {release.version} lists no CPython wheels "
-                                          f"for {self.platform}")
+                self.reject(
+                    release,
+                    "*",
+                    f"torch {release.version} lists no CPython wheels for {self.platform}",
+                )
                 return None
             python = max(gil, key=python_key)
 
@@ -169,8 +176,13 @@ class _Search:
             return self._cpu_choice(release, builds, python, companions)
         return self._cuda_choice(release, builds, python, companions)
 
-    def _cpu_choice(self, release: TorchRelease, builds: Sequence[TorchBuild], python: str,
-                    companions: _Companions) -> _Choice | None:
+    def _cpu_choice(
+        self,
+        release: TorchRelease,
+        builds: Sequence[TorchBuild],
+        python: str,
+        companions: _Companions,
+    ) -> _Choice | None:
         if isinstance(self.cuda_pin, tuple):
             raise Unsatisfiable(
                 f"--cuda {format_cuda(self.cuda_pin)} asks for a CUDA build, but "
@@ -179,8 +191,11 @@ class _Search:
             )
         cpu = next((b for b in builds if b.kind == "cpu"), None)
         if cpu is None:
-            self.reject(release, CPU_VARIANT,
-                        f"torch {release.version} has no CPU build for {self.platform}")
+            self.reject(
+                release,
+                CPU_VARIANT,
+                f"torch {release.version} has no CPU build for {self.platform}",
+            )
             return None
         return _Choice(release, cpu, python, companions, None, None)
 
@@ -189,8 +204,13 @@ class _Search:
             return "the target has"
         return "no target has"
 
-    def _cuda_choice(self, release: TorchRelease, builds: Sequence[TorchBuild], python: str,
-                     companions: _Companions) -> _Choice | None:
+    def _cuda_choice(
+        self,
+        release: TorchRelease,
+        builds: Sequence[TorchBuild],
+        python: str,
+        companions: _Companions,
+    ) -> _Choice | None:
         # ROCm builds never serve NVIDIA targets; the CPU build would hide the GPU.
         cuda_builds = sorted(
             (b for b in builds if b.kind == "cuda" and b.cuda is not None),
@@ -202,15 +222,19 @@ class _Search:
             if not pinned:
                 variant = f"cu{self.cuda_pin[0]}{self.cuda_pin[1]}"
                 have = ", ".join(b.variant for b in cuda_builds) or "none"
-                self.reject(release, variant,
-                            f"torch {release.version} has no {variant} build for "
-                            f"{self.platform} (it has {have})",
-                            "drop --cuda or choose one of those")
+                self.reject(
+                    release,
+                    variant,
+                    f"torch {release.version} has no {variant} build for "
+                    f"{self.platform} (it has {have})",
+                    "drop --cuda or choose one of those",
+                )
                 return None
             cuda_builds = pinned
         if not cuda_builds:
-            self.reject(release, "*", f"torch {release.version} has no CUDA build for "
-                                      f"{self.platform}")
+            self.reject(
+                release, "*", f"torch {release.version} has no CUDA build for {self.platform}"
+            )
             return None
         ccs = tuple(self.fleet.ccs)
         for build in cuda_builds:
@@ -226,19 +250,30 @@ class _Search:
                 self._driver_problem(build, verdict, node, reasons, fixes)
             if missing:
                 self._arch_problem(release, build, missing, reasons, fixes)
-            self.reject(release, build.variant,
-                        f"torch {release.version}+{build.variant}: " + "; and ".join(reasons),
-                        "; and ".join(fixes) or None)
+            self.reject(
+                release,
+                build.variant,
+                f"torch {release.version}+{build.variant}: " + "; and ".join(reasons),
+                "; and ".join(fixes) or None,
+            )
         return None
 
-    def _driver_problem(self, build: TorchBuild, verdict: DriverVerdict, node: Target,
-                        reasons: list[str], fixes: list[str]) -> None:
+    def _driver_problem(
+        self,
+        build: TorchBuild,
+        verdict: DriverVerdict,
+        node: Target,
+        reasons: list[str],
+        fixes: list[str],
+    ) -> None:
         where = f" on {node_name(node)}" if self.fleet.size > 1 else ""
         reasons.append(_driver_reason(build, verdict, node) + where)
         options = []
         if verdict.required_driver is not None:
-            options.append(f"upgrade{' ' + node_name(node) if self.fleet.size > 1 else ''} "
-                           f"to driver ≥ {verdict.required_driver}")
+            options.append(
+                f"upgrade{' ' + node_name(node) if self.fleet.size > 1 else ''} "
+                f"to driver ≥ {verdict.required_driver}"
+            )
         if verdict.minor_compat_possible:
             options.append("use --compat minor")
         if options:
@@ -249,16 +284,25 @@ class _Search:
                 f"driver {node.driver_version or '(version unknown)'}"
                 f"{' on ' + node_name(node) if self.fleet.size > 1 else ''} "
                 f"limits CUDA to {format_cuda(verdict.driver_cuda)}"
-                + (" (and what minor-version compatibility allows)"
-                   if self.request.compat == "minor" else ""),
+                + (
+                    " (and what minor-version compatibility allows)"
+                    if self.request.compat == "minor"
+                    else ""
+                ),
             )
 
-    def _arch_problem(self, release: TorchRelease, build: TorchBuild,
-                      missing: tuple[ComputeCapability, ...], reasons: list[str],
-                      fixes: list[str]) -> None:
+    def _arch_problem(
+        self,
+        release: TorchRelease,
+        build: TorchBuild,
+        missing: tuple[ComputeCapability, ...],
+        reasons: list[str],
+        fixes: list[str],
+    ) -> None:
         described = ", ".join(cc_text(cc, self.fleet.ccs[cc]) for cc in missing)
-        reasons.append(f"no kernels for compute capability {described} (it has "
-                       f"{_arch_list(build)})")
+        reasons.append(
+            f"no kernels for compute capability {described} (it has {_arch_list(build)})"
+        )
         fix = self._arch_fix(release, build, missing[0])
         if fix:
             fixes.append(fix)
@@ -267,8 +311,9 @@ class _Search:
             if build.variant not in variants:
                 variants.append(build.variant)
 
-    def _arch_fix(self, release: TorchRelease, build: TorchBuild,
-                  cc: ComputeCapability) -> str | None:
+    def _arch_fix(
+        self, release: TorchRelease, build: TorchBuild, cc: ComputeCapability
+    ) -> str | None:
         """What would bring kernels for ``cc``: a newer driver, or another torch release."""
         if cc in self._arch_fixes:
             return self._arch_fixes[cc]
@@ -278,37 +323,52 @@ class _Search:
             for version, other in self.releases
             if self.wanted(version)
             for candidate in other.builds_for(self.platform)
-            if candidate.kind == "cuda" and candidate.cuda is not None
+            if candidate.kind == "cuda"
+            and candidate.cuda is not None
             and not missing_archs(candidate, (cc,))
         ]
         fix: str | None
         if not covering:
             anywhere = next(
-                (other for _version, other in self.releases
-                 for candidate in other.builds_for(self.platform)
-                 if candidate.kind == "cuda" and not missing_archs(candidate, (cc,))),
+                (
+                    other
+                    for _version, other in self.releases
+                    for candidate in other.builds_for(self.platform)
+                    if candidate.kind == "cuda" and not missing_archs(candidate, (cc,))
+                ),
                 None,
             )
-            fix = (f"relax --torch: torch {anywhere.version} is the newest release with {sm} "
-                   "kernels" if anywhere else None)
+            fix = (
+                f"relax --torch: torch {anywhere.version} is the newest release with {sm} kernels"
+                if anywhere
+                else None
+            )
         else:
             lowest = min(candidate.cuda or (0, 0) for _other, candidate in covering)
             driver_cuda = self.fleet.lowest_cuda(self.matrix)
             needed = self.matrix.min_driver_for_cuda(lowest, self.platform)
             if driver_cuda is not None and lowest > driver_cuda and needed is not None:
-                fix = (f"upgrade to driver ≥ {needed} for {sm} (CUDA {format_cuda(lowest)} "
-                       "builds and newer have it)")
+                fix = (
+                    f"upgrade to driver ≥ {needed} for {sm} (CUDA {format_cuda(lowest)} "
+                    "builds and newer have it)"
+                )
             else:
-                runnable = [(o, c) for o, c in covering
-                            if driver_cuda is None or (c.cuda or (0, 0)) <= driver_cuda]
+                runnable = [
+                    (o, c)
+                    for o, c in covering
+                    if driver_cuda is None or (c.cuda or (0, 0)) <= driver_cuda
+                ]
                 other, candidate = (runnable or covering)[0]
-                fix = (f"torch {other.version}+{candidate.variant} is the newest build with "
-                       f"{sm} kernels: --torch '<={other.version}'")
+                fix = (
+                    f"torch {other.version}+{candidate.variant} is the newest build with "
+                    f"{sm} kernels: --torch '<={other.version}'"
+                )
         self._arch_fixes[cc] = fix
         return fix
 
-    def _companions(self, version: Version, release: TorchRelease,
-                    python: str) -> _Companions | None:
+    def _companions(
+        self, version: Version, release: TorchRelease, python: str
+    ) -> _Companions | None:
         pins: list[tuple[str, str, bool]] = []
         deepspeed: DeepSpeedRelease | None = None
         for requirement in self.companions:
@@ -316,20 +376,31 @@ class _Search:
             if name in ("torchvision", "torchaudio"):
                 paired = release.torchvision if name == "torchvision" else release.torchaudio
                 if paired is None:
-                    self.reject(release, "*",
-                                f"torch {release.version} has no paired {name} release",
-                                f"drop --with {name}" + (
-                                    " (torchaudio has no release for torch 2.12 and newer)"
-                                    if name == "torchaudio" else ""))
-                    self.limits.setdefault(name, f"--with {name} limits torch to releases "
-                                                 f"with a paired {name}")
+                    self.reject(
+                        release,
+                        "*",
+                        f"torch {release.version} has no paired {name} release",
+                        f"drop --with {name}"
+                        + (
+                            " (torchaudio has no release for torch 2.12 and newer)"
+                            if name == "torchaudio"
+                            else ""
+                        ),
+                    )
+                    self.limits.setdefault(
+                        name, f"--with {name} limits torch to releases with a paired {name}"
+                    )
                     return None
                 if requirement.specifier and not requirement.specifier.contains(
-                        paired, prereleases=True):
-                    self.reject(release, "*",
-                                f"torch {release.version} pairs with {name} {paired}, "
-                                f"outside {requirement.specifier}",
-                                f"relax the {name} spec or --torch")
+                    paired, prereleases=True
+                ):
+                    self.reject(
+                        release,
+                        "*",
+                        f"torch {release.version} pairs with {name} {paired}, "
+                        f"outside {requirement.specifier}",
+                        f"relax the {name} spec or --torch",
+                    )
                     return None
                 pins.append((name, paired, True))
             else:  # deepspeed
@@ -339,26 +410,33 @@ class _Search:
                 pins.append((name, deepspeed.version, False))
         return _Companions(tuple(pins), deepspeed)
 
-    def _deepspeed(self, version: Version, release: TorchRelease, python: str,
-                   requirement: Companion) -> DeepSpeedRelease | None:
+    def _deepspeed(
+        self, version: Version, release: TorchRelease, python: str, requirement: Companion
+    ) -> DeepSpeedRelease | None:
         py = Version(python.rstrip("t"))
         for ds_version, ds in self.deepspeed:
             if requirement.specifier and not requirement.specifier.contains(
-                    ds_version, prereleases=True):
+                ds_version, prereleases=True
+            ):
                 continue
             if ds.torch and not self._spec(ds.torch).contains(version, prereleases=True):
                 continue
             if ds.requires_python and not self._spec(ds.requires_python).contains(
-                    py, prereleases=True):
+                py, prereleases=True
+            ):
                 continue
             return ds
         spec = f" {requirement.specifier}" if requirement.specifier else ""
-        self.reject(release, "*",
-                    f"no DeepSpeed{spec} release in the matrix supports torch {release.version} "
-                    f"with Python {python}",
-                    "relax the deepspeed spec or --torch")
-        self.limits.setdefault("deepspeed", f"--with {requirement} limits torch to releases "
-                                            "DeepSpeed supports")
+        self.reject(
+            release,
+            "*",
+            f"no DeepSpeed{spec} release in the matrix supports torch {release.version} "
+            f"with Python {python}",
+            "relax the deepspeed spec or --torch",
+        )
+        self.limits.setdefault(
+            "deepspeed", f"--with {requirement} limits torch to releases DeepSpeed supports"
+        )
         return None
 
 
@@ -367,11 +445,17 @@ def _driver_reason(build: TorchBuild, verdict: DriverVerdict, node: Target) -> s
     if verdict.status != "too-old":
         return verdict.reason
     cuda = format_cuda(build.cuda or (0, 0))
-    needs = (f"CUDA {cuda} needs driver ≥ {verdict.required_driver}"
-             if verdict.required_driver else f"CUDA {cuda} is not in the matrix's driver table")
+    needs = (
+        f"CUDA {cuda} needs driver ≥ {verdict.required_driver}"
+        if verdict.required_driver
+        else f"CUDA {cuda} is not in the matrix's driver table"
+    )
     driver = f"driver {node.driver_version}" if node.driver_version else "the driver"
-    supports = (f"supports CUDA {format_cuda(verdict.driver_cuda)}" if verdict.driver_cuda
-                else "is older than every CUDA release in the matrix")
+    supports = (
+        f"supports CUDA {format_cuda(verdict.driver_cuda)}"
+        if verdict.driver_cuda
+        else "is older than every CUDA release in the matrix"
+    )
     return f"{needs}; {driver} {supports}"
 
 
@@ -406,8 +490,10 @@ def resolve(matrix: Matrix, targets: Sequence[Target], request: Request) -> Plan
             # Say whether --compat minor would really give a plan, and which.
             trial = _Search(matrix, fleet, replace(request, compat="minor")).run()
             if trial is not None:
-                minor = (f"--compat minor would give torch {trial.release.version}"
-                         f"+{trial.build.variant}, at a cost: {MINOR_COMPAT_COST}")
+                minor = (
+                    f"--compat minor would give torch {trial.release.version}"
+                    f"+{trial.build.variant}, at a cost: {MINOR_COMPAT_COST}"
+                )
                 error.hint = f"{error.hint}; or {minor}" if error.hint else minor
         raise error
     return _plan(matrix, targets, fleet, request, search, choice)
@@ -429,7 +515,7 @@ def nearest(rejected: Sequence[Rejection], limit: int = MAX_REJECTED) -> tuple[R
         kept.append(rejection)
     if len(kept) > limit:
         # Keep the newest and the nearest (the smallest change, at the old end).
-        kept = [*kept[: limit // 2], *kept[-(limit - limit // 2):]]
+        kept = [*kept[: limit // 2], *kept[-(limit - limit // 2) :]]
     return tuple(kept)
 
 
@@ -448,8 +534,10 @@ def _unsatisfiable(search: _Search, fleet: Fleet, request: Request) -> Unsatisfi
     if search.python:
         parts.append(f"Python {search.python}")
     subject = "this target" if fleet.size == 1 else f"all {fleet.size} targets"
-    message = (f"nothing fits {', '.join(parts)} on {subject} ({fleet.platform}, "
-               f"compat {request.compat}): {len(search.rejected)} candidates rejected")
+    message = (
+        f"nothing fits {', '.join(parts)} on {subject} ({fleet.platform}, "
+        f"compat {request.compat}): {len(search.rejected)} candidates rejected"
+    )
     # The nearest: the oldest candidate with one thing to fix (else the oldest with any fix).
     with_fix = [r for r in rejected if r.fix]
     single = [r for r in with_fix if r.fix and "; and " not in r.fix]
@@ -460,8 +548,14 @@ def _unsatisfiable(search: _Search, fleet: Fleet, request: Request) -> Unsatisfi
     return Unsatisfiable(message, rejected=rejected, hint=hint)
 
 
-def _plan(matrix: Matrix, targets: Sequence[Target], fleet: Fleet, request: Request,
-          search: _Search, choice: _Choice) -> Plan:
+def _plan(
+    matrix: Matrix,
+    targets: Sequence[Target],
+    fleet: Fleet,
+    request: Request,
+    search: _Search,
+    choice: _Choice,
+) -> Plan:
     release, build = choice.release, choice.build
     macos = fleet.platform.startswith("macos")
     # macOS wheels carry no local label and come from PyPI (there is only the CPU/MPS build).
@@ -478,7 +572,8 @@ def _plan(matrix: Matrix, targets: Sequence[Target], fleet: Fleet, request: Requ
     unverified = _unverified(matrix, choice, fleet)
     if unverified:
         explanation.append(
-            "This plan rests on facts the matrix marks unverified: " + "; ".join(unverified)
+            "This plan rests on facts the matrix marks unverified: "
+            + "; ".join(unverified)
             + ". Check them (cudalock audit --deep after installing) before relying on them."
         )
     return Plan(
@@ -503,17 +598,28 @@ def _compat(value: str) -> Compat:
     return "minor" if value == "minor" else "strict"
 
 
-def _explain(matrix: Matrix, fleet: Fleet, request: Request, search: _Search,
-             choice: _Choice, index_url: str | None) -> list[str]:
+def _explain(
+    matrix: Matrix,
+    fleet: Fleet,
+    request: Request,
+    search: _Search,
+    choice: _Choice,
+    index_url: str | None,
+) -> list[str]:
     release, build = choice.release, choice.build
     lines: list[str] = []
     source = index_url or "PyPI"
-    what = (f"torch {release.version}+{build.variant}"
-            if not fleet.platform.startswith("macos") else f"torch {release.version}")
+    what = (
+        f"torch {release.version}+{build.variant}"
+        if not fleet.platform.startswith("macos")
+        else f"torch {release.version}"
+    )
     cuda = f"CUDA {format_cuda(build.cuda)}" if build.cuda else "no CUDA"
     cudnn = f", cuDNN {build.cudnn}" if build.cudnn else ""
-    lines.append(f"Chose {what} ({cuda}{cudnn}) from {source} for Python {choice.python} "
-                 f"on {fleet.platform}.")
+    lines.append(
+        f"Chose {what} ({cuda}{cudnn}) from {source} for Python {choice.python} "
+        f"on {fleet.platform}."
+    )
     if build.kind == "cpu":
         if request.cuda == CPU_VARIANT:
             lines.append("CPU-ONLY BUILD, as --cuda cpu asked: torch will not use the GPU.")
@@ -524,17 +630,22 @@ def _explain(matrix: Matrix, fleet: Fleet, request: Request, search: _Search,
                 "If that is wrong, run cudalock on the GPU machine or give --driver-version."
             )
     if request.python is None:
-        lines.append(f"Python {choice.python} is the newest CPython torch {release.version} "
-                     f"ships wheels for on {fleet.platform} (--python chooses another).")
+        lines.append(
+            f"Python {choice.python} is the newest CPython torch {release.version} "
+            f"ships wheels for on {fleet.platform} (--python chooses another)."
+        )
     if request.torch:
-        lines.append(f"torch {release.version} is the newest release matching "
-                     f"{request.torch!r} that fits.")
+        lines.append(
+            f"torch {release.version} is the newest release matching {request.torch!r} that fits."
+        )
     for sentence in search.limits.values():
         lines.append(sentence[0].upper() + sentence[1:] + ".")
     for cc, variants in sorted(search.arch_limits.items()):
-        lines.append(f"Compute capability {cc_text(cc, fleet.ccs[cc])} rules out the "
-                     f"{', '.join(variants)} build{'s' if len(variants) > 1 else ''} "
-                     "newer than the choice: no kernels for it.")
+        lines.append(
+            f"Compute capability {cc_text(cc, fleet.ccs[cc])} rules out the "
+            f"{', '.join(variants)} build{'s' if len(variants) > 1 else ''} "
+            "newer than the choice: no kernels for it."
+        )
     verdict, node = choice.verdict, choice.verdict_node
     if verdict is not None and node is not None:
         where = f" on {node_name(node)}" if fleet.size > 1 else ""
@@ -551,32 +662,37 @@ def _explain(matrix: Matrix, fleet: Fleet, request: Request, search: _Search,
                 f"Driver {node.driver_version or '(version unknown)'}{where} supports "
                 f"CUDA {format_cuda(verdict.driver_cuda)}; {build.variant} needs "
                 f"CUDA {format_cuda(build.cuda or (0, 0))}"
-                + (f" (driver ≥ {verdict.required_driver})." if verdict.required_driver
-                   else ".")
+                + (f" (driver ≥ {verdict.required_driver})." if verdict.required_driver else ".")
             )
     if build.kind == "cuda":
         if fleet.ccs:
-            covered = ", ".join(
-                cc_text(cc, label) for cc, label in sorted(fleet.ccs.items())
-            )
+            covered = ", ".join(cc_text(cc, label) for cc, label in sorted(fleet.ccs.items()))
             lines.append(f"Its kernels cover every GPU: {covered}; {_arch_list(build)}.")
         else:
-            lines.append("No GPU compute capability is known: the architectures were not "
-                         "checked (give --compute-capability or --gpu).")
+            lines.append(
+                "No GPU compute capability is known: the architectures were not "
+                "checked (give --compute-capability or --gpu)."
+            )
         if fleet.unknown_gpus:
-            lines.append("Unknown compute capability, not checked: "
-                         + ", ".join(fleet.unknown_gpus) + ".")
+            lines.append(
+                "Unknown compute capability, not checked: " + ", ".join(fleet.unknown_gpus) + "."
+            )
         if fleet.without_driver:
             shown = ", ".join(fleet.without_driver[:5])
             more = len(fleet.without_driver) - 5
-            lines.append(f"No NVIDIA driver on {shown}{f' and {more} more' if more > 0 else ''}: "
-                         "they can install this build but will run torch on the CPU only.")
+            lines.append(
+                f"No NVIDIA driver on {shown}{f' and {more} more' if more > 0 else ''}: "
+                "they can install this build but will run torch on the CPU only."
+            )
     if fleet.size > 1:
         lines.append(f"One plan for {fleet.size} targets: it runs on every one of them.")
     names = [n for n, _v, _i in choice.companions.pins]
     if names:
-        lines.append("Paired with the same build: " + ", ".join(
-            f"{n} {v}" for n, v, _i in choice.companions.pins) + ".")
+        lines.append(
+            "Paired with the same build: "
+            + ", ".join(f"{n} {v}" for n, v, _i in choice.companions.pins)
+            + "."
+        )
     return lines
 
 
@@ -602,8 +718,10 @@ def _unverified(matrix: Matrix, choice: _Choice, fleet: Fleet) -> list[str]:
         if name in ("python", "requires_python") or name in paired:
             facts.append(f"the {name} of torch {release.version}")
     if not build.provenance.verified:
-        facts.append(f"that the {release.version}+{build.variant} build exists for "
-                     f"{fleet.platform} as listed")
+        facts.append(
+            f"that the {release.version}+{build.variant} build exists for "
+            f"{fleet.platform} as listed"
+        )
     for name in build.provenance.unverified_fields:
         if name in _BUILD_FACTS:
             facts.append(f"the {_BUILD_FACTS[name]} of {release.version}+{build.variant}")

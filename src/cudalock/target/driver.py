@@ -28,9 +28,7 @@ if TYPE_CHECKING:
     from cudalock.matrix import Matrix
 
 
-
-NVIDIA_SMI_QUERY_FIELDS = ("index", "name", "uuid", "driver_version", "compute_cap",
-                           "memory.total")
+NVIDIA_SMI_QUERY_FIELDS = ("index", "name", "uuid", "driver_version", "compute_cap", "memory.total")
 
 
 _PROC_VERSION_RE = re.compile(
@@ -181,24 +179,28 @@ class MatrixOnDemand:
         return self._matrix
 
 
-def read_kernel_module(found: DriverFindings, proc_root: Path, sys_root: Path,
-                        matrix: MatrixOnDemand) -> None:
+def read_kernel_module(
+    found: DriverFindings, proc_root: Path, sys_root: Path, matrix: MatrixOnDemand
+) -> None:
     proc_file = proc_root / "driver" / "nvidia" / "version"
     sys_file = sys_root / "module" / "nvidia" / "version"
-    for path, parse in ((proc_file, parse_proc_driver_version),
-                        (sys_file, parse_sys_driver_version)):
+    for path, parse in (
+        (proc_file, parse_proc_driver_version),
+        (sys_file, parse_sys_driver_version),
+    ):
         text = read_text_or_none(path)
         if text is None:
             continue
         version = parse(text)
         if version is None:
-            found.notes.append(f"{path} has no driver version I can read: "
-                               f"{text.strip().splitlines()[0][:120] if text.strip() else ''!r}")
+            found.notes.append(
+                f"{path} has no driver version I can read: "
+                f"{text.strip().splitlines()[0][:120] if text.strip() else ''!r}"
+            )
             continue
         found.driver_version = version
         found.source = "procfs"
-        found.notes.append(f"driver version {version} read from {path} (the loaded kernel "
-                           "module)")
+        found.notes.append(f"driver version {version} read from {path} (the loaded kernel module)")
         break
     if found.driver_version is not None and not found.gpus:
         found.gpus.extend(_proc_gpus(proc_root, matrix))
@@ -220,12 +222,14 @@ def _proc_gpus(proc_root: Path, matrix: MatrixOnDemand) -> list[Gpu]:
         name = model or "unknown NVIDIA GPU"
         loaded = matrix.get()
         known = loaded.gpu_by_name(name) if loaded is not None else None
-        gpus.append(Gpu(
-            name=name,
-            compute_capability=known.compute_capability if known else None,
-            index=minor if minor is not None else position,
-            uuid=uuid,
-        ))
+        gpus.append(
+            Gpu(
+                name=name,
+                compute_capability=known.compute_capability if known else None,
+                index=minor if minor is not None else position,
+                uuid=uuid,
+            )
+        )
     return gpus
 
 
@@ -240,7 +244,10 @@ def default_nvidia_smi() -> str | None:
         try:
             completed = subprocess.run(  # noqa: S603 - fixed arguments, no shell
                 [executable, f"--query-gpu={','.join(attempt)}", "--format=csv,nounits"],
-                capture_output=True, text=True, timeout=20, check=False,
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
             )
         except (OSError, subprocess.SubprocessError):
             return None
@@ -249,8 +256,9 @@ def default_nvidia_smi() -> str | None:
     return None
 
 
-def read_nvidia_smi(found: DriverFindings, run: Callable[[], str | None],
-                     matrix: MatrixOnDemand) -> None:
+def read_nvidia_smi(
+    found: DriverFindings, run: Callable[[], str | None], matrix: MatrixOnDemand
+) -> None:
     try:
         output = run()
     except Exception as err:  # a failing helper is a note, not a crash
@@ -271,26 +279,34 @@ def read_nvidia_smi(found: DriverFindings, run: Callable[[], str | None],
         if cc is None and loaded is not None:
             known = loaded.gpu_by_name(row.name)
             cc = known.compute_capability if known else None
-        found.gpus.append(Gpu(
-            name=row.name,
-            compute_capability=cc,
-            index=row.index if row.index is not None else position,
-            uuid=row.uuid,
-            memory_total_bytes=row.memory_total_bytes,
-        ))
+        found.gpus.append(
+            Gpu(
+                name=row.name,
+                compute_capability=cc,
+                index=row.index if row.index is not None else position,
+                uuid=row.uuid,
+                memory_total_bytes=row.memory_total_bytes,
+            )
+        )
 
 
 def cuda_from_matrix(found: DriverFindings, platform: str, matrix: MatrixOnDemand) -> None:
     assert found.driver_version is not None
     loaded = matrix.get()
     if loaded is None:
-        found.notes.append(f"the driver's maximum CUDA version is unknown: the matrix could not "
-                           f"be loaded ({matrix.problem})")
+        found.notes.append(
+            f"the driver's maximum CUDA version is unknown: the matrix could not "
+            f"be loaded ({matrix.problem})"
+        )
         return
     found.driver_cuda = loaded.max_cuda_for_driver(found.driver_version, platform)
     if found.driver_cuda is None:
-        found.notes.append(f"the driver's maximum CUDA version is unknown: driver "
-                           f"{found.driver_version} is older than every CUDA release in the matrix")
+        found.notes.append(
+            f"the driver's maximum CUDA version is unknown: driver "
+            f"{found.driver_version} is older than every CUDA release in the matrix"
+        )
     else:
-        found.notes.append(f"maximum CUDA {format_cuda(found.driver_cuda)} taken from the "
-                           f"matrix's CUDA driver table for driver {found.driver_version}")
+        found.notes.append(
+            f"maximum CUDA {format_cuda(found.driver_cuda)} taken from the "
+            f"matrix's CUDA driver table for driver {found.driver_version}"
+        )

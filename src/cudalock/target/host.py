@@ -114,9 +114,14 @@ class CgroupLevel:
     evidence: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "limit_bytes": self.limit_bytes, "oom": self.oom,
-                "oom_kill": self.oom_kill, "peak_bytes": self.peak_bytes,
-                "evidence": list(self.evidence)}
+        return {
+            "path": self.path,
+            "limit_bytes": self.limit_bytes,
+            "oom": self.oom,
+            "oom_kill": self.oom_kill,
+            "peak_bytes": self.peak_bytes,
+            "evidence": list(self.evidence),
+        }
 
 
 @dataclass(frozen=True)
@@ -142,9 +147,13 @@ class CgroupMemory:
         return tuple(level for level in self.levels if level.oom_kill)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "limit_bytes": self.limit_bytes,
-                "oom_kill": self.oom_kill_count,
-                "levels": [level.to_json() for level in self.levels], "notes": list(self.notes)}
+        return {
+            "version": self.version,
+            "limit_bytes": self.limit_bytes,
+            "oom_kill": self.oom_kill_count,
+            "levels": [level.to_json() for level in self.levels],
+            "notes": list(self.notes),
+        }
 
 
 def _limit(text: str | None) -> int | None:
@@ -171,8 +180,9 @@ class _CgroupFiles:
 
 
 _V2_FILES = _CgroupFiles("memory.max", "memory.events", "oom", "memory.peak")
-_V1_FILES = _CgroupFiles("memory.limit_in_bytes", "memory.oom_control", "under_oom",
-                         "memory.max_usage_in_bytes")
+_V1_FILES = _CgroupFiles(
+    "memory.limit_in_bytes", "memory.oom_control", "under_oom", "memory.max_usage_in_bytes"
+)
 
 
 def _cgroup_levels(base: Path, relative: str, files: _CgroupFiles) -> list[CgroupLevel]:
@@ -193,13 +203,22 @@ def _cgroup_levels(base: Path, relative: str, files: _CgroupFiles) -> list[Cgrou
         if limit_text is not None:
             evidence.append(f"{limit_file}: {limit_text.strip()}")
         peak = _limit(read_text_or_none(directory / files.peak))
-        levels.append(CgroupLevel(rel, _limit(limit_text), counters.get(files.oom_key),
-                                  counters.get("oom_kill"), peak, tuple(evidence)))
+        levels.append(
+            CgroupLevel(
+                rel,
+                _limit(limit_text),
+                counters.get(files.oom_key),
+                counters.get("oom_kill"),
+                peak,
+                tuple(evidence),
+            )
+        )
     return levels
 
 
-def read_cgroup_memory(cgroup_root: Path = Path("/sys/fs/cgroup"),
-                       proc_root: Path = Path("/proc"), pid: str = "self") -> CgroupMemory:
+def read_cgroup_memory(
+    cgroup_root: Path = Path("/sys/fs/cgroup"), proc_root: Path = Path("/proc"), pid: str = "self"
+) -> CgroupMemory:
     """Memory limit and OOM-kill counters of a process's cgroup and its ancestors (v1 or v2)."""
     own_v2, own_v1 = parse_proc_self_cgroup(read_text_or_none(proc_root / pid / "cgroup") or "")
     if (cgroup_root / "cgroup.controllers").is_file():

@@ -66,8 +66,9 @@ def load_pynvml(found: DriverFindings) -> NvmlLike | None:
             warnings.simplefilter("ignore", FutureWarning)
             import pynvml
     except ImportError:
-        found.notes.append("NVML not read: the nvidia-ml-py package (module pynvml) is not "
-                           "installed")
+        found.notes.append(
+            "NVML not read: the nvidia-ml-py package (module pynvml) is not installed"
+        )
         return None
     return pynvml  # type: ignore[no-any-return]
 
@@ -92,8 +93,11 @@ def nvml_library_loadable() -> bool:
 def read_nvml(found: DriverFindings, nvml: NvmlLike | None) -> None:
     if nvml is None and not nvml_library_loadable():
         found.nvml_error_code = NVML_ERROR_LIBRARY_NOT_FOUND
-        found.notes.append(_library_not_found_note(
-            f"NVML Shared Library Not Found (NVML error {NVML_ERROR_LIBRARY_NOT_FOUND})"))
+        found.notes.append(
+            _library_not_found_note(
+                f"NVML Shared Library Not Found (NVML error {NVML_ERROR_LIBRARY_NOT_FOUND})"
+            )
+        )
         return
     library = nvml if nvml is not None else load_pynvml(found)
     if library is None:
@@ -116,8 +120,9 @@ def read_nvml(found: DriverFindings, nvml: NvmlLike | None) -> None:
             library.nvmlShutdown()
 
 
-def _read_nvml_initialised(found: DriverFindings, library: NvmlLike,
-                           nvml_error: type[Exception]) -> None:
+def _read_nvml_initialised(
+    found: DriverFindings, library: NvmlLike, nvml_error: type[Exception]
+) -> None:
     def ask(what: str, call: Callable[..., Any], *args: Any) -> Any:
         try:
             return call(*args)
@@ -142,8 +147,9 @@ def _read_nvml_initialised(found: DriverFindings, library: NvmlLike,
             continue
         name = ask(f"GPU {index}'s name", library.nvmlDeviceGetName, handle)
         uuid = ask(f"GPU {index}'s UUID", library.nvmlDeviceGetUUID, handle)
-        cc = ask(f"GPU {index}'s compute capability",
-                 library.nvmlDeviceGetCudaComputeCapability, handle)
+        cc = ask(
+            f"GPU {index}'s compute capability", library.nvmlDeviceGetCudaComputeCapability, handle
+        )
         memory = ask(f"GPU {index}'s memory", library.nvmlDeviceGetMemoryInfo, handle)
         total = getattr(memory, "total", None)
         found.gpus.append(
@@ -157,8 +163,9 @@ def _read_nvml_initialised(found: DriverFindings, library: NvmlLike,
         )
 
 
-def _nvml_cuda_version(found: DriverFindings, library: NvmlLike,
-                       nvml_error: type[Exception]) -> CudaVersion | None:
+def _nvml_cuda_version(
+    found: DriverFindings, library: NvmlLike, nvml_error: type[Exception]
+) -> CudaVersion | None:
     """v2 asks libcuda itself; v1 (older drivers/bindings) may fall back to a built-in value."""
     problems: list[str] = []
     for call in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
@@ -173,14 +180,18 @@ def _nvml_cuda_version(found: DriverFindings, library: NvmlLike,
         if isinstance(value, int) and value > 0:
             return cuda_from_nvml(value)
         problems.append(f"{call}: unreadable value {value!r}")
-    found.notes.append("NVML could not tell the driver's CUDA version (" + "; ".join(problems)
-                       + ")")
+    found.notes.append(
+        "NVML could not tell the driver's CUDA version (" + "; ".join(problems) + ")"
+    )
     return None
 
 
 def _nvml_cc(value: Any) -> tuple[int, int] | None:
-    if (isinstance(value, tuple | list) and len(value) == 2
-            and all(isinstance(v, int) and v >= 0 for v in value)):
+    if (
+        isinstance(value, tuple | list)
+        and len(value) == 2
+        and all(isinstance(v, int) and v >= 0 for v in value)
+    ):
         return int(value[0]), int(value[1])
     return None
 
@@ -204,9 +215,11 @@ def _describe_nvml_error(err: Exception) -> str:
 
 
 def _library_not_found_note(described: str) -> str:
-    return (f"NVML library (libnvidia-ml) not found: {described}. No NVIDIA driver is "
-            "installed here, or this is a container started without GPU access "
-            "(docker --gpus / the NVIDIA container runtime).")
+    return (
+        f"NVML library (libnvidia-ml) not found: {described}. No NVIDIA driver is "
+        "installed here, or this is a container started without GPU access "
+        "(docker --gpus / the NVIDIA container runtime)."
+    )
 
 
 def _init_failure_note(err: Exception) -> str:
@@ -215,10 +228,11 @@ def _init_failure_note(err: Exception) -> str:
     if code == NVML_ERROR_LIBRARY_NOT_FOUND:
         return _library_not_found_note(described)
     if code == NVML_ERROR_DRIVER_NOT_LOADED:
-        return (f"NVIDIA driver not loaded: {described}. The driver's libraries are installed "
-                "but the nvidia kernel module is not running (see 'lsmod | grep nvidia' and "
-                "'dmesg'; a Secure Boot or kernel-update mismatch is a common cause).")
+        return (
+            f"NVIDIA driver not loaded: {described}. The driver's libraries are installed "
+            "but the nvidia kernel module is not running (see 'lsmod | grep nvidia' and "
+            "'dmesg'; a Secure Boot or kernel-update mismatch is a common cause)."
+        )
     if code == NVML_ERROR_NO_PERMISSION:
-        return (f"NVML could not start: {described}: this user may not open /dev/nvidia* "
-                "devices.")
+        return f"NVML could not start: {described}: this user may not open /dev/nvidia* devices."
     return f"NVML could not start: {described}."

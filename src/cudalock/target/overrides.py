@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from cudalock.matrix import GpuModel, Matrix
 
 
-
 @dataclass(frozen=True)
 class TargetOptions:
     """The Target flags as given; :func:`targets_from_options` reads them."""
@@ -66,7 +65,6 @@ class TargetOptions:
         )
 
 
-
 @dataclass(frozen=True)
 class Overrides:
     """The override flags, validated."""
@@ -79,8 +77,9 @@ class Overrides:
 
     @property
     def given(self) -> bool:
-        return bool(self.driver_version or self.driver_cuda or self.no_gpu or self.gpus
-                    or self.platform)
+        return bool(
+            self.driver_version or self.driver_cuda or self.no_gpu or self.gpus or self.platform
+        )
 
 
 def targets_from_options(
@@ -106,10 +105,16 @@ def _default_probe(matrix: Matrix) -> Target:
 def overrides_from_options(options: TargetOptions, matrix: Matrix) -> Overrides:
     """Parse and check the override flags; bad values are :class:`InputError` (exit 2)."""
     # An empty value (CUDALOCK_DRIVER_VERSION= in a shell profile) counts as not given.
-    driver_version = (parse_driver_version(options.driver_version)
-                      if options.driver_version and options.driver_version.strip() else None)
-    driver_cuda = (parse_cuda_version(options.driver_cuda)
-                   if options.driver_cuda and options.driver_cuda.strip() else None)
+    driver_version = (
+        parse_driver_version(options.driver_version)
+        if options.driver_version and options.driver_version.strip()
+        else None
+    )
+    driver_cuda = (
+        parse_cuda_version(options.driver_cuda)
+        if options.driver_cuda and options.driver_cuda.strip()
+        else None
+    )
     gpus = [
         Gpu(name=f"GPU with compute capability {format_cc(cc)}", compute_capability=cc)
         for cc in (parse_compute_capability(text) for text in options.compute_capabilities)
@@ -119,15 +124,28 @@ def overrides_from_options(options: TargetOptions, matrix: Matrix) -> Overrides:
     if platform is not None:
         platform = platform_named(platform).name
     if options.no_gpu:
-        clashing = [flag for flag, value in (
-            ("--driver-version", driver_version), ("--driver-cuda", driver_cuda),
-            ("--compute-capability", options.compute_capabilities),
-            ("--gpu", options.gpu_names)) if value]
+        clashing = [
+            flag
+            for flag, value in (
+                ("--driver-version", driver_version),
+                ("--driver-cuda", driver_cuda),
+                ("--compute-capability", options.compute_capabilities),
+                ("--gpu", options.gpu_names),
+            )
+            if value
+        ]
         if clashing:
-            raise UsageError(f"--no-gpu describes a machine without NVIDIA GPUs; it cannot be "
-                             f"combined with {', '.join(clashing)}")
-    return Overrides(driver_version=driver_version, driver_cuda=driver_cuda,
-                     no_gpu=options.no_gpu, gpus=tuple(gpus), platform=platform)
+            raise UsageError(
+                f"--no-gpu describes a machine without NVIDIA GPUs; it cannot be "
+                f"combined with {', '.join(clashing)}"
+            )
+    return Overrides(
+        driver_version=driver_version,
+        driver_cuda=driver_cuda,
+        no_gpu=options.no_gpu,
+        gpus=tuple(gpus),
+        platform=platform,
+    )
 
 
 #: Vendor prefixes NVML names carry and people leave out ("H100" for "NVIDIA H100 80GB HBM3").
@@ -163,8 +181,14 @@ def _gpu_from_name(name: str, matrix: Matrix) -> Gpu:
 def gpu_model_named(name: str, matrix: Matrix) -> GpuModel:
     """The matrix's GPU model for a name as people write it ("H100", "RTX 4090", NVML's name)."""
     # The GPU table matches NVML device names; try the name as NVML would spell it.
-    model = next((found for prefix in _NAME_PREFIXES
-                  if (found := matrix.gpu_by_name(prefix + name.strip())) is not None), None)
+    model = next(
+        (
+            found
+            for prefix in _NAME_PREFIXES
+            if (found := matrix.gpu_by_name(prefix + name.strip())) is not None
+        ),
+        None,
+    )
     if model is None:
         nearest = nearest_gpu_names(name, matrix)
         suggestion = f"; did you mean {', '.join(repr(n) for n in nearest)}?" if nearest else ""
@@ -191,9 +215,17 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
 
     if overrides.no_gpu:
         name = "given by flags" if target.name == "this machine" else target.name
-        return replace(target, name=name, platform=platform, host=host, driver_version=None,
-                       driver_cuda=None, gpus=(), source="override",
-                       notes=("no NVIDIA GPU (--no-gpu): a CPU-only target", *notes))
+        return replace(
+            target,
+            name=name,
+            platform=platform,
+            host=host,
+            driver_version=None,
+            driver_cuda=None,
+            gpus=(),
+            source="override",
+            notes=("no NVIDIA GPU (--no-gpu): a CPU-only target", *notes),
+        )
 
     driver_version, driver_cuda = target.driver_version, target.driver_cuda
     # The driver's two fields are replaced together: a probed version next to a given CUDA
@@ -208,13 +240,17 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
             driver_cuda = from_table
             notes.append(_derived_note(overrides.driver_version, from_table))
         elif from_table is not None and driver_cuda > from_table:
-            notes.append(f"--driver-cuda {format_cuda(driver_cuda)} is above the "
-                         f"{format_cuda(from_table)} the matrix lists for driver "
-                         f"{overrides.driver_version}; using the value given")
+            notes.append(
+                f"--driver-cuda {format_cuda(driver_cuda)} is above the "
+                f"{format_cuda(from_table)} the matrix lists for driver "
+                f"{overrides.driver_version}; using the value given"
+            )
     gpus = overrides.gpus or target.gpus
     if gpus and driver_version is None and driver_cuda is None:
-        notes.append("GPUs given but no driver: add --driver-version or --driver-cuda, or the "
-                     "target is treated as CPU-only")
+        notes.append(
+            "GPUs given but no driver: add --driver-version or --driver-cuda, or the "
+            "target is treated as CPU-only"
+        )
 
     # Probe notes about the driver or GPUs no longer apply once both are replaced.
     fully_replaced = driver_given and bool(overrides.gpus)
@@ -236,8 +272,10 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
 
 def _derived_note(driver: DriverVersion, cuda: CudaVersion | None) -> str:
     if cuda is None:
-        return (f"driver {driver} is older than every CUDA release in the matrix: its maximum "
-                "CUDA version is unknown (give --driver-cuda)")
+        return (
+            f"driver {driver} is older than every CUDA release in the matrix: its maximum "
+            "CUDA version is unknown (give --driver-cuda)"
+        )
     return f"maximum CUDA {format_cuda(cuda)} for driver {driver} from the matrix's driver table"
 
 
@@ -277,10 +315,15 @@ def _read_probe_file(path: Path, parsed: _Parsed) -> Target:
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as err:
-        detail = f"{err.msg} at line {err.lineno}" if isinstance(err, json.JSONDecodeError) \
+        detail = (
+            f"{err.msg} at line {err.lineno}"
+            if isinstance(err, json.JSONDecodeError)
             else "nested too deeply"
-        raise InputError(f"probe file {shown!r} is not valid JSON: {detail}",
-                         hint="write it with 'cudalock probe --json > FILE'") from None
+        )
+        raise InputError(
+            f"probe file {shown!r} is not valid JSON: {detail}",
+            hint="write it with 'cudalock probe --json > FILE'",
+        ) from None
     try:
         return _target(data, None, shown, parsed, file=path)
     except InputError as err:
@@ -289,17 +332,35 @@ def _read_probe_file(path: Path, parsed: _Parsed) -> Target:
 
 #: Each object's fields and the JSON type of their values (null is allowed for every one;
 #: ``object``: checked on its own, with its own wording).
-_TOP_FIELDS: dict[str, type] = {"schema_version": int, "name": str, "platform": str,
-                                 "driver_version": str, "driver_cuda": str, "gpus": object,
-                                 "host": object, "source": str, "notes": object}
-_GPU_FIELDS: dict[str, type] = {"index": int, "name": str, "uuid": str,
-                                 "compute_capability": str, "memory_total_bytes": int}
-_HOST_FIELDS: dict[str, type] = {"os": str, "arch": str, "glibc": str, "memory_total_bytes": int,
-                                  "cgroup_memory_limit_bytes": int, "hostname": str}
+_TOP_FIELDS: dict[str, type] = {
+    "schema_version": int,
+    "name": str,
+    "platform": str,
+    "driver_version": str,
+    "driver_cuda": str,
+    "gpus": object,
+    "host": object,
+    "source": str,
+    "notes": object,
+}
+_GPU_FIELDS: dict[str, type] = {
+    "index": int,
+    "name": str,
+    "uuid": str,
+    "compute_capability": str,
+    "memory_total_bytes": int,
+}
+_HOST_FIELDS: dict[str, type] = {
+    "os": str,
+    "arch": str,
+    "glibc": str,
+    "memory_total_bytes": int,
+    "cgroup_memory_limit_bytes": int,
+    "hostname": str,
+}
 
 
-def target_from_json(data: Any, name: str | None = None, *, read_from: str | None = None
-                     ) -> Target:
+def target_from_json(data: Any, name: str | None = None, *, read_from: str | None = None) -> Target:
     """The inverse of :meth:`Target.to_json`, validating every field (:class:`InputError`).
 
     Only ``schema_version`` and ``platform`` are required, so a hand-written file for a
@@ -336,8 +397,9 @@ def _parse_once(cache: dict[str, _Value], text: str, parse: Callable[[str], _Val
     return value
 
 
-def _target(data: Any, name: str | None, read_from: str | None, parsed: _Parsed,
-            *, file: Path | None = None) -> Target:
+def _target(
+    data: Any, name: str | None, read_from: str | None, parsed: _Parsed, *, file: Path | None = None
+) -> Target:
     """The Target of a probe document, or :class:`InputError` worded for its first problem.
 
     With ``file``, the name is the recorded hostname (stripped, when not blank), else the
@@ -345,33 +407,43 @@ def _target(data: Any, name: str | None, read_from: str | None, parsed: _Parsed,
     """
     version = data.get("schema_version") if type(data) is dict else None
     if type(data) is dict and type(version) is not int:
-        raise InputError(f"'schema_version' must be the integer {TARGET_SCHEMA_VERSION}, "
-                         f"got {version!r}")
+        raise InputError(
+            f"'schema_version' must be the integer {TARGET_SCHEMA_VERSION}, got {version!r}"
+        )
     document = _fields(data, _TOP_FIELDS, "the document")
     get = document.get
     if version != TARGET_SCHEMA_VERSION:
-        raise InputError(f"schema_version {version} is not supported (this cudalock reads "
-                         f"{TARGET_SCHEMA_VERSION}): write the file with a matching cudalock")
+        raise InputError(
+            f"schema_version {version} is not supported (this cudalock reads "
+            f"{TARGET_SCHEMA_VERSION}): write the file with a matching cudalock"
+        )
     platform = get("platform")
     if platform is None:
         raise InputError("'platform' is missing")
     if not is_platform_shaped(platform):
-        raise InputError(f"'platform' {platform!r} is not a platform: expected one of "
-                         f"{', '.join(p.name for p in PLATFORMS)}")
+        raise InputError(
+            f"'platform' {platform!r} is not a platform: expected one of "
+            f"{', '.join(p.name for p in PLATFORMS)}"
+        )
     notes_entry = get("notes") or []
     if type(notes_entry) is not list or not all(type(note) is str for note in notes_entry):
         raise InputError("'notes' must be a list of strings")
     notes = tuple(notes_entry)
     driver_text, cuda_text = get("driver_version"), get("driver_cuda")
-    driver_version = (None if driver_text is None
-                      else _parse_once(parsed.drivers, driver_text, parse_driver_version))
-    driver_cuda = (None if cuda_text is None
-                   else _parse_once(parsed.cudas, cuda_text, parse_cuda_version))
+    driver_version = (
+        None
+        if driver_text is None
+        else _parse_once(parsed.drivers, driver_text, parse_driver_version)
+    )
+    driver_cuda = (
+        None if cuda_text is None else _parse_once(parsed.cudas, cuda_text, parse_cuda_version)
+    )
     gpus_entry = get("gpus") or []
     if type(gpus_entry) is not list:
         raise InputError(f"'gpus' must be a list, got {_kind(gpus_entry)}")
-    gpus = tuple([_gpu_from_json(entry, position, parsed)
-                  for position, entry in enumerate(gpus_entry)])
+    gpus = tuple(
+        [_gpu_from_json(entry, position, parsed) for position, entry in enumerate(gpus_entry)]
+    )
     host_entry = get("host")
     host = Host() if host_entry is None else _host_from_json(host_entry)
     if file is not None:
@@ -380,9 +452,16 @@ def _target(data: Any, name: str | None, read_from: str | None, parsed: _Parsed,
     if read_from is not None:
         notes = (f"read from {read_from} (probed there via {source})", *notes)
         source = f"file:{read_from}"
-    return Target(platform=platform, driver_version=driver_version, driver_cuda=driver_cuda,
-                  gpus=gpus, host=host, name=name or get("name") or "this machine",
-                  source=source, notes=notes)
+    return Target(
+        platform=platform,
+        driver_version=driver_version,
+        driver_cuda=driver_cuda,
+        gpus=gpus,
+        host=host,
+        name=name or get("name") or "this machine",
+        source=source,
+        notes=notes,
+    )
 
 
 def _gpu_from_json(data: Any, position: int, parsed: _Parsed) -> Gpu:
@@ -404,10 +483,14 @@ def _gpu_from_json(data: Any, position: int, parsed: _Parsed) -> Gpu:
 def _host_from_json(data: Any) -> Host:
     entry = _fields(data, _HOST_FIELDS, "host")
     get = entry.get
-    return Host(os=get("os"), arch=get("arch"), glibc=get("glibc"),
-                memory_total_bytes=get("memory_total_bytes"),
-                cgroup_memory_limit_bytes=get("cgroup_memory_limit_bytes"),
-                hostname=get("hostname"))
+    return Host(
+        os=get("os"),
+        arch=get("arch"),
+        glibc=get("glibc"),
+        memory_total_bytes=get("memory_total_bytes"),
+        cgroup_memory_limit_bytes=get("cgroup_memory_limit_bytes"),
+        hostname=get("hostname"),
+    )
 
 
 def _fields(data: Any, fields: dict[str, type], where: str) -> dict[str, Any]:
@@ -420,10 +503,15 @@ def _fields(data: Any, fields: dict[str, type], where: str) -> dict[str, Any]:
         kind = fields.get(key)
         if kind is None:
             unknown = sorted(str(k) for k in data if k not in fields)
-            raise InputError(f"{where} has unknown field(s) {', '.join(map(repr, unknown))}; "
-                             f"expected {', '.join(fields)}")
-        if value is None or kind is object or (type(value) is kind
-                                               and (kind is not int or cast(int, value) >= 0)):
+            raise InputError(
+                f"{where} has unknown field(s) {', '.join(map(repr, unknown))}; "
+                f"expected {', '.join(fields)}"
+            )
+        if (
+            value is None
+            or kind is object
+            or (type(value) is kind and (kind is not int or cast(int, value) >= 0))
+        ):
             continue
         label = key if where == "the document" else f"{where}.{key}"
         if kind is int:
@@ -433,6 +521,12 @@ def _fields(data: Any, fields: dict[str, type], where: str) -> dict[str, Any]:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            type(None): "null", int: "a number", float: "a number"}.get(type(value),
-                                                                          type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)

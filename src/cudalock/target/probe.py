@@ -49,8 +49,9 @@ class VisibleDevices:
     exact: bool
 
 
-def cuda_visible_devices(value: str, gpus: Sequence[Gpu], device_order: str | None) -> (
-        VisibleDevices):
+def cuda_visible_devices(
+    value: str, gpus: Sequence[Gpu], device_order: str | None
+) -> VisibleDevices:
     """Which of ``gpus`` (NVML order) a CUDA program sees under ``CUDA_VISIBLE_DEVICES=value``.
 
     CUDA reads the list up to the first entry it cannot use (an unknown index or UUID, ``-1``,
@@ -72,8 +73,9 @@ def cuda_visible_devices(value: str, gpus: Sequence[Gpu], device_order: str | No
                 exact = exact and (same_model or pci_order)
         elif entry.upper().startswith(("GPU-", "MIG-")):
             # CUDA accepts any unambiguous UUID prefix.
-            matches = [i for i, g in enumerate(gpus)
-                       if g.uuid and g.uuid.lower().startswith(entry.lower())]
+            matches = [
+                i for i, g in enumerate(gpus) if g.uuid and g.uuid.lower().startswith(entry.lower())
+            ]
             if len(matches) == 1:
                 position = matches[0]
         if position is None or position in chosen:
@@ -120,8 +122,7 @@ def probe_machine(
         found.notes.insert(0, "no NVIDIA driver found: this is a CPU-only target")
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and found.gpus:
-        found.notes.append(_visible_devices_note(visible, found.gpus,
-                                                 env.get("CUDA_DEVICE_ORDER")))
+        found.notes.append(_visible_devices_note(visible, found.gpus, env.get("CUDA_DEVICE_ORDER")))
     return Target(
         platform=platform,
         driver_version=found.driver_version,
@@ -137,21 +138,29 @@ def probe_machine(
 def _visible_devices_note(value: str, gpus: Sequence[Gpu], device_order: str | None) -> str:
     shown = f"CUDA_VISIBLE_DEVICES={value!r}"
     if "mig-" in value.lower():
-        return (f"{shown} selects MIG instances: CUDA programs see those slices, not whole GPUs "
-                f"(NVML lists all {len(gpus)} GPUs; the Target keeps them all)")
+        return (
+            f"{shown} selects MIG instances: CUDA programs see those slices, not whole GPUs "
+            f"(NVML lists all {len(gpus)} GPUs; the Target keeps them all)"
+        )
     visible = cuda_visible_devices(value, gpus, device_order)
     if not visible.indices:
-        return (f"{shown} hides every GPU from CUDA programs (NVML still lists all "
-                f"{len(gpus)}; the Target keeps them)")
+        return (
+            f"{shown} hides every GPU from CUDA programs (NVML still lists all "
+            f"{len(gpus)}; the Target keeps them)"
+        )
     names = ", ".join(
         f"{gpus[i].index if gpus[i].index is not None else i} {gpus[i].name}"
         for i in visible.indices
     )
-    note = (f"{shown}: CUDA programs see {len(visible.indices)} of {len(gpus)} GPUs: {names} "
-            f"(NVML lists all {len(gpus)}; the Target keeps them all)")
+    note = (
+        f"{shown}: CUDA programs see {len(visible.indices)} of {len(gpus)} GPUs: {names} "
+        f"(NVML lists all {len(gpus)}; the Target keeps them all)"
+    )
     if not visible.exact:
-        note += ("; CUDA numbers mixed GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, "
-                 "so its index may not be NVML's index shown here")
+        note += (
+            "; CUDA numbers mixed GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, "
+            "so its index may not be NVML's index shown here"
+        )
     return note
 
 
