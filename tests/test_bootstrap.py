@@ -15,24 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.cli import cudalock
 from tests.support.index import offline_env
 
 TARGET = ["--driver-version", "535.104.05", "--compute-capability", "8.0"]
 REQUEST = ["--torch", "==2.1.0", "--python", "3.11"]
-
-
-def cudalock(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cudalock", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env or offline_env(),
-        timeout=120,
-        check=False,
-    )
 
 
 def test_conda_format_writes_the_files(tmp_path: Path) -> None:

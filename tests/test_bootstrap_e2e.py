@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import cudalock
 from tests.support.index import IndexServer, offline_env, serve_indexes
 from tests.support.localproject import make_local_project
 from tests.support.wheels import StandIn, torch_standin
 
 pytestmark = pytest.mark.slow
 
-CUDALOCK = [sys.executable, "-m", "cudalock"]
 PLANNED_TORCH = "2.1.0+cu121"
 USER, SECRET = "alice", "s3cret-token"
 
@@ -78,15 +78,7 @@ class Scene:
     def cudalock(
         self, *args: str, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*CUDALOCK, *args],
-            capture_output=True,
-            text=True,
-            env=env or offline_env(),
-            cwd=self.root,
-            timeout=600,
-            check=False,
-        )
+        done = cudalock(*args, env=env, cwd=self.root, timeout=600)
         log = self.out / "cudalock-bootstrap.log"
         shown = done.stdout + done.stderr + (log.read_text() if log.exists() else "")
         assert SECRET not in shown, "index credentials were shown or logged"

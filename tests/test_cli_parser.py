@@ -7,7 +7,6 @@ speed, and through the console script where the process itself matters (Ctrl-C, 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import signal
@@ -24,8 +23,9 @@ from cudalock.cli.main import COMMANDS, build_parser, run
 from cudalock.cli.training import memory_options
 from cudalock.resolve.request import RequestOptions
 from cudalock.target.overrides import TargetOptions
+from tests.support.cli import CUDALOCK, cudalock
+from tests.support.index import offline_env
 
-CUDALOCK = Path(sys.executable).parent / "cudalock"
 ENVIRONMENT_VARIABLES = (
     "CUDALOCK_DRIVER_VERSION",
     "CUDALOCK_DRIVER_CUDA",
@@ -495,14 +495,12 @@ def test_cudalock_matrix_reaches_the_matrix_commands(monkeypatch: pytest.MonkeyP
 
 
 def test_an_environment_variable_drives_a_real_run() -> None:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("CUDALOCK_")}
-    done = subprocess.run(
-        [str(CUDALOCK), "probe", "--json", "--compute-capability", "8.0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**environment, "CUDALOCK_DRIVER_VERSION": "535.104.05"},
+    done = cudalock(
+        "probe",
+        "--json",
+        "--compute-capability",
+        "8.0",
+        env=offline_env() | {"CUDALOCK_DRIVER_VERSION": "535.104.05"},
     )
     assert done.returncode == 0, done.stderr
     assert '"driver_version": "535.104.05"' in done.stdout
@@ -540,13 +538,8 @@ def test_ctrl_c_exits_130_with_one_line() -> None:
 
 @pytest.fixture(scope="module")
 def completion_script(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    done = subprocess.run(
-        [str(CUDALOCK), "--print-completion", "bash"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = cudalock("--print-completion", "bash")
+    assert done.returncode == 0, done.stderr
     path = tmp_path_factory.mktemp("completion") / "cudalock.bash"
     path.write_text(done.stdout)
     yield path

@@ -7,7 +7,6 @@ RTX 5090 (12.0) on 570.86.15 (CUDA 12.8) → torch 2.11.0+cu128 with torchvision
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,26 +15,10 @@ import pytest
 
 from cudalock.model import Gpu, Target
 from cudalock.versions import DriverVersion
+from tests.support.cli import cudalock
+from tests.support.index import offline_env
 
-CUDALOCK = Path(sys.executable).parent / "cudalock"
 BLACKWELL = ("--driver-version", "570.86.15", "--gpu", "RTX 5090")
-
-
-def cudalock(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environment = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("CUDALOCK_") and k != "CUDA_VISIBLE_DEVICES"
-    }
-    environment.update(env or {})
-    return subprocess.run(
-        [str(CUDALOCK), *args],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_json_plan() -> None:
@@ -148,7 +131,7 @@ def test_pytorch_index_from_the_environment() -> None:
         "resolve",
         *BLACKWELL,
         "--json",
-        env={"CUDALOCK_PYTORCH_INDEX": "https://mirror.example.org/whl"},
+        env=offline_env() | {"CUDALOCK_PYTORCH_INDEX": "https://mirror.example.org/whl"},
     )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)

@@ -15,6 +15,7 @@ from cudalock.doctor.diagnosis import SetupHints, build_setup, explain_audit_fin
 from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
 from cudalock.model import Finding, Gpu, Host, Target
 from cudalock.target.host import CgroupLevel, CgroupMemory, ShmInfo, read_cgroup_memory
+from tests.support.cli import cudalock
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 KERNEL, LOGS = FIXTURES / "kernel", FIXTURES / "logs"
@@ -300,16 +301,6 @@ def test_flags_win_over_log_and_assumptions_are_noted() -> None:
 
 
 # --- the commands, as real processes --------------------------------------------------------------
-
-
-def cudalock(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cudalock", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_memory_command_short_and_enough() -> None:

@@ -20,6 +20,7 @@ import pytest
 from packaging.pylock import Pylock
 
 from cudalock.lock.pylock import parse_lock
+from tests.support.cli import cudalock
 from tests.support.index import IndexServer, offline_env, serve_indexes
 from tests.support.tmpfs import snapshot
 from tests.support.wheels import StandIn, torch_standin
@@ -102,19 +103,6 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
 @pytest.fixture(scope="module")
 def uv_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("uv-cache")
-
-
-def cudalock(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cudalock", *args],
-        cwd=cwd,
-        text=True,
-        capture_output=True,
-        env=env or offline_env(),
-        timeout=timeout,
-    )
 
 
 def index_flags(server: IndexServer) -> list[str]:

@@ -12,6 +12,7 @@ import pytest
 
 from cudalock.matrix import default_matrix_dir, load_matrix
 from cudalock.matrix.check import Problem, check_matrix, check_matrix_dir
+from tests.support.cli import cudalock
 
 SHIPPED = default_matrix_dir()
 
@@ -29,21 +30,12 @@ def edit(path: Path, old: str, new: str, count: int = 1) -> None:
     path.write_text(text.replace(old, new, count))
 
 
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cudalock", "matrix", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_shipped_matrix_has_no_problems() -> None:
     assert check_matrix(load_matrix(SHIPPED)) == []
 
 
 def test_cli_passes_on_shipped_matrix() -> None:
-    done = cli("check", SHIPPED)
+    done = cudalock("matrix", "check", SHIPPED)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "OK" in done.stdout
 
@@ -222,7 +214,7 @@ def test_deepspeed_rules_must_not_overlap(copy: Path) -> None:
 
 def test_cli_reports_file_and_entry_and_exits_1(copy: Path) -> None:
     edit(copy / "torch.toml", 'linux-x86_64 = "cu117"', 'linux-x86_64 = "cu119"')
-    done = cli("check", copy)
+    done = cudalock("matrix", "check", copy)
     assert done.returncode == 1
     assert (
         "torch.toml: [[release]] version = '1.13.0': pypi_default linux-x86_64 = 'cu119' "
@@ -233,12 +225,12 @@ def test_cli_reports_file_and_entry_and_exits_1(copy: Path) -> None:
 
 def test_cli_unloadable_matrix_exits_2(copy: Path) -> None:
     edit(copy / "torch.toml", 'status = "verified"', 'status = "probably"')
-    done = cli("check", copy)
+    done = cudalock("matrix", "check", copy)
     assert done.returncode == 2
     assert "torch.toml: [[release]] #1 (version = '1.13.0')" in done.stderr
     assert "Traceback" not in done.stderr
     (copy / "gpus.toml").unlink()
-    done = cli("check", copy)
+    done = cudalock("matrix", "check", copy)
     assert done.returncode == 2 and "gpus.toml" in done.stderr and "missing" in done.stderr
 
 

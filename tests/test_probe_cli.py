@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,33 +16,23 @@ import pytest
 
 from cudalock.matrix import default_matrix_dir
 from cudalock.target import target_from_json
+from tests.support.cli import cudalock as run_cudalock
+from tests.support.index import offline_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"
 TEST_MATRIX = FIXTURES / "matrix"
-CUDALOCK = Path(sys.executable).parent / "cudalock"
-no_nvidia_here = pytest.mark.skipif(
-    ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has an NVIDIA library"
-)
 
 
 def cudalock(
     *args: str, env: dict[str, str] | None = None, matrix: Path | None = TEST_MATRIX
 ) -> subprocess.CompletedProcess[str]:
-    environment = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("CUDALOCK_") and k != "CUDA_VISIBLE_DEVICES"
-    }
-    environment.update(env or {})
-    extra = ["--matrix", str(matrix)] if matrix is not None else []
-    return subprocess.run(
-        [str(CUDALOCK), *args, *extra],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=60,
-        check=False,
-    )
+    """``cudalock ARGS``, against the test matrix unless ``matrix`` says otherwise."""
+    return run_cudalock(*args, *(["--matrix", str(matrix)] if matrix else []), env=env)
+
+
+no_nvidia_here = pytest.mark.skipif(
+    ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has an NVIDIA library"
+)
 
 
 @no_nvidia_here
@@ -96,13 +85,18 @@ def test_environment_variables_override() -> None:
     result = cudalock(
         "probe",
         "--json",
-        env={"CUDALOCK_DRIVER_VERSION": "550.54.15", "CUDALOCK_DRIVER_CUDA": "12.3"},
+        env=offline_env()
+        | {"CUDALOCK_DRIVER_VERSION": "550.54.15", "CUDALOCK_DRIVER_CUDA": "12.3"},
     )
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert (document["driver_version"], document["driver_cuda"]) == ("550.54.15", "12.3")
     flags_win = cudalock(
-        "probe", "--json", "--driver-cuda", "12.1", env={"CUDALOCK_DRIVER_CUDA": "12.3"}
+        "probe",
+        "--json",
+        "--driver-cuda",
+        "12.1",
+        env=offline_env() | {"CUDALOCK_DRIVER_CUDA": "12.3"},
     )
     assert json.loads(flags_win.stdout)["driver_cuda"] == "12.1"
 
@@ -223,7 +217,7 @@ def test_bad_probe_file_exits_2(tmp_path: Path, content: str) -> None:
 
 
 def test_bad_environment_variable_exits_2() -> None:
-    result = cudalock("probe", env={"CUDALOCK_DRIVER_VERSION": "latest"})
+    result = cudalock("probe", env=offline_env() | {"CUDALOCK_DRIVER_VERSION": "latest"})
     assert result.returncode == 2
     assert "invalid NVIDIA driver version 'latest'" in result.stderr
 

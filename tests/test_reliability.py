@@ -35,35 +35,15 @@ from cudalock.memory import parse_bytes, parse_param_count
 from cudalock.resolve import parse_torch_spec
 from cudalock.urls import redact, validate_index_url
 from cudalock.versions import parse_python_version
+from tests.support.cli import cudalock
 from tests.support.index import offline_env
 
-CUDALOCK = Path(sys.executable).parent / "cudalock"
 SRC = Path(__file__).resolve().parents[1] / "src" / "cudalock"
 SHELLCHECK = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which(
     "shellcheck"
 )
 DRIVER = ["--driver-version", "535.104.05"]
 GPU_TARGET = [*DRIVER, "--compute-capability", "8.0"]
-
-
-def cudalock(
-    *args: str, cwd: Path | None = None, stdin: bytes | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(CUDALOCK), *args],
-        cwd=cwd,
-        capture_output=True,
-        env=offline_env(),
-        timeout=timeout,
-        check=False,
-        input=stdin,
-    )
-    return subprocess.CompletedProcess(
-        done.args,
-        done.returncode,
-        done.stdout.decode("utf-8", "replace"),
-        done.stderr.decode("utf-8", "replace"),
-    )
 
 
 def assert_usage_error(done: subprocess.CompletedProcess[str], *needles: str) -> str:

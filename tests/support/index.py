@@ -423,7 +423,8 @@ def serve_indexes(
 
 
 def offline_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default ``os.environ``) with pip and uv cut off from every configured index.
+    """``base`` (default ``os.environ``) with pip and uv cut off from every configured index,
+    and without the CUDALOCK_* and CUDA_VISIBLE_DEVICES variables that change what cudalock does.
 
     This machine's pip config and ``PIP_*`` variables add find-links, extra indexes and
     constraints; tests must see only the indexes they pass on the command line.
@@ -431,7 +432,7 @@ def offline_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
         k: v
         for k, v in (base if base is not None else os.environ).items()
-        if not k.startswith(("PIP_", "UV_", "CUDALOCK_"))
+        if not k.startswith(("PIP_", "UV_", "CUDALOCK_")) and k != "CUDA_VISIBLE_DEVICES"
     }
     env.update(
         {

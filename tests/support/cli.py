@@ -1,0 +1,43 @@
+"""Running the cudalock command as a user does: the installed console script, in a process of
+its own, offline, and without this machine's pip/uv configuration or CUDALOCK_* variables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from tests.support.index import offline_env
+
+#: The console script ``pip install`` put beside this interpreter.
+CUDALOCK = Path(sys.executable).parent / "cudalock"
+
+
+def cudalock(
+    *args: str | os.PathLike[str],
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``cudalock ARGS``; ``env`` is the whole environment (default: :func:`offline_env`).
+
+    Output is decoded as UTF-8 with replacement, so a test can look at whatever came out.
+    """
+    done = subprocess.run(
+        [str(CUDALOCK), *map(str, args)],
+        cwd=cwd,
+        env=dict(offline_env() if env is None else env),
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        done.args,
+        done.returncode,
+        done.stdout.decode("utf-8", "replace"),
+        done.stderr.decode("utf-8", "replace"),
+    )
