@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.index import IndexServer
 from tests.support.index import serve_indexes as _serve_indexes
+from tests.support.slurm import slurm_cluster  # noqa: F401 - a session fixture for the Slurm tests
 from tests.support.wheels import StandIn
 
 ServeIndexes = Callable[..., IndexServer]
