@@ -307,6 +307,9 @@ class IndexServer:
 def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in separate writes; with Nagle's algorithm the body then
+        # waits for the client's delayed ACK, ~40 ms on every keep-alive request.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: object) -> None:
             return  # keep test output quiet; requests are recorded in server.requests
