@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.index import IndexServer
 from tests.support.index import serve_indexes as _serve_indexes
+from tests.support.realstack import serve_real_stack
 from tests.support.slurm import slurm_cluster  # noqa: F401 - a session fixture for the Slurm tests
 from tests.support.wheels import StandIn
 
@@ -45,3 +46,14 @@ def serve_indexes(tmp_path: Path) -> Iterator[ServeIndexes]:
             return stack.enter_context(_serve_indexes(where, pytorch, pypi, auth=auth))
 
         yield start
+
+
+@pytest.fixture(scope="session")
+def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    """The recorded real fine-tuning closure (150+ packages) served on 127.0.0.1, once a session.
+
+    ``pytorch_url, pypi_url = real_stack``; ``pytorch_url + "/cu124"`` is a CUDA variant's index.
+    See ``tests/support/realstack.py``.
+    """
+    with serve_real_stack(tmp_path_factory.mktemp("real-stack")) as server:
+        yield server

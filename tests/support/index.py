@@ -5,12 +5,15 @@ Two indexes are served by one threaded HTTP server:
 - a PyTorch-like one laid out like download.pytorch.org: ``/whl/<variant>/<project>/`` with the
   files at ``/whl/<variant>/<file name, "+" as %2B>`` (``pytorch_url`` is ``.../whl``, so
   ``pytorch_url + "/cu121"`` is what ``pip --index-url`` takes);
-- a PyPI-like one at ``/pypi/simple/<project>/`` with the files under ``/pypi/files/``.
+- a PyPI-like one at ``/pypi/simple/<project>/`` with the files under ``/pypi/files/``
+  (or, with ``hashed_paths``, under ``/pypi/files/packages/ab/cd/<blake2b rest>/`` as
+  files.pythonhosted.org lays them out, so URLs and lock files have their real length).
 
-Every file link carries ``#sha256=`` and a PEP 658 ``.metadata`` file next to it (announced with
-both ``data-dist-info-metadata`` and ``data-core-metadata``). Faults can be injected per path for
-the reliability tests: HTTP 500, a truncated body, tampered bytes (the index keeps advertising the
-original hash), a slow response, or a connection closed without an answer.
+Every file link carries ``#sha256=``; every wheel a PEP 658 ``.metadata`` file next to it
+(announced with both ``data-dist-info-metadata`` and ``data-core-metadata``). Sdists have none,
+as on PyPI, so installers build them to learn their dependencies. Faults can be injected per
+path for the reliability tests: HTTP 500, a truncated body, tampered bytes (the index keeps
+advertising the original hash), a slow response, or a connection closed without an answer.
 
 Usage (see also the ``serve_indexes`` fixture in ``tests/conftest.py``)::
 
@@ -41,7 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Literal
 
-from tests.support.wheels import StandIn, build_wheel, metadata_of
+from tests.support.wheels import StandIn, build_distribution, metadata_of
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 PEP691_HTML = "application/vnd.pypi.simple.v1+html"
@@ -77,10 +80,13 @@ class _File:
     filename: str
     data: bytes
     sha256: str
-    metadata: bytes
-    metadata_sha256: str
+    #: PEP 658 metadata; None for sdists.
+    metadata: bytes | None
+    metadata_sha256: str | None
     requires_python: str | None
     version: str
+    #: The URL path the index serves the file at.
+    path: str
 
 
 @dataclass
@@ -90,9 +96,17 @@ class _Index:
     prefix: str
     files_prefix: str
     projects: dict[str, list[_File]] = field(default_factory=dict)
+    #: Files under ``packages/ab/cd/<rest>/``, the blake2b-256 of their bytes, like PyPI's.
+    hashed_paths: bool = False
 
-    def file_url(self, filename: str) -> str:
-        return f"{self.files_prefix}/{urllib.parse.quote(filename)}"
+    def file_url(self, filename: str, data: bytes = b"") -> str:
+        if not self.hashed_paths:
+            return f"{self.files_prefix}/{urllib.parse.quote(filename)}"
+        digest = hashlib.blake2b(data, digest_size=32).hexdigest()
+        return (
+            f"{self.files_prefix}/packages/{digest[:2]}/{digest[2:4]}/{digest[4:]}/"
+            f"{urllib.parse.quote(filename)}"
+        )
 
 
 class IndexServer:
@@ -105,6 +119,7 @@ class IndexServer:
         pypi: Sequence[StandIn],
         *,
         auth: tuple[str, str] | None = None,
+        hashed_paths: bool = False,
     ) -> None:
         self.wheel_dir = wheel_dir
         self.auth = auth
@@ -116,7 +131,9 @@ class IndexServer:
             index = _Index(prefix=f"/whl/{variant}", files_prefix=f"/whl/{variant}")
             self._fill(index, specs, wheel_dir / "whl" / variant)
             self.indexes.append(index)
-        pypi_index = _Index(prefix="/pypi/simple", files_prefix="/pypi/files")
+        pypi_index = _Index(
+            prefix="/pypi/simple", files_prefix="/pypi/files", hashed_paths=hashed_paths
+        )
         self._fill(pypi_index, pypi, wheel_dir / "pypi")
         self.indexes.append(pypi_index)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
@@ -129,17 +146,18 @@ class IndexServer:
     @staticmethod
     def _fill(index: _Index, specs: Sequence[StandIn], directory: Path) -> None:
         for spec in specs:
-            data = build_wheel(spec, directory).read_bytes()
-            metadata = metadata_of(spec).encode()
+            data = build_distribution(spec, directory).read_bytes()
+            metadata = metadata_of(spec).encode() if spec.kind == "wheel" else None
             index.projects.setdefault(normalize(spec.name), []).append(
                 _File(
                     filename=spec.filename,
                     data=data,
                     sha256=hashlib.sha256(data).hexdigest(),
                     metadata=metadata,
-                    metadata_sha256=hashlib.sha256(metadata).hexdigest(),
+                    metadata_sha256=hashlib.sha256(metadata).hexdigest() if metadata else None,
                     requires_python=spec.requires_python,
                     version=spec.version,
+                    path=index.file_url(spec.filename, data),
                 )
             )
 
@@ -178,8 +196,9 @@ class IndexServer:
         """The URL path of ``filename`` (for fault patterns)."""
         for index in self.indexes:
             for files in index.projects.values():
-                if any(f.filename == filename for f in files):
-                    return index.file_url(filename)
+                for entry in files:
+                    if entry.filename == filename:
+                        return entry.path
         raise KeyError(filename)
 
     def _find_file(self, filename: str) -> _File:
@@ -249,15 +268,16 @@ class IndexServer:
                         return 404, "text/plain", b"no such project\n"
                     return self._project_page(index, normalize(project), files, accept)
             if path.startswith(index.files_prefix + "/"):
-                name = urllib.parse.unquote(path[len(index.files_prefix) + 1 :])
+                name = urllib.parse.unquote(path.rsplit("/", 1)[1])
                 want_metadata = name.endswith(".metadata")
                 filename = name.removesuffix(".metadata")
                 for files in index.projects.values():
                     for entry in files:
                         if entry.filename == filename:
-                            if want_metadata:
+                            if not want_metadata:
+                                return 200, "binary/octet-stream", entry.data
+                            if entry.metadata is not None:
                                 return 200, "binary/octet-stream", entry.metadata
-                            return 200, "binary/octet-stream", entry.data
         return 404, "text/plain", b"not found\n"
 
     @staticmethod
@@ -288,12 +308,18 @@ class IndexServer:
                 "files": [
                     {
                         "filename": f.filename,
-                        "url": index.file_url(f.filename),
+                        "url": f.path,
                         "hashes": {"sha256": f.sha256},
                         "requires-python": f.requires_python,
                         "size": len(f.data),
-                        "core-metadata": {"sha256": f.metadata_sha256},
-                        "dist-info-metadata": {"sha256": f.metadata_sha256},
+                        **(
+                            {
+                                "core-metadata": {"sha256": f.metadata_sha256},
+                                "dist-info-metadata": {"sha256": f.metadata_sha256},
+                            }
+                            if f.metadata_sha256
+                            else {}
+                        ),
                     }
                     for f in ordered
                 ],
@@ -301,11 +327,12 @@ class IndexServer:
             return 200, PEP691_JSON, json.dumps(document).encode()
         links = []
         for f in ordered:
-            attrs = [f'href="{index.file_url(f.filename)}#sha256={f.sha256}"']
+            attrs = [f'href="{f.path}#sha256={f.sha256}"']
             if f.requires_python:
                 attrs.append(f'data-requires-python="{html.escape(f.requires_python)}"')
-            attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
-            attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
+            if f.metadata_sha256:
+                attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
+                attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
             links.append(f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br/>\n")
         page = (
             '<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" '
@@ -319,6 +346,9 @@ class IndexServer:
 def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in separate writes; with Nagle's algorithm the body then
+        # waits for the client's delayed ACK, ~40 ms on every keep-alive request.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: object) -> None:
             return  # keep test output quiet; requests are recorded in server.requests
@@ -413,9 +443,12 @@ def serve_indexes(
     pypi: Sequence[StandIn] = (),
     *,
     auth: tuple[str, str] | None = None,
+    hashed_paths: bool = False,
 ) -> Iterator[IndexServer]:
     """Serve the given stand-ins until the block ends; wheels are built under ``tmp_path``."""
-    server = IndexServer(tmp_path / "index", pytorch or {}, pypi, auth=auth).start()
+    server = IndexServer(
+        tmp_path / "index", pytorch or {}, pypi, auth=auth, hashed_paths=hashed_paths
+    ).start()
     try:
         yield server
     finally:

@@ -8,11 +8,18 @@ would the real several-gigabyte file.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
+import io
+import re
+import tarfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+from packaging.tags import parse_tag
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,11 @@ class StandIn:
     files: Mapping[str, str] = field(default_factory=dict)
     #: Wheel tag, e.g. "cp311-cp311-manylinux_2_28_x86_64"; "py3-none-any" runs anywhere.
     tag: str = "py3-none-any"
+    provides_extra: Sequence[str] = ()
+    #: The file name as the real index spells it ("PyYAML-6.0.1-cp311-....whl"); None: derived.
+    real_filename: str | None = None
+    #: "sdist": a source archive with an in-tree build backend that needs nothing from an index.
+    kind: Literal["wheel", "sdist"] = "wheel"
 
     @property
     def normalized(self) -> str:
@@ -34,6 +46,10 @@ class StandIn:
 
     @property
     def filename(self) -> str:
+        if self.real_filename is not None:
+            return self.real_filename
+        if self.kind == "sdist":
+            return f"{self.normalized}-{self.version}.tar.gz"
         return f"{self.normalized}-{self.version}-{self.tag}.whl"
 
 
@@ -76,19 +92,17 @@ def _record_line(path: str, data: bytes) -> str:
 def build_wheel(spec: StandIn, directory: Path) -> Path:
     """Write ``spec`` as a wheel into ``directory`` and return its path (deterministic bytes)."""
     directory.mkdir(parents=True, exist_ok=True)
+    if spec.kind == "sdist":
+        raise ValueError(f"{spec.filename} is an sdist: use build_distribution")
     dist_info = f"{spec.normalized}-{spec.version}.dist-info"
-    metadata_lines = ["Metadata-Version: 2.1", f"Name: {spec.name}", f"Version: {spec.version}"]
-    if spec.requires_python:
-        metadata_lines.append(f"Requires-Python: {spec.requires_python}")
-    metadata_lines += [f"Requires-Dist: {req}" for req in spec.requires_dist]
-    contents: dict[str, bytes] = {path: text.encode() for path, text in sorted(spec.files.items())}
-    if not any(p.endswith(".py") for p in contents):
-        contents[f"{spec.normalized}/__init__.py"] = f"__version__ = '{spec.version}'\n".encode()
-    contents[f"{dist_info}/METADATA"] = ("\n".join(metadata_lines) + "\n").encode()
+    contents = _package_files(spec)
+    contents[f"{dist_info}/METADATA"] = metadata_of(spec).encode()
     root_is_pure = "true" if spec.tag.endswith("-none-any") else "false"
+    # A compressed tag set ("manylinux_2_17_x86_64.manylinux2014_x86_64") is one Tag line each.
+    tag_lines = "".join(f"Tag: {tag}\n" for tag in sorted(str(t) for t in parse_tag(spec.tag)))
     contents[f"{dist_info}/WHEEL"] = (
         "Wheel-Version: 1.0\nGenerator: cudalock-tests\n"
-        f"Root-Is-Purelib: {root_is_pure}\nTag: {spec.tag}\n"
+        f"Root-Is-Purelib: {root_is_pure}\n{tag_lines}"
     ).encode()
     record = [_record_line(path, data) for path, data in contents.items()]
     record.append(f"{dist_info}/RECORD,,")
@@ -107,5 +121,122 @@ def metadata_of(spec: StandIn) -> str:
     lines = ["Metadata-Version: 2.1", f"Name: {spec.name}", f"Version: {spec.version}"]
     if spec.requires_python:
         lines.append(f"Requires-Python: {spec.requires_python}")
+    lines += [f"Provides-Extra: {extra}" for extra in spec.provides_extra]
     lines += [f"Requires-Dist: {req}" for req in spec.requires_dist]
     return "\n".join(lines) + "\n"
+
+
+def _package_files(spec: StandIn) -> dict[str, bytes]:
+    contents = {path: text.encode() for path, text in sorted(spec.files.items())}
+    if not any(p.endswith(".py") for p in contents):
+        contents[f"{spec.normalized}/__init__.py"] = f"__version__ = '{spec.version}'\n".encode()
+    return contents
+
+
+#: The in-tree PEP 517 backend of every stand-in sdist. It needs no build requirements, so a
+#: build works with or without isolation and with no index; a ``setup.py`` in the tree runs first,
+#: in the source directory and the building interpreter, as setuptools runs it, and may set
+#: ``requires_dist`` (the Requires-Dist of the wheel it builds).
+SDIST_BACKEND = '''"""Build backend of a stand-in sdist (cudalock tests): PKG-INFO + files."""
+import base64
+import email.parser
+import hashlib
+import os
+import re
+import runpy
+import zipfile
+
+_OWN = {"PKG-INFO", "pyproject.toml", "standin_backend.py", "setup.py"}
+
+
+def _metadata():
+    with open("PKG-INFO", encoding="utf-8") as handle:
+        info = email.parser.HeaderParser().parsestr(handle.read())
+    requires = info.get_all("Requires-Dist") or []
+    if os.path.exists("setup.py"):
+        requires = runpy.run_path("setup.py", run_name="__main__").get("requires_dist", requires)
+    lines = ["Metadata-Version: 2.1", "Name: " + info["Name"], "Version: " + info["Version"]]
+    if info["Requires-Python"]:
+        lines.append("Requires-Python: " + info["Requires-Python"])
+    lines += ["Provides-Extra: " + extra for extra in info.get_all("Provides-Extra") or []]
+    lines += ["Requires-Dist: " + requirement for requirement in requires]
+    dist = re.sub(r"[-_.]+", "_", info["Name"]).lower() + "-" + info["Version"]
+    return dist, "\\n".join(lines) + "\\n"
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    dist, metadata = _metadata()
+    os.makedirs(os.path.join(metadata_directory, dist + ".dist-info"))
+    with open(os.path.join(metadata_directory, dist + ".dist-info", "METADATA"), "w") as out:
+        out.write(metadata)
+    return dist + ".dist-info"
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    dist, metadata = _metadata()
+    files = {}
+    for root, dirs, names in os.walk("."):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(names):
+            path = os.path.relpath(os.path.join(root, name)).replace(os.sep, "/")
+            if path not in _OWN:
+                with open(path, "rb") as handle:
+                    files[path] = handle.read()
+    files[dist + ".dist-info/METADATA"] = metadata.encode()
+    files[dist + ".dist-info/WHEEL"] = (b"Wheel-Version: 1.0\\nGenerator: cudalock-tests\\n"
+                                        b"Root-Is-Purelib: true\\nTag: py3-none-any\\n")
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append("%s,sha256=%s,%d" % (path, digest, len(data)))
+    record.append(dist + ".dist-info/RECORD,,")
+    files[dist + ".dist-info/RECORD"] = ("\\n".join(record) + "\\n").encode()
+    name = dist + "-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return name
+'''
+
+SDIST_PYPROJECT = """[build-system]
+requires = []
+build-backend = "standin_backend"
+backend-path = ["."]
+"""
+
+
+def build_sdist(spec: StandIn, directory: Path) -> Path:
+    """Write ``spec`` as an sdist (``.tar.gz``, or ``.zip`` when the real name says so)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    base = re.sub(r"\.(tar\.gz|zip)$", "", spec.filename)
+    contents = {
+        "PKG-INFO": metadata_of(spec).encode(),
+        "pyproject.toml": SDIST_PYPROJECT.encode(),
+        "standin_backend.py": SDIST_BACKEND.encode(),
+        **_package_files(spec),
+    }
+    path = directory / spec.filename
+    if spec.filename.endswith(".zip"):
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for name, data in contents.items():
+                member = zipfile.ZipInfo(f"{base}/{name}", date_time=(2020, 1, 1, 0, 0, 0))
+                member.external_attr = 0o644 << 16
+                archive.writestr(member, data)
+        return path
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, data in contents.items():
+            info = tarfile.TarInfo(f"{base}/{name}")
+            info.size, info.mode, info.mtime = len(data), 0o644, 1577836800
+            archive.addfile(info, io.BytesIO(data))
+    path.write_bytes(gzip.compress(buffer.getvalue(), mtime=0))
+    return path
+
+
+def build_distribution(spec: StandIn, directory: Path) -> Path:
+    """The wheel or sdist ``spec`` describes, written into ``directory``."""
+    return build_sdist(spec, directory) if spec.kind == "sdist" else build_wheel(spec, directory)
