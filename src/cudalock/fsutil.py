@@ -1,4 +1,9 @@
-"""Writing files so that a failure leaves nothing half-written.
+"""Files: inputs read with a size limit while reading, outputs written so that a failure leaves
+nothing half-written.
+
+An input (a probe file, a report, a log, a spec, a config) must be a regular file: a FIFO, a
+device or a directory is refused at once, so ``/dev/zero`` or a pipe nobody writes to cannot make
+cudalock grow without bound or wait forever. It is read up to a limit (logs: their last part).
 
 Every output goes to a temporary file in the destination directory, is flushed and fsynced, and
 then renamed over the destination: readers see the old file or the new one, never a mix. A group
@@ -10,11 +15,72 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
-from cudalock.errors import EnvironmentFailure, UsageError
+from cudalock.errors import EnvironmentFailure, InputError, UsageError
+
+
+def read_bounded(path: Path, *, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path``; :class:`InputError` (exit 2) when it is missing,
+    unreadable, not a regular file, or larger than ``limit`` bytes (``what`` names it: "probe
+    file")."""
+    with _open_regular(path, what) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(
+            f"{what} {str(path)!r} is larger than {_size(limit)}; expected a "
+            f"{what} of at most that size"
+        )
+    return data
+
+
+def read_tail(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
+    """The last ``limit`` bytes of the regular file ``path`` and whether it held more; errors
+    as :func:`read_bounded`. A cut at the start drops the partial first line."""
+    with _open_regular(path, what) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size <= limit:
+            return handle.read(limit + 1)[:limit], False
+        handle.seek(size - limit)
+        data = handle.read(limit)
+    newline = data.find(b"\n")
+    return (data[newline + 1 :] if newline >= 0 else b""), True
+
+
+@contextlib.contextmanager
+def _open_regular(path: Path, what: str) -> Iterator[BinaryIO]:
+    shown = str(path)
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise InputError(f"{what} {shown!r} does not exist") from None
+    except OSError as err:
+        raise InputError(f"cannot read {what} {shown!r}: {err.strerror or err}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise InputError(f"{what} {shown!r} is {kind}; expected a file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with handle:
+        try:
+            yield handle
+        except OSError as err:
+            raise InputError(f"cannot read {what} {shown!r}: {err.strerror or err}") from None
+
+
+def _size(limit: int) -> str:
+    return f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit // 2**10} KiB"
 
 
 def refuse_existing(paths: list[Path], *, force: bool) -> None:

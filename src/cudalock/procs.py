@@ -1,10 +1,43 @@
-"""Child processes: how a signal that ended one is named for people."""
+"""Child processes: run one to the end without ever blocking on its output, and name the signal
+that ended one for people.
+
+:func:`run` is the one way cudalock runs another program (uv, pip, the audited interpreter,
+nvidia-smi, dmesg, sacct). The child gets a process group of its own; its stdout and stderr are
+read at the same time, each up to a limit, so a child that writes a lot never blocks on a full
+pipe; the timeout covers the whole run; and when the run ends in any other way than the child
+exiting by itself (a timeout, too much output, Ctrl-C in cudalock), the child and everything it
+started are killed, so nothing is left behind.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
 
-__all__ = ["signal_name"]
+from cudalock.errors import EnvironmentFailure
+
+__all__ = [
+    "ChildOutputTooLarge",
+    "ChildTimedOut",
+    "Completed",
+    "run",
+    "signal_name",
+]
+
+#: Output kept of each stream by default; more is an error (:class:`ChildOutputTooLarge`).
+DEFAULT_OUTPUT_LIMIT = 64 * 2**20
+#: The longest line handed to ``on_line``; the rest of a longer line is dropped.
+MAX_LINE_BYTES = 64 * 2**10
+_CHUNK = 64 * 2**10
 
 
 def signal_name(number: int) -> str:
@@ -13,3 +46,169 @@ def signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+class ChildTimedOut(EnvironmentFailure):
+    """The child ran past its timeout and was killed, with every process it started."""
+
+
+class ChildOutputTooLarge(EnvironmentFailure):
+    """The child wrote more than the limit to one stream and was killed."""
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A child that exited by itself: its status and what it wrote."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended the child, if one did."""
+        return -self.returncode if self.returncode < 0 else None
+
+    def stdout_text(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+
+class _Reader(threading.Thread):
+    """Drains one pipe: keeps up to ``limit`` bytes, hands complete lines to ``on_line``."""
+
+    def __init__(
+        self,
+        pipe: IO[bytes] | None,
+        limit: int,
+        overflowed: threading.Event,
+        on_line: Callable[[str], None] | None,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.pipe = pipe
+        self.limit = limit
+        self.overflowed = overflowed
+        self.on_line = on_line
+        self.data = bytearray()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        pending = bytearray()
+        assert isinstance(self.pipe, io.BufferedReader)
+        read = self.pipe.read1  # what is there now, without waiting for a full chunk
+        try:
+            while chunk := read(_CHUNK):
+                if len(self.data) + len(chunk) > self.limit:
+                    self.overflowed.set()
+                    return
+                self.data += chunk
+                if self.on_line is not None:
+                    pending += chunk
+                    *lines, rest = pending.split(b"\n")
+                    pending = bytearray(rest[:MAX_LINE_BYTES])
+                    for line in lines:
+                        self.on_line(line[:MAX_LINE_BYTES].decode("utf-8", "replace"))
+            if self.on_line is not None and pending:
+                self.on_line(bytes(pending).decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            return  # the pipe was closed under us: the run is being torn down
+        except BaseException as err:
+            self.error = err
+            self.overflowed.set()
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    what: str,
+    timeout: float,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    merge_stderr: bool = False,
+    on_line: Callable[[str], None] | None = None,
+) -> Completed:
+    """Run ``argv`` to the end and return what it wrote (``what`` names it in messages).
+
+    ``merge_stderr`` sends stderr into stdout (``Completed.stderr`` is then empty); ``on_line``
+    is called with each line of stdout as it arrives. Raises :class:`ChildTimedOut` past
+    ``timeout`` seconds, :class:`ChildOutputTooLarge` past ``output_limit`` bytes on one stream
+    (the child killed in both cases, with everything it started), and the ``OSError`` of a
+    program that cannot be started, for the caller to word.
+    """
+    args = [os.fspath(arg) for arg in argv]
+    process = subprocess.Popen(  # noqa: S603 - callers pass a fixed list, never a shell line
+        args,
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        start_new_session=True,
+    )
+    overflowed = threading.Event()
+    readers = [_Reader(process.stdout, output_limit, overflowed, on_line)]
+    if not merge_stderr:
+        readers.append(_Reader(process.stderr, output_limit, overflowed, None))
+    exited = False
+    try:
+        for reader in readers:
+            reader.start()
+        if stdin is not None:
+            threading.Thread(target=_feed, args=(process, stdin), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while process.poll() is None:
+            if overflowed.is_set():
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ChildTimedOut(
+                    f"{what} did not finish within {timeout:g} s; it was stopped, with every "
+                    "process it started"
+                )
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=min(left, 0.05))
+        exited = process.returncode is not None
+        # Whatever the child left running holds the pipes open: it goes with the child.
+        _kill_group(process)
+        for reader in readers:
+            reader.join(timeout=max(0.0, deadline - time.monotonic()) + 1)
+        failed = next((r.error for r in readers if r.error is not None), None)
+        if failed is not None:
+            raise failed
+        if overflowed.is_set():
+            raise ChildOutputTooLarge(
+                f"{what} wrote more than {output_limit // 2**20} MiB of output; it was stopped"
+            )
+    finally:
+        if not exited or process.returncode is None:
+            _kill_group(process)
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+    return Completed(
+        tuple(args),
+        process.returncode,
+        bytes(readers[0].data),
+        bytes(readers[1].data) if len(readers) > 1 else b"",
+    )
+
+
+def _feed(process: subprocess.Popen[bytes], data: bytes) -> None:
+    assert process.stdin is not None
+    with contextlib.suppress(OSError, ValueError):
+        process.stdin.write(data)
+        process.stdin.close()
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the child's process group (the child and whatever it started that stayed)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(process.pid, signal.SIGKILL)

@@ -1,0 +1,54 @@
+"""Bounded reads: regular files only, never more than the limit, never blocking."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cudalock.errors import InputError
+from cudalock.fsutil import read_bounded, read_tail
+
+
+def test_a_regular_file_within_the_limit_is_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "probe.json"
+    path.write_bytes(b"{}")
+    assert read_bounded(path, limit=2, what="probe file") == b"{}"
+
+
+def test_a_larger_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.json"
+    path.write_bytes(b"x" * 2049)
+    with pytest.raises(InputError, match="larger than 2 KiB"):
+        read_bounded(path, limit=2048, what="probe file")
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "/dev/null"])
+def test_devices_are_refused_at_once(device: str) -> None:
+    with pytest.raises(InputError, match="not a regular file"):
+        read_bounded(Path(device), limit=1 << 20, what="probe file")
+
+
+def test_a_fifo_nobody_writes_to_is_refused_without_waiting(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        read_tail(fifo, limit=1 << 20, what="log")
+
+
+def test_a_directory_and_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is a directory"):
+        read_bounded(tmp_path, limit=10, what="spec")
+    with pytest.raises(InputError, match="does not exist"):
+        read_bounded(tmp_path / "missing", limit=10, what="spec")
+
+
+def test_the_tail_keeps_whole_lines(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    path.write_bytes(b"".join(b"line %d\n" % n for n in range(1000)))
+    data, cut = read_tail(path, limit=100, what="log")
+    assert cut and data.endswith(b"line 999\n") and data.startswith(b"line ")
+    assert len(data) <= 100
+    whole, cut = read_tail(path, limit=1 << 20, what="log")
+    assert not cut and whole == path.read_bytes()

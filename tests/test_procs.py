@@ -1,0 +1,115 @@
+"""procs.run against real children: big outputs, hangs, floods, leftovers, signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cudalock.procs import ChildOutputTooLarge, ChildTimedOut, run, signal_name
+
+PYTHON = sys.executable
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); its state in /proc says it is gone.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[1].startswith("Z"))
+
+
+def test_large_output_on_both_streams_does_not_block() -> None:
+    code = "import sys; sys.stdout.write('o' * 3_000_000); sys.stderr.write('e' * 3_000_000)"
+    done = run([PYTHON, "-c", code], what="the writer", timeout=60)
+    assert done.returncode == 0
+    assert len(done.stdout) == 3_000_000 and len(done.stderr) == 3_000_000
+
+
+def test_the_timeout_covers_the_whole_run_and_kills_the_child(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    code = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(1000)"
+    )
+    started = time.monotonic()
+    with pytest.raises(ChildTimedOut, match="the sleeper did not finish within 1 s"):
+        run([PYTHON, "-c", code], what="the sleeper", timeout=1)
+    assert time.monotonic() - started < 20
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_a_child_that_leaves_a_process_behind_returns_and_the_leftover_is_killed(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "pid"
+    # The grandchild inherits stdout and would hold the pipe open for 1000 s.
+    done = run(
+        ["sh", "-c", f"sleep 1000 & echo $! > {pid_file}; echo started"],
+        what="the launcher",
+        timeout=30,
+    )
+    assert done.returncode == 0 and done.stdout_text() == "started\n"
+    deadline = time.monotonic() + 10
+    while alive(int(pid_file.read_text())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_a_flood_is_cut_off_at_the_limit() -> None:
+    started = time.monotonic()
+    with pytest.raises(ChildOutputTooLarge, match="more than 1 MiB"):
+        run(["yes"], what="yes", timeout=60, output_limit=2**20)
+    assert time.monotonic() - started < 20
+
+
+def test_lines_arrive_as_they_are_written_and_long_lines_are_capped() -> None:
+    lines: list[str] = []
+    code = "print('one'); print('x' * 200_000); print('three', end='')"
+    done = run([PYTHON, "-c", code], what="the printer", timeout=60, on_line=lines.append)
+    assert done.returncode == 0
+    assert lines[0] == "one" and lines[2] == "three"
+    assert lines[1] == "x" * 65536
+
+
+def test_merged_output_keeps_the_order_of_one_stream() -> None:
+    code = "import sys; print('out', flush=True); print('err', file=sys.stderr, flush=True)"
+    done = run([PYTHON, "-c", code], what="both", timeout=60, merge_stderr=True)
+    assert done.stdout_text() == "out\nerr\n" and done.stderr == b""
+
+
+def test_stdin_is_fed() -> None:
+    code = "import sys; print(sys.stdin.read().upper(), end='')"
+    done = run([PYTHON, "-c", code], what="the echo", timeout=60, stdin=b"hello")
+    assert done.stdout == b"HELLO"
+
+
+def test_a_signal_death_is_reported_as_such() -> None:
+    done = run([PYTHON, "-c", "import os; os.kill(os.getpid(), 11)"], what="x", timeout=60)
+    assert done.signal == signal.SIGSEGV and signal_name(done.signal) == "SIGSEGV"
+    assert signal_name(99) == "signal 99"
+
+
+def test_a_failing_line_handler_stops_the_child(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    code = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+        "print('go', flush=True); time.sleep(1000)"
+    )
+
+    def refuse(line: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run([PYTHON, "-c", code], what="x", timeout=60, on_line=refuse)
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_a_missing_program_is_an_oserror_for_the_caller_to_word() -> None:
+    with pytest.raises(FileNotFoundError):
+        run(["/nonexistent/program"], what="x", timeout=5)
