@@ -997,7 +997,7 @@ def render(figures: list[Figure], ctx: Context, invocation: str, load_before: st
             f"{fmt_value(fig)} | {fig.goal} | {met} |"
         )
     peaks = [
-        (fig.what, max(fig.series[0].peak_rss))
+        (f"{fig.name}: {fig.series[0].label}", max(fig.series[0].peak_rss))
         for fig in figures
         if fig.series and fig.series[0].peak_rss and not (fig.skipped or fig.error)
     ]
@@ -1009,7 +1009,7 @@ def render(figures: list[Figure], ctx: Context, invocation: str, load_before: st
             "The largest resident set size of the measured cudalock process over its runs "
             "(`ru_maxrss` from `wait4`).",
             "",
-            "| what | peak RSS |",
+            "| figure: command | peak RSS |",
             "|---|---:|",
             *(f"| {what} | {fmt_bytes(peak)} |" for what, peak in peaks),
         ]
