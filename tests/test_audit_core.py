@@ -21,8 +21,9 @@ from cudalock.audit.installed import (
     TorchInstall,
 )
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Finding, Gpu, Target
-from cudalock.versions import DriverVersion
+from cudalock.model import Compat, Finding, Gpu, Target
+from cudalock.resolve.compat import driver_verdict
+from cudalock.versions import DriverVersion, parse_cuda_version
 
 
 @pytest.fixture(scope="module")
@@ -355,7 +356,10 @@ def test_bundled_cudart_shadowed_by_an_older_one(matrix: Matrix) -> None:
 
 
 def test_unknown_release_is_judged_by_its_cuda(matrix: Matrix) -> None:
-    findings = audit(env("2.99.0+cu128", "12.8"), target("535.104.05", (12, 2), (8, 0)), matrix)
+    installed, node = env("2.99.0+cu128", "12.8"), target("535.104.05", (12, 2), (8, 0))
+    findings = audit(installed, node, matrix)
+    assert codes(findings) == [("minor-compat-only", "error"), ("unknown-torch-build", "info")]
+    findings = audit(installed, node, matrix, compat="minor")
     assert codes(findings) == [("minor-compat-only", "warning"), ("unknown-torch-build", "info")]
 
 
@@ -384,3 +388,49 @@ def test_order_helpers_and_codes() -> None:
     assert has_errors([info, error]) and not has_errors([info, warning])
     assert len(set(CODES)) == len(CODES)
     assert all(code == code.lower() and " " not in code for code in CODES)
+
+
+def test_newer_minor_than_the_driver_follows_the_policy(matrix: Matrix) -> None:
+    # torch 2.9.1+cu128 on driver 530.30.02 (CUDA 12.1, above the 12.x floor 525.60.13).
+    installed = env("2.9.1+cu128", "12.8", ("torchvision", "0.24.1+cu128"))
+    node = target("530.30.02", (12, 1), (8, 0), (8, 0))
+    strict = only(audit(installed, node, matrix), "minor-compat-only")
+    assert strict.severity == "error"
+    assert "--compat strict" in strict.message and "--compat minor" in strict.message
+    assert "CUDA 12.8 needs driver ≥ 570.26 without it" in strict.evidence
+    # resolve's strict choice for this node: torch 2.7.1, its newest build ≤ 12.1 being cu118.
+    assert "torch==2.7.1+cu118" in install_line(strict)
+    assert "# or upgrade the NVIDIA driver to ≥ 570.26" in strict.fix
+    minor = only(audit(installed, node, matrix, compat="minor"), "minor-compat-only")
+    assert minor.severity == "warning"
+    assert "torch==2.5.1+cu121" in install_line(minor)  # out of minor-version compatibility
+
+
+@pytest.mark.parametrize("compat", ["strict", "minor"])
+@pytest.mark.parametrize(
+    ("torch", "cuda", "driver", "driver_cuda"),
+    [
+        ("2.9.1+cu128", "12.8", "530.30.02", (12, 1)),  # same major, above the floor
+        ("2.9.1+cu126", "12.6", "570.124.06", (12, 8)),  # older CUDA: always fine
+        ("2.11.0+cu130", "13.0", "570.124.06", (12, 8)),  # newer major
+        ("2.1.0+cu121", "12.1", "520.61.05", (11, 8)),  # below the 12.x floor
+        ("2.5.1+cu124", "12.4", "525.60.13", (12, 0)),  # exactly at the floor
+    ],
+)
+def test_the_driver_check_errs_exactly_where_resolve_refuses(
+    matrix: Matrix,
+    compat: Compat,
+    torch: str,
+    cuda: str,
+    driver: str,
+    driver_cuda: tuple[int, int],
+) -> None:
+    node = target(driver, driver_cuda, (8, 0))
+    findings = audit(env(torch, cuda), node, matrix, compat=compat)
+    driver_errors = [
+        f
+        for f in findings
+        if f.code in ("driver-too-old", "minor-compat-only") and f.severity == "error"
+    ]
+    refused = not driver_verdict(matrix, parse_cuda_version(cuda), node, compat).allowed
+    assert bool(driver_errors) == refused, codes(findings)

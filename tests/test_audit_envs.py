@@ -16,15 +16,20 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from cudalock.audit import audit
+from cudalock.audit import audit, audit_live, start_inspection
 from cudalock.audit.deep import deep_inspect
 from cudalock.audit.inspection import inspect_environment
+from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
+from cudalock.doctor.kernel import CommandResult, read_kernel_log
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Finding, Gpu, Target
+from cudalock.model import Compat, Finding, Gpu, Target
+from cudalock.target.host import CgroupMemory
 from cudalock.versions import DriverVersion
 from tests.support.venvs import hide_cuda_toolkit, standin_env
 
@@ -93,11 +98,32 @@ def test_cu130_torch_on_a_535_driver_is_driver_too_old(
     assert install.endswith("--index-url https://download.pytorch.org/whl/cu118")
 
 
-def test_cu128_torch_on_a_530_driver_is_minor_compat_only(
+def test_cu128_torch_on_a_530_driver_is_an_error_under_strict(
     tmp_path_factory: pytest.TempPathFactory, matrix: Matrix
 ) -> None:
     python = _env(tmp_path_factory, "cu128-2.9.1")
     findings = audit(inspect_environment(python=python), DRIVER_530, matrix)
+    assert _errors(findings) == {"minor-compat-only"}
+    finding = _by_code(findings)["minor-compat-only"]
+    # What may run, what fails, and that it is the mismatch behind -11 crashes.
+    assert "minor-version compatibility may let it start" in finding.message
+    assert "PTX newer than the driver" in finding.message
+    assert "APIs that need the newer driver fail" in finding.message
+    assert "-11 (SIGSEGV)" in finding.message
+    assert "525.60.13" in " ".join(finding.evidence)  # the CUDA 12.x floor
+    # resolve's strict choice for driver 530.30.02 and an A100, or the driver cu128 needs.
+    install = _install(finding)
+    assert install.startswith(f"{python} -m pip install --force-reinstall ")
+    assert "torch==2.7.1+cu118" in install
+    assert install.endswith("--index-url https://download.pytorch.org/whl/cu118")
+    assert "# or upgrade the NVIDIA driver to ≥ 570.26" in finding.fix
+
+
+def test_cu128_torch_on_a_530_driver_is_a_warning_under_minor(
+    tmp_path_factory: pytest.TempPathFactory, matrix: Matrix
+) -> None:
+    python = _env(tmp_path_factory, "cu128-2.9.1")
+    findings = audit(inspect_environment(python=python), DRIVER_530, matrix, compat="minor")
     assert _errors(findings) == set()
     finding = _by_code(findings)["minor-compat-only"]
     assert finding.severity == "warning"
@@ -108,6 +134,41 @@ def test_cu128_torch_on_a_530_driver_is_minor_compat_only(
     install = _install(finding)
     assert "torch==2.5.1+cu121" in install
     assert install.endswith("--index-url https://download.pytorch.org/whl/cu121")
+
+
+def test_doctor_names_the_driver_mismatch_first_for_a_segfault(
+    tmp_path_factory: pytest.TempPathFactory, matrix: Matrix
+) -> None:
+    python = _env(tmp_path_factory, "cu128-2.9.1")
+
+    def audit_on_the_530_node(
+        audited: Path | None, deep: bool, compat: Compat
+    ) -> Sequence[Finding]:
+        # The real audit of the real environment; the node is given as --driver-version would.
+        with start_inspection(python=audited) as inspection:
+            return audit_live([DRIVER_530], matrix, inspection, compat=compat).findings
+
+    quiet_machine = MachineReaders(
+        # dmesg answers, and records no segfault.
+        read_kernel_log=lambda: read_kernel_log(runner=lambda argv: CommandResult(0, ""), files=()),
+        read_cgroup=lambda: CgroupMemory(None),
+        read_shm=lambda: None,
+        probe=lambda: DRIVER_530,
+    )
+    crash = DoctorRequest(exit_code="exits with return code = -11", python=python, no_run=True)
+    report = run_doctor(crash, quiet_machine, audit=audit_on_the_530_node)
+    assert report.verdict == "cuda-newer-than-driver"
+    assert report.exit_code == 1
+    first = report.findings[0]
+    assert (first.code, first.severity) == ("minor-compat-only", "error")
+    assert first.message.startswith("Most likely cause: torch 2.9.1+cu128 is built for CUDA 12.8")
+    assert "torch==2.7.1+cu118" in _install(first)
+    assert "# or upgrade the NVIDIA driver to ≥ 570.26" in first.fix
+    # Under --compat minor the same environment is a warning, and not named the cause.
+    report = run_doctor(replace(crash, compat="minor"), quiet_machine, audit=audit_on_the_530_node)
+    assert report.verdict == "segfault"
+    warning = _by_code(list(report.findings))["minor-compat-only"]
+    assert warning.severity == "warning" and not warning.message.startswith("Most likely")
 
 
 def test_cpu_torch_on_a_gpu_target_is_cpu_only_build(
@@ -270,21 +331,22 @@ def test_cli_exit_status_and_json(tmp_path_factory: pytest.TempPathFactory) -> N
     )
     assert result.returncode == 1, result.stderr
     document = json.loads(result.stdout)
-    assert set(document) == {"findings", "target", "installed"}
+    assert set(document) == {"findings", "compat", "target", "installed"}
     codes = [f["code"] for f in document["findings"]]
     assert "driver-too-old" in codes
     assert set(document["findings"][0]) == {"code", "severity", "message", "evidence", "fix"}
     assert document["target"]["driver_version"] == "535.104.05"
     assert document["installed"]["torch"][0]["version"] == "2.11.0+cu130"
 
-    warning_only = _cli(
-        "--python",
-        str(_env(tmp_path_factory, "cu128-2.9.1")),
-        "--driver-version",
-        "530.30.02",
-        "--compute-capability",
-        "8.0",
-    )
+    on_530 = ("--driver-version", "530.30.02", "--compute-capability", "8.0")
+    newer_minor = str(_env(tmp_path_factory, "cu128-2.9.1"))
+    strict = _cli("--python", newer_minor, *on_530)
+    assert strict.returncode == 1, strict.stderr
+    assert "Policy: --compat strict (the default)" in strict.stdout
+    assert "Errors (1):" in strict.stdout and "[minor-compat-only]" in strict.stdout
+    assert "torch==2.7.1+cu118" in strict.stdout
+
+    warning_only = _cli("--python", newer_minor, *on_530, "--compat", "minor")
     assert warning_only.returncode == 0, warning_only.stderr
     assert "Warnings (1):" in warning_only.stdout
     assert "[minor-compat-only]" in warning_only.stdout

@@ -241,3 +241,17 @@ def test_generated_install_script_passes_bash_n_and_shellcheck(scene: Scene) -> 
         [str(shellcheck), str(script)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout
+
+
+def test_a_plan_resolved_under_compat_minor_passes_its_own_audit(scene: Scene) -> None:
+    # Driver 525.85.12 supports CUDA 12.0; only minor-version compatibility (12.x floor
+    # 525.60.13) lets the cu121 build run. The new environment is audited with the policy the
+    # plan was resolved with: a warning there, not the error strict would make of it. Its own
+    # directory and venv: the shared one holds what the scenarios above left.
+    args = scene.base_args()
+    args[args.index("535.104.05")] = "525.85.12"
+    args[args.index("-o") + 1] = "out-minor"
+    done = scene.cudalock(*args, "--framework", "finetunekit", "--compat", "minor", "--create")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "audit warning: minor-compat-only" in done.stdout
+    assert "environment ready" in done.stdout

@@ -78,6 +78,7 @@ TRAINING_RUN = (
         "--deepspeed-config",
     ],
 )
+POLICY = ("Compatibility policy", ["--compat", "--spec"])
 OUTPUT = ("Output", ["-o", "--output-dir", "--name", "--format", "--create", "--venv", "--force"])
 
 #: Each command (and matrix subcommand): the flags its help must list, by group heading.
@@ -109,10 +110,12 @@ EXPECTED_GROUPS: dict[str, list[tuple[str, list[str]]]] = {
     ],
     "audit": [
         ("Options", ["--python", "--prefix", "--report", "--deep", "--deep-timeout", "--json"]),
+        POLICY,
         TARGET,
     ],
     "doctor": [
         ("Options", ["--exit-code", "--log", "--json", "--no-run", "--python"]),
+        POLICY,
         TRAINING_RUN,
     ],
     "memory": [("Options", ["--probe", "--json"]), TRAINING_RUN],
@@ -602,3 +605,10 @@ def test_completion_offers_commands_flags_and_files(
     assert complete(completion_script, ["cudalock", "matrix", "check", "no"], cwd=tmp_path) == [
         "node.json"
     ]
+
+
+def test_audit_and_doctor_look_for_the_spec_file_bootstrap_writes() -> None:
+    from cudalock.cli.args import SPEC_FILE
+    from cudalock.env.spec import SPEC_FILE as WRITTEN
+
+    assert SPEC_FILE == WRITTEN

@@ -13,7 +13,7 @@ import pytest
 from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
 from cudalock.doctor.diagnosis import SetupHints, build_setup, explain_audit_finding, merge_hints
 from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
-from cudalock.model import Finding, Gpu, Host, Target
+from cudalock.model import Compat, Finding, Gpu, Host, Target
 from cudalock.target.host import CgroupLevel, CgroupMemory, ShmInfo, read_cgroup_memory
 from tests.support.cli import cudalock
 
@@ -68,7 +68,7 @@ def codes(findings: Sequence[Finding]) -> list[str]:
     return [f.code for f in findings]
 
 
-def no_audit(python: Path | None, deep: bool) -> Sequence[Finding]:
+def no_audit(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
     raise AssertionError("the audit must not run for -9")
 
 
@@ -188,10 +188,10 @@ def test_slurm_oom_event_counts_as_cgroup_oom() -> None:
 
 
 def test_sigsegv_runs_the_audit_and_reads_the_kernel(tmp_path: Path) -> None:
-    calls: list[tuple[Path | None, bool]] = []
+    calls: list[tuple[Path | None, bool, Compat]] = []
 
-    def audit(python: Path | None, deep: bool) -> Sequence[Finding]:
-        calls.append((python, deep))
+    def audit(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
+        calls.append((python, deep, compat))
         return [
             Finding(
                 "driver-too-old",
@@ -211,16 +211,24 @@ def test_sigsegv_runs_the_audit_and_reads_the_kernel(tmp_path: Path) -> None:
         machine(recorded_kernel("segfault_xid.txt"), shm=shm),
         audit=audit,
     )
-    assert calls == [(Path("/envs/ft/bin/python"), True)]
-    assert report.verdict == "segfault"
+    assert calls == [(Path("/envs/ft/bin/python"), True, "strict")]
+    # A build newer than the driver is the most likely cause: named first, its fix kept; the
+    # kernel's segfault lines follow as its symptoms.
+    assert report.verdict == "cuda-newer-than-driver"
+    assert "newer CUDA than the NVIDIA driver" in report.summary
     found = codes(report.findings)
-    assert found[:3] == ["segfault-in-library", "segfault-in-library", "gpu-xid-error"]
-    assert "libcuda.so.535.104.05" in report.findings[0].message
-    audit_finding = next(f for f in report.findings if f.code == "driver-too-old")
-    assert audit_finding.message.startswith(
-        "torch 2.8.0+cu128 needs CUDA 12.8; the driver "
+    assert found[:4] == [
+        "driver-too-old",
+        "segfault-in-library",
+        "segfault-in-library",
+        "gpu-xid-error",
+    ]
+    assert report.findings[0].message.startswith(
+        "Most likely cause: torch 2.8.0+cu128 needs CUDA 12.8; the driver "
         "supports 12.2. Why -11: a build for a newer CUDA"
     )
+    assert report.findings[0].fix == ("pip install torch==2.5.1 --index-url .../cu121",)
+    assert "libcuda.so.535.104.05" in report.findings[1].message
     shm_finding = next(f for f in report.findings if f.code == "shm-too-small")
     assert "0.06GiB" in shm_finding.message  # 64 MiB, Docker's default
     other = next(f for f in report.findings if f.code == "segfault-other-causes")
@@ -231,11 +239,44 @@ def test_sigsegv_runs_the_audit_and_reads_the_kernel(tmp_path: Path) -> None:
         machine(recorded_kernel("clean_dmesg.txt")),
         audit=audit,
     )
-    assert calls[-1] == (None, False)
+    assert calls[-1] == (None, False, "strict")
+    # The policy reaches the audit as given.
+    run_doctor(
+        DoctorRequest(exit_code="139", no_run=True, compat="minor"),
+        machine(recorded_kernel("clean_dmesg.txt")),
+        audit=audit,
+    )
+    assert calls[-1] == (None, False, "minor")
+
+
+def test_a_driver_mismatch_the_policy_accepts_is_not_named_the_cause() -> None:
+    def audit(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
+        return [Finding("minor-compat-only", "warning", "runs through minor-version compatibility")]
+
+    report = run_doctor(
+        DoctorRequest(exit_code="-11", compat="minor"),
+        machine(recorded_kernel("segfault_xid.txt")),
+        audit=audit,
+    )
+    assert report.verdict == "segfault"
+    assert codes(report.findings)[0] == "segfault-in-library"
+    mismatch = next(f for f in report.findings if f.code == "minor-compat-only")
+    assert mismatch.message.startswith("runs through minor-version compatibility. Why -11:")
+
+
+def test_doctor_reads_the_policy_of_the_spec_here_for_a_segfault_only(tmp_path: Path) -> None:
+    # A malformed cudalock.toml in the working directory: -11 reads it (and says so), -9 not.
+    (tmp_path / "cudalock.toml").write_text("[request\n")
+    segfault = cudalock("doctor", "--exit-code", "-11", "--no-run", cwd=tmp_path)
+    assert segfault.returncode == 2
+    assert segfault.stderr.startswith("cudalock: error: cudalock.toml:1:")
+    kill = cudalock("doctor", "--exit-code", "-9", "--host-memory", "1TiB", cwd=tmp_path)
+    assert kill.returncode in (0, 1), kill.stderr
+    assert "Traceback" not in kill.stderr
 
 
 def test_sigsegv_audit_failure_is_a_finding_not_a_crash() -> None:
-    def broken(python: Path | None, deep: bool) -> Sequence[Finding]:
+    def broken(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
         raise RuntimeError("interpreter vanished")
 
     report = run_doctor(
@@ -376,6 +417,11 @@ def test_memory_command_from_model_file() -> None:
         (["memory", "--host-memory", "1TiB"], "model size is missing"),
         (["doctor", "--exit-code", "bogus"], "not understood"),
         (["doctor", "--exit-code", "-9", "--log", "/nonexistent/train.log"], "does not exist"),
+        (["doctor", "--exit-code", "-11", "--compat", "loose"], "invalid --compat 'loose'"),
+        (
+            ["doctor", "--exit-code", "-11", "--spec", "/nonexistent/cudalock.toml"],
+            "does not exist",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None:

@@ -1,11 +1,12 @@
 """Audit: what in an installed environment will crash (or quietly misbehave) on a target.
 
-``audit(installed, target, matrix) -> list[Finding]`` is pure: it judges the
+``audit(installed, target, matrix, compat=...) -> list[Finding]`` is pure: it judges the
 :class:`~cudalock.audit.installed.Installed` value (from a live inspection or a pasted
-report) with the
-policy predicates of :mod:`cudalock.resolve.compat` and the facts of the matrix, and names the
-replacement build the resolver would choose. Findings come errors first, then warnings, then
-notes; their ``code`` values are part of the interface (README "Finding codes").
+report) with the policy predicates of :mod:`cudalock.resolve.compat` under the same
+compatibility policy ``resolve`` takes (``strict`` or ``minor``) and the facts of the matrix,
+and names the replacement build the resolver would choose under that policy. Findings come
+errors first, then warnings, then notes; their ``code`` values are part of the interface
+(README "Finding codes").
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from cudalock.audit.installed import (
 from cudalock.errors import CudalockError
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.matrix.model import arch_covers
-from cudalock.model import Finding, Plan, Severity, Target
+from cudalock.model import Compat, Finding, Plan, Severity, Target
 from cudalock.resolve import make_request, resolve
 from cudalock.resolve.compat import (
+    DriverVerdict,
     driver_verdict,
     missing_archs,
     target_driver_cuda,
@@ -110,14 +112,20 @@ _UNSUFFIXED_CUDA_MAJOR = (
 
 
 def audit(
-    installed: Installed, target: Target, matrix: Matrix, *, driver_known: bool = True
+    installed: Installed,
+    target: Target,
+    matrix: Matrix,
+    *,
+    driver_known: bool = True,
+    compat: Compat = "strict",
 ) -> list[Finding]:
-    """Findings for ``installed`` on ``target``, most severe first.
+    """Findings for ``installed`` on ``target`` under policy ``compat``, most severe first.
 
     ``driver_known=False`` says the target's driver was not given (a report that names none):
-    driver checks become one ``driver-unknown`` note instead of ``no-driver``.
+    driver checks become one ``driver-unknown`` note instead of ``no-driver``. ``compat`` is
+    ``resolve``'s ``--compat``: a build the policy would not choose for this driver is an error.
     """
-    context = _Context(installed, target, matrix, driver_known)
+    context = _Context(installed, target, matrix, driver_known, compat)
     findings: list[Finding] = []
     for check in (
         _check_torch_present,
@@ -178,12 +186,18 @@ class _Torch:
 
 class _Context:
     def __init__(
-        self, installed: Installed, target: Target, matrix: Matrix, driver_known: bool
+        self,
+        installed: Installed,
+        target: Target,
+        matrix: Matrix,
+        driver_known: bool,
+        compat: Compat,
     ) -> None:
         self.installed = installed
         self.target = target
         self.matrix = matrix
         self.driver_known = driver_known
+        self.compat: Compat = compat
 
     @cached_property
     def torch(self) -> _Torch | None:
@@ -230,11 +244,19 @@ class _Context:
         return [name for name in ("torchvision", "torchaudio") if self.installed.dist(name)]
 
     def replacement(
-        self, *, same_version: bool = True, same_major_as_driver: bool = False
+        self,
+        *,
+        same_version: bool = True,
+        same_major_as_driver: bool = False,
+        compat: Compat | None = None,
     ) -> _Replacement:
-        """The build the resolver chooses instead (strict policy), as pip commands."""
+        """The build the resolver chooses instead, as pip commands: under the audit's policy
+        unless ``compat`` names another."""
         return _replacement(
-            self, same_version=same_version, same_major_as_driver=same_major_as_driver
+            self,
+            same_version=same_version,
+            same_major_as_driver=same_major_as_driver,
+            compat=compat or self.compat,
         )
 
 
@@ -251,7 +273,7 @@ class _Replacement:
 
 
 def _replacement(
-    context: _Context, *, same_version: bool, same_major_as_driver: bool
+    context: _Context, *, same_version: bool, same_major_as_driver: bool, compat: Compat
 ) -> _Replacement:
 
     torch = context.torch
@@ -273,6 +295,7 @@ def _replacement(
                 torch=attempt["torch"],
                 python=context.python,
                 cuda=attempt["cuda"],
+                compat=compat,
                 with_packages=companions,
             )
             plan = resolve(context.matrix, [context.target], request)
@@ -508,7 +531,8 @@ def _check_driver(context: _Context) -> list[Finding]:
                 ],
             )
         ]
-    verdict = driver_verdict(context.matrix, torch.cuda, target, compat="minor")
+    # The same predicate, with the same policy, that resolve chooses builds with.
+    verdict = driver_verdict(context.matrix, torch.cuda, target, compat=context.compat)
     if verdict.status == "ok":
         return []
     if verdict.status == "no-driver":
@@ -529,34 +553,8 @@ def _check_driver(context: _Context) -> list[Finding]:
                 ],
             )
         ]
-    if verdict.status == "minor-compat":
-        replacement = context.replacement(same_version=False, same_major_as_driver=True)
-        return [
-            _finding(
-                "minor-compat-only",
-                "warning",
-                f"{torch.described} runs on this driver only through NVIDIA's minor-version "
-                f"compatibility: {verdict.reason}. Minor-version compatibility does not cover PTX "
-                "JIT of PTX newer than the driver (kernels shipped only as PTX fail with "
-                "CUDA_ERROR_UNSUPPORTED_PTX_VERSION) nor CUDA features that need the newer driver "
-                "(cudaErrorCallRequiresNewerDriver)",
-                [
-                    *evidence,
-                    f"CUDA {torch.cuda[0]}.x minor-version-compatibility floor: driver ≥ "
-                    f"{verdict.floor}",
-                    f"CUDA {format_cuda(torch.cuda)} needs driver ≥ {verdict.required_driver} "
-                    "without it",
-                ],
-                _fix_lines(
-                    replacement, "a build this driver runs without minor-version compatibility"
-                )
-                + (
-                    [f"# or upgrade the NVIDIA driver to ≥ {verdict.required_driver}"]
-                    if verdict.required_driver
-                    else []
-                ),
-            )
-        ]
+    if verdict.status == "minor-compat" or verdict.minor_compat_possible:
+        return [_minor_compat_finding(context, torch, verdict, evidence)]
     replacement = context.replacement()
     floor_text = (
         f"; CUDA {torch.cuda[0]}.x needs at least driver {verdict.floor} even under "
@@ -585,6 +583,66 @@ def _check_driver(context: _Context) -> list[Finding]:
             ),
         )
     ]
+
+
+def _minor_compat_finding(
+    context: _Context, torch: _Torch, verdict: DriverVerdict, evidence: list[str]
+) -> Finding:
+    """A build of the driver's CUDA major, newer minor, driver at or above the major's floor:
+    an error under ``strict`` (resolve would never choose it), a warning under ``minor``."""
+    assert torch.cuda is not None
+    cuda = format_cuda(torch.cuda)
+    required = verdict.required_driver
+    evidence = [
+        *evidence,
+        f"compatibility policy: --compat {context.compat}",
+        f"CUDA {torch.cuda[0]}.x minor-version-compatibility floor: driver ≥ {verdict.floor}",
+    ]
+    if required is not None:
+        evidence.append(f"CUDA {cuda} needs driver ≥ {required} without it")
+    upgrade = [f"# or upgrade the NVIDIA driver to ≥ {required}"] if required else []
+    if verdict.allowed:
+        # --compat minor: accepted, with what it costs; the fix stays within backward
+        # compatibility, so it is what strict would choose.
+        replacement = context.replacement(
+            same_version=False, same_major_as_driver=True, compat="strict"
+        )
+        return _finding(
+            "minor-compat-only",
+            "warning",
+            f"{torch.described} runs on this driver only through NVIDIA's minor-version "
+            f"compatibility: {verdict.reason}. Minor-version compatibility does not cover PTX "
+            "JIT of PTX newer than the driver (kernels shipped only as PTX fail with "
+            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION) nor CUDA features that need the newer driver "
+            "(cudaErrorCallRequiresNewerDriver). A warning because of --compat minor; under the "
+            "default --compat strict it is an error",
+            evidence,
+            _fix_lines(replacement, "a build this driver runs without minor-version compatibility")
+            + upgrade,
+        )
+    replacement = context.replacement()
+    driver = context.target.driver_version
+    # Minor-version compatibility is only possible when the driver's CUDA is known.
+    assert verdict.driver_cuda is not None
+    supports = (
+        f"driver {driver}" if driver is not None else "the driver"
+    ) + f" supports CUDA {format_cuda(verdict.driver_cuda)}"
+    needs = f"; CUDA {cuda} needs driver ≥ {required}" if required else ""
+    return _finding(
+        "minor-compat-only",
+        "error",
+        f"{torch.described} is built for CUDA {cuda}, newer than the driver ({supports}{needs}): "
+        "the mismatch --compat strict (the default, as in resolve) never installs. NVIDIA's "
+        "minor-version compatibility may let it start (CUDA initialises and kernels shipped as "
+        "SASS for these GPUs run), but PTX newer than the driver cannot be JIT-compiled "
+        "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION: Triton / torch.compile kernels, JIT-built "
+        "extensions such as DeepSpeed ops) and APIs that need the newer driver fail "
+        "(cudaErrorCallRequiresNewerDriver); native code that skips those error checks crashes "
+        "instead. It is the first cause of return code -11 (SIGSEGV) that troubleshooting "
+        "guides name. --compat minor makes this a warning",
+        evidence,
+        _fix_lines(replacement, "a build this driver runs") + upgrade,
+    )
 
 
 def _arch_lists(

@@ -1,7 +1,8 @@
 """The audit's edge: inspect (or parse), optionally run the deep check, then judge.
 
 ``audit.audit`` is pure; this module does the I/O around it for the CLI and for ``doctor``
-(``audit_findings(python, deep)`` fits doctor's ``AuditRunner``).
+(``audit_findings(python, deep, compat)`` fits doctor's ``AuditRunner``). Every entry point
+takes the compatibility policy (``compat``, as ``resolve --compat``) the audit judges with.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from cudalock.audit.inspection import start_inspection
 from cudalock.audit.installed import Installed
 from cudalock.audit.reports import report_target
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Finding, Target
+from cudalock.model import Compat, Finding, Target
 from cudalock.target import probe_machine
 from cudalock.target.overrides import apply_overrides, overrides_from_options, read_probe_files
 
@@ -34,6 +35,8 @@ class AuditOutcome:
     installed: Installed
     targets: tuple[Target, ...]
     report: ParsedReport | None = None
+    #: The compatibility policy the findings were judged with.
+    compat: Compat = "strict"
 
     @property
     def has_errors(self) -> bool:
@@ -42,6 +45,7 @@ class AuditOutcome:
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
             "findings": [f.to_json() for f in self.findings],
+            "compat": self.compat,
             "target": self.targets[0].to_json() if self.targets else None,
             "installed": self.installed.to_json(),
         }
@@ -59,11 +63,13 @@ def judge(
     *,
     driver_known: bool = True,
     extra: Sequence[Finding] = (),
+    compat: Compat = "strict",
 ) -> tuple[Finding, ...]:
-    """Audit against every target; a finding that several targets share is listed once."""
+    """Audit against every target under policy ``compat``; a finding that several targets
+    share is listed once."""
     findings: list[Finding] = list(extra)
     for target in targets:
-        for finding in audit(installed, target, matrix, driver_known=driver_known):
+        for finding in audit(installed, target, matrix, driver_known=driver_known, compat=compat):
             if finding not in findings:
                 findings.append(finding)
     return tuple(sort_findings(findings))
@@ -76,6 +82,7 @@ def audit_live(
     *,
     deep: bool = False,
     deep_timeout: float = 120,
+    compat: Compat = "strict",
 ) -> AuditOutcome:
     """Judge a live environment from its ``inspection`` (started by the caller, see
     ``start_inspection``, so that it runs while the caller probes); torch is never imported
@@ -88,8 +95,8 @@ def audit_live(
         extra.extend(result.findings)
         if result.arch_list:
             installed = replace(installed, arch_list=result.arch_list)
-    findings = judge(installed, targets, matrix, extra=extra)
-    return AuditOutcome(findings, installed, tuple(targets))
+    findings = judge(installed, targets, matrix, extra=extra, compat=compat)
+    return AuditOutcome(findings, installed, tuple(targets), compat=compat)
 
 
 def report_targets(
@@ -115,19 +122,23 @@ def report_targets(
 
 
 def audit_report(
-    report: ParsedReport, matrix: Matrix, options: TargetOptions | None = None
+    report: ParsedReport,
+    matrix: Matrix,
+    options: TargetOptions | None = None,
+    *,
+    compat: Compat = "strict",
 ) -> AuditOutcome:
     """Audit a parsed report on the machine it names (or the one the flags describe)."""
     targets, driver_known = report_targets(report, matrix, options)
-    findings = judge(report.installed, targets, matrix, driver_known=driver_known)
-    return AuditOutcome(findings, report.installed, targets, report)
+    findings = judge(report.installed, targets, matrix, driver_known=driver_known, compat=compat)
+    return AuditOutcome(findings, report.installed, targets, report, compat=compat)
 
 
-def audit_findings(python: Path | None, deep: bool) -> Sequence[Finding]:
+def audit_findings(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
     """doctor's ``AuditRunner``: audit ``python``'s environment (default: the active one) on
-    this machine as probed now."""
+    this machine as probed now, under policy ``compat``."""
 
     with start_inspection(python=python) as inspection:  # runs while we probe
         matrix = load_matrix()
         target = probe_machine(matrix=matrix)
-        return audit_live([target], matrix, inspection, deep=deep).findings
+        return audit_live([target], matrix, inspection, deep=deep, compat=compat).findings

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from cudalock.platforms import PLATFORMS
 
 if TYPE_CHECKING:
+    from cudalock.model import Compat
     from cudalock.resolve.request import RequestOptions
     from cudalock.target.overrides import TargetOptions
 
@@ -27,6 +28,7 @@ PLATFORM_HELP = "One of " + ", ".join(platform.name for platform in PLATFORMS) +
 
 TARGET_GROUP = "Target (which machine)"
 REQUEST_GROUP = "Request (what to install)"
+POLICY_GROUP = "Compatibility policy"
 OUTPUT_GROUP = "Output"
 
 #: Exit statuses, as every command's epilog states them.
@@ -145,15 +147,20 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     add_matrix_argument(group)
 
 
-def add_spec_argument(parser: argparse._ActionsContainer) -> None:
-    """``--spec FILE``: bootstrap and lock read it as one (:func:`cudalock.env.read_inputs`)."""
-    parser.add_argument(
-        "--spec",
-        type=Path,
-        metavar="FILE",
-        help="The spec with the Request and Target to start from (default: cudalock.toml in the "
-        "output directory, if there); the flags given replace its values.",
-    )
+#: The spec file's name (cudalock.env.spec.SPEC_FILE; spelled here so that reading the
+#: command line needs the standard library only).
+SPEC_FILE = "cudalock.toml"
+
+SPEC_HELP = (
+    f"The spec with the Request and Target to start from (default: {SPEC_FILE} in the output "
+    "directory, if there); the flags given replace its values."
+)
+
+
+def add_spec_argument(parser: argparse._ActionsContainer, help: str = SPEC_HELP) -> None:
+    """``--spec FILE``: bootstrap and lock read it as one (:func:`cudalock.env.read_inputs`);
+    audit and doctor read its policy (:func:`compat_policy`)."""
+    parser.add_argument("--spec", type=Path, metavar="FILE", help=help)
 
 
 def add_matrix_argument(parser: argparse._ActionsContainer) -> None:
@@ -212,12 +219,7 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="X.Y",
         help="Pin the CUDA build, e.g. 12.1, or cpu (default: the newest the driver allows).",
     )
-    group.add_argument(
-        "--compat",
-        metavar="MODE",
-        help="strict (default: CUDA build ≤ driver CUDA) or minor (NVIDIA minor-version "
-        "compatibility).",
-    )
+    add_compat_argument(group)
     group.add_argument(
         "--with",
         dest="with_packages",
@@ -251,6 +253,57 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="Accept plain http index URLs to hosts other than loopback.",
     )
+
+
+def add_compat_argument(group: argparse._ActionsContainer) -> None:
+    """``--compat strict|minor``: the policy resolve chooses with and audit/doctor judge with."""
+    group.add_argument(
+        "--compat",
+        metavar="MODE",
+        help="strict (default: CUDA build ≤ driver CUDA) or minor (NVIDIA minor-version "
+        "compatibility).",
+    )
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--compat`` and ``--spec`` for the commands that judge an environment (audit, doctor),
+    read back with :func:`compat_policy`."""
+    group = parser.add_argument_group(
+        POLICY_GROUP,
+        "The policy resolve chooses with: under strict a build newer than the driver's CUDA is "
+        "an error.",
+    )
+    add_compat_argument(group)
+    add_spec_argument(
+        group,
+        help=f"A {SPEC_FILE} whose [request] compat applies when --compat is not given "
+        f"(default: ./{SPEC_FILE}, if there).",
+    )
+
+
+def compat_policy(args: argparse.Namespace) -> tuple[Compat, str]:
+    """The policy a command line parsed with :func:`add_policy_arguments` asks for, and where
+    it came from, in words: ``--compat``, else the spec's ``[request] compat`` (``--spec FILE``,
+    else ``./cudalock.toml`` when there), else strict."""
+    from cudalock.errors import InputError, UsageError
+
+    given: str | None = args.compat
+    if given is not None:
+        if given == "strict":
+            return "strict", "from the command line"
+        if given == "minor":
+            return "minor", "from the command line"
+        raise UsageError(f"invalid --compat {given!r}: expected 'strict' or 'minor'")
+    spec_file: Path | None = args.spec
+    path = spec_file if spec_file is not None else Path(SPEC_FILE)
+    if spec_file is None and not path.is_file():
+        return "strict", "the default"
+    from cudalock.env.spec import read_spec
+
+    spec = read_spec(path)
+    if spec is None:
+        raise InputError(f"spec file {path} does not exist")
+    return spec.request.compat, f"from {path}"
 
 
 def request_options(args: argparse.Namespace) -> RequestOptions:

@@ -11,7 +11,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cudalock.cli.args import add_json_flag, add_target_arguments, epilog, number, target_options
+from cudalock.cli.args import (
+    add_json_flag,
+    add_policy_arguments,
+    add_target_arguments,
+    compat_policy,
+    epilog,
+    number,
+    target_options,
+)
 
 if TYPE_CHECKING:
     from cudalock.audit.runner import AuditOutcome
@@ -23,13 +31,18 @@ nvcc mismatches, shadowing libraries.
 
 The audited interpreter runs a small standard-library script (it never imports torch); --deep
 also initialises CUDA in a child process. --report audits pasted collect_env, ds_report or
-llamafactory-cli env output against the driver and GPUs it names."""
+llamafactory-cli env output against the driver and GPUs it names.
+
+Judged with the compatibility policy resolve uses (--compat, else the spec's, else strict): under
+strict a torch built for a newer CUDA than the driver is an error even where NVIDIA's
+minor-version compatibility may let it start."""
 
 EXAMPLES = """\
   cudalock audit
   cudalock audit --python ~/venvs/train/bin/python --deep
   cudalock audit --prefix "$CONDA_PREFIX" --json
-  python -m torch.utils.collect_env | cudalock audit --report -"""
+  python -m torch.utils.collect_env | cudalock audit --report -
+  cudalock audit --report issue.txt --compat minor"""
 
 EXIT_CODES = """\
 exit status:
@@ -74,7 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="Seconds the --deep child may take (default %(default)s).",
     )
-    add_json_flag(parser, 'Print {"findings": [...], "target": {...}, "installed": {...}}.')
+    add_json_flag(
+        parser,
+        'Print {"findings": [...], "compat": ..., "target": {...}, "installed": {...}}.',
+    )
+    add_policy_arguments(parser)
     add_target_arguments(parser)
 
 
@@ -93,12 +110,15 @@ def run(args: argparse.Namespace) -> None:
         )
     if python is not None and prefix is not None:
         raise UsageError("give either --python or --prefix, not both")
+    compat, policy_source = compat_policy(args)
     if report is not None:
         matrix = load_matrix_for(target_opts)
         from cudalock.audit.reports import parse_report
         from cudalock.audit.runner import audit_report
 
-        outcome = audit_report(parse_report(read_report(report)), matrix, target_opts)
+        outcome = audit_report(
+            parse_report(read_report(report)), matrix, target_opts, compat=compat
+        )
     else:
         from cudalock.audit.inspection import start_inspection
 
@@ -111,12 +131,17 @@ def run(args: argparse.Namespace) -> None:
             matrix = load_matrix_for(target_opts)
             targets = targets_from_options(target_opts, matrix)
             outcome = audit_live(
-                targets, matrix, inspection, deep=deep, deep_timeout=args.deep_timeout
+                targets,
+                matrix,
+                inspection,
+                deep=deep,
+                deep_timeout=args.deep_timeout,
+                compat=compat,
             )
     if args.json_output:
         emit_json(outcome.to_json())
     else:
-        echo(render(outcome))
+        echo(render(outcome, policy_source))
     if outcome.has_errors:
         raise SystemExit(1)
 
@@ -148,8 +173,9 @@ def read_report(source: str) -> str:
 _HEADINGS = (("error", "Errors"), ("warning", "Warnings"), ("info", "Notes"))
 
 
-def render(outcome: AuditOutcome) -> str:
-    """The findings for people: grouped by severity, each with its evidence and fix."""
+def render(outcome: AuditOutcome, policy_source: str) -> str:
+    """The findings for people: grouped by severity, each with its evidence and fix;
+    ``policy_source`` says where the compatibility policy came from."""
     import textwrap
 
     from cudalock.versions import format_cc, format_cuda
@@ -188,6 +214,7 @@ def render(outcome: AuditOutcome) -> str:
             or "no GPUs"
         )
         lines.append(f"Target: {target.name}: {driver}; {gpus}")
+    lines.append(f"Policy: --compat {outcome.compat} ({policy_source})")
     counts = {
         severity: sum(1 for f in outcome.findings if f.severity == severity)
         for severity, _ in _HEADINGS

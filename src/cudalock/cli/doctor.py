@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cudalock.cli.args import add_json_flag, epilog
+from cudalock.cli.args import add_json_flag, add_policy_arguments, compat_policy, epilog
 from cudalock.cli.training import add_training_run_arguments, memory_options
 
 DESCRIPTION = """\
@@ -13,7 +13,8 @@ Explain why a run ended with -9/137 (SIGKILL) or -11/139 (SIGSEGV), from evidenc
 
 -9: kernel OOM-killer lines (dmesg, journalctl -k, /var/log/kern.log), cgroup counters, launcher
 lines in --log, and the host memory the ZeRO run needs (the training-run flags, or what the log
-says). -11: the environment audit, kernel segfault lines, /dev/shm."""
+says). -11: the environment audit, kernel segfault lines, /dev/shm; a torch built for a newer
+CUDA than the driver is named first when the policy (--compat, as in resolve) refuses it."""
 
 EXAMPLES = """\
   cudalock doctor --exit-code 137 --log train.log
@@ -56,15 +57,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="For -11: the interpreter of the environment that crashed (default: the active one).",
     )
+    add_policy_arguments(parser)
     add_training_run_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> None:
+    import signal
+
     from cudalock.cli.output import echo, emit_json
+    from cudalock.doctor.logs import parse_exit_code
     from cudalock.doctor.render import render_report
     from cudalock.doctor.run import DoctorRequest, default_readers, run_doctor
+    from cudalock.model import Compat
 
     memory_opts = memory_options(args)
+    compat: Compat = "strict"
+    # The policy judges the -11 audit alone: only then is a cudalock.toml here read.
+    if args.compat is not None or parse_exit_code(args.exit_code).signal == signal.SIGSEGV:
+        compat, _ = compat_policy(args)
     request = DoctorRequest(
         exit_code=args.exit_code,
         log_path=args.log,
@@ -74,6 +84,7 @@ def run(args: argparse.Namespace) -> None:
         host_memory_bytes=memory_opts.host_memory_bytes(),
         python=args.python,
         no_run=args.no_run,
+        compat=compat,
     )
     report = run_doctor(request, default_readers())
     if args.json_output:

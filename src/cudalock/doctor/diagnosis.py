@@ -490,6 +490,15 @@ _AUDIT_CRASH_MEANING: dict[str, str] = {
 }
 
 
+#: Audit codes saying the installed build is for a newer CUDA than the driver. At error level
+#: (the policy the audit judged with refuses the build) they are the most likely cause of a -11.
+_DRIVER_MISMATCH_CODES = ("driver-too-old", "minor-compat-only")
+
+
+def _is_driver_mismatch(finding: Finding) -> bool:
+    return finding.severity == "error" and finding.code in _DRIVER_MISMATCH_CODES
+
+
 def explain_audit_finding(finding: Finding) -> Finding:
     """The audit's finding, with a sentence on how it produces a segfault (code unchanged)."""
     meaning = _AUDIT_CRASH_MEANING.get(finding.code)
@@ -508,6 +517,12 @@ def _sigsegv_findings(
 ) -> tuple[str, list[Finding]]:
     findings: list[Finding] = []
     verdict = "segfault"
+    explained = [explain_audit_finding(f) for f in audit_findings or ()]
+    # A build newer than the driver comes first: the kernel lines below are then its symptoms.
+    for finding in explained:
+        if _is_driver_mismatch(finding):
+            verdict = "cuda-newer-than-driver"
+            findings.append(replace(finding, message=f"Most likely cause: {finding.message}"))
     kernel = seen.kernel
     if kernel is not None:
         for seg in kernel.events.segfaults[-3:]:
@@ -541,7 +556,7 @@ def _sigsegv_findings(
             )
     if audit_findings is not None:
         problems = [f for f in audit_findings if f.severity in ("error", "warning")]
-        findings.extend(explain_audit_finding(f) for f in audit_findings)
+        findings.extend(f for f in explained if not _is_driver_mismatch(f))
         if not problems:
             findings.append(
                 Finding(
@@ -649,6 +664,8 @@ _VERDICT_SUMMARY = {
     "likely-host-oom": "probably a host OOM: the host has less RAM than this run needs, but no "
     "kernel record of the kill could be read",
     "segfault": "segmentation fault (SIGSEGV)",
+    "cuda-newer-than-driver": "segmentation fault (SIGSEGV), most likely because torch is built "
+    "for a newer CUDA than the NVIDIA driver supports",
     "bus-error": "bus error (SIGBUS), usually DataLoader workers out of shared memory",
     "other-signal": "killed by another signal",
     "exit-status": "a plain exit status, not a signal",

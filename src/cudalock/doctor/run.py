@@ -41,7 +41,7 @@ from cudalock.memory import (
     memory_needs,
     read_model_size,
 )
-from cudalock.model import Finding, Host, Target
+from cudalock.model import Compat, Finding, Host, Target
 from cudalock.target import probe_machine
 from cudalock.target.host import CgroupMemory, ShmInfo, read_cgroup_memory, read_shm
 
@@ -109,10 +109,13 @@ class DoctorRequest:
     host_memory_bytes: int | None = None
     python: Path | None = None
     no_run: bool = False
+    #: The compatibility policy the -11 audit judges with (``--compat``, as in resolve).
+    compat: Compat = "strict"
 
 
-#: The audit, as doctor calls it: (python, deep) → findings. Injected so tests need no torch.
-AuditRunner = Callable[[Path | None, bool], Sequence[Finding]]
+#: The audit, as doctor calls it: (python, deep, compat) → findings. Injected so tests need no
+#: torch.
+AuditRunner = Callable[[Path | None, bool, Compat], Sequence[Finding]]
 
 
 @dataclass(frozen=True)
@@ -156,10 +159,10 @@ def default_readers(
     )
 
 
-def default_audit(python: Path | None, deep: bool) -> Sequence[Finding]:
-    """Run cudalock's audit on an environment (imported lazily: it must not slow doctor down)."""
+def default_audit(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
+    """Run cudalock's audit on an environment under policy ``compat``."""
 
-    return audit_findings(python, deep)
+    return audit_findings(python, deep, compat)
 
 
 def run_doctor(
@@ -183,7 +186,7 @@ def run_doctor(
     audit_error: str | None = None
     if sig == SIGSEGV:
         try:
-            audit_findings = tuple(audit(request.python, not request.no_run))
+            audit_findings = tuple(audit(request.python, not request.no_run, request.compat))
         except (ImportError, InputError) as err:
             audit_error = str(err)
         except Exception as err:  # the audit failing must not hide the rest of the diagnosis

@@ -519,7 +519,8 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
     """
 
     with start_inspection(python=python_for_prefix(environment)) as inspection:
-        outcome = audit_live(plan.targets, matrix, inspection)
+        # Judged with the policy the plan was resolved with.
+        outcome = audit_live(plan.targets, matrix, inspection, compat=plan.compat)
     torch = outcome.installed.torch[0] if outcome.installed.torch else None
     for finding in outcome.findings:
         echo(f"  audit {finding.severity}: {finding.code}: {finding.message}")
