@@ -22,6 +22,7 @@ from cudalock.doctor.slurm import (
     SlurmCommandNotFound,
     SlurmCommandTimedOut,
     SlurmJobNotFound,
+    SlurmQueryError,
     classify_job,
     memory_limit_per_node,
     parse_duration,
@@ -526,11 +527,15 @@ def test_a_command_past_its_timeout_is_a_typed_error() -> None:
         run_slurm_command([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
 
 
-def test_large_output_on_both_pipes_is_drained_and_capped() -> None:
-    script = "import sys; sys.stderr.write('e' * 6_000_000); sys.stdout.write('o' * 6_000_000)"
+def test_large_output_on_both_pipes_is_drained_and_a_runaway_is_stopped() -> None:
+    script = "import sys; sys.stderr.write('e' * 3_000_000); sys.stdout.write('o' * 3_000_000)"
     done = run_slurm_command([sys.executable, "-c", script], timeout=60)
     assert done.returncode == 0
-    assert len(done.stdout) == len(done.stderr) == 4 * MIB
+    assert len(done.stdout) == len(done.stderr) == 3_000_000
+    runaway = "import sys; sys.stdout.write('o' * 6_000_000)"
+    with pytest.raises(SlurmQueryError, match="more than 4 MiB") as caught:
+        run_slurm_command([sys.executable, "-c", runaway], timeout=60)
+    assert caught.value.exit_code == EXIT_ENVIRONMENT
 
 
 @pytest.mark.skipif(shutil.which("sacct") is None, reason="needs sacct (slurm-client)")
