@@ -730,6 +730,20 @@ def running_slurm(state_dir: Path, *, memory_cgroup: bool | None = None) -> Iter
         yield cluster
 
 
+#: The jobs the live tests read back, run once a session side by side.
+FINISHED_JOBS = (TIME_LIMIT, OOM_BATCH, SEGFAULT_BATCH, SUCCESS, OOM_PER_GPU)
+
+
+@pytest.fixture(scope="session")
+def finished_slurm_jobs(slurm_cluster: SlurmCluster) -> Mapping[str, SubmittedJob]:
+    """:data:`FINISHED_JOBS` by recipe name, each with its final sacct record; the time-limit
+    job is submitted first, as it takes longest."""
+    jobs = {recipe.name: slurm_cluster.submit(recipe) for recipe in FINISHED_JOBS}
+    for job in jobs.values():
+        slurm_cluster.wait_for_final_record(job)
+    return jobs
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """A running single-node Slurm for the session, with ``SLURM_CONF`` exported to the tests."""

@@ -246,7 +246,7 @@ def memory_request_finding(slurm: SlurmEvidence, memory: MemoryVerdict) -> Findi
                 f"#SBATCH --mem={_gib_up(alt_need)}G"
             )
     asked = (
-        f"The job could use {format_gib(limit.bytes)} per node ({limit.how})"
+        f"The job could use {format_bytes(limit.bytes)} per node ({limit.how})"
         if limit is not None
         else "The job's memory request could not be read"
     )
