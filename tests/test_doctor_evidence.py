@@ -409,3 +409,24 @@ def test_flags_are_the_memory_check_too() -> None:
     )
     # Nothing is known of the run's time or host: the clean log here counts as covering it.
     assert report.verdict == "not-oom"
+
+
+def test_segfault_lines_of_another_time_do_not_explain_a_minus_11() -> None:
+    # The segfault and Xid lines are from 15:01 on 29 November; this run ended at 10:02.
+    calls: list[bool] = []
+
+    def audit(python: Path | None, deep: bool) -> Sequence[Finding]:
+        calls.append(deep)
+        return ()
+
+    report = run_doctor(
+        DoctorRequest(exit_code="-11", log_path=LOGS / "zero2_four_hours_earlier.log"),
+        readers(live_kernel("segfault_xid.txt", hostname="gpu-node-03"), hostname="gpu-node-03"),
+        audit=audit,
+    )
+    assert report.verdict == "segfault" and calls == [True]
+    found = codes(report.findings)
+    assert "segfault-in-library" not in found and "gpu-xid-error" not in found
+    other = finding(report.findings, "other-kernel-crashes")
+    assert "not matched to this run (3)" in other.message
+    assert all("after the run ended (2026-11-29 10:17:15)" in item for item in other.evidence)
