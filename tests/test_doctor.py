@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,11 @@ def test_cgroup_oom_with_counters_and_limit(tmp_path: Path) -> None:
     )
     report = run_doctor(
         DoctorRequest(
-            exit_code="137", flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=8)
+            exit_code="137",
+            flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=8),
+            # The kills are logged at 14:31:05; the window ties them to this run.
+            since=datetime(2026, 11, 29, 14, 0),
+            until=datetime(2026, 11, 29, 14, 45),
         ),
         readers,
         audit=no_audit,
@@ -488,7 +493,10 @@ def test_default_readers_take_every_root_and_command(tmp_path: Path) -> None:
     )
     report = run_doctor(
         DoctorRequest(
-            exit_code="-9", flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=2)
+            exit_code="-9",
+            flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=2),
+            since=datetime(2026, 11, 29, 13, 30),
+            until=datetime(2026, 11, 29, 14, 30),
         ),
         readers,
         audit=no_audit,

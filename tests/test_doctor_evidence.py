@@ -430,3 +430,32 @@ def test_segfault_lines_of_another_time_do_not_explain_a_minus_11() -> None:
     other = finding(report.findings, "other-kernel-crashes")
     assert "not matched to this run (3)" in other.message
     assert all("after the run ended (2026-11-29 10:17:15)" in item for item in other.evidence)
+
+
+def test_kills_nothing_ties_to_the_run_do_not_decide_it() -> None:
+    # No log, no window: vm's kills of its Slurm jobs can be neither tied to the run nor ruled
+    # out, so they are listed as such; given the run's window, the ones inside it count.
+    kernel = live_kernel("slurm_jobs_memcg_dmesg.txt", hostname="vm")
+    unknown = run_doctor(
+        DoctorRequest(exit_code="-9"), readers(kernel, hostname="vm"), audit=no_audit
+    )
+    assert unknown.verdict == "unknown"
+    assert "sigkill-not-oom" not in codes(unknown.findings)
+    unchecked = finding(unknown.findings, "kernel-events-unchecked")
+    assert unchecked.message.startswith("3 OOM kill(s) in the kernel log could be neither tied")
+    assert "time: the run's time is unknown (pass --since/--until)" in unchecked.message
+    windowed = run_doctor(
+        DoctorRequest(
+            exit_code="-9",
+            since=datetime(2026, 11, 30, 19, 46, 20),
+            until=datetime(2026, 11, 30, 19, 46, 26),
+        ),
+        readers(kernel, hostname="vm"),
+        audit=no_audit,
+    )
+    assert windowed.verdict == "cgroup-oom"
+    cgroup = finding(windowed.findings, "cgroup-oom-kill")
+    assert "Killed process 24573" in " ".join(cgroup.evidence)
+    assert "Matched to the run by time 2026-11-30 19:46:26." in cgroup.message
+    later = finding(windowed.findings, "other-oom-kills")
+    assert len(later.evidence) == 2

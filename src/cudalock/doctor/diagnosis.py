@@ -10,13 +10,14 @@ sigkill-collateral, oom-unconfirmed, kernel-log-unreadable, kubernetes-oomkilled
 slurm-time-limit, killed-during-checkpoint-save, memory-check-skipped, host-memory-short,
 host-memory-enough, host-memory-unknown, gpu-memory-short, segfault-in-library, gpu-xid-error,
 shm-too-small, dataloader-bus-error, segfault-other-causes, audit-clean, audit-unavailable,
-signal-other, exit-status-plain, other-oom-kills, other-kernel-crashes, kernel-log-not-this-run,
-oom-from-memory-check-only, slurm-out-of-memory, slurm-memory-request, slurm-segfault,
-slurm-signal, slurm-job-cancelled, slurm-node-failure, slurm-job-completed, slurm-job-unfinished,
-slurm-job-failed, plus the audit's own codes for -11.
+signal-other, exit-status-plain, other-oom-kills, other-kernel-crashes, kernel-events-unchecked,
+kernel-log-not-this-run, oom-from-memory-check-only, slurm-out-of-memory, slurm-memory-request,
+slurm-segfault, slurm-signal, slurm-job-cancelled, slurm-node-failure, slurm-job-completed,
+slurm-job-unfinished, slurm-job-failed, plus the audit's own codes for -11.
 
-Kernel lines count only when they match the run (:mod:`cudalock.doctor.matching`); the others
-are shown apart (other-oom-kills, other-kernel-crashes) and never decide the verdict. A Slurm
+Kernel lines count only when they are tied to the run and nothing rules them out
+(:mod:`cudalock.doctor.matching`); the others are shown apart (other-oom-kills,
+other-kernel-crashes, kernel-events-unchecked) and never decide the verdict. A Slurm
 job's accounting (:mod:`cudalock.doctor.slurm_findings`) decides how the job ended.
 """
 
@@ -42,6 +43,7 @@ from cudalock.doctor.logs import (
 )
 from cudalock.doctor.matching import (
     Coverage,
+    EventMatch,
     RunScope,
     SplitEvents,
     describe_match,
@@ -87,6 +89,7 @@ FINDING_CODES = (
     "exit-status-plain",
     "other-oom-kills",
     "other-kernel-crashes",
+    "kernel-events-unchecked",
     "kernel-log-not-this-run",
     "oom-from-memory-check-only",
     "slurm-out-of-memory",
@@ -300,13 +303,14 @@ class KernelView:
         return f" {text}" if text else ""
 
 
-def _other_event_findings(view: KernelView) -> list[Finding]:
-    """Kernel events that are not the run's, shown apart; they never decide the verdict."""
+def _other_event_findings(view: KernelView, *, kills: bool) -> list[Finding]:
+    """Kernel events that are not the run's, or that nothing ties to it, shown apart; they
+    never decide the verdict. ``kills``: the OOM kills (for -9), else segfaults and Xids."""
     findings: list[Finding] = []
     split = view.split
     if split is None:
         return findings
-    if split.other_kills:
+    if kills and split.other_kills:
         pasted = any(kill.source.startswith(PASTED_SOURCE) for kill, _ in split.other_kills)
         where = "in the kernel lines read" if pasted else "on this machine"
         findings.append(
@@ -324,7 +328,7 @@ def _other_event_findings(view: KernelView) -> list[Finding]:
                 ),
             )
         )
-    if split.other_crashes:
+    if not kills and split.other_crashes:
         findings.append(
             Finding(
                 "other-kernel-crashes",
@@ -336,6 +340,31 @@ def _other_event_findings(view: KernelView) -> list[Finding]:
                         f"{event.line} [{event.source}]: " + "; ".join(found.why_not)
                         for event, found in split.other_crashes
                     ]
+                ),
+            )
+        )
+    untied: Sequence[tuple[OomKill | Segfault | Xid, EventMatch]] = (
+        split.untied_kills if kills else split.untied_crashes
+    )
+    if untied:
+        unknown = sorted({note for _, found in untied for note in found.unchecked})
+        what = "OOM kill(s)" if kills else "segfault or Xid line(s)"
+        findings.append(
+            Finding(
+                "kernel-events-unchecked",
+                "warning",
+                f"{len(untied)} {what} in the kernel log could be neither tied to this run nor "
+                "ruled out (" + "; ".join(unknown) + "), so they do not decide the verdict.",
+                _quote(
+                    [
+                        (event.describe() if isinstance(event, OomKill) else event.line)
+                        + f" [{event.stamp.describe()}, {event.source}]"
+                        for event, _ in untied
+                    ]
+                ),
+                (
+                    "give the run's time: --log with its timestamps, or --since and --until "
+                    "(and --host)",
                 ),
             )
         )
@@ -527,7 +556,7 @@ def _sigkill_findings(
             )
         )
     findings.extend(_not_this_run_finding(view, seen))
-    findings.extend(_other_event_findings(view))
+    findings.extend(_other_event_findings(view, kills=True))
     pod_lines = log.of_kind("kubernetes-oomkilled") if log else ()
     if pod_lines or (exit_status.raw.strip() == "137" and seen.in_kubernetes):
         findings.append(
@@ -580,7 +609,8 @@ def _sigkill_findings(
                     _quote([e.line for e in other]),
                 )
             )
-    if verdict == "unknown" and view.covers_run and view.coverage is not None:
+    untied = bool(view.split and view.split.untied_kills)
+    if verdict == "unknown" and view.covers_run and view.coverage is not None and not untied:
         verdict = "not-oom"
         findings.append(
             Finding(
@@ -756,7 +786,7 @@ def _sigsegv_findings(
                     ),
                 )
             )
-        findings.extend(_other_event_findings(view))
+        findings.extend(_other_event_findings(view, kills=False))
     if audit_findings is not None:
         problems = [f for f in audit_findings if f.severity in ("error", "warning")]
         findings.extend(explain_audit_finding(f) for f in audit_findings)
@@ -863,7 +893,7 @@ _VERDICT_SUMMARY = {
     "was hit and the OOM killer sent SIGKILL",
     "gpu-oom": "GPU OOM: a GPU ran out of memory; the -9 is the launcher stopping the other ranks",
     "not-oom": "not an OOM: no OOM kill is recorded; something else sent SIGKILL",
-    "unknown": "undetermined: no record of an OOM kill could be read",
+    "unknown": "undetermined: no OOM kill of this run was found, and none could be ruled out",
     "likely-host-oom": "probably a host OOM: the host has less RAM than this run needs, but no "
     "kernel record of the run's kill was found",
     "slurm-oom": "out of memory in the Slurm job: a step passed the job's memory request and "

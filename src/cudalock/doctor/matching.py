@@ -189,74 +189,90 @@ def run_scope(
 
 @dataclass(frozen=True)
 class EventMatch:
-    """Whether a kernel event belongs to the run: what matched, what did not, what was unknown."""
+    """How a kernel event compares with the run: what matched, what did not, what was unknown.
 
-    belongs: bool
+    It belongs to the run when nothing contradicts it and something ties it to the run: its
+    time, a PID the log reports, or the Slurm job's cgroup. A shared host or program name alone
+    does not (every process of the machine shares the one, every Python rank the other).
+    """
+
     matched: tuple[str, ...] = ()
     why_not: tuple[str, ...] = ()
     unchecked: tuple[str, ...] = ()
+    tied: bool = False
+
+    @property
+    def belongs(self) -> bool:
+        return self.tied and not self.why_not
+
+    @property
+    def contradicted(self) -> bool:
+        return bool(self.why_not)
+
+
+@dataclass(frozen=True)
+class _Check:
+    matched: str | None = None
+    why_not: str | None = None
+    unchecked: str | None = None
+    #: Whether a match ties the event to the run by itself.
+    ties: bool = False
 
 
 def _when(stamp: Stamp) -> str:
     return stamp.at.strftime(_FORMAT) if stamp.at else "?"
 
 
-def _check_time(stamp: Stamp, scope: RunScope) -> tuple[str | None, str | None, str | None]:
-    """(matched, why not, unchecked) for the event's time."""
+def _check_time(stamp: Stamp, scope: RunScope) -> _Check:
     if stamp.at is None:
         if stamp.uptime is not None:
-            return (
-                None,
-                None,
-                (f"time: logged {stamp.uptime:.0f} s after a boot whose time is unknown"),
+            return _Check(
+                unchecked=f"time: logged {stamp.uptime:.0f} s after a boot whose time is unknown"
             )
-        return None, None, "time: the line carries no time"
+        return _Check(unchecked="time: the line carries no time")
     if not scope.knows_time:
-        return None, None, "time: the run's time is unknown (pass --since/--until)"
+        return _Check(unchecked="time: the run's time is unknown (pass --since/--until)")
     if scope.start is not None and stamp.at < scope.start:
-        return None, f"logged {_when(stamp)}, before the run began ({scope.start:{_FORMAT}})", None
+        return _Check(
+            why_not=f"logged {_when(stamp)}, before the run began ({scope.start:{_FORMAT}})"
+        )
     if scope.end is not None and stamp.at > scope.end:
-        return None, f"logged {_when(stamp)}, after the run ended ({scope.end:{_FORMAT}})", None
-    return f"time {_when(stamp)}", None, None
+        return _Check(why_not=f"logged {_when(stamp)}, after the run ended ({scope.end:{_FORMAT}})")
+    return _Check(matched=f"time {_when(stamp)}", ties=True)
 
 
-def _check_host(stamp: Stamp, scope: RunScope) -> tuple[str | None, str | None, str | None]:
+def _check_host(stamp: Stamp, scope: RunScope) -> _Check:
     if stamp.host is None:
-        return None, None, "host: the line names no host"
+        return _Check(unchecked="host: the line names no host")
     on_run_host = scope.runs_on(stamp.host)
     if on_run_host is None:
-        return None, None, "host: the run's host is unknown (pass --host)"
+        return _Check(unchecked="host: the run's host is unknown (pass --host)")
     if not on_run_host:
-        return (
-            None,
-            f"logged on {stamp.host}; the run ran on {', '.join(scope.hosts)}",
-            None,
-        )
-    return f"host {stamp.host}", None, None
+        return _Check(why_not=f"logged on {stamp.host}; the run ran on {', '.join(scope.hosts)}")
+    return _Check(matched=f"host {stamp.host}")
 
 
 def _check_process(
     pid: int | None, comm: str | None, memcgs: Sequence[str | None], scope: RunScope
-) -> tuple[str | None, str | None, str | None]:
+) -> _Check:
     # A Slurm job's processes live in its cgroup: the cgroup names the job for certain.
     jobs_named = {
         match.group("job") for memcg in memcgs if memcg for match in _JOB_CGROUP.finditer(memcg)
     }
     if scope.slurm_job_ids and jobs_named:
+        named_jobs = ", ".join(sorted(jobs_named))
         if jobs_named & set(scope.slurm_job_ids):
-            return f"the cgroup of Slurm job {', '.join(sorted(jobs_named))}", None, None
-        return (
-            None,
-            f"in the cgroup of Slurm job {', '.join(sorted(jobs_named))}, not of job "
-            f"{', '.join(scope.slurm_job_ids)}",
-            None,
+            return _Check(matched=f"the cgroup of Slurm job {named_jobs}", ties=True)
+        return _Check(
+            why_not=f"in the cgroup of Slurm job {named_jobs}, not of job "
+            f"{', '.join(scope.slurm_job_ids)}"
         )
     if not scope.pids and not scope.commands:
-        return None, None, None
+        return _Check(unchecked="process: the log names no PID or program of the run")
     if pid is not None and pid in scope.pids:
-        return f"PID {pid}, which the log reports", None, None
+        return _Check(matched=f"PID {pid}, which the log reports", ties=True)
     if comm is not None and any(same_program(comm, name) for name in scope.commands):
-        return f"the process name {comm}", None, None
+        return _Check(matched=f"the process name {comm}")
     named = ", ".join(
         part
         for part in (
@@ -266,7 +282,7 @@ def _check_process(
         if part
     )
     who = f"PID {pid} ({comm})" if pid is not None else str(comm)
-    return None, f"{who} is not a process of the run (the log names {named})", None
+    return _Check(why_not=f"{who} is not a process of the run (the log names {named})")
 
 
 def match_event(
@@ -282,10 +298,12 @@ def match_event(
     checks = [_check_time(stamp, scope), _check_host(stamp, scope)]
     if check_process:
         checks.append(_check_process(pid, comm, memcgs, scope))
-    matched = tuple(m for m, _, _ in checks if m)
-    why_not = tuple(w for _, w, _ in checks if w)
-    unchecked = tuple(u for _, _, u in checks if u)
-    return EventMatch(not why_not, matched, why_not, unchecked)
+    return EventMatch(
+        matched=tuple(c.matched for c in checks if c.matched),
+        why_not=tuple(c.why_not for c in checks if c.why_not),
+        unchecked=tuple(c.unchecked for c in checks if c.unchecked),
+        tied=any(c.ties and c.matched for c in checks),
+    )
 
 
 def match_kill(kill: OomKill, scope: RunScope) -> EventMatch:
@@ -312,12 +330,14 @@ def match_xid(xid: Xid, scope: RunScope) -> EventMatch:
 
 @dataclass(frozen=True)
 class SplitEvents:
-    """The kernel events of the run, the others with why each is not the run's, and the notes on
-    what could not be checked for those that were kept."""
+    """The kernel events of the run; the others, with why each is not the run's; and those
+    nothing ties to the run or rules out (the run's time unknown, no PID of it in the log)."""
 
     run: KernelEvents
     other_kills: tuple[tuple[OomKill, EventMatch], ...] = ()
     other_crashes: tuple[tuple[Segfault | Xid, EventMatch], ...] = ()
+    untied_kills: tuple[tuple[OomKill, EventMatch], ...] = ()
+    untied_crashes: tuple[tuple[Segfault | Xid, EventMatch], ...] = ()
     matches: dict[OomKill | Segfault | Xid, EventMatch] = field(default_factory=dict)
 
     def match_of(self, event: OomKill | Segfault | Xid) -> EventMatch | None:
@@ -330,29 +350,34 @@ def split_kernel_events(events: KernelEvents, scope: RunScope) -> SplitEvents:
     xids: list[Xid] = []
     other_kills: list[tuple[OomKill, EventMatch]] = []
     other_crashes: list[tuple[Segfault | Xid, EventMatch]] = []
+    untied_kills: list[tuple[OomKill, EventMatch]] = []
+    untied_crashes: list[tuple[Segfault | Xid, EventMatch]] = []
     matches: dict[OomKill | Segfault | Xid, EventMatch] = {}
     for kill in events.kills:
         found = matches[kill] = match_kill(kill, scope)
         if found.belongs:
             kills.append(kill)
         else:
-            other_kills.append((kill, found))
-    for segfault in events.segfaults:
-        found = matches[segfault] = match_segfault(segfault, scope)
+            (other_kills if found.contradicted else untied_kills).append((kill, found))
+    crashes: list[tuple[Segfault | Xid, EventMatch]] = [
+        (segfault, match_segfault(segfault, scope)) for segfault in events.segfaults
+    ]
+    crashes.extend((xid, match_xid(xid, scope)) for xid in events.xids)
+    for event, found in crashes:
+        matches[event] = found
         if found.belongs:
-            segfaults.append(segfault)
+            if isinstance(event, Segfault):
+                segfaults.append(event)
+            else:
+                xids.append(event)
         else:
-            other_crashes.append((segfault, found))
-    for xid in events.xids:
-        found = matches[xid] = match_xid(xid, scope)
-        if found.belongs:
-            xids.append(xid)
-        else:
-            other_crashes.append((xid, found))
+            (other_crashes if found.contradicted else untied_crashes).append((event, found))
     return SplitEvents(
         KernelEvents(tuple(kills), tuple(segfaults), tuple(xids), events.invocations),
         tuple(other_kills),
         tuple(other_crashes),
+        tuple(untied_kills),
+        tuple(untied_crashes),
         matches,
     )
 
