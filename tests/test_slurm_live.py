@@ -1,4 +1,4 @@
-"""The Slurm reader against a real single-node cluster: four real jobs, read back from sacct.
+"""The Slurm reader against a real single-node cluster: real jobs, read back from sacct.
 
 The cluster comes from the session fixture in tests/support/slurm.py (Debian's Slurm packages,
 started as root); without them these tests are skipped, except under CI=true.
