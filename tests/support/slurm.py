@@ -530,6 +530,10 @@ def _slurm_conf(
         "ReturnToService=2\n"
         # Keep finished jobs in scontrol for the whole session.
         "MinJobAge=3600\n"
+        # Clusters started at once on one machine (parallel test runs) share its cgroup tree,
+        # slurm_<node>/uid_0/job_<id>: with the same job ids, one cluster's job ending kills the
+        # other's processes in that cgroup. Each cluster numbers its jobs from its own base.
+        f"FirstJobId={first_job_id()}\n"
         "KillWait=2\n"
         "OverTimeLimit=0\n"
         "InactiveLimit=0\n"
@@ -540,6 +544,11 @@ def _slurm_conf(
         "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE OverSubscribe=FORCE:8 "
         "State=UP\n"
     )
+
+
+def first_job_id(pid: int | None = None) -> int:
+    """A job id base for this process's cluster: ``N·1000 + 1``, below Slurm's MaxJobId."""
+    return 1 + ((os.getpid() if pid is None else pid) % 60_000) * 1000
 
 
 def _cgroup_conf() -> str:
