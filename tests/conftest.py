@@ -11,7 +11,10 @@ import pytest
 from tests.support.index import IndexServer
 from tests.support.index import serve_indexes as _serve_indexes
 from tests.support.realstack import serve_real_stack
-from tests.support.slurm import slurm_cluster  # noqa: F401 - a session fixture for the Slurm tests
+from tests.support.slurm import (  # noqa: F401 - session fixtures for the Slurm tests
+    finished_slurm_jobs,
+    slurm_cluster,
+)
 from tests.support.wheels import StandIn
 
 ServeIndexes = Callable[..., IndexServer]

@@ -272,7 +272,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         (["audit", "--deep-timeout", "nan"], "argument --deep-timeout: expected a number"),
         (["audit", "--deep-timeout", "inf"], "argument --deep-timeout: expected a number"),
         (["memory", "--zero", "three"], "argument --zero: expected a whole number, got 'three'"),
-        (["doctor", "--json"], "the following arguments are required: --exit-code"),
+        (["doctor", "--json"], "one of the arguments --exit-code --slurm-job is required"),
         (["doctor", "--exit-code", "-9", "--nodes", "x"], "argument --nodes: expected a whole"),
         (["audit", "--json=yes"], "argument --json: ignored explicit argument 'yes'"),
         (["matrix", "show", "--gpu"], "argument --gpu: expected one argument"),

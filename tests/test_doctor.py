@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,11 @@ def test_cgroup_oom_with_counters_and_limit(tmp_path: Path) -> None:
     )
     report = run_doctor(
         DoctorRequest(
-            exit_code="137", flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=8)
+            exit_code="137",
+            flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=8),
+            # The kills are logged at 14:31:05; the window ties them to this run.
+            since=datetime(2026, 11, 29, 14, 0),
+            until=datetime(2026, 11, 29, 14, 45),
         ),
         readers,
         audit=no_audit,
@@ -534,7 +539,10 @@ def test_default_readers_take_every_root_and_command(tmp_path: Path) -> None:
     )
     report = run_doctor(
         DoctorRequest(
-            exit_code="-9", flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=2)
+            exit_code="-9",
+            flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=2),
+            since=datetime(2026, 11, 29, 13, 30),
+            until=datetime(2026, 11, 29, 14, 30),
         ),
         readers,
         audit=no_audit,
@@ -551,18 +559,20 @@ def test_every_code_in_the_source_is_documented() -> None:
     import re
 
     from cudalock.doctor import diagnosis as doctor
+    from cudalock.doctor import slurm_findings
     from cudalock.doctor.diagnosis import FINDING_CODES
     from cudalock.memory import estimates as memory
 
     used: set[str] = set()
-    for module in (doctor, memory):
+    for module in (doctor, memory, slurm_findings):
         source = Path(module.__file__ or "").read_text()
         used.update(re.findall(r'Finding\(\s*"([a-z0-9-]+)"', source))
     assert used == set(FINDING_CODES)
     assert all(code in (doctor.__doc__ or "").replace("\n", " ") for code in FINDING_CODES)
 
 
-def test_kills_of_other_pids_are_flagged_for_a_time_check() -> None:
+def test_kills_on_another_host_after_the_run_are_set_apart() -> None:
+    # The log: gpu-node-03, 13:40:02 – 14:02:15. The journal: gpu-node-07 at 14:31:05.
     report = run_doctor(
         DoctorRequest(
             exit_code="-9",
@@ -572,6 +582,14 @@ def test_kills_of_other_pids_are_flagged_for_a_time_check() -> None:
         machine(recorded_kernel("cgroup_oom_journal.txt")),
         audit=no_audit,
     )
-    finding = next(f for f in report.findings if f.code == "cgroup-oom-kill")
-    assert "None of these PIDs is one the training log reports" in finding.message
+    assert report.verdict == "unknown"
+    assert "cgroup-oom-kill" not in codes(report.findings)
+    other = next(f for f in report.findings if f.code == "other-oom-kills")
+    assert "not matched to this run (2)" in other.message
+    assert any(
+        "after the run" in item and "logged on gpu-node-07; the run ran on gpu-node-03" in item
+        for item in other.evidence
+    )
+    not_this_run = next(f for f in report.findings if f.code == "kernel-log-not-this-run")
+    assert "begins at 2026-11-29 14:31:05, after the run ended" in not_this_run.evidence[0]
     assert report.memory is not None and report.memory.host_enough is True

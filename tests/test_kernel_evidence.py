@@ -58,7 +58,7 @@ def test_segfault_and_xid_lines() -> None:
         ("python", 7001, "libcuda.so.535.104.05"),
         ("pt_data_worker", 7010, "libgomp.so.1.0.0"),
     ]
-    assert len(events.xids) == 1 and "79" in events.xids[0]
+    assert len(events.xids) == 1 and "79" in events.xids[0].line
     assert parse_kernel_log(fixture("clean_dmesg.txt")).kills == ()
 
 
@@ -84,7 +84,10 @@ def test_unprivileged_dmesg_is_reported_and_journal_is_used(tmp_path: Path) -> N
         }
     )
     log = read_kernel_log(runner=runner, root=tmp_path)
-    assert runner.calls == [("dmesg", "-T"), ("journalctl", "-k", "--no-pager", "-q")]
+    assert runner.calls == [
+        ("dmesg", "-T"),
+        ("journalctl", "-k", "--no-pager", "-q", "-o", "short-iso"),
+    ]
     by_name = {s.name: s for s in log.sources}
     assert by_name["dmesg -T"].readable is False
     assert "Operation not permitted" in by_name["dmesg -T"].reason
@@ -106,7 +109,7 @@ def test_the_same_kill_in_dmesg_and_kern_log_counts_once(tmp_path: Path) -> None
     assert len(log.events.kills) == 1
     assert {s.name: s.readable for s in log.sources} == {
         "dmesg -T": True,
-        "journalctl -k --no-pager -q": False,
+        "journalctl -k --no-pager -q -o short-iso": False,
         "/var/log/kern.log": True,
         "/var/log/messages": False,
     }

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from cudalock.doctor.slurm import (
-    SACCT_FIELDS,
     AccountingRecord,
     ExitStatus,
     JobAccounting,
@@ -22,6 +21,7 @@ from cudalock.doctor.slurm import (
     SlurmCommandNotFound,
     SlurmCommandTimedOut,
     SlurmJobNotFound,
+    SlurmQueryError,
     classify_job,
     memory_limit_per_node,
     parse_duration,
@@ -39,38 +39,15 @@ from cudalock.doctor.slurm import (
     split_job_reference,
 )
 from cudalock.errors import EXIT_ENVIRONMENT, EXIT_USAGE, InputError
+from tests.support.slurm_records import (
+    FIXTURES,
+    recorded,
+    recorded_sacct,
+    recorded_scontrol,
+    without_comments,
+)
 
-FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 MIB = 2**20
-
-
-def recorded_fields(text: str) -> tuple[str, ...]:
-    """The --format= of the recorded command, from the file's ``# Command:`` comment."""
-    for line in text.splitlines():
-        if line.startswith("# Command:") and "--format=" in line:
-            return tuple(line.split("--format=", 1)[1].split()[0].split(","))
-    return SACCT_FIELDS
-
-
-def without_comments(text: str) -> str:
-    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
-
-
-def recorded_sacct(name: str) -> tuple[AccountingRecord, ...]:
-    text = (FIXTURES / f"{name}.sacct.txt").read_text()
-    return parse_sacct(without_comments(text), recorded_fields(text))
-
-
-def recorded_scontrol(name: str) -> AccountingRecord | None:
-    return parse_scontrol_job(without_comments((FIXTURES / f"{name}.scontrol.txt").read_text()))
-
-
-def recorded(name: str, *, controller: bool = True) -> JobAccounting:
-    """A job as read on the cluster; ``controller=False``: after scontrol forgot it."""
-    records = recorded_sacct(name)
-    return JobAccounting(
-        records[0].job_id, records, recorded_scontrol(name) if controller else None
-    )
 
 
 def by_ident(records: tuple[AccountingRecord, ...]) -> dict[str, AccountingRecord]:
@@ -526,11 +503,15 @@ def test_a_command_past_its_timeout_is_a_typed_error() -> None:
         run_slurm_command([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
 
 
-def test_large_output_on_both_pipes_is_drained_and_capped() -> None:
-    script = "import sys; sys.stderr.write('e' * 6_000_000); sys.stdout.write('o' * 6_000_000)"
+def test_large_output_on_both_pipes_is_drained_and_a_runaway_is_stopped() -> None:
+    script = "import sys; sys.stderr.write('e' * 3_000_000); sys.stdout.write('o' * 3_000_000)"
     done = run_slurm_command([sys.executable, "-c", script], timeout=60)
     assert done.returncode == 0
-    assert len(done.stdout) == len(done.stderr) == 4 * MIB
+    assert len(done.stdout) == len(done.stderr) == 3_000_000
+    runaway = "import sys; sys.stdout.write('o' * 6_000_000)"
+    with pytest.raises(SlurmQueryError, match="more than 4 MiB") as caught:
+        run_slurm_command([sys.executable, "-c", runaway], timeout=60)
+    assert caught.value.exit_code == EXIT_ENVIRONMENT
 
 
 @pytest.mark.skipif(shutil.which("sacct") is None, reason="needs sacct (slurm-client)")

@@ -1,4 +1,4 @@
-"""The Slurm reader against a real single-node cluster: four real jobs, read back from sacct.
+"""The Slurm reader against a real single-node cluster: real jobs, read back from sacct.
 
 The cluster comes from the session fixture in tests/support/slurm.py (Debian's Slurm packages,
 started as root); without them these tests are skipped, except under CI=true.
@@ -29,16 +29,10 @@ pytestmark = pytest.mark.slurm
 MIB = 2**20
 
 
-@pytest.fixture(scope="module")
-def finished_jobs(slurm_cluster: SlurmCluster) -> Mapping[str, SubmittedJob]:
-    """The four jobs, run side by side; the time-limit one first, as it takes longest."""
-    jobs = {
-        recipe.name: slurm_cluster.submit(recipe)
-        for recipe in (TIME_LIMIT, OOM_BATCH, SEGFAULT_BATCH, SUCCESS)
-    }
-    for job in jobs.values():
-        slurm_cluster.wait_for_final_record(job)
-    return jobs
+@pytest.fixture
+def finished_jobs(finished_slurm_jobs: Mapping[str, SubmittedJob]) -> Mapping[str, SubmittedJob]:
+    """The session's finished jobs (shared with the doctor's live tests)."""
+    return finished_slurm_jobs
 
 
 def test_job_over_its_mem_limit_is_out_of_memory(finished_jobs: Mapping[str, SubmittedJob]) -> None:

@@ -530,6 +530,10 @@ def _slurm_conf(
         "ReturnToService=2\n"
         # Keep finished jobs in scontrol for the whole session.
         "MinJobAge=3600\n"
+        # Clusters started at once on one machine (parallel test runs) share its cgroup tree,
+        # slurm_<node>/uid_0/job_<id>: with the same job ids, one cluster's job ending kills the
+        # other's processes in that cgroup. Each cluster numbers its jobs from its own base.
+        f"FirstJobId={first_job_id()}\n"
         "KillWait=2\n"
         "OverTimeLimit=0\n"
         "InactiveLimit=0\n"
@@ -540,6 +544,11 @@ def _slurm_conf(
         "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE OverSubscribe=FORCE:8 "
         "State=UP\n"
     )
+
+
+def first_job_id(pid: int | None = None) -> int:
+    """A job id base for this process's cluster: ``N·1000 + 1``, below Slurm's MaxJobId."""
+    return 1 + ((os.getpid() if pid is None else pid) % 60_000) * 1000
 
 
 def _cgroup_conf() -> str:
@@ -728,6 +737,20 @@ def running_slurm(state_dir: Path, *, memory_cgroup: bool | None = None) -> Iter
         _wait_for(node_idle, f"idle node {node_name}", slurmd)
         cluster.version = cluster.command("sinfo", "--version").stdout.strip()
         yield cluster
+
+
+#: The jobs the live tests read back, run once a session side by side.
+FINISHED_JOBS = (TIME_LIMIT, OOM_BATCH, SEGFAULT_BATCH, SUCCESS, OOM_PER_GPU)
+
+
+@pytest.fixture(scope="session")
+def finished_slurm_jobs(slurm_cluster: SlurmCluster) -> Mapping[str, SubmittedJob]:
+    """:data:`FINISHED_JOBS` by recipe name, each with its final sacct record; the time-limit
+    job is submitted first, as it takes longest."""
+    jobs = {recipe.name: slurm_cluster.submit(recipe) for recipe in FINISHED_JOBS}
+    for job in jobs.values():
+        slurm_cluster.wait_for_final_record(job)
+    return jobs
 
 
 @pytest.fixture(scope="session")

@@ -110,7 +110,7 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="Probe JSON written by 'cudalock probe --json' on another machine (repeat for a "
-        "fleet).",
+        "fleet); '-' reads several from stdin, e.g. from srun ... cudalock probe --json-lines.",
     )
     group.add_argument(
         "--driver-version",

@@ -111,6 +111,8 @@ def run(args: argparse.Namespace) -> None:
     if python is not None and prefix is not None:
         raise UsageError("give either --python or --prefix, not both")
     compat, policy_source = compat_policy(args)
+    if report == "-" and any(str(path) == "-" for path in target_opts.probe_files):
+        raise UsageError("--report - and --probe - both read stdin; give one of them a file")
     if report is not None:
         matrix = load_matrix_for(target_opts)
         from cudalock.audit.reports import parse_report

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from pathlib import Path
 
 from cudalock.cli.args import add_json_flag, add_policy_arguments, compat_policy, epilog
@@ -11,13 +12,22 @@ from cudalock.cli.training import add_training_run_arguments, memory_options
 DESCRIPTION = """\
 Explain why a run ended with -9/137 (SIGKILL) or -11/139 (SIGSEGV), from evidence.
 
--9: kernel OOM-killer lines (dmesg, journalctl -k, /var/log/kern.log), cgroup counters, launcher
-lines in --log, and the host memory the ZeRO run needs (the training-run flags, or what the log
-says). -11: the environment audit, kernel segfault lines, /dev/shm; a torch built for a newer
-CUDA than the driver is named first when the policy (--compat, as in resolve) refuses it."""
+-9: kernel OOM-killer lines (dmesg, journalctl -k, /var/log/kern.log, and kernel lines pasted into
+--log), cgroup counters, launcher lines in --log, and the host memory the ZeRO run needs (the
+training-run flags, or what the log says). -11: the environment audit, kernel segfault lines,
+/dev/shm; a torch built for a newer CUDA than the driver is named first when the policy
+(--compat, as in resolve) refuses it. Kernel lines count only when they match the run: its time
+(the log's timestamps, the Slurm job, or --since/--until), its host (the log's hostnames, the
+job's nodes, or --host) and the PIDs and program names the log reports; the others are shown
+apart.
+
+--slurm-job reads the job's Slurm accounting (sacct, scontrol) instead of a return code: an
+OUT_OF_MEMORY step, a TIMEOUT, a segfault, with the #SBATCH --mem= the run needs."""
 
 EXAMPLES = """\
   cudalock doctor --exit-code 137 --log train.log
+  cudalock doctor --exit-code -9 --log train.log --since '2026-11-29 13:40' --host gpu-node-03
+  cudalock doctor --slurm-job 884422 --params 7B --zero 2
   cudalock doctor --exit-code "exits with return code = -11" --python /envs/ft/bin/python
   cudalock doctor --exit-code -9 --params 7B --zero 2 --gpus-per-node 8"""
 
@@ -25,25 +35,66 @@ EXIT_CODES = """\
 exit status:
   0  no problem found
   1  a problem was found (the verdict says which)
-  2  usage error or bad input (a bad flag or value, an unreadable log)"""
+  2  usage error or bad input (a bad flag or value, an unreadable log, an unknown Slurm job)
+  3  Slurm's commands are missing here, or sacct/scontrol did not answer"""
+
+
+def timestamp(text: str) -> datetime:
+    """An argparse ``type``: ``2026-11-29 13:40``, ``2026-11-29T13:40:05``, ``2026-11-29``, with
+    an optional UTC offset; naive times are this machine's local time, as logs print them."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a date and time such as '2026-11-29 13:40', got {text!r}"
+        ) from None
+    return when.astimezone().replace(tzinfo=None) if when.tzinfo is not None else when
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = DESCRIPTION
     parser.epilog = epilog(EXAMPLES, EXIT_CODES)
-    parser.usage = "%(prog)s --exit-code CODE [options]"
-    parser.add_argument(
+    parser.usage = "%(prog)s (--exit-code CODE | --slurm-job ID[.STEP]) [options]"
+    # One of the two says how the run ended: the return code seen, or Slurm's record of it.
+    ended = parser.add_mutually_exclusive_group(required=True)
+    ended.add_argument(
         "--exit-code",
-        required=True,
         metavar="CODE",
         help="The return code as you saw it: -9, 137, 'exitcode: -9', -11, "
-        "139, 'exits with return code = -11' (required).",
+        "139, 'exits with return code = -11'.",
+    )
+    ended.add_argument(
+        "--slurm-job",
+        metavar="ID[.STEP]",
+        help="A Slurm job (or one step of it): read how it ended from sacct and scontrol; its "
+        "time and nodes select the kernel evidence, its memory request is the limit checked.",
     )
     parser.add_argument(
         "--log",
         type=Path,
         metavar="FILE",
-        help="The training log (torchrun / deepspeed / Trainer output).",
+        help="The training log (torchrun / deepspeed / Trainer output; pasted dmesg lines are "
+        "read too).",
+    )
+    parser.add_argument(
+        "--since",
+        type=timestamp,
+        metavar="TIME",
+        help="When the run started (local time, e.g. '2026-11-29 13:40'): kernel lines before "
+        "it are not the run's. Default: from the log or the Slurm job.",
+    )
+    parser.add_argument(
+        "--until",
+        type=timestamp,
+        metavar="TIME",
+        help="When the run ended: kernel lines after it are not the run's.",
+    )
+    parser.add_argument(
+        "--host",
+        dest="hosts",
+        action="append",
+        metavar="NAME",
+        help="A host the run ran on (repeatable); default: the hosts the log or the job names.",
     )
     add_json_flag(parser, "Print the result as JSON.")
     parser.add_argument(
@@ -68,8 +119,11 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.doctor.logs import parse_exit_code
     from cudalock.doctor.render import render_report
     from cudalock.doctor.run import DoctorRequest, default_readers, run_doctor
+    from cudalock.errors import UsageError
     from cudalock.model import Compat
 
+    if args.since is not None and args.until is not None and args.since > args.until:
+        raise UsageError(f"--since {args.since} is after --until {args.until}")
     memory_opts = memory_options(args)
     compat: Compat = "strict"
     # The policy judges the -11 audit alone: only then is a cudalock.toml here read.
@@ -77,6 +131,10 @@ def run(args: argparse.Namespace) -> None:
         compat, _ = compat_policy(args)
     request = DoctorRequest(
         exit_code=args.exit_code,
+        slurm_job=args.slurm_job,
+        since=args.since,
+        until=args.until,
+        hosts=tuple(args.hosts or ()),
         log_path=args.log,
         flags=memory_opts.hints(),
         model_path=memory_opts.model,

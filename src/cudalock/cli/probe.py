@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from cudalock.cli.args import add_json_flag, add_target_arguments, epilog, target_options
@@ -20,6 +21,7 @@ reads another machine's JSON."""
 EXAMPLES = """\
   cudalock probe
   cudalock probe --json > node.json
+  srun -p gpu -N 4 --ntasks-per-node=1 cudalock probe --json-lines | cudalock resolve --probe -
   cudalock probe --json --driver-version 535.104.05 --compute-capability 9.0"""
 
 
@@ -29,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_flag(
         parser,
         "Print the Target as JSON (schema_version 1; a list when several --probe files are given).",
+    )
+    parser.add_argument(
+        "--json-lines",
+        action="store_true",
+        help="Print each Target as one line of compact JSON: run on every node with srun "
+        "--ntasks-per-node=1 and pipe into 'cudalock resolve --probe -' for a fleet plan.",
     )
     add_target_arguments(parser)
 
@@ -40,6 +48,13 @@ def run(args: argparse.Namespace) -> None:
     target_opts = target_options(args)
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
+    if args.json_lines:
+        import json
+
+        # One write per document: srun interleaves its tasks' output only between lines.
+        for target in targets:
+            sys.stdout.write(json.dumps(target.to_json(), separators=(",", ":")) + "\n")
+        return
     if args.json_output:
         documents = [t.to_json() for t in targets]
         emit_json(documents[0] if len(documents) == 1 else documents)

@@ -10,7 +10,15 @@ sigkill-collateral, oom-unconfirmed, kernel-log-unreadable, kubernetes-oomkilled
 slurm-time-limit, killed-during-checkpoint-save, memory-check-skipped, host-memory-short,
 host-memory-enough, host-memory-unknown, gpu-memory-short, segfault-in-library, gpu-xid-error,
 shm-too-small, dataloader-bus-error, segfault-other-causes, audit-clean, audit-unavailable,
-signal-other, exit-status-plain, plus the audit's own codes for -11.
+signal-other, exit-status-plain, other-oom-kills, other-kernel-crashes, kernel-events-unchecked,
+kernel-log-not-this-run, oom-from-memory-check-only, slurm-out-of-memory, slurm-memory-request,
+slurm-segfault, slurm-signal, slurm-job-cancelled, slurm-node-failure, slurm-job-completed,
+slurm-job-unfinished, slurm-job-failed, plus the audit's own codes for -11.
+
+Kernel lines count only when they are tied to the run and nothing rules them out
+(:mod:`cudalock.doctor.matching`); the others are shown apart (other-oom-kills,
+other-kernel-crashes, kernel-events-unchecked) and never decide the verdict. A Slurm
+job's accounting (:mod:`cudalock.doctor.slurm_findings`) decides how the job ended.
 """
 
 from __future__ import annotations
@@ -22,13 +30,31 @@ from typing import Any
 
 from cudalock.doctor.kernel import (
     HOW_TO_READ,
+    PASTED_SOURCE,
     KernelLog,
     OomKill,
+    Segfault,
+    Xid,
 )
 from cudalock.doctor.logs import (
     ExitStatus,
     LogFacts,
     RunShape,
+)
+from cudalock.doctor.matching import (
+    Coverage,
+    EventMatch,
+    RunScope,
+    SplitEvents,
+    describe_match,
+    kernel_coverage,
+    split_kernel_events,
+)
+from cudalock.doctor.slurm_findings import (
+    SlurmEvidence,
+    job_end_findings,
+    memory_request_finding,
+    signal_finding,
 )
 from cudalock.memory import MemoryVerdict, TrainingSetup, format_gib
 from cudalock.model import Finding
@@ -61,6 +87,20 @@ FINDING_CODES = (
     "audit-unavailable",
     "signal-other",
     "exit-status-plain",
+    "other-oom-kills",
+    "other-kernel-crashes",
+    "kernel-events-unchecked",
+    "kernel-log-not-this-run",
+    "oom-from-memory-check-only",
+    "slurm-out-of-memory",
+    "slurm-memory-request",
+    "slurm-segfault",
+    "slurm-signal",
+    "slurm-job-cancelled",
+    "slurm-node-failure",
+    "slurm-job-completed",
+    "slurm-job-unfinished",
+    "slurm-job-failed",
 )
 
 SIGKILL, SIGBUS, SIGSEGV = signal.SIGKILL, signal.SIGBUS, signal.SIGSEGV
@@ -168,6 +208,9 @@ class DoctorReport:
     memory: MemoryVerdict | None = None
     setup_notes: tuple[str, ...] = ()
     evidence: dict[str, Any] = field(default_factory=dict)
+    #: What the kernel evidence was matched against.
+    scope: RunScope | None = None
+    slurm: SlurmEvidence | None = None
 
     @property
     def exit_code(self) -> int:
@@ -229,16 +272,151 @@ _OTHER_SIGKILL = (
 )
 
 
+@dataclass(frozen=True)
+class KernelView:
+    """The kernel evidence as it bears on the run: its events, the others, and whether the
+    log read could have recorded the run at all."""
+
+    split: SplitEvents | None
+    coverage: Coverage | None
+    scope: RunScope
+
+    @classmethod
+    def of(cls, kernel: KernelLog | None, scope: RunScope) -> KernelView:
+        if kernel is None:
+            return cls(None, None, scope)
+        return cls(split_kernel_events(kernel.events, scope), kernel_coverage(kernel, scope), scope)
+
+    @property
+    def kills(self) -> tuple[OomKill, ...]:
+        return self.split.run.kills if self.split else ()
+
+    @property
+    def covers_run(self) -> bool:
+        return bool(self.coverage and self.coverage.covering)
+
+    def note(self, events: Sequence[OomKill | Segfault | Xid]) -> str:
+        """How the last of ``events`` was matched to the run, as a sentence (or nothing)."""
+        if self.split is None or not events:
+            return ""
+        text = describe_match(self.split.match_of(events[-1]))
+        return f" {text}" if text else ""
+
+
+def _other_event_findings(view: KernelView, *, kills: bool) -> list[Finding]:
+    """Kernel events that are not the run's, or that nothing ties to it, shown apart; they
+    never decide the verdict. ``kills``: the OOM kills (for -9), else segfaults and Xids."""
+    findings: list[Finding] = []
+    split = view.split
+    if split is None:
+        return findings
+    if kills and split.other_kills:
+        pasted = any(kill.source.startswith(PASTED_SOURCE) for kill, _ in split.other_kills)
+        where = "in the kernel lines read" if pasted else "on this machine"
+        findings.append(
+            Finding(
+                "other-oom-kills",
+                "info",
+                f"Other OOM kills {where}, not matched to this run ({len(split.other_kills)}): "
+                "they are not evidence about it and do not decide the verdict.",
+                _quote(
+                    [
+                        f"{kill.describe()} [{kill.stamp.describe()}, {kill.source}]: "
+                        + "; ".join(found.why_not)
+                        for kill, found in split.other_kills
+                    ]
+                ),
+            )
+        )
+    if not kills and split.other_crashes:
+        findings.append(
+            Finding(
+                "other-kernel-crashes",
+                "info",
+                f"Segfault and GPU Xid lines in the kernel log, not matched to this run "
+                f"({len(split.other_crashes)}): they do not decide the verdict.",
+                _quote(
+                    [
+                        f"{event.line} [{event.source}]: " + "; ".join(found.why_not)
+                        for event, found in split.other_crashes
+                    ]
+                ),
+            )
+        )
+    untied: Sequence[tuple[OomKill | Segfault | Xid, EventMatch]] = (
+        split.untied_kills if kills else split.untied_crashes
+    )
+    if untied:
+        unknown = sorted({note for _, found in untied for note in found.unchecked})
+        what = "OOM kill(s)" if kills else "segfault or Xid line(s)"
+        findings.append(
+            Finding(
+                "kernel-events-unchecked",
+                "warning",
+                f"{len(untied)} {what} in the kernel log could be neither tied to this run nor "
+                "ruled out (" + "; ".join(unknown) + "), so they do not decide the verdict.",
+                _quote(
+                    [
+                        (event.describe() if isinstance(event, OomKill) else event.line)
+                        + f" [{event.stamp.describe()}, {event.source}]"
+                        for event, _ in untied
+                    ]
+                ),
+                (
+                    "give the run's time: --log with its timestamps, or --since and --until "
+                    "(and --host)",
+                ),
+            )
+        )
+    return findings
+
+
+def _not_this_run_finding(view: KernelView, seen: Observations) -> list[Finding]:
+    """The kernel log here was read, but it cannot have recorded the run."""
+    coverage = view.coverage
+    if coverage is None or coverage.covering or not coverage.not_covering:
+        return []
+    scope = view.scope
+    counters = (
+        " This machine's cgroup counters were left out for the same reason."
+        if scope.ran_here is False and seen.cgroup is not None and seen.cgroup.levels
+        else ""
+    )
+    where = ", ".join(scope.hosts) if scope.hosts and scope.ran_here is False else "the run's host"
+    return [
+        Finding(
+            "kernel-log-not-this-run",
+            "warning",
+            "The kernel log read here cannot have recorded this run, so it neither confirms "
+            "nor rules out an OOM kill." + counters,
+            coverage.not_covering,
+            (
+                f"run cudalock doctor on {where}, or paste its 'dmesg -T' output into the log "
+                "given with --log",
+                "journalctl -k -b -1 shows the previous boot's kernel log where the journal is "
+                "kept on disk",
+            ),
+        )
+    ]
+
+
 def _sigkill_findings(
-    exit_status: ExitStatus, log: LogFacts | None, seen: Observations
+    exit_status: ExitStatus,
+    log: LogFacts | None,
+    seen: Observations,
+    view: KernelView,
+    slurm: SlurmEvidence | None,
 ) -> tuple[str, list[Finding]]:
     findings: list[Finding] = []
     kernel = seen.kernel
-    kills = kernel.events.kills if kernel else ()
+    kills = view.kills
     pids = log.reported_pids if log else ()
     host_kills = [k for k in kills if k.scope == "host"]
     cgroup_kills = [k for k in kills if k.scope == "cgroup"]
-    cgroup_levels = seen.cgroup.kill_levels if seen.cgroup else ()
+    # This machine's counters say nothing about a run on another host.
+    cgroup_levels = (
+        seen.cgroup.kill_levels if seen.cgroup and view.scope.ran_here is not False else ()
+    )
     slurm_oom = log.of_kind("slurm-oom") if log else ()
     cuda_oom = log.of_kind("cuda-oom") if log else ()
     dataloader = log.of_kind("dataloader-killed") if log else ()
@@ -252,11 +430,25 @@ def _sigkill_findings(
         if pids and group:
             return (
                 " None of these PIDs is one the training log reports (a DataLoader worker "
-                "or another rank may have been chosen): check that the times match the crash."
+                "or another rank may have been chosen)."
             )
         return ""
 
-    if cgroup_kills or cgroup_levels or slurm_oom:
+    if slurm is not None and slurm.verdict.kind == "out-of-memory":
+        verdict = "slurm-oom"
+        finding = signal_finding(slurm)
+        if cgroup_kills or host_kills:
+            finding = replace(
+                finding,
+                message=finding.message
+                + " The kernel log here has the kill: "
+                + ", ".join(k.describe() for k in (cgroup_kills + host_kills)[-3:])
+                + "."
+                + view.note(cgroup_kills + host_kills),
+                evidence=(*finding.evidence, *_quote(_kill_lines(cgroup_kills + host_kills))),
+            )
+        findings.append(finding)
+    elif cgroup_kills or cgroup_levels or slurm_oom:
         verdict = "cgroup-oom"
         evidence: list[str] = _kill_lines(cgroup_kills)
         for level in cgroup_levels:
@@ -264,13 +456,21 @@ def _sigkill_findings(
         evidence.extend(e.line for e in slurm_oom)
         limit = seen.cgroup.limit_bytes if seen.cgroup else None
         limit_text = f" ({format_gib(limit)})" if limit is not None else ""
+        undated = (
+            " The cgroup counters are not dated: they count every OOM kill in this cgroup since "
+            "it was created."
+            if cgroup_levels and not cgroup_kills and not slurm_oom
+            else ""
+        )
         findings.append(
             Finding(
                 "cgroup-oom-kill",
                 "error",
                 "The container/cgroup memory limit" + limit_text + " was hit and the kernel's OOM "
                 "killer sent SIGKILL inside that cgroup; the host itself may have had memory left."
-                + pid_note(cgroup_kills),
+                + pid_note(cgroup_kills)
+                + view.note(cgroup_kills)
+                + undated,
                 _quote(evidence),
                 (
                     "raise the container's memory limit (docker run --memory, Kubernetes "
@@ -279,7 +479,7 @@ def _sigkill_findings(
                 ),
             )
         )
-    if host_kills:
+    if host_kills and verdict != "slurm-oom":
         if verdict == "unknown":
             verdict = "host-oom"
         findings.append(
@@ -289,7 +489,8 @@ def _sigkill_findings(
                 "The host ran out of RAM and the kernel's OOM killer sent SIGKILL to "
                 + ", ".join(k.describe() for k in host_kills[-3:])
                 + "."
-                + pid_note(host_kills),
+                + pid_note(host_kills)
+                + view.note(host_kills),
                 _quote(_kill_lines(host_kills)),
                 (
                     "give the host more RAM or make the run need less (see the memory check below)",
@@ -354,6 +555,8 @@ def _sigkill_findings(
                 ),
             )
         )
+    findings.extend(_not_this_run_finding(view, seen))
+    findings.extend(_other_event_findings(view, kills=True))
     pod_lines = log.of_kind("kubernetes-oomkilled") if log else ()
     if pod_lines or (exit_status.raw.strip() == "137" and seen.in_kubernetes):
         findings.append(
@@ -385,6 +588,8 @@ def _sigkill_findings(
         )
         if verdict == "unknown":
             verdict = "not-oom"
+    if slurm is not None and slurm.verdict.kind == "signal":
+        findings.append(signal_finding(slurm))
     if verdict == "unknown" and log is not None:
         other = [
             e
@@ -404,21 +609,59 @@ def _sigkill_findings(
                     _quote([e.line for e in other]),
                 )
             )
-    evidence_read = (kernel is not None and kernel.readable) or bool(
-        seen.cgroup and seen.cgroup.levels
-    )
-    if verdict == "unknown" and evidence_read and kernel is not None and kernel.readable:
+    untied = bool(view.split and view.split.untied_kills)
+    if verdict == "unknown" and view.covers_run and view.coverage is not None and not untied:
         verdict = "not-oom"
         findings.append(
             Finding(
                 "sigkill-not-oom",
                 "warning",
-                "No OOM kill is recorded in the kernel log or the cgroup counters, so this SIGKILL "
-                "most likely came from somewhere else: " + "; ".join(_OTHER_SIGKILL) + ".",
-                tuple(f"{s.name}: read, no OOM kill" for s in kernel.sources if s.readable),
+                "No OOM kill of this run is recorded in the kernel log or the cgroup counters, so "
+                "this SIGKILL most likely came from somewhere else: "
+                + "; ".join(_OTHER_SIGKILL)
+                + ".",
+                tuple(
+                    f"{s.name}: read, no OOM kill of the run"
+                    + (f" (oldest line {s.first_at:%Y-%m-%d %H:%M:%S})" if s.first_at else "")
+                    for s in view.coverage.covering
+                ),
             )
         )
     return verdict, findings
+
+
+def memory_only_finding(memory: MemoryVerdict, kernel_read: bool) -> Finding:
+    """The verdict rests on the memory arithmetic alone: say so, and which phase would fail."""
+    setup = memory.needs.setup
+    available = memory.host.available_bytes or 0
+    save = next((p for p in memory.needs.phases if p.name == "checkpoint save"), None)
+    if save is not None and save.bytes > available and setup.zero_stage in (1, 2):
+        hit = (
+            f", which a ZeRO-{setup.zero_stage} checkpoint save would hit (each of the "
+            f"{setup.gpus_per_node} ranks on a node copies the 16-bit weights: "
+            f"{format_gib(save.bytes)} needed, {format_gib(available)} available)"
+        )
+    elif save is not None and save.bytes > available:
+        hit = (
+            f", which a checkpoint save would hit (rank 0 gathers the 16-bit weights: "
+            f"{format_gib(save.bytes)} needed)"
+        )
+    else:
+        phase = memory.needs.deciding_phase
+        hit = f", at '{phase.name}' ({format_gib(phase.bytes)} needed)"
+    why = (
+        "no kernel record of this run was found"
+        if kernel_read
+        else "the kernel log could not be read"
+    )
+    return Finding(
+        "oom-from-memory-check-only",
+        "warning",
+        f"Only the memory arithmetic points at an OOM kill: {why}; the memory check says the "
+        f"host was {format_gib(memory.shortfall_bytes)} short{hit}.",
+        (f"host: {memory.host.describe()}",),
+        ("confirm with the kernel log of the run's node: " + HOW_TO_READ[0],),
+    )
 
 
 _LIBRARY_HINTS = (
@@ -512,8 +755,10 @@ def explain_audit_finding(finding: Finding) -> Finding:
 def _sigsegv_findings(
     log: LogFacts | None,
     seen: Observations,
+    view: KernelView,
     audit_findings: Sequence[Finding] | None,
     audit_error: str | None,
+    slurm: SlurmEvidence | None,
 ) -> tuple[str, list[Finding]]:
     findings: list[Finding] = []
     verdict = "segfault"
@@ -523,9 +768,11 @@ def _sigsegv_findings(
         if _is_driver_mismatch(finding):
             verdict = "cuda-newer-than-driver"
             findings.append(replace(finding, message=f"Most likely cause: {finding.message}"))
-    kernel = seen.kernel
-    if kernel is not None:
-        for seg in kernel.events.segfaults[-3:]:
+    if slurm is not None:
+        findings.append(signal_finding(slurm))
+    if view.split is not None:
+        run_events = view.split.run
+        for seg in run_events.segfaults[-3:]:
             if seg.library:
                 findings.append(
                     Finding(
@@ -533,11 +780,11 @@ def _sigsegv_findings(
                         "error",
                         f"The kernel recorded {seg.comm} (PID {seg.pid}) crashing in "
                         f"{seg.library}: "
-                        f"{_library_meaning(seg.library)}.",
+                        f"{_library_meaning(seg.library)}." + view.note([seg]),
                         (seg.line,),
                     )
                 )
-        if kernel.events.xids:
+        if run_events.xids:
             findings.append(
                 Finding(
                     "gpu-xid-error",
@@ -545,8 +792,8 @@ def _sigsegv_findings(
                     "The NVIDIA driver logged Xid errors (GPU faults). Processes using a "
                     "faulting GPU "
                     "can die with SIGSEGV or SIGKILL; this is a driver or hardware problem, not a "
-                    "package version.",
-                    _quote(list(kernel.events.xids)),
+                    "package version." + view.note(run_events.xids),
+                    _quote([xid.line for xid in run_events.xids]),
                     (
                         "look the Xid number up in NVIDIA's Xid catalogue; 79 (fallen off the "
                         "bus), 48 "
@@ -554,6 +801,7 @@ def _sigsegv_findings(
                     ),
                 )
             )
+        findings.extend(_other_event_findings(view, kills=False))
     if audit_findings is not None:
         problems = [f for f in audit_findings if f.severity in ("error", "warning")]
         findings.extend(f for f in explained if not _is_driver_mismatch(f))
@@ -660,9 +908,16 @@ _VERDICT_SUMMARY = {
     "was hit and the OOM killer sent SIGKILL",
     "gpu-oom": "GPU OOM: a GPU ran out of memory; the -9 is the launcher stopping the other ranks",
     "not-oom": "not an OOM: no OOM kill is recorded; something else sent SIGKILL",
-    "unknown": "undetermined: no record of an OOM kill could be read",
+    "unknown": "undetermined: no OOM kill of this run was found, and none could be ruled out",
     "likely-host-oom": "probably a host OOM: the host has less RAM than this run needs, but no "
-    "kernel record of the kill could be read",
+    "kernel record of the run's kill was found",
+    "slurm-oom": "out of memory in the Slurm job: a step passed the job's memory request and "
+    "the kernel killed it in the job's cgroup",
+    "time-limit": "Slurm time limit: the job ran out of time and Slurm stopped it; not an OOM",
+    "cancelled": "cancelled: the Slurm job was cancelled, not crashed",
+    "node-failure": "node failure: a node of the Slurm job went down",
+    "completed": "completed: the Slurm job ended with exit code 0",
+    "unfinished": "unfinished: the Slurm job has not ended yet",
     "segfault": "segmentation fault (SIGSEGV)",
     "cuda-newer-than-driver": "segmentation fault (SIGSEGV), most likely because torch is built "
     "for a newer CUDA than the NVIDIA driver supports",
@@ -681,13 +936,26 @@ def diagnose(
     setup_notes: Sequence[str] = (),
     audit_findings: Sequence[Finding] | None = None,
     audit_error: str | None = None,
+    scope: RunScope | None = None,
+    slurm: SlurmEvidence | None = None,
 ) -> DoctorReport:
-    """The verdict and findings for one crash (pure)."""
+    """The verdict and findings for one crash (pure).
+
+    Kernel events count only where they match ``scope`` (the run's time, hosts and processes;
+    an empty scope matches everything and says what went unchecked); ``slurm``, the job's
+    accounting, decides how the job ended where it is given.
+    """
     seen = seen or Observations()
+    scope = scope or RunScope()
+    view = KernelView.of(seen.kernel, scope)
     findings: list[Finding] = []
     sig = exit_status.signal
-    if sig == SIGKILL:
-        verdict, found = _sigkill_findings(exit_status, log, seen)
+    slurm_verdict, slurm_findings = job_end_findings(slurm) if slurm else (None, [])
+    if slurm_verdict is not None:
+        verdict = slurm_verdict
+        findings.extend(slurm_findings)
+    elif sig == SIGKILL:
+        verdict, found = _sigkill_findings(exit_status, log, seen, view, slurm)
         findings.extend(found)
         saving = log.died_while_saving if log else None
         if saving is not None:
@@ -720,21 +988,32 @@ def diagnose(
                 )
             )
         if memory is not None:
+            if slurm is not None and verdict == "slurm-oom":
+                findings.append(memory_request_finding(slurm, memory))
             findings.extend(memory.findings)
             if verdict == "unknown" and memory.host_enough is False:
                 verdict = "likely-host-oom"
+                kernel = seen.kernel
+                findings.append(
+                    memory_only_finding(memory, kernel_read=kernel is not None and kernel.readable)
+                )
         else:
+            for_slurm = (
+                " and get the #SBATCH --mem= it needs"
+                if slurm is not None and verdict == "slurm-oom"
+                else ""
+            )
             findings.append(
                 Finding(
                     "memory-check-skipped",
                     "info",
                     "No memory check: the model size is unknown. Pass --params 7B (or --model "
                     "PATH) with --zero and --gpus-per-node to compare this host with what the run "
-                    "needs.",
+                    f"needs{for_slurm}.",
                 )
             )
     elif sig == SIGSEGV:
-        verdict, found = _sigsegv_findings(log, seen, audit_findings, audit_error)
+        verdict, found = _sigsegv_findings(log, seen, view, audit_findings, audit_error, slurm)
         findings.extend(found)
     elif sig == SIGBUS:
         verdict = "bus-error"
@@ -751,6 +1030,8 @@ def diagnose(
             )
     elif sig is not None:
         verdict = "other-signal"
+        if slurm is not None:
+            findings.append(signal_finding(slurm))
         findings.append(
             Finding(
                 "signal-other",
@@ -772,11 +1053,21 @@ def diagnose(
             )
         )
     summary = _VERDICT_SUMMARY[verdict]
-    evidence: dict[str, Any] = {"machine": seen.to_json()}
+    evidence: dict[str, Any] = {"machine": seen.to_json(), "run": scope.to_json()}
     if log is not None:
         evidence["log"] = log.to_json()
+    if slurm is not None:
+        evidence["slurm"] = slurm.to_json()
     return DoctorReport(
-        exit_status, verdict, summary, tuple(findings), memory, tuple(setup_notes), evidence
+        exit_status,
+        verdict,
+        summary,
+        tuple(findings),
+        memory,
+        tuple(setup_notes),
+        evidence,
+        scope=scope,
+        slurm=slurm,
     )
 
 

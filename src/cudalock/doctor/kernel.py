@@ -7,25 +7,37 @@ tests feed prepared trees and recorded logs. Formats (``mm/oom_kill.c``):
 - ``Memory cgroup out of memory: Killed process …`` (a container or cgroup limit)
 - ``oom-kill:constraint=CONSTRAINT_MEMCG,…,task_memcg=/…,task=python,pid=1234,uid=0``
 - ``python[1234]: segfault at 0 ip … sp … error 4 in libcuda.so.535.104.05[…]``
+
+Every line is dated and placed where it says so (:class:`Stamp`): ``dmesg -T``'s
+``[Sun Nov 29 14:02:11 2026]``, ISO stamps (``dmesg --time-format=iso``, ``journalctl -o
+short-iso``, rsyslog), syslog's ``Nov 29 14:31:05 HOST kernel:`` (no year: the one that puts the
+line closest before the reference time) and plain ``dmesg``'s ``[12345.678]``, seconds since boot,
+which only the boot time of the machine that wrote them turns into a time. Times are naive local
+times, as training logs and Slurm print theirs.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
+
+from cudalock import procs
 
 READ_LIMIT = 64 * 2**20  # kernel logs can be large; the newest part is what matters
 
 DEFAULT_LOG_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("dmesg", "-T"),
-    ("journalctl", "-k", "--no-pager", "-q"),
+    # short-iso: the journal's default format has no year.
+    ("journalctl", "-k", "--no-pager", "-q", "-o", "short-iso"),
 )
 DEFAULT_LOG_FILES = ("/var/log/kern.log", "/var/log/messages")
+#: The source name of kernel lines read from the training log: ``--log FILE``.
+PASTED_SOURCE = "--log"
 HOW_TO_READ = (
     "sudo dmesg -T | grep -i -E 'oom|killed process'",
     "sudo journalctl -k | grep -i -E 'oom|killed process'",
@@ -43,23 +55,161 @@ CommandRunner = Callable[[Sequence[str]], CommandResult]
 
 
 def run_command(argv: Sequence[str], timeout: float = 20.0) -> CommandResult:
-    """Run a log command; a missing program or a timeout becomes a failed result, not an error."""
+    """Run a log command; a missing program, a timeout or too much output becomes a failed
+    result, not an error: the other sources may still answer."""
     try:
-        done = subprocess.run(  # noqa: S603 - fixed argv from DEFAULT_LOG_COMMANDS
-            list(argv),
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            check=False,
-        )
+        done = procs.run(argv, what=argv[0], timeout=timeout, output_limit=READ_LIMIT)
     except FileNotFoundError:
         return CommandResult(127, "", f"{argv[0]}: command not found")
-    except subprocess.TimeoutExpired:
+    except procs.ChildTimedOut:
         return CommandResult(124, "", f"{argv[0]}: timed out after {timeout:.0f}s")
+    except procs.ChildOutputTooLarge:
+        return CommandResult(1, "", f"{argv[0]}: more than {READ_LIMIT // 2**20} MiB of output")
     except OSError as err:
         return CommandResult(126, "", f"{argv[0]}: {err.strerror or err}")
-    return CommandResult(done.returncode, done.stdout[-READ_LIMIT:], done.stderr)
+    return CommandResult(done.returncode, done.stdout_text(), done.stderr_text())
+
+
+# --- when and where a line was logged -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """When and on which host a kernel line was logged, as far as the line and its source say.
+
+    ``at`` is a naive local time; ``uptime`` is kept when the line only counts seconds since a
+    boot whose time is unknown (so the line cannot be dated).
+    """
+
+    at: datetime | None = None
+    uptime: float | None = None
+    host: str | None = None
+
+    def describe(self) -> str:
+        when = (
+            self.at.strftime("%Y-%m-%d %H:%M:%S")
+            if self.at is not None
+            else f"{self.uptime:.0f} s after an unknown boot"
+            if self.uptime is not None
+            else "undated"
+        )
+        return f"{when} on {self.host}" if self.host else when
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at.isoformat(sep=" ") if self.at else None,
+            "uptime": self.uptime,
+            "host": self.host,
+        }
+
+
+@dataclass(frozen=True)
+class LineContext:
+    """What the source of some kernel lines says about lines that do not say it themselves.
+
+    ``host``: where lines without a hostname were logged (this machine, for its own ``dmesg``);
+    ``boot_time``: the boot (seconds since the epoch) that ``[12345.678]`` stamps count from;
+    ``reference``: year-less stamps get the year that puts them closest before it.
+    """
+
+    host: str | None = None
+    boot_time: float | None = None
+    reference: datetime | None = None
+
+
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"),
+        start=1,
+    )
+}
+_UPTIME_STAMP = re.compile(r"^\[\s*(?P<uptime>\d+\.\d+)\]")
+_HUMAN_STAMP = re.compile(
+    r"^\[(?:[A-Z][a-z]{2} )?(?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) "
+    r"(?P<time>\d\d:\d\d:\d\d) (?P<year>\d{4})\]"
+)
+_ISO_STAMP = re.compile(
+    r"^(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?:[.,]\d+)?"
+    r"(?P<tz>Z|[+-]\d\d:?\d\d)?(?:\s+(?P<host>[^\s\[\]:]+)\s+kernel:)?"
+)
+_SYSLOG_STAMP = re.compile(
+    r"^(?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) (?P<time>\d\d:\d\d:\d\d)(?:\.\d+)? "
+    r"(?P<host>\S+) kernel:"
+)
+
+
+def year_for(month: int, day: int, clock: str, reference: datetime | None) -> datetime | None:
+    """A year-less date and time in the year that puts it closest before ``reference``."""
+    anchor = reference or datetime.now()
+    hours, minutes, seconds = (int(part) for part in clock.split(":"))
+    for year in (anchor.year, anchor.year - 1):
+        try:
+            candidate = datetime(year, month, day, hours, minutes, seconds)
+        except ValueError:  # 29 February in a year without one
+            continue
+        if candidate <= anchor + timedelta(days=1):
+            return candidate
+    return None
+
+
+def _local(date: str, clock: str, tz: str | None) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(f"{date}T{clock}{'+00:00' if tz == 'Z' else (tz or '')}")
+    except ValueError:
+        return None
+    # An explicit offset is turned into this machine's local time, as naive stamps are read.
+    return when.astimezone().replace(tzinfo=None) if when.tzinfo is not None else when
+
+
+def line_stamp(line: str, context: LineContext = LineContext()) -> Stamp:
+    """When and where ``line`` was logged, from its own stamp and its source's context."""
+    text = line.strip()
+    if (match := _HUMAN_STAMP.match(text)) is not None:
+        month = _MONTHS.get(match.group("mon"))
+        at = None
+        if month is not None:
+            try:
+                at = datetime.strptime(
+                    f"{match.group('year')}-{month}-{match.group('day')} {match.group('time')}",
+                    "%Y-%m-%d %H:%M:%S",
+                )
+            except ValueError:
+                at = None
+        return Stamp(at, None, context.host)
+    if (match := _UPTIME_STAMP.match(text)) is not None:
+        uptime = float(match.group("uptime"))
+        if context.boot_time is not None:
+            return Stamp(datetime.fromtimestamp(context.boot_time + uptime), None, context.host)
+        return Stamp(None, uptime, context.host)
+    if (match := _ISO_STAMP.match(text)) is not None:
+        at = _local(match.group("date"), match.group("time"), match.group("tz"))
+        return Stamp(at, None, match.group("host") or context.host)
+    if (match := _SYSLOG_STAMP.match(text)) is not None:
+        month = _MONTHS.get(match.group("mon"))
+        at = (
+            year_for(month, int(match.group("day")), match.group("time"), context.reference)
+            if month is not None
+            else None
+        )
+        return Stamp(at, None, match.group("host"))
+    return Stamp(None, None, context.host)
+
+
+def is_kernel_line(line: str) -> bool:
+    """Whether ``line`` looks like a line of a kernel log (dmesg, journalctl -k, kern.log)."""
+    text = line.strip()
+    return bool(
+        _UPTIME_STAMP.match(text)
+        or _HUMAN_STAMP.match(text)
+        or _SYSLOG_STAMP.match(text)
+        or ((iso := _ISO_STAMP.match(text)) is not None and iso.group("host"))
+        or _KILLED.search(text)
+        or _SUMMARY.search(text)
+        or _INVOKED.search(text)
+        or _SEGFAULT.search(text)
+        or _XID.search(text)
+    )
 
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -80,6 +230,9 @@ class OomKill:
     task_memcg: str | None = None
     oom_memcg: str | None = None
     lines: tuple[str, ...] = ()
+    stamp: Stamp = field(default_factory=Stamp)
+    #: The log it was read from (``dmesg -T``, a file, the training log).
+    source: str = ""
 
     def describe(self) -> str:
         who = f"PID {self.pid} ({self.comm})" if self.pid is not None else str(self.comm)
@@ -104,6 +257,8 @@ class OomKill:
             "task_memcg": self.task_memcg,
             "oom_memcg": self.oom_memcg,
             "lines": list(self.lines),
+            "logged": self.stamp.to_json(),
+            "source": self.source,
         }
 
 
@@ -113,17 +268,37 @@ class Segfault:
     pid: int
     library: str | None
     line: str
+    stamp: Stamp = field(default_factory=Stamp)
+    source: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"comm": self.comm, "pid": self.pid, "library": self.library, "line": self.line}
+        return {
+            "comm": self.comm,
+            "pid": self.pid,
+            "library": self.library,
+            "line": self.line,
+            "logged": self.stamp.to_json(),
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class Xid:
+    """An NVIDIA driver Xid line (a GPU fault: fallen off the bus, ECC, MMU fault)."""
+
+    line: str
+    stamp: Stamp = field(default_factory=Stamp)
+    source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"line": self.line, "logged": self.stamp.to_json(), "source": self.source}
 
 
 @dataclass(frozen=True)
 class KernelEvents:
     kills: tuple[OomKill, ...] = ()
     segfaults: tuple[Segfault, ...] = ()
-    #: NVIDIA driver Xid lines (GPU faults: fallen off the bus, ECC, MMU faults).
-    xids: tuple[str, ...] = ()
+    xids: tuple[Xid, ...] = ()
     #: ``… invoked oom-killer`` headers: who was allocating when memory ran out.
     invocations: tuple[str, ...] = ()
 
@@ -155,13 +330,29 @@ def _summary_fields(text: str) -> dict[str, str]:
     return fields
 
 
-def parse_kernel_log(text: str) -> KernelEvents:
-    """Every OOM kill, segfault and Xid in a kernel log (dmesg, journalctl -k, kern.log)."""
+@dataclass
+class _PendingKill:
+    prefix: str
+    pid: int
+    comm: str
+    anon_kb: int | None
+    vm_kb: int | None
+    line: str
+    stamp: Stamp
+
+
+def parse_kernel_log(
+    text: str, context: LineContext = LineContext(), source: str = ""
+) -> KernelEvents:
+    """Every OOM kill, segfault and Xid in a kernel log (dmesg, journalctl -k, kern.log), each
+    dated and placed by :func:`line_stamp` with ``context``; lines of other kinds are skipped, so
+    a training log with kernel lines pasted into it parses too."""
+    # An oom-kill: summary belongs to the next "Killed process" line of its PID.
     summaries: dict[int, tuple[dict[str, str], str]] = {}
-    pending: list[tuple[str, int | None, str | None, int | None, int | None, str]] = []
+    pending: list[tuple[_PendingKill, dict[str, str], str]] = []
     old_prefix: dict[int, str] = {}
     segfaults: list[Segfault] = []
-    xids: list[str] = []
+    xids: list[Xid] = []
     invocations: list[str] = []
     for raw in text.splitlines():
         line = raw.strip()
@@ -178,44 +369,54 @@ def parse_kernel_log(text: str) -> KernelEvents:
             continue
         if (killed := _KILLED.search(line)) is not None:
             pid_value = int(killed.group("pid"))
-            prefix = killed.group("prefix") or old_prefix.get(pid_value, "")
-            pending.append(
-                (
-                    prefix,
-                    pid_value,
-                    killed.group("comm"),
-                    int(killed.group("anon")) if killed.group("anon") else None,
-                    int(killed.group("vm")) if killed.group("vm") else None,
-                    line,
-                )
+            fields, summary_line = summaries.pop(pid_value, ({}, ""))
+            kill = _PendingKill(
+                killed.group("prefix") or old_prefix.get(pid_value, ""),
+                pid_value,
+                killed.group("comm"),
+                int(killed.group("anon")) if killed.group("anon") else None,
+                int(killed.group("vm")) if killed.group("vm") else None,
+                line,
+                line_stamp(line, context),
             )
+            pending.append((kill, fields, summary_line))
             continue
         if _INVOKED.search(line):
             invocations.append(line)
             continue
         if (segv := _SEGFAULT.search(line)) is not None:
             segfaults.append(
-                Segfault(segv.group("comm"), int(segv.group("pid")), segv.group("lib"), line)
+                Segfault(
+                    segv.group("comm"),
+                    int(segv.group("pid")),
+                    segv.group("lib"),
+                    line,
+                    line_stamp(line, context),
+                    source,
+                )
             )
             continue
         if _XID.search(line):
-            xids.append(line)
+            xids.append(Xid(line, line_stamp(line, context), source))
     kills: list[OomKill] = []
-    for prefix, pid, comm, anon, vm, line in pending:
-        fields, summary_line = summaries.get(pid, ({}, "")) if pid is not None else ({}, "")
+    for kill, found, found_line in pending:
+        # A summary logged after its kill line (never seen, but cheap to allow).
+        fields, summary_line = (found, found_line) if found else summaries.get(kill.pid, ({}, ""))
         constraint = fields.get("constraint")
-        cgroup = prefix == "Memory cgroup out of memory" or constraint == "CONSTRAINT_MEMCG"
+        cgroup = kill.prefix == "Memory cgroup out of memory" or constraint == "CONSTRAINT_MEMCG"
         kills.append(
             OomKill(
                 scope="cgroup" if cgroup else "host",
-                pid=pid,
-                comm=comm,
-                anon_rss_kb=anon,
-                total_vm_kb=vm,
+                pid=kill.pid,
+                comm=kill.comm,
+                anon_rss_kb=kill.anon_kb,
+                total_vm_kb=kill.vm_kb,
                 constraint=constraint,
                 task_memcg=fields.get("task_memcg"),
                 oom_memcg=fields.get("oom_memcg"),
-                lines=tuple(x for x in (summary_line, line) if x),
+                lines=tuple(x for x in (summary_line, kill.line) if x),
+                stamp=kill.stamp,
+                source=source,
             )
         )
     return KernelEvents(tuple(kills), tuple(segfaults), tuple(xids), tuple(invocations))
@@ -229,9 +430,22 @@ class LogSource:
     name: str
     readable: bool
     reason: str = ""
+    #: The host whose kernel wrote it, when the source is this machine's.
+    host: str | None = None
+    #: Its oldest dated line: the log says nothing about what happened before.
+    first_at: datetime | None = None
+    #: How its lines were dated, when that needs saying (seconds since boot).
+    clock: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "readable": self.readable, "reason": self.reason}
+        return {
+            "name": self.name,
+            "readable": self.readable,
+            "reason": self.reason,
+            "host": self.host,
+            "first_at": self.first_at.isoformat(sep=" ") if self.first_at else None,
+            "clock": self.clock,
+        }
 
 
 @dataclass(frozen=True)
@@ -248,7 +462,7 @@ class KernelLog:
             "sources": [source.to_json() for source in self.sources],
             "oom_kills": [kill.to_json() for kill in self.events.kills],
             "segfaults": [seg.to_json() for seg in self.events.segfaults],
-            "xids": list(self.events.xids),
+            "xids": [xid.to_json() for xid in self.events.xids],
         }
 
 
@@ -289,14 +503,91 @@ def _file_source(path: Path) -> tuple[LogSource, str]:
     return LogSource(str(path), True), data.decode("utf-8", errors="replace")
 
 
+def _first_dated(text: str, context: LineContext) -> datetime | None:
+    """The time of the first line that can be dated."""
+    for line in text.splitlines():
+        if line.strip() and (at := line_stamp(line, context).at) is not None:
+            return at
+    return None
+
+
+def described_source(
+    source: LogSource, text: str, context: LineContext, *, boot_named: str = "this machine's"
+) -> LogSource:
+    """``source`` with where its lines come from, its oldest dated line and how it was dated."""
+    if not source.readable:
+        return replace(source, host=context.host)
+    clock = ""
+    if any(_UPTIME_STAMP.match(line.lstrip()) for line in text.splitlines()):
+        if context.boot_time is not None:
+            booted = datetime.fromtimestamp(context.boot_time).strftime("%Y-%m-%d %H:%M:%S")
+            clock = f"seconds since boot, dated with {boot_named} boot time ({booted})"
+        else:
+            clock = (
+                "seconds since boot of a machine whose boot time is unknown: those lines "
+                "cannot be dated (paste 'dmesg -T' output instead)"
+            )
+    return replace(source, host=context.host, first_at=_first_dated(text, context), clock=clock)
+
+
+def _same_kill(a: OomKill, b: OomKill) -> bool:
+    """The same kill, read from two sources (dmesg and kern.log) or twice from one."""
+    if (a.pid, a.comm, a.scope) != (b.pid, b.comm, b.scope):
+        return False
+    if a.stamp.at is None or b.stamp.at is None:
+        return True
+    # A PID is reused over weeks; the same kill is logged within seconds in every source.
+    return abs((a.stamp.at - b.stamp.at).total_seconds()) <= 120
+
+
 def _dedupe(kills: Sequence[OomKill]) -> tuple[OomKill, ...]:
-    seen: dict[tuple[int | None, str | None, str], OomKill] = {}
+    kept: list[OomKill] = []
     for kill in kills:
-        key = (kill.pid, kill.comm, kill.scope)
-        # Keep the richest copy (the one carrying the oom-kill: summary).
-        if key not in seen or len(kill.lines) > len(seen[key].lines):
-            seen[key] = kill
-    return tuple(seen.values())
+        for index, other in enumerate(kept):
+            if _same_kill(kill, other):
+                # Keep the richest copy: the one carrying the oom-kill: summary, and a date.
+                score = (len(kill.lines), kill.stamp.at is not None)
+                if score > (len(other.lines), other.stamp.at is not None):
+                    kept[index] = kill
+                break
+        else:
+            kept.append(kill)
+    return tuple(kept)
+
+
+def merge_kernel_logs(*logs: KernelLog) -> KernelLog:
+    """One log of every source; an event seen in several counts once."""
+    segfaults: dict[tuple[int, str | None, datetime | None], Segfault] = {}
+    xids: dict[tuple[str, datetime | None], Xid] = {}
+    for log in logs:
+        for seg in log.events.segfaults:
+            segfaults.setdefault((seg.pid, seg.library, seg.stamp.at), seg)
+        for xid in log.events.xids:
+            xids.setdefault((_XID_BODY.sub("", xid.line), xid.stamp.at), xid)
+    return KernelLog(
+        tuple(source for log in logs for source in log.sources),
+        KernelEvents(
+            _dedupe([kill for log in logs for kill in log.events.kills]),
+            tuple(segfaults.values()),
+            tuple(xids.values()),
+            tuple(dict.fromkeys(line for log in logs for line in log.events.invocations)),
+        ),
+    )
+
+
+# The same Xid in dmesg and kern.log differs only in the stamp before "NVRM:".
+_XID_BODY = re.compile(r"^.*?(?=NVRM: Xid)")
+
+
+def kernel_log_of(
+    text: str, source: LogSource, context: LineContext, *, boot_named: str = "this machine's"
+) -> KernelLog:
+    """The events of one source's text, with the source described."""
+    events = parse_kernel_log(text, context, source.name) if text else KernelEvents()
+    return KernelLog(
+        (described_source(source, text, context, boot_named=boot_named),),
+        events,
+    )
 
 
 def read_kernel_log(
@@ -304,14 +595,18 @@ def read_kernel_log(
     commands: Sequence[Sequence[str]] = DEFAULT_LOG_COMMANDS,
     files: Sequence[str | Path] = DEFAULT_LOG_FILES,
     root: Path = Path("/"),
+    *,
+    hostname: str | None = None,
+    boot_time: float | None = None,
+    now: datetime | None = None,
 ) -> KernelLog:
-    """Read every source that answers; one event seen in several is counted once."""
-    sources: list[LogSource] = []
-    kills: list[OomKill] = []
-    segfaults: dict[tuple[int, str | None], Segfault] = {}
-    xids: dict[str, None] = {}
-    invocations: dict[str, None] = {}
-    texts: list[str] = []
+    """Read every source that answers; one event seen in several is counted once.
+
+    ``hostname`` is this machine's (its kernel wrote every line read here); ``boot_time``
+    dates plain ``dmesg``'s seconds-since-boot stamps.
+    """
+    logs: list[KernelLog] = []
+    live = LineContext(host=hostname, boot_time=boot_time, reference=now)
     for argv in commands:
         result = runner(argv)
         if (
@@ -325,26 +620,16 @@ def read_kernel_log(
             argv = [arg for arg in argv if arg != "-T"]  # busybox dmesg has no -T
             result = runner(argv)
         source, text = _command_source(argv, result)
-        sources.append(source)
-        texts.append(text)
+        logs.append(kernel_log_of(text, source, live))
+    # Files outlive reboots: their [uptime] stamps may count from an earlier boot.
+    from_files = LineContext(host=hostname, boot_time=None, reference=now)
     for name in files:
         path = root / str(name).lstrip("/")
         source, text = _file_source(path)
-        sources.append(LogSource(str(name), source.readable, source.reason))
-        texts.append(text)
-    for text in texts:
-        if not text:
-            continue
-        events = parse_kernel_log(text)
-        kills.extend(events.kills)
-        for seg in events.segfaults:
-            segfaults.setdefault((seg.pid, seg.library), seg)
-        xids.update(dict.fromkeys(events.xids))
-        invocations.update(dict.fromkeys(events.invocations))
-    return KernelLog(
-        tuple(sources),
-        KernelEvents(_dedupe(kills), tuple(segfaults.values()), tuple(xids), tuple(invocations)),
-    )
+        logs.append(
+            kernel_log_of(text, LogSource(str(name), source.readable, source.reason), from_files)
+        )
+    return merge_kernel_logs(*logs)
 
 
 # --- cgroup memory ------------------------------------------------------------------------------

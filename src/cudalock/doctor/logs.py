@@ -9,7 +9,10 @@ Pure functions over text. Forms understood:
 - DeepSpeed launcher: ``[…] exits with return code = -11``;
 - DataLoader: ``DataLoader worker (pid 77) is killed by signal: Killed.`` / ``… Bus error.``;
 - ``CUDA out of memory``, Slurm's OOM and time-limit lines, NCCL watchdog timeouts;
-- the run's shape: DeepSpeed config path, ZeRO stage, offload, GPUs per node, nodes, params.
+- the run's shape: DeepSpeed config path, ZeRO stage, offload, GPUs per node, nodes, params;
+- where and when it ran (:class:`RunTrace`): the lines' timestamps, the hosts the launcher,
+  torchrun's error summary or Slurm name, the ranks' command names and Slurm job ids. Kernel lines
+  pasted into the log are left out of these: they are evidence to match against the run.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from __future__ import annotations
 import ast
 import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import PurePosixPath
 from typing import Any
 
+from cudalock.doctor.kernel import is_kernel_line, year_for
 from cudalock.errors import UsageError
 from cudalock.procs import signal_name
 
@@ -131,9 +137,35 @@ class RunShape:
 
 
 @dataclass(frozen=True)
+class RunTrace:
+    """Where and when the log says the run ran, and what its processes were called."""
+
+    #: The first and last time a line of the run was logged (naive local time).
+    first_time: datetime | None = None
+    last_time: datetime | None = None
+    hosts: tuple[str, ...] = ()
+    #: Program names of the ranks (``python3``), as the kernel would name them.
+    commands: tuple[str, ...] = ()
+    slurm_job_ids: tuple[str, ...] = ()
+    #: Kernel-log lines found in the log (pasted dmesg output).
+    kernel_lines: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "first_time": self.first_time.isoformat(sep=" ") if self.first_time else None,
+            "last_time": self.last_time.isoformat(sep=" ") if self.last_time else None,
+            "hosts": list(self.hosts),
+            "commands": list(self.commands),
+            "slurm_job_ids": list(self.slurm_job_ids),
+            "kernel_lines": self.kernel_lines,
+        }
+
+
+@dataclass(frozen=True)
 class LogFacts:
     events: tuple[LogEvent, ...]
     shape: RunShape
+    trace: RunTrace = field(default_factory=RunTrace)
 
     def of_kind(self, *kinds: str) -> tuple[LogEvent, ...]:
         return tuple(event for event in self.events if event.kind in kinds)
@@ -154,7 +186,11 @@ class LogFacts:
         return tuple(dict.fromkeys(e.pid for e in self.events if e.pid is not None))
 
     def to_json(self) -> dict[str, Any]:
-        return {"events": [event.to_json() for event in self.events], "run": self.shape.to_json()}
+        return {
+            "events": [event.to_json() for event in self.events],
+            "run": self.shape.to_json(),
+            "trace": self.trace.to_json(),
+        }
 
 
 def _signal_from_code(value: int) -> int | None:
@@ -174,6 +210,8 @@ _EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     ("launcher-signal", re.compile(r"Signal (?P<sig>\d+) \(SIG\w+\) received by PID (?P<pid>\d+)")),
     ("launcher-exit", re.compile(r"exits with return code = (?P<code>-?\d+)")),
+    # The DeepSpeed launcher names each rank's PID as it stops them.
+    ("launcher-stopping", re.compile(r"sigkill_handler\] Killing subprocess (?P<pid>\d+)")),
     (
         "dataloader-killed",
         re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Killed"),
@@ -332,9 +370,130 @@ def _shape(text: str) -> RunShape:
     )
 
 
-def scan_training_log(text: str) -> LogFacts:
-    """The crash lines and the run's shape found in a training log."""
-    return LogFacts(tuple(_events(text)), _shape(text))
+# Timestamps as training stacks print them, near the start of a line: DeepSpeed's
+# "[2026-11-29 13:40:02,511]", Trainer's "[INFO|trainer.py:2369] 2026-11-29 13:40:40,001",
+# torchrun's summary "time : 2026-11-29_14:02:15", ISO with an offset, accelerate's
+# "11/29/2026 13:40:02", and glog's "E1129 14:02:15.120000" (no year).
+_FULL_TIME = re.compile(
+    r"(?<!\d)(?P<date>\d{4}-\d\d-\d\d)[ T_](?P<time>\d\d:\d\d:\d\d)(?:[.,]\d+)?"
+    r"(?P<tz>Z|[+-]\d\d:?\d\d)?(?!\d)"
+)
+_US_TIME = re.compile(r"(?<!\d)(?P<m>\d\d)/(?P<d>\d\d)/(?P<y>\d{4}) (?P<time>\d\d:\d\d:\d\d)")
+_GLOG_TIME = re.compile(r"^[IWEF](?P<m>\d\d)(?P<d>\d\d) (?P<time>\d\d:\d\d:\d\d)\.\d+ ")
+#: How far into a line a timestamp is looked for: prefixes such as "[INFO|trainer.py:2369] ".
+_STAMP_WITHIN = 60
+
+_HOST_PATTERNS = (
+    re.compile(r"^host\s*:\s*(?P<host>[\w.-]+)$"),  # torchrun's error summary
+    re.compile(r"^srun: error: (?P<host>[\w.-]+): task"),
+    re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON (?P<host>[\w.-]+) CANCELLED"),
+    re.compile(r"^slurmstepd-(?P<host>[\w.-]+): "),
+    # pdsh, as DeepSpeed's multi-node launcher prefixes each line: "node-3: [2026-…".
+    re.compile(r"^(?P<host>[A-Za-z][\w.-]*): \[\d{4}-\d\d-\d\d"),
+)
+_COMMAND_PATTERNS = (
+    re.compile(r"of binary: (?P<path>\S+)"),  # torchrun
+    re.compile(r"\bcmd = (?P<path>\S+)"),  # the DeepSpeed launcher
+    re.compile(r"^\[['\"](?P<path>[^'\"]+)['\"], .*\] exits with return code"),
+)
+_SLURM_JOB = re.compile(r"\bStepId=(?P<job>\d+)|\*\*\* (?:JOB|STEP) (?P<job2>\d+)")
+#: The kernel truncates a process's name to 15 characters (TASK_COMM_LEN).
+COMM_LENGTH = 15
+
+
+def _full_time(match: re.Match[str]) -> datetime | None:
+    tz = match.group("tz")
+    text = f"{match.group('date')}T{match.group('time')}{'+00:00' if tz == 'Z' else (tz or '')}"
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when.astimezone().replace(tzinfo=None) if when.tzinfo is not None else when
+
+
+def _line_time(line: str) -> tuple[datetime | None, tuple[int, int, str] | None]:
+    """A line's full timestamp, or glog's year-less (month, day, time)."""
+    head = line[: _STAMP_WITHIN + 30]
+    if (match := _FULL_TIME.search(head)) is not None and match.start() <= _STAMP_WITHIN:
+        return _full_time(match), None
+    if (match := _US_TIME.search(head)) is not None and match.start() <= _STAMP_WITHIN:
+        try:
+            return datetime.strptime(
+                f"{match.group('y')}-{match.group('m')}-{match.group('d')} {match.group('time')}",
+                "%Y-%m-%d %H:%M:%S",
+            ), None
+        except ValueError:
+            return None, None
+    if (match := _GLOG_TIME.match(line)) is not None:
+        return None, (int(match.group("m")), int(match.group("d")), match.group("time"))
+    return None, None
+
+
+def _world_hosts(text: str) -> list[str]:
+    matches = list(_WORLD_INFO.finditer(text))
+    if not matches:
+        return []
+    try:
+        info = ast.literal_eval(matches[-1].group("dict"))
+    except (ValueError, SyntaxError):
+        return []
+    if not isinstance(info, dict):
+        return []
+    return [str(name) for name in info if str(name) not in ("localhost", "127.0.0.1")]
+
+
+def _trace(text: str, reference: datetime | None) -> RunTrace:
+    times: list[datetime] = []
+    year_less: list[tuple[int, int, str]] = []
+    hosts: list[str] = []
+    commands: list[str] = []
+    jobs: list[str] = []
+    kernel_lines = 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if is_kernel_line(line):
+            kernel_lines += 1
+            continue
+        when, partial = _line_time(line)
+        if when is not None:
+            times.append(when)
+        elif partial is not None:
+            year_less.append(partial)
+        for pattern in _HOST_PATTERNS:
+            if (match := pattern.search(line)) is not None:
+                hosts.append(match.group("host"))
+                break
+        for pattern in _COMMAND_PATTERNS:
+            if (match := pattern.search(line)) is not None:
+                commands.append(PurePosixPath(match.group("path")).name[:COMM_LENGTH])
+                break
+        if (match := _SLURM_JOB.search(line)) is not None:
+            jobs.append(match.group("job") or match.group("job2"))
+    # glog lines carry no year: the one of the log's full timestamps, else the reference's.
+    anchor = max(times) + timedelta(days=1) if times else reference
+    for month, day, clock in year_less:
+        if (when := year_for(month, day, clock, anchor)) is not None:
+            times.append(when)
+    hosts.extend(_world_hosts(text))
+    return RunTrace(
+        first_time=min(times) if times else None,
+        last_time=max(times) if times else None,
+        hosts=tuple(dict.fromkeys(hosts)),
+        commands=tuple(dict.fromkeys(command for command in commands if command)),
+        slurm_job_ids=tuple(dict.fromkeys(jobs)),
+        kernel_lines=kernel_lines,
+    )
+
+
+def scan_training_log(text: str, *, reference: datetime | None = None) -> LogFacts:
+    """The crash lines, the run's shape and where and when it ran, found in a training log.
+
+    ``reference`` (default: now) gives glog's year-less stamps a year when the log has no
+    full timestamp.
+    """
+    return LogFacts(tuple(_events(text)), _shape(text), _trace(text, reference))
 
 
 def shape_from_deepspeed_config(config: dict[str, Any]) -> RunShape:

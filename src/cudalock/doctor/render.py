@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cudalock.doctor.diagnosis import DoctorReport
+from cudalock.doctor.matching import RunScope
 from cudalock.memory.render import render_verdict
 from cudalock.model import Finding
 
@@ -23,11 +24,13 @@ def render_findings(findings: Sequence[Finding]) -> list[str]:
 def render_report(report: DoctorReport) -> list[str]:
 
     status = report.exit
-    lines = [
-        f"Return code {status.raw}: {status.name} ({status.form})",
-        f"Verdict: {report.summary}",
-        "",
-    ]
+    if report.slurm is not None:
+        head = f"{status.raw}: {status.form.removeprefix('Slurm accounting: ')}"
+    else:
+        head = f"Return code {status.raw}: {status.name} ({status.form})"
+    lines = [head, f"Verdict: {report.summary}"]
+    lines.extend(_scope_lines(report.scope))
+    lines.append("")
     lines.extend(render_findings(report.findings))
     if report.memory is not None:
         lines.append("")
@@ -35,4 +38,16 @@ def render_report(report: DoctorReport) -> list[str]:
         lines.extend("  " + line if line else "" for line in render_verdict(report.memory))
     for note in report.setup_notes:
         lines.append(f"Assumed: {note}")
+    return lines
+
+
+def _scope_lines(scope: RunScope | None) -> list[str]:
+    """What the kernel evidence was matched against, when anything was known."""
+    if scope is None:
+        return []
+    lines: list[str] = []
+    if scope.knows_time:
+        lines.append(f"Run window: {scope.describe_window()}")
+    if scope.hosts:
+        lines.append(f"Run hosts: {', '.join(scope.hosts)} ({scope.hosts_from})")
     return lines

@@ -1,14 +1,19 @@
-"""Gathering what doctor judges: the training log, the DeepSpeed config and model files, and the
-machine's evidence (kernel log, cgroup counters, /dev/shm, the probe), then :func:`diagnose`.
+"""Gathering what doctor judges: the training log, the DeepSpeed config and model files, the
+machine's evidence (kernel log, cgroup counters, /dev/shm, the probe) and a Slurm job's
+accounting, then :func:`diagnose`.
 
-Every reader takes its roots and commands as parameters, so tests point them at prepared trees."""
+Every reader takes its roots and commands as parameters, so tests point them at prepared trees.
+The run's scope (its time, hosts and processes) comes from the flags, the Slurm job and the log,
+in that order; kernel lines pasted into the log are read as a kernel log of their own."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +30,34 @@ from cudalock.doctor.diagnosis import (
     diagnose,
     merge_hints,
 )
-from cudalock.doctor.kernel import CommandRunner, KernelLog
+from cudalock.doctor.kernel import (
+    PASTED_SOURCE,
+    CommandRunner,
+    KernelLog,
+    LineContext,
+    LogSource,
+    kernel_log_of,
+    merge_kernel_logs,
+)
 from cudalock.doctor.logs import (
+    ExitStatus,
     LogFacts,
     RunShape,
     parse_exit_code,
     scan_training_log,
     shape_from_deepspeed_config,
 )
-from cudalock.errors import InputError
+from cudalock.doctor.matching import JobPlace, run_scope
+from cudalock.doctor.slurm import (
+    JobAccounting,
+    classify_job,
+    expand_hostlist,
+    read_job,
+    split_job_reference,
+)
+from cudalock.doctor.slurm_findings import SlurmEvidence
+from cudalock.errors import InputError, UsageError
+from cudalock.fsutil import read_tail
 from cudalock.memory import (
     HostMemory,
     MemoryVerdict,
@@ -43,7 +67,13 @@ from cudalock.memory import (
 )
 from cudalock.model import Compat, Finding, Host, Target
 from cudalock.target import probe_machine
-from cudalock.target.host import CgroupMemory, ShmInfo, read_cgroup_memory, read_shm
+from cudalock.target.host import (
+    CgroupMemory,
+    ShmInfo,
+    read_boot_time,
+    read_cgroup_memory,
+    read_shm,
+)
 
 MAX_LOG_BYTES = 256 * 2**20
 
@@ -56,17 +86,9 @@ def in_kubernetes(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
 
 
 def read_log(path: Path) -> str:
-    try:
-        with path.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - MAX_LOG_BYTES))
-            return handle.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise InputError(f"log file {path} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"log file {path} is a directory; expected a training log") from None
-    except OSError as err:
-        raise InputError(f"cannot read log file {path}: {err.strerror or err}") from None
+    """The training log's last MAX_LOG_BYTES (the end is where a crash shows)."""
+    data, _ = read_tail(path, limit=MAX_LOG_BYTES, what="log file")
+    return data.decode("utf-8", errors="replace")
 
 
 def read_deepspeed_config(path: Path) -> RunShape:
@@ -101,7 +123,8 @@ def smallest_gpu_memory(target: Target | None) -> int | None:
 
 @dataclass(frozen=True)
 class DoctorRequest:
-    exit_code: str
+    #: The return code as the user saw it; None with ``slurm_job`` (Slurm says how it ended).
+    exit_code: str | None
     log_path: Path | None = None
     flags: SetupHints = field(default_factory=SetupHints)
     model_path: Path | None = None
@@ -111,6 +134,12 @@ class DoctorRequest:
     no_run: bool = False
     #: The compatibility policy the -11 audit judges with (``--compat``, as in resolve).
     compat: Compat = "strict"
+    #: The run's time window and hosts, when the log does not say or says wrong.
+    since: datetime | None = None
+    until: datetime | None = None
+    hosts: tuple[str, ...] = ()
+    #: ``ID`` or ``ID.STEP``: read the job's Slurm accounting.
+    slurm_job: str | None = None
 
 
 #: The audit, as doctor calls it: (python, deep, compat) → findings. Injected so tests need no
@@ -128,6 +157,10 @@ class MachineReaders:
     probe: Callable[[], Target | None]
     environ: Mapping[str, str] = field(default_factory=dict)
     root: Path = Path("/")
+    #: This machine's name: its kernel log and counters speak for a run only if it ran here.
+    hostname: str | None = None
+    read_slurm_job: Callable[[str], JobAccounting] = read_job
+    now: Callable[[], datetime] = datetime.now
 
 
 def default_readers(
@@ -138,6 +171,7 @@ def default_readers(
     runner: CommandRunner | None = None,
     log_commands: Sequence[Sequence[str]] | None = None,
     environ: Mapping[str, str] | None = None,
+    hostname: str | None = None,
 ) -> MachineReaders:
     """This machine's evidence; every root, command and the environment can be replaced."""
 
@@ -145,17 +179,21 @@ def default_readers(
 
         return probe_machine(proc_root=proc_root, sys_root=sys_root)
 
+    name = hostname if hostname is not None else (socket.gethostname() or None)
     return MachineReaders(
         read_kernel_log=lambda: ke.read_kernel_log(
             runner=runner or ke.run_command,
             commands=ke.DEFAULT_LOG_COMMANDS if log_commands is None else log_commands,
             root=root,
+            hostname=name,
+            boot_time=read_boot_time(proc_root),
         ),
         read_cgroup=lambda: read_cgroup_memory(sys_root / "fs" / "cgroup", proc_root),
         read_shm=lambda: read_shm(shm_path),
         probe=probe,
         environ=dict(os.environ if environ is None else environ),
         root=root,
+        hostname=name,
     )
 
 
@@ -165,14 +203,82 @@ def default_audit(python: Path | None, deep: bool, compat: Compat) -> Sequence[F
     return audit_findings(python, deep, compat)
 
 
+def read_slurm_evidence(reference: str, readers: MachineReaders) -> tuple[SlurmEvidence, JobPlace]:
+    """The job's accounting, how it ended, and where and when it (or the step asked for) ran."""
+    accounting = readers.read_slurm_job(reference)
+    verdict = classify_job(accounting)
+    _, step = split_job_reference(reference)
+    job = accounting.job
+    place = next((r for r in accounting.steps if r.step == step), None) if step else None
+    timed = place if place is not None and (place.start or place.end) else job
+    node_list = (place.node_list if place is not None else None) or (job.node_list if job else None)
+    evidence = SlurmEvidence(reference, accounting, verdict, accounting.problems)
+    return evidence, JobPlace(
+        accounting.job_id,
+        timed.start if timed else None,
+        timed.end if timed else None,
+        expand_hostlist(node_list) if node_list else (),
+    )
+
+
+def _exit_status(request: DoctorRequest, slurm: SlurmEvidence | None) -> ExitStatus:
+    if slurm is None:
+        if request.exit_code is None:
+            raise UsageError("give --exit-code CODE (e.g. -9, 137, -11, 139) or --slurm-job ID")
+        return parse_exit_code(request.exit_code)
+    job = slurm.accounting.job
+    shown = " ".join(
+        part
+        for part in (
+            job.state if job else "",
+            f"ExitCode {job.exit.text}" if job and job.exit else "",
+        )
+        if part
+    )
+    return ExitStatus(
+        f"Slurm job {slurm.reference}",
+        slurm.signal,
+        slurm.verdict.exit_code if slurm.signal is None else None,
+        f"Slurm accounting: {shown}" if shown else "Slurm accounting",
+    )
+
+
+def _pasted_kernel_lines(text: str, log: LogFacts, path: Path, now: datetime) -> KernelLog | None:
+    """The kernel lines people paste into logs (``dmesg`` output), read like a kernel log."""
+    if not log.trace.kernel_lines:
+        return None
+    context = LineContext(host=None, boot_time=None, reference=log.trace.last_time or now)
+    return kernel_log_of(
+        text, LogSource(f"{PASTED_SOURCE} {path}", True), context, boot_named="an unknown"
+    )
+
+
 def run_doctor(
     request: DoctorRequest, readers: MachineReaders, audit: AuditRunner = default_audit
 ) -> DoctorReport:
 
-    exit_status = parse_exit_code(request.exit_code)
-    log = scan_training_log(read_log(request.log_path)) if request.log_path else None
+    slurm: SlurmEvidence | None = None
+    job_place: JobPlace | None = None
+    if request.slurm_job is not None:
+        slurm, job_place = read_slurm_evidence(request.slurm_job, readers)
+    exit_status = _exit_status(request, slurm)
+    now = readers.now()
+    text = read_log(request.log_path) if request.log_path else None
+    log = scan_training_log(text, reference=now) if text is not None else None
+    scope = run_scope(
+        log,
+        since=request.since,
+        until=request.until,
+        hosts=request.hosts,
+        job=job_place,
+        local_host=readers.hostname,
+    )
     sig = exit_status.signal
     kernel = readers.read_kernel_log() if sig in (SIGKILL, SIGSEGV, SIGBUS) else None
+    if kernel is not None and text is not None and log is not None and request.log_path:
+        pasted = _pasted_kernel_lines(text, log, request.log_path, now)
+        if pasted is not None:
+            kernel = merge_kernel_logs(kernel, pasted)
     cgroup = readers.read_cgroup() if sig == SIGKILL else None
     shm = readers.read_shm() if sig in (SIGSEGV, SIGBUS) else None
     seen = Observations(kernel, cgroup, shm, in_kubernetes(readers.environ, readers.root))
@@ -180,7 +286,7 @@ def run_doctor(
     memory: MemoryVerdict | None = None
     notes: list[str] = []
     if sig == SIGKILL:
-        memory, notes = _memory_for_doctor(request, log, readers, read_model_size)
+        memory, notes = _memory_for_doctor(request, log, readers, read_model_size, slurm)
 
     audit_findings: Sequence[Finding] | None = None
     audit_error: str | None = None
@@ -199,6 +305,8 @@ def run_doctor(
         setup_notes=notes,
         audit_findings=audit_findings,
         audit_error=audit_error,
+        scope=scope,
+        slurm=slurm,
     )
 
 
@@ -207,9 +315,13 @@ def _memory_for_doctor(
     log: LogFacts | None,
     readers: MachineReaders,
     read_model_size: Callable[[Path], Any],
+    slurm: SlurmEvidence | None = None,
 ) -> tuple[MemoryVerdict | None, list[str]]:
     notes: list[str] = []
     sources: list[SetupHints] = [request.flags]
+    if slurm is not None:
+        # The job's allocation: GPUs per node and nodes, as Slurm gave them.
+        sources.append(SetupHints(gpus_per_node=slurm.gpus_per_node, nodes=slurm.nodes))
     if request.model_path is not None:
         size = read_model_size(request.model_path)
         sources.append(
@@ -251,9 +363,11 @@ def _memory_for_doctor(
                 )
         sources.append(SetupHints.from_shape(shape))
     hints = merge_hints(*sources)
+    limit = slurm.verdict.memory_limit if slurm is not None else None
+    # A Slurm job's limit is its request, on nodes that are not this one: no probe here.
     target = (
         readers.probe()
-        if request.host_memory_bytes is None or hints.gpus_per_node is None
+        if slurm is None and (request.host_memory_bytes is None or hints.gpus_per_node is None)
         else None
     )
     default_gpus = len(target.gpus) if target is not None and target.gpus else 1
@@ -261,5 +375,10 @@ def _memory_for_doctor(
     notes.extend(setup_notes)
     if setup is None:
         return None, notes
-    host = host_memory_from(target.host if target else None, request.host_memory_bytes)
+    if slurm is not None and limit is not None and request.host_memory_bytes is None:
+        host = HostMemory(
+            None, limit.bytes, f"Slurm job {slurm.accounting.job_id}'s request: {limit.how}"
+        )
+    else:
+        host = host_memory_from(target.host if target else None, request.host_memory_bytes)
     return check_host_memory(memory_needs(setup), host, smallest_gpu_memory(target)), notes

@@ -38,6 +38,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
+from cudalock import procs
 from cudalock.errors import EnvironmentFailure, InputError, UsageError
 
 # JobName comes last: it is the only free-text field and may itself contain the delimiter.
@@ -271,6 +272,8 @@ class JobAccounting:
     job_id: str
     records: tuple[AccountingRecord, ...] = ()
     controller: AccountingRecord | None = None
+    #: A command that did not answer while the other did (sacct without accounting).
+    problems: tuple[str, ...] = ()
 
     @property
     def job(self) -> AccountingRecord | None:
@@ -964,33 +967,26 @@ def _crash(records: Sequence[AccountingRecord]) -> _Crash | None:
 def run_slurm_command(
     argv: Sequence[str], *, timeout: float = COMMAND_TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
-    """Run a Slurm client command; a missing program or a timeout becomes a typed error.
-
-    Both pipes are drained (a chatty stderr cannot block the command); only the last
-    OUTPUT_LIMIT characters of each are kept.
-    """
+    """Run a Slurm client command; a missing program, a timeout or runaway output becomes a
+    typed error (both pipes are drained, each up to OUTPUT_LIMIT bytes)."""
     # SLURM_TIME_FORMAT changes how timestamps print; the parser expects Slurm's default.
     env = {key: value for key, value in os.environ.items() if key != "SLURM_TIME_FORMAT"}
     try:
-        done = subprocess.run(  # noqa: S603 - argv built here from a validated job id
-            list(argv),
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
+        done = procs.run(argv, what=argv[0], timeout=timeout, env=env, output_limit=OUTPUT_LIMIT)
     except FileNotFoundError:
         raise SlurmCommandNotFound(
             f"{argv[0]} is not installed here: Slurm accounting cannot be read on this machine",
             command=argv,
             hint="run this on a Slurm login node, or pass the sacct output as a file",
         ) from None
-    except subprocess.TimeoutExpired:
+    except procs.ChildTimedOut:
         raise SlurmCommandTimedOut(
             f"{argv[0]} did not answer within {timeout:.0f}s (slurmdbd or slurmctld busy or down)",
+            command=argv,
+        ) from None
+    except procs.ChildOutputTooLarge:
+        raise SlurmQueryError(
+            f"{argv[0]} wrote more than {OUTPUT_LIMIT // 2**20} MiB for one job; it was stopped",
             command=argv,
         ) from None
     except OSError as err:
@@ -998,7 +994,7 @@ def run_slurm_command(
             f"{argv[0]} could not be run: {err.strerror or err}", command=argv
         ) from None
     return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout[-OUTPUT_LIMIT:], done.stderr[-OUTPUT_LIMIT:]
+        list(done.argv), done.returncode, done.stdout_text(), done.stderr_text()
     )
 
 
@@ -1044,19 +1040,22 @@ def read_job(reference: str, *, timeout: float = COMMAND_TIMEOUT) -> JobAccounti
     A failing scontrol (controller down) does not hide sacct's answer, and the other way round;
     only when both fail is the error raised.
     """
-    job_id, _ = split_job_reference(reference)
+    job_id, step = split_job_reference(reference)
     sacct_error: SlurmQueryError | None = None
+    problems: list[str] = []
     records: tuple[AccountingRecord, ...] = ()
     try:
         records = read_sacct(job_id, timeout=timeout)
     except SlurmQueryError as err:
         sacct_error = err
+        problems.append(err.message)
     try:
         controller = read_scontrol_job(job_id, timeout=timeout)
-    except SlurmQueryError:
+    except SlurmQueryError as err:
         if sacct_error is not None:
             raise sacct_error from None
         controller = None
+        problems.append(err.message)
     if not records and controller is None:
         if sacct_error is not None:
             raise sacct_error
@@ -1065,7 +1064,78 @@ def read_job(reference: str, *, timeout: float = COMMAND_TIMEOUT) -> JobAccounti
             hint="check the id; sacct only searches this cluster "
             "(add -M CLUSTER on multi-cluster sites)",
         )
-    return JobAccounting(job_id, records, controller)
+    if step is not None:
+        # The step asked about, with the job line (the request and the job's end).
+        chosen = tuple(r for r in records if r.step in (None, step))
+        if records and len(chosen) == len([r for r in records if r.step is None]):
+            steps = ", ".join(r.ident for r in records if r.step is not None) or "none"
+            raise SlurmJobNotFound(f"Slurm job {job_id} has no step {step!r}; its steps: {steps}")
+        records = chosen
+    return JobAccounting(job_id, records, controller, tuple(problems))
+
+
+# --- where the job ran --------------------------------------------------------------------------
+
+_HOSTLIST_PART = re.compile(r"(?P<prefix>[^\[\],]*)(?:\[(?P<ranges>[^\]]*)\])?")
+
+
+def expand_hostlist(text: str) -> tuple[str, ...]:
+    """Slurm's compressed node list (``gpu-[01-03,07],login1``) as names, in order.
+
+    Ranges keep their zero padding (``01-03`` → ``01 02 03``); several bracket groups in one
+    name multiply (``r[1-2]n[1-2]`` → ``r1n1 r1n2 r2n1 r2n2``).
+    """
+    names: list[str] = []
+    for item in _split_top_level(text.strip()):
+        expanded = [""]
+        position = 0
+        while position < len(item):
+            match = _HOSTLIST_PART.match(item, position)
+            if match is None or match.end() == position:
+                raise InputError(f"Slurm node list {text!r} is not understood")
+            choices = [match.group("prefix")]
+            if match.group("ranges") is not None:
+                choices = [
+                    match.group("prefix") + value for value in _ranges(match.group("ranges"), text)
+                ]
+            expanded = [head + choice for head in expanded for choice in choices]
+            position = match.end()
+        names.extend(name for name in expanded if name)
+    return tuple(dict.fromkeys(names))
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split at commas outside brackets."""
+    items: list[str] = []
+    depth, current = 0, ""
+    for char in text:
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    return [item.strip() for item in items if item.strip()]
+
+
+def _ranges(text: str, whole: str) -> list[str]:
+    values: list[str] = []
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise InputError(f"Slurm node list {whole!r}: range {part!r} is not understood")
+        if not high:
+            values.append(low)
+            continue
+        width = len(low) if low.startswith("0") else 0
+        if int(high) - int(low) > 100_000:
+            raise InputError(f"Slurm node list {whole!r}: range {part!r} is too large")
+        values.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
+    return values
 
 
 def _first_line(text: str) -> str:

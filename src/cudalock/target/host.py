@@ -1,7 +1,8 @@
 """The host a Target runs on: OS, architecture, glibc, RAM, and its cgroup memory limits.
 
-This module is the one reader of ``/proc``'s memory and cgroup files and of ``/sys/fs/cgroup``;
-the probe (the Target's host) and doctor (OOM counters, ``/dev/shm``) both read through it.
+This module is the one reader of ``/proc``'s memory, cgroup and boot-time files and of
+``/sys/fs/cgroup``; the probe (the Target's host) and doctor (OOM counters, ``/dev/shm``, the boot
+time that dates kernel lines) both read through it.
 Paths are parameters so tests can point them at prepared trees."""
 
 from __future__ import annotations
@@ -57,6 +58,22 @@ def parse_proc_self_cgroup(text: str) -> tuple[str | None, str | None]:
         elif "memory" in controllers.split(","):
             v1_memory_path = path.strip()
     return v2_path, v1_memory_path
+
+
+def parse_boot_time(text: str) -> float | None:
+    """``btime 1796066294`` from ``/proc/stat``: when this machine booted, in seconds since the
+    epoch; the kernel log's ``[12345.678]`` stamps count seconds from then."""
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "btime" and value.strip().isdecimal():
+            return float(value.strip())
+    return None
+
+
+def read_boot_time(proc_root: Path = Path("/proc")) -> float | None:
+    """This machine's boot time (seconds since the epoch); None where ``/proc/stat`` says none."""
+    text = read_text_or_none(proc_root / "stat")
+    return parse_boot_time(text) if text else None
 
 
 def probe_host(*, proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")) -> Host:

@@ -1,7 +1,9 @@
 """Building the Targets a command works for: probe files, overrides, or the live probe.
 
 ``--probe FILE`` (repeatable) reads probe JSON written by ``cudalock probe --json`` elsewhere: one
-Target per file, a fleet when there are several. The override flags (``--driver-version``,
+Target per file, a fleet when there are several. ``--probe -`` reads a stream of probe documents
+from stdin, one Target each: the JSON lines ``srun --ntasks-per-node=1 cudalock probe
+--json-lines`` writes, one per node of an allocation. The override flags (``--driver-version``,
 ``--driver-cuda``, ``--no-gpu``, ``--compute-capability``, ``--gpu``, ``--platform`` and the
 ``CUDALOCK_DRIVER_VERSION`` / ``CUDALOCK_DRIVER_CUDA`` variables) replace fields of the live
 probe's Target, or of each file's Target. No flags: the live probe.
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -283,17 +287,104 @@ def _derived_note(driver: DriverVersion, cuda: CudaVersion | None) -> str:
 # Probe files
 
 
+#: ``--probe -``: the probe documents come on stdin.
+STDIN = "-"
+#: A fleet's stream: thousands of nodes at about 1 KiB each fit many times over.
+MAX_STREAM_BYTES = 64 * 2**20
+# srun --label puts "TASK: " before each line of a task's output.
+_SRUN_LABEL = re.compile(r"^\s*\d+: (?=[\[{])", re.MULTILINE)
+
+
 def read_probe_files(paths: tuple[Path, ...] | list[Path]) -> list[Target]:
-    """One Target per file, named after its recorded hostname (or the file when absent)."""
+    """One Target per file (``-``: per document on stdin), named after its recorded hostname
+    (or the file, or its place in the stream, when absent or shared)."""
+    if sum(1 for path in paths if str(path) == STDIN) > 1:
+        raise UsageError("--probe - is given twice; stdin can be read once")
     parsed = _Parsed()
-    targets = [_read_probe_file(path, parsed) for path in paths]
+    targets: list[Target] = []
+    labels: list[str] = []
+    for path in paths:
+        if str(path) == STDIN:
+            stream = read_probe_stream(_read_stdin(), parsed=parsed)
+            targets.extend(stream)
+            labels.extend(f"stdin document {n}" for n in range(1, len(stream) + 1))
+        else:
+            targets.append(_read_probe_file(path, parsed))
+            labels.append(path.name)
     counts: dict[str, int] = {}
     for target in targets:
         counts[target.name] = counts.get(target.name, 0) + 1
     return [
-        replace(t, name=f"{t.name} ({path.name})") if counts[t.name] > 1 else t
-        for t, path in zip(targets, paths, strict=True)
+        replace(t, name=f"{t.name} ({label})") if counts[t.name] > 1 else t
+        for t, label in zip(targets, labels, strict=True)
     ]
+
+
+def _read_stdin() -> bytes:
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UsageError(
+            "--probe - reads probe documents from stdin, but stdin is a terminal",
+            hint="pipe them in: srun --ntasks-per-node=1 cudalock probe --json-lines | "
+            "cudalock resolve --probe -",
+        )
+    data = sys.stdin.buffer.read(MAX_STREAM_BYTES + 1)
+    if len(data) > MAX_STREAM_BYTES:
+        raise InputError(
+            f"stdin holds more than {MAX_STREAM_BYTES // 2**20} MiB of probe documents; "
+            "expected at most that much"
+        )
+    return data
+
+
+def read_probe_stream(
+    data: bytes, where: str = "stdin", *, parsed: _Parsed | None = None
+) -> list[Target]:
+    """Every probe document in ``data``: JSON lines, documents one after another, or the list
+    ``cudalock probe --json`` prints for several Targets; ``srun --label`` prefixes are dropped.
+    Each Target is named after its recorded hostname; any problem is an :class:`InputError`
+    naming the document."""
+    parsed = parsed or _Parsed()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{where} is not UTF-8 text: {err.reason}") from None
+    text = _SRUN_LABEL.sub("", text)
+    decoder = json.JSONDecoder()
+    documents: list[Any] = []
+    position = 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position >= len(text):
+            break
+        try:
+            value, position = decoder.raw_decode(text, position)
+        except (json.JSONDecodeError, RecursionError) as err:
+            detail = (
+                f"{err.msg} at line {err.lineno}"
+                if isinstance(err, json.JSONDecodeError)
+                else "nested too deeply"
+            )
+            raise InputError(
+                f"{where}: probe document {len(documents) + 1} is not valid JSON: {detail}",
+                hint="write one document per line: srun --ntasks-per-node=1 cudalock probe "
+                "--json-lines",
+            ) from None
+        documents.extend(value if type(value) is list else [value])
+    if not documents:
+        raise InputError(
+            f"{where} holds no probe document",
+            hint="srun --ntasks-per-node=1 cudalock probe --json-lines | cudalock resolve "
+            "--probe -",
+        )
+    targets: list[Target] = []
+    for number, document in enumerate(documents, start=1):
+        label = f"{where} document {number}"
+        try:
+            targets.append(_target(document, None, label, parsed, file=Path(f"{where}-{number}")))
+        except InputError as err:
+            raise InputError(f"{label}: {err.message}", hint=err.hint) from None
+    return targets
 
 
 def read_probe_file(path: Path) -> Target:
