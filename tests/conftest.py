@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.index import IndexServer
 from tests.support.index import serve_indexes as _serve_indexes
+from tests.support.known_matrix import write_known_matrix
 from tests.support.slurm import slurm_cluster  # noqa: F401 - a session fixture for the Slurm tests
 from tests.support.wheels import StandIn
 
@@ -45,3 +46,10 @@ def serve_indexes(tmp_path: Path) -> Iterator[ServeIndexes]:
             return stack.enter_context(_serve_indexes(where, pytorch, pypi, auth=auth))
 
         yield start
+
+
+@pytest.fixture(scope="session")
+def known_matrix_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped matrix up to the releases hand-derived expectations know, as ``--matrix DIR``
+    (see tests/support/known_matrix.py)."""
+    return write_known_matrix(tmp_path_factory.mktemp("known") / "compat_matrix")
