@@ -98,6 +98,8 @@ class _Choice:
     companions: _Companions
     verdict: DriverVerdict | None
     verdict_node: Target | None
+    #: Newer builds of the release that would run but rest on unverified facts.
+    passed_over: tuple[TorchBuild, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -374,14 +376,32 @@ class _Search:
             )
             return None
         ccs = tuple(self.fleet.ccs)
+        chosen: _Choice | None = None
+        # A build that fits but rests on unverified facts is the choice only when no verified
+        # build of the release fits: a wrong arch list or a build that was never published
+        # fails at run or install time. --cuda pins one build and takes it as it is.
+        unverified: list[_Choice] = []
+        failed: list[tuple[TorchBuild, DriverVerdict, Target, tuple[ComputeCapability, ...]]] = []
         for build in cuda_builds:
             assert build.cuda is not None
             verdict, node = self.fleet.verdict(self.matrix, build.cuda, self.request.compat)
             missing = missing_archs(build, ccs)
             if verdict.allowed and not missing:
-                return _Choice(release, build, python, companions, verdict, node)
-            self._build_problem(release, build, verdict, node, missing)
-        return None
+                choice = _Choice(release, build, python, companions, verdict, node)
+                if self.cuda_pin is None and rests_on_unverified(build):
+                    unverified.append(choice)
+                    continue
+                chosen = replace(choice, passed_over=tuple(c.build for c in unverified))
+                break
+            failed.append((build, verdict, node, missing))
+        if chosen is None and unverified:
+            chosen = unverified[0]
+        # Report the builds newer than the choice (all of them when nothing fits).
+        newer = cuda_builds.index(chosen.build) if chosen is not None else len(cuda_builds)
+        for build, verdict, node, missing in failed:
+            if cuda_builds.index(build) < newer:
+                self._build_problem(release, build, verdict, node, missing)
+        return chosen
 
     def _pin_problem(self, release: TorchRelease, cuda_builds: Sequence[TorchBuild]) -> None:
         assert isinstance(self.cuda_pin, tuple)
@@ -701,6 +721,19 @@ class _Search:
         return None
 
 
+#: Build fields whose being unverified makes the build itself uncertain: whether it exists where
+#: listed, and whether its kernels cover a GPU (cudnn and nccl are informational).
+_BUILD_DECIDING = ("variant", "cuda", "platforms", "sass", "ptx")
+
+
+def rests_on_unverified(build: TorchBuild) -> bool:
+    """Whether choosing ``build`` rests on facts the matrix marks unverified."""
+    provenance = build.provenance
+    return not provenance.verified or any(
+        f in provenance.unverified_fields for f in _BUILD_DECIDING
+    )
+
+
 def _exact_version(spec: str) -> Version | None:
     """The version ``==X.Y.Z`` names, else None (a range, a wildcard, or nothing)."""
     if not spec.startswith("==") or "*" in spec or "," in spec:
@@ -936,7 +969,7 @@ def _plan(
             packages.append(PackagePin(name, version, request.pypi_index))
 
     explanation = _explain(matrix, fleet, request, search, choice, index_url)
-    unverified = _unverified(matrix, choice, fleet)
+    unverified = _unverified(matrix, choice, fleet, index_url)
     if unverified:
         explanation.append(
             "This plan rests on facts the matrix marks unverified: "
@@ -1013,6 +1046,16 @@ def _explain(
             f"{', '.join(variants)} build{'s' if len(variants) > 1 else ''} "
             "newer than the choice: no kernels for it."
         )
+    if choice.passed_over:
+        newer = ", ".join(b.variant for b in choice.passed_over)
+        plural = "s" if len(choice.passed_over) > 1 else ""
+        first = choice.passed_over[0]
+        lines.append(
+            f"Chose the verified {build.variant} build over the newer {newer} build{plural} of "
+            f"torch {release.version}, which would run but rest{'' if plural else 's'} on facts "
+            "the matrix marks unverified (that the build exists as listed, or its arch lists); "
+            f"--cuda {_cuda_text(first)} chooses {'it' if not plural else first.variant}."
+        )
     verdict, node = choice.verdict, choice.verdict_node
     if verdict is not None and node is not None:
         where = f" on {node_name(node)}" if fleet.size > 1 else ""
@@ -1074,7 +1117,7 @@ _BUILD_FACTS = {
 }
 
 
-def _unverified(matrix: Matrix, choice: _Choice, fleet: Fleet) -> list[str]:
+def _unverified(matrix: Matrix, choice: _Choice, fleet: Fleet, index_url: str | None) -> list[str]:
     release, build = choice.release, choice.build
     facts: list[str] = []
     paired = {name for name, _version, _index in choice.companions.pins}
@@ -1082,8 +1125,18 @@ def _unverified(matrix: Matrix, choice: _Choice, fleet: Fleet) -> list[str]:
         facts.append(f"the torch {release.version} release entry")
     for name in release.provenance.unverified_fields:
         # Only what this plan uses: the Python list, and the companions it pins.
-        if name in ("python", "requires_python") or name in paired:
+        if name in ("python", "requires_python"):
             facts.append(f"the {name} of torch {release.version}")
+        elif name in paired:
+            version = getattr(release, name)
+            facts.append(f"that torch {release.version} pairs with {name} {version}")
+    if index_url and not fleet.platform.startswith("macos"):
+        # The matrix lists torch's builds, not the companions': when the build or the pairing
+        # is unverified, so is the companion's file on that index.
+        uncertain = not build.provenance.verified
+        for name, version, from_index in choice.companions.pins:
+            if from_index and (uncertain or not release.provenance.field_verified(name)):
+                facts.append(f"that {name} {version}+{build.variant} is published on {index_url}")
     if not build.provenance.verified:
         facts.append(
             f"that the {release.version}+{build.variant} build exists for "
