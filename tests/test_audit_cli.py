@@ -114,3 +114,19 @@ def test_report_cannot_be_combined_with_a_live_environment(run: Runner) -> None:
     result = run("--report", str(FIXTURES / "llamafactory_env.txt"), "--deep")
     assert result.returncode == 2
     assert "cannot be combined" in result.stderr
+
+
+def test_a_truncated_report_with_a_cpu_build_says_it_cannot_use_a_gpu(run: Runner) -> None:
+    # The paste stops before the GPU section: no driver, no GPU. The +cpu build is worth a
+    # warning (it cannot use a GPU either way), not an error (the machine may have none).
+    report = str(FIXTURES / "collect_env_truncated_cpu_build.txt")
+    result = run("--report", report, "--json")
+    assert result.returncode == 0, result.stderr
+    findings = json.loads(result.stdout)["findings"]
+    assert [(f["code"], f["severity"]) for f in findings] == [("cpu-only-build", "warning")]
+    assert "cannot use any GPU" in findings[0]["message"]
+    # Given the machine's driver and GPU, it is the error it is on a GPU machine.
+    result = run("--report", report, "--driver-version", "550.54.14", "--gpu", "A100", "--json")
+    assert result.returncode == 1
+    codes = [(f["code"], f["severity"]) for f in json.loads(result.stdout)["findings"]]
+    assert ("cpu-only-build", "error") in codes
