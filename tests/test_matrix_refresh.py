@@ -219,7 +219,7 @@ def serve_new_torch(index: FakeIndex, new: Scenario) -> None:
             index.add_pypi(
                 "torch",
                 f"torch-{new.version}-{tag}-{plat}.whl",
-                uploaded="2099-01-01T15:00:00.000000Z",
+                uploaded="2098-12-30T15:00:00.000000Z",
                 requires_python=new.requires_python,
                 metadata=metadata("torch", new.version, requires),
             )
@@ -232,7 +232,7 @@ def serve_new_torch(index: FakeIndex, new: Scenario) -> None:
     index.add_pypi(
         "torchvision",
         f"torchvision-{new.torchvision}-py3-none-any.whl",
-        uploaded="2099-01-01T16:00:00Z",
+        uploaded="2098-12-30T16:00:00Z",
         requires_python=new.requires_python,
         metadata=metadata("torchvision", new.torchvision, [f"torch=={new.version}", "numpy"]),
     )
@@ -309,7 +309,7 @@ def serve_new_deepspeed(
     index.add_pypi(
         "deepspeed",
         f"deepspeed-{version}.tar.gz",
-        uploaded="2099-01-01T17:00:00.000000Z",
+        uploaded="2098-12-30T17:00:00.000000Z",
         requires_python=None,
         body=deepspeed_sdist(version, torch, allowed),
     )
@@ -426,7 +426,7 @@ def test_refresh_adds_release_builds_and_tags(index: FakeIndex, matrix_copy: Pat
     added = after.torch_release(new.version)
     assert added is not None
     assert (added.date, added.requires_python, added.torchvision, added.torchaudio) == (
-        "2099-01-01",
+        "2098-12-30",
         new.requires_python,
         new.torchvision,
         None,
@@ -523,7 +523,7 @@ def test_deepspeed_release_with_the_same_op_builder_list(
     assert result.changes == (f"DeepSpeed {version}: new release",)
     after = load_matrix(matrix_copy, use_cache=False)
     release = next(d for d in after.deepspeed if d.version == version)
-    assert (release.date, release.torch, release.requires_python) == ("2099-01-01", ">=2.0.0", None)
+    assert (release.date, release.torch, release.requires_python) == ("2098-12-30", ">=2.0.0", None)
     assert release.provenance.verified and not release.provenance.unverified_fields
     sources = " ".join(release.provenance.source)
     assert f"deepspeed-{version}.tar.gz sha256:{'0' * 64}: PKG-INFO Requires-Dist torch" in sources

@@ -128,7 +128,9 @@ class _Search:
         self.known = known
         #: False for the quiet searches that check a fix: they record reasons, not fixes.
         self.explain = explain
-        self.spec = parse_torch_spec(request.torch)
+        # The quiet searches ask for one release ("==2.14.1"): no specifier grammar for that.
+        self.exact = _exact_version(request.torch)
+        self.spec = None if self.exact is not None else parse_torch_spec(request.torch)
         self.python = parse_python_version(request.python) if request.python else None
         self.cuda_pin: CudaVersion | str | None = None
         if request.cuda:
@@ -161,6 +163,8 @@ class _Search:
 
     def wanted(self, version: Version) -> bool:
         """Whether a torch version matches the requested spec (any, without --torch)."""
+        if self.exact is not None:
+            return version == self.exact
         return self.spec is None or self.spec.contains(version, prereleases=True)
 
     def reject(
@@ -169,11 +173,7 @@ class _Search:
         self.rejected.append(Rejection(release.version, variant, reason, tuple(fixes)))
 
     def run(self) -> _Choice | None:
-        exact = _exact_version(self.request.torch)
-        if exact is not None:  # the quiet searches ask for one release
-            matching = [(v, r) for v, r in self.releases if v == exact]
-        else:
-            matching = [(v, r) for v, r in self.releases if self.wanted(v)]
+        matching = [(v, r) for v, r in self.releases if self.wanted(v)]
         if not matching:
             newest = self.releases[0][1].version if self.releases else "none"
             oldest = self.releases[-1][1].version if self.releases else "none"
