@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.index import IndexServer
 from tests.support.index import serve_indexes as _serve_indexes
+from tests.support.known_matrix import write_known_matrix
 from tests.support.realstack import serve_real_stack
 from tests.support.slurm import (  # noqa: F401 - session fixtures for the Slurm tests
     finished_slurm_jobs,
@@ -60,3 +61,10 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer
     """
     with serve_real_stack(tmp_path_factory.mktemp("real-stack")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def known_matrix_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped matrix up to the releases hand-derived expectations know, as ``--matrix DIR``
+    (see tests/support/known_matrix.py)."""
+    return write_known_matrix(tmp_path_factory.mktemp("known") / "compat_matrix")

@@ -201,3 +201,19 @@ def test_bad_compat_value_is_a_usage_error(run: Runner) -> None:
     result = run("--report", CU128_ON_530, "--compat", "loose")
     assert result.returncode == 2
     assert result.stderr.startswith("cudalock: error: invalid --compat 'loose'")
+
+
+def test_a_truncated_report_with_a_cpu_build_says_it_cannot_use_a_gpu(run: Runner) -> None:
+    # The paste stops before the GPU section: no driver, no GPU. The +cpu build is worth a
+    # warning (it cannot use a GPU either way), not an error (the machine may have none).
+    report = str(FIXTURES / "collect_env_truncated_cpu_build.txt")
+    result = run("--report", report, "--json")
+    assert result.returncode == 0, result.stderr
+    findings = json.loads(result.stdout)["findings"]
+    assert [(f["code"], f["severity"]) for f in findings] == [("cpu-only-build", "warning")]
+    assert "cannot use any GPU" in findings[0]["message"]
+    # Given the machine's driver and GPU, it is the error it is on a GPU machine.
+    result = run("--report", report, "--driver-version", "550.54.14", "--gpu", "A100", "--json")
+    assert result.returncode == 1
+    codes = [(f["code"], f["severity"]) for f in json.loads(result.stdout)["findings"]]
+    assert ("cpu-only-build", "error") in codes

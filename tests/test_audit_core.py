@@ -20,15 +20,17 @@ from cudalock.audit.installed import (
     SharedLibrary,
     TorchInstall,
 )
-from cudalock.matrix import Matrix, load_matrix
+from cudalock.matrix import Matrix
 from cudalock.model import Compat, Finding, Gpu, Target
 from cudalock.resolve.compat import driver_verdict
 from cudalock.versions import DriverVersion, parse_cuda_version
+from tests.support.known_matrix import known_matrix
 
 
 @pytest.fixture(scope="module")
 def matrix() -> Matrix:
-    return load_matrix()
+    # The replacements named below are the resolver's choices among the releases known here.
+    return known_matrix()
 
 
 def target(
@@ -186,6 +188,39 @@ def test_cpu_build_only_matters_on_a_gpu_machine(matrix: Matrix) -> None:
     assert "torch==2.9.1+cu128" in install_line(finding)
     assert audit(installed, target(None, None), matrix) == []
     assert audit(installed, target(None, None, platform="macos-arm64"), matrix) == []
+
+
+def test_cpu_build_in_a_report_that_names_no_gpu(matrix: Matrix) -> None:
+    # A truncated collect_env: torch 2.4.1+cpu, and nothing about the machine's GPUs or driver.
+    installed = env("2.4.1+cpu", None)
+    findings = audit(installed, target(None, None), matrix, driver_known=False)
+    assert codes(findings) == [("cpu-only-build", "warning")]
+    assert "cannot use any GPU" in findings[0].message
+    assert "--driver-version" in " ".join(findings[0].fix)
+    # The label alone says it, when the report leaves out "CUDA used to build PyTorch".
+    unlabelled = Installed(
+        source="report:collect_env",
+        torch=(TorchInstall("2.4.1+cpu", None, location="report", cuda_known=False),),
+    )
+    findings = audit(unlabelled, target(None, None), matrix, driver_known=False)
+    assert codes(findings) == [("cpu-only-build", "warning")]
+    findings = audit(unlabelled, target("550.54.14", (12, 4), (8, 0)), matrix)
+    assert codes(findings) == [("cpu-only-build", "error")]
+
+
+def test_a_fix_to_keep_the_release_never_replaces_it(matrix: Matrix) -> None:
+    # Volta under 2.15.0+cu132: no 2.15.0 build has sm_70, so nothing keeps 2.15.0; the fix is
+    # the build that has the kernels, with no "to keep torch 2.15.0" beside it.
+    installed = env("2.15.0+cu132", "13.2", python_version="3.12.1")
+    arch = only(
+        audit(installed, target("595.45.04", (13, 2), (7, 0)), matrix), "gpu-arch-unsupported"
+    )
+    assert "torch==2.14.1+cu126" in install_line(arch)
+    assert not any("to keep torch 2.15.0" in line for line in arch.fix)
+    # An A100 on 535 (CUDA 12.2): 2.15.0 is kept by a driver upgrade to its cu130 build.
+    old = only(audit(installed, target("535.104.05", (12, 2), (8, 0)), matrix), "driver-too-old")
+    keep = next(line for line in old.fix if "to keep torch 2.15.0" in line)
+    assert keep.endswith("upgrade to driver ≥ 580.65.06 (torch 2.15.0+cu130)")
 
 
 def test_rocm_build_on_an_nvidia_machine(matrix: Matrix) -> None:

@@ -2,6 +2,8 @@
 
 Expected plans are derived in tests/test_resolve.py; here they check the command's wiring:
 RTX 5090 (12.0) on 570.86.15 (CUDA 12.8) → torch 2.11.0+cu128 with torchvision 0.26.0+cu128.
+Commands whose answer depends on which releases exist run with ``--matrix`` on the shipped
+matrix up to the releases those expectations know (tests/support/known_matrix.py).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from tests.support.index import offline_env
 BLACKWELL = ("--driver-version", "570.86.15", "--gpu", "RTX 5090")
 
 
-def test_json_plan() -> None:
-    result = cudalock("resolve", *BLACKWELL, "--json")
+def test_json_plan(known_matrix_dir: Path) -> None:
+    result = cudalock("resolve", "--matrix", known_matrix_dir, *BLACKWELL, "--json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert list(plan)[:6] == ["matrix_version", "python", "platform", "compat", "torch", "packages"]
@@ -51,11 +53,19 @@ def test_json_plan() -> None:
         "reason": "torch 2.15.0+cu132: CUDA 13.2 needs driver ≥ 595.45.04; "
         "driver 570.86.15 supports CUDA 12.8",
         "fix": "upgrade to driver ≥ 595.45.04",
+        "fixes": [
+            {
+                "changes": [{"kind": "driver", "value": "595.45.04"}],
+                "torch": "2.15.0",
+                "variant": "cu132",
+                "text": "upgrade to driver ≥ 595.45.04",
+            }
+        ],
     }
 
 
-def test_text_summary_says_what_where_why_and_how_to_bootstrap() -> None:
-    result = cudalock("resolve", *BLACKWELL, "--with", "deepspeed")
+def test_text_summary_says_what_where_why_and_how_to_bootstrap(known_matrix_dir: Path) -> None:
+    result = cudalock("resolve", "--matrix", known_matrix_dir, *BLACKWELL, "--with", "deepspeed")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert out.startswith("torch 2.11.0+cu128  (CUDA 12.8")
@@ -63,13 +73,18 @@ def test_text_summary_says_what_where_why_and_how_to_bootstrap() -> None:
     assert "deepspeed==" in out and "from PyPI" in out
     assert "Driver 570.86.15 limits CUDA to 12.8." in out
     assert "Not chosen (newest first):" in out
-    assert "cudalock bootstrap --driver-version 570.86.15 --gpu 'RTX 5090' --with deepspeed" in out
+    assert (
+        "cudalock bootstrap --driver-version 570.86.15 --gpu 'RTX 5090' "
+        f"--matrix {known_matrix_dir} --with deepspeed"
+    ) in out
 
 
-def test_nothing_fits_json_exits_1() -> None:
+def test_nothing_fits_json_exits_1(known_matrix_dir: Path) -> None:
     # torch ≥ 2.15 has only CUDA 13.x builds; 535.104.05 is below 13.0's 580.65.06.
     result = cudalock(
         "resolve",
+        "--matrix",
+        known_matrix_dir,
         "--driver-version",
         "535.104.05",
         "--compute-capability",
@@ -89,9 +104,11 @@ def test_nothing_fits_json_exits_1() -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_nothing_fits_text_exits_1_with_candidates() -> None:
+def test_nothing_fits_text_exits_1_with_candidates(known_matrix_dir: Path) -> None:
     result = cudalock(
         "resolve",
+        "--matrix",
+        known_matrix_dir,
         "--driver-version",
         "535.104.05",
         "--compute-capability",
@@ -126,9 +143,11 @@ def test_bad_values_exit_2_with_one_line(flags: tuple[str, ...], named: str) -> 
     assert "Traceback" not in result.stderr
 
 
-def test_pytorch_index_from_the_environment() -> None:
+def test_pytorch_index_from_the_environment(known_matrix_dir: Path) -> None:
     result = cudalock(
         "resolve",
+        "--matrix",
+        known_matrix_dir,
         *BLACKWELL,
         "--json",
         env=offline_env() | {"CUDALOCK_PYTORCH_INDEX": "https://mirror.example.org/whl"},
@@ -145,7 +164,7 @@ def test_no_driver_is_said_loudly() -> None:
     assert "+cpu" in result.stdout
 
 
-def test_fleet_from_probe_files(tmp_path: Path) -> None:
+def test_fleet_from_probe_files(tmp_path: Path, known_matrix_dir: Path) -> None:
     # node-b's 535.104.05 (CUDA 12.2) and Volta, node-a's Ada: 2.7.1+cu118 (see test_resolve).
     files = []
     for name, driver, gpu, cc in (
@@ -156,7 +175,7 @@ def test_fleet_from_probe_files(tmp_path: Path) -> None:
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(target.to_json()), encoding="utf-8")
         files += ["--probe", str(path)]
-    result = cudalock("resolve", *files, "--json")
+    result = cudalock("resolve", "--matrix", known_matrix_dir, *files, "--json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["packages"][0]["version"] == "2.7.1+cu118"

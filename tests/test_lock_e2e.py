@@ -33,7 +33,9 @@ CUDNN = 'nvidia-cudnn-cu12==8.9.2.26; platform_system == "Linux" and platform_ma
 TRITON = 'triton==2.1.0; platform_system == "Linux" and platform_machine == "x86_64"'
 DRIVER = "535.104.05"
 TARGET = ["--driver-version", DRIVER, "--compute-capability", "8.0", "--platform", "linux-x86_64"]
-REQUEST = ["--torch", "2.1.0", "--python", "3.11", "--with", "deepspeed"]
+# DeepSpeed is pinned to the release the stand-in index serves: left open, the plan would take
+# the newest release the matrix knows, which grows.
+REQUEST = ["--torch", "2.1.0", "--python", "3.11", "--with", "deepspeed==0.19.8"]
 #: What the lock must hold, derived by hand from the stand-ins' metadata below.
 EXPECTED = {
     "torch": "2.1.0+cu121",

@@ -1,14 +1,16 @@
 """The shipped matrix says what the sources say. Expected values are copied by hand from
 the sources each matrix entry cites (NVIDIA Table 3, the PyPI wheels, pytorch/pytorch
-release matrices)."""
+release matrices).
+
+Each test names the releases it is about, so a release added later changes none of them; the
+rules every matrix keeps, whatever it holds, are in tests/support/invariants.py."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import pytest
+from packaging.version import Version
 
-from cudalock.matrix import Provenance, TorchBuild, load_matrix
+from cudalock.matrix import TorchBuild, load_matrix
 from cudalock.versions import DriverVersion
 
 MATRIX = load_matrix()
@@ -56,27 +58,10 @@ def build(version: str, variant: str, platform: str = "linux-x86_64") -> TorchBu
 
 
 def test_every_release_from_1_13_to_2_15_is_present() -> None:
-    assert [r.version for r in MATRIX.torch_releases] == TORCH_RELEASES
-    assert MATRIX.schema_version == 1 and MATRIX.matrix_version == "2026-11-30"
-
-
-class HasProvenance(Protocol):
-    @property
-    def provenance(self) -> Provenance: ...
-
-
-def test_every_entry_names_a_source() -> None:
-    entries: list[HasProvenance] = [
-        *MATRIX.toolkits,
-        *MATRIX.majors,
-        *MATRIX.arch_support,
-        *MATRIX.gpus,
-        *MATRIX.deepspeed,
-        *MATRIX.deepspeed_cuda_checks,
-        *MATRIX.torch_releases,
-        *(b for r in MATRIX.torch_releases for b in r.builds),
-    ]
-    assert all(e.provenance.source and all(s.strip() for s in e.provenance.source) for e in entries)
+    known = [r.version for r in MATRIX.torch_releases if r.version in TORCH_RELEASES]
+    assert known == TORCH_RELEASES
+    assert MATRIX.torch_releases[0].version == "1.13.0"
+    assert MATRIX.schema_version == 1 and MATRIX.matrix_version >= "2026-11-30"
 
 
 @pytest.mark.parametrize(
@@ -107,7 +92,7 @@ def test_minor_version_compatibility_floors() -> None:
 
 def test_unverified_toolkits_stay_unverified() -> None:
     unverified = {t.version for t in MATRIX.toolkits if not t.provenance.verified}
-    assert unverified == {"13.3.0", "13.3.1", "13.4.1", "13.5"}
+    assert unverified >= {"13.3.0", "13.3.1", "13.4.1", "13.5"}
 
 
 def test_blackwell_and_pascal_builds() -> None:
@@ -153,7 +138,9 @@ def test_pypi_default_builds() -> None:
 
 
 def test_torchaudio_ends_with_2_11() -> None:
-    for release in MATRIX.torch_releases:
+    for version in TORCH_RELEASES:
+        release = MATRIX.torch_release(version)
+        assert release is not None
         major_minor = tuple(int(p) for p in release.version.split(".")[:2])
         if (2, 12) <= major_minor < (2, 15):
             assert release.torchaudio is None, release.version
@@ -194,9 +181,11 @@ def test_deepspeed_releases_and_cuda_check() -> None:
     from packaging.specifiers import SpecifierSet
 
     versions = [r.version for r in MATRIX.deepspeed]
-    assert versions[0] == "0.14.0" and versions[-1] == "0.19.8" and len(versions) == 47
-    latest = MATRIX.deepspeed[-1]
-    assert latest.torch == ">=2.0.0" and latest.date == "2026-10-20"
+    # Every release from 0.14.0 to 0.19.8 (47 of them, each read from its sdist).
+    read = [v for v in versions if Version(v) <= Version("0.19.8")]
+    assert read[0] == "0.14.0" and read[-1] == "0.19.8" and len(read) == 47
+    ds_0_19_8 = next(r for r in MATRIX.deepspeed if r.version == "0.19.8")
+    assert ds_0_19_8.torch == ">=2.0.0" and ds_0_19_8.date == "2026-10-20"
     assert next(r for r in MATRIX.deepspeed if r.version == "0.19.0").torch == ""
 
     def twelve(version: str) -> tuple[tuple[int, int], ...]:

@@ -17,11 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cudalock.errors import InputError, Unsatisfiable, UsageError
+from cudalock.matrix import Matrix
 from cudalock.model import Gpu, Target
 from cudalock.resolve import make_request, parse_torch_spec, resolve
 from cudalock.resolve.compat import driver_verdict, missing_archs
 from cudalock.versions import DriverVersion, parse_compute_capability
-from tests.support.small_matrix import LINUX, small_matrix
+from tests.support.small_matrix import LINUX, raw_documents, small_matrix
 
 MATRIX = small_matrix()
 
@@ -258,3 +259,72 @@ def test_resolving_ten_thousand_targets_is_fast() -> None:
     assert plan.torch_pin.version == "2.5.1+cu121"
     assert any("535.104.00 on n0 limits CUDA to 12.2" in s for s in plan.explanation)
     assert elapsed < 1.0, elapsed
+
+
+def _with_unverified_cu129() -> Matrix:
+    """The small matrix with an unverified cu129 build of 2.11.0 beside its verified cu128."""
+    documents = raw_documents()
+    for release in documents["torch.toml"]["release"]:
+        if release["version"] == "2.11.0":
+            build = {
+                "variant": "cu129",
+                "cuda": "12.9",
+                "sass": ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"],
+                "ptx": ["12.0"],
+                "platforms": [LINUX],
+                "source": "https://download.pytorch.org/whl/cu129",
+                "status": "unverified",
+            }
+            release["build"].insert(2, build)
+    return small_matrix(torch_toml=documents["torch.toml"])
+
+
+def test_a_verified_build_wins_over_a_newer_unverified_one_in_the_same_release() -> None:
+    # 575.51.03 → CUDA 12.9: 2.11.0's cu129 would run, but it rests on an unverified entry, and
+    # the verified cu128 runs too.
+    matrix = _with_unverified_cu129()
+    plan = resolve(matrix, [node("575.51.03", "8.0")], make_request(torch="2.11"))
+    assert plan.torch_pin.version == "2.11.0+cu128"
+    assert not plan.unverified
+    said = " ".join(plan.explanation)
+    assert "Chose the verified cu128 build over the newer cu129 build of torch 2.11.0" in said
+    assert "--cuda 12.9 chooses it" in said
+    # Passed over, not rejected: it would run.
+    assert not any(r.variant == "cu129" for r in plan.rejected)
+
+
+def test_cuda_pins_the_unverified_build_and_the_plan_says_so() -> None:
+    matrix = _with_unverified_cu129()
+    plan = resolve(matrix, [node("575.51.03", "8.0")], make_request(torch="2.11", cuda="12.9"))
+    assert plan.torch_pin.version == "2.11.0+cu129"
+    assert "that the 2.11.0+cu129 build exists for linux-x86_64 as listed" in plan.unverified
+    assert (
+        "that torchvision 0.26.0+cu129 is published on https://download.pytorch.org/whl/cu129"
+        in plan.unverified
+    )
+
+
+def test_the_unverified_build_is_chosen_when_no_verified_one_fits() -> None:
+    # 580.65.06: of 2.15.0 only the unverified cu130 runs (cu132 needs 595.45.04); the choice
+    # stays within the newest release and lists what it rests on, the companion's file included.
+    plan = resolve(MATRIX, [node("580.65.06", "8.0")], make_request())
+    assert plan.torch_pin.version == "2.15.0+cu130"
+    assert (
+        "that torchvision 0.29.2+cu130 is published on https://download.pytorch.org/whl/cu130"
+        in plan.unverified
+    )
+    assert not any("Chose the verified" in s for s in plan.explanation)
+
+
+def test_an_unverified_pairing_is_listed_for_a_verified_build() -> None:
+    documents = raw_documents()
+    for release in documents["torch.toml"]["release"]:
+        if release["version"] == "2.15.0":
+            release["unverified"] = ["torchvision"]
+    matrix = small_matrix(torch_toml=documents["torch.toml"])
+    plan = resolve(matrix, [node("595.45.04", "8.0")], make_request())
+    assert plan.torch_pin.version == "2.15.0+cu132"
+    assert plan.unverified == (
+        "that torch 2.15.0 pairs with torchvision 0.29.2",
+        "that torchvision 0.29.2+cu132 is published on https://download.pytorch.org/whl/cu132",
+    )

@@ -158,14 +158,64 @@ class PackagePin:
         return {"name": self.name, "version": self.version, "index_url": self.index_url}
 
 
+#: What a fix changes: the drivers of the targets, or one Request setting.
+ChangeKind = Literal["driver", "compat", "python", "torch", "cuda", "with", "without"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to the target or the request, as data.
+
+    ``driver``: raise every target's driver to at least ``value``; ``compat``, ``python``,
+    ``torch``, ``cuda``: set that request option to ``value`` (``torch`` a PEP 440 spec);
+    ``with``: request the companion ``value`` without a version spec; ``without``: drop the
+    companion ``value``.
+    """
+
+    kind: ChangeKind
+    value: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": self.value}
+
+
+@dataclass(frozen=True)
+class Fix:
+    """Changes that, made together, let the candidate ``torch``+``variant`` fit the request as
+    changed; ``text`` says it for people."""
+
+    changes: tuple[Change, ...]
+    torch: str
+    variant: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "changes": [c.to_json() for c in self.changes],
+            "torch": self.torch,
+            "variant": self.variant,
+            "text": self.text,
+        }
+
+
 @dataclass(frozen=True)
 class Rejection:
-    """A candidate build that was not chosen, why, and what would make it fit."""
+    """A candidate build that was not chosen, why, and what would make a candidate fit.
+
+    Each of ``fixes`` is an alternative; a fix either makes this candidate fit (a driver
+    upgrade, another Python) or, when nothing can (the build lacks kernels for a GPU), names the
+    other build that would.
+    """
 
     torch: str
     variant: str
     reason: str
-    fix: str | None = None
+    fixes: tuple[Fix, ...] = ()
+
+    @property
+    def fix(self) -> str | None:
+        """The fixes in words, alternatives joined by "or" (None: nothing would help)."""
+        return " or ".join(f.text for f in self.fixes) or None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -173,6 +223,7 @@ class Rejection:
             "variant": self.variant,
             "reason": self.reason,
             "fix": self.fix,
+            "fixes": [f.to_json() for f in self.fixes],
         }
 
 

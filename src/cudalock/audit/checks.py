@@ -28,10 +28,10 @@ from cudalock.audit.installed import (
     local_label,
     public_version,
 )
-from cudalock.errors import CudalockError
+from cudalock.errors import CudalockError, Unsatisfiable
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.matrix.model import arch_covers
-from cudalock.model import Compat, Finding, Plan, Severity, Target
+from cudalock.model import Compat, Finding, Plan, Rejection, Severity, Target
 from cudalock.resolve import make_request, resolve
 from cudalock.resolve.compat import (
     DriverVerdict,
@@ -181,6 +181,8 @@ class _Torch:
 
     @property
     def is_cpu(self) -> bool:
+        if self.label == "cpu":
+            return True  # the wheel's own label, whatever else the report left out
         return self.install.cuda_known and not self.is_cuda and not self.is_rocm
 
 
@@ -301,15 +303,27 @@ def _replacement(
             plan = resolve(context.matrix, [context.target], request)
         except CudalockError as err:
             last_error = err.message
-            if attempt["torch"] and err.hint and torch is not None:
-                # What would keep the installed release (a driver upgrade, --compat minor).
-                kept_hint = (
-                    f"to keep torch {torch.public} (cudalock bootstrap --torch "
-                    f"{torch.public}): {err.hint}"
-                )
+            if attempt["torch"] and torch is not None and isinstance(err, Unsatisfiable):
+                kept_hint = _keeping(err, torch.public or "") or kept_hint
             continue
         return _Replacement(plan, install_commands(plan, context.pip), kept_hint)
     return _Replacement(None, (), last_error)
+
+
+def _keeping(error: Unsatisfiable, version: str) -> str | None:
+    """What would keep torch ``version`` (a driver upgrade, --compat minor): only the fixes
+    whose candidate is that release, never one that replaces it."""
+    texts: list[str] = []
+    for rejection in error.rejected:
+        if not isinstance(rejection, Rejection):
+            continue
+        for fix in rejection.fixes:
+            if fix.torch == version and fix.text not in texts:
+                texts.append(f"{fix.text} (torch {fix.torch}+{fix.variant})")
+    if not texts:
+        return None
+    # The smallest change first: the last rejections are the nearest candidates.
+    return f"to keep torch {version} (cudalock bootstrap --torch {version}): {texts[-1]}"
 
 
 def install_commands(plan: Plan, pip: str = "pip") -> tuple[str, ...]:
@@ -434,7 +448,7 @@ def _check_torch_present(context: _Context) -> list[Finding]:
                 _torch_evidence(torch),
             )
         )
-    if not torch.install.cuda_known:
+    if not torch.install.cuda_known and not torch.is_cpu:
         findings.append(
             _finding(
                 "unknown-torch-build",
@@ -715,7 +729,7 @@ def _check_cpu_build(context: _Context) -> list[Finding]:
         return []
     gpu_machine = target.has_driver or bool(target.gpus)
     if not gpu_machine:
-        return []
+        return _cpu_build_gpus_unknown(context, torch)
     if torch.is_rocm:
         replacement = context.replacement()
         return [
@@ -739,6 +753,28 @@ def _check_cpu_build(context: _Context) -> list[Finding]:
             "torch.cuda.is_available() is False and training runs on the CPU",
             _torch_evidence(torch) + _target_evidence(context),
             _fix_lines(replacement, "the CUDA build for this target"),
+        )
+    ]
+
+
+def _cpu_build_gpus_unknown(context: _Context, torch: _Torch) -> list[Finding]:
+    """A CPU build in a report that names no GPU and no driver (a truncated collect_env): it
+    cannot use a GPU whatever the machine has, which matters when a GPU run is in question."""
+    if context.driver_known or not torch.is_cpu:
+        return []
+    return [
+        _finding(
+            "cpu-only-build",
+            "warning",
+            f"{torch.described} is a CPU-only build: it cannot use any GPU "
+            "(torch.cuda.is_available() is False). The report names no GPU and no NVIDIA "
+            "driver, so whether this machine has one is not known",
+            _torch_evidence(torch) + _target_evidence(context),
+            [
+                "# on a machine with an NVIDIA GPU, audit the report against it:",
+                "cudalock audit --report FILE --driver-version 535.104.05 --gpu A100",
+                "# (read them with: nvidia-smi --query-gpu=name,driver_version --format=csv)",
+            ],
         )
     ]
 

@@ -45,11 +45,15 @@ exit status:
   2  usage error or bad input (a bad filter, an unknown GPU, a broken matrix)"""
 
 REFRESH_DESCRIPTION = """\
-Update torch.toml from PyPI and the PyTorch index, printing what changed.
+Update the matrix from PyPI and the PyTorch index, printing what changed as a diff.
 
-Reads releases, dates, requires-python, CPython tags (PyPI JSON simple API) and which variants
-the index publishes per release (PEP 503 pages). Architecture lists, cuDNN and NCCL are not read
-from there and are left as they are. Comments and layout are preserved."""
+Reads torch releases, dates, requires-python, CPython tags and the PyPI build's CUDA (PyPI JSON
+simple API, PEP 658 metadata), the torchvision/torchaudio release pinning each torch, which
+variants the index publishes per release (PEP 503 pages), and new DeepSpeed releases with their
+torch requirement and op-builder CUDA allow-list (metadata and sdist). What only a person can
+verify is written as unverified with a note: the arch lists of a new build (copied from the
+nearest older release), the driver minimum of a new CUDA version (left out). Comments and
+layout are preserved; run 'cudalock matrix check' on the result."""
 
 #: What a matrix subcommand runs.
 Subcommand = Callable[[argparse.Namespace], None]
@@ -118,7 +122,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     refresh_parser = subcommands.add_parser(
         "refresh",
         prog=f"{parser.prog} refresh",
-        help="Update torch.toml from PyPI and the PyTorch index.",
+        help="Update the matrix from PyPI and the PyTorch index.",
         description=REFRESH_DESCRIPTION,
         epilog=epilog(
             "  cudalock matrix refresh --dry-run\n"
@@ -130,8 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pypi-url",
         default="https://pypi.org/simple",
         metavar="URL",
-        help="PEP 691 simple index for torch, torchvision and torchaudio (a mirror works; "
-        "default %(default)s).",
+        help="PEP 691 simple index for torch, torchvision, torchaudio and deepspeed (a mirror "
+        "works; default %(default)s).",
     )
     refresh_parser.add_argument(
         "--pytorch-index",
@@ -139,6 +143,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="Base URL of the PyTorch index (<base>/<variant>/torch/ are PEP 503 pages; "
         "default %(default)s).",
+    )
+    refresh_parser.add_argument(
+        "--allow-insecure-index",
+        action="store_true",
+        help="Allow plain-http index URLs on hosts other than loopback.",
     )
     refresh_parser.add_argument(
         "--dry-run", action="store_true", help="Print what would change; write nothing."
@@ -236,9 +245,10 @@ def refresh(args: argparse.Namespace) -> None:
         matrix_dir_from(args.matrix_dir),
         pypi_url=args.pypi_url,
         pytorch_index=args.pytorch_index,
+        allow_insecure=args.allow_insecure_index,
         write=not args.dry_run,
     )
-    echo(result.diff if result.diff else "torch.toml is up to date")
+    echo(result.diff if result.diff else "the matrix is up to date")
     if result.diff:
         verb = "would change" if args.dry_run else "updated"
         echo(f"{verb}: {result.summary}", err=True)

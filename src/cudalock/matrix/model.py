@@ -175,6 +175,12 @@ class Matrix:
     def torch_release(self, version: str) -> TorchRelease | None:
         return self._releases_by_version.get(version)
 
+    @cached_property
+    def _toolkits_by_cuda(self) -> tuple[tuple[CudaVersion, CudaToolkit], ...]:
+        """Each toolkit with its CUDA version parsed once: the resolver asks for driver minimums
+        many times per plan."""
+        return tuple((tk.cuda, tk) for tk in self.toolkits)
+
     def cuda_major(self, major: int) -> CudaMajor | None:
         return next((m for m in self.majors if m.major == major), None)
 
@@ -183,25 +189,35 @@ class Matrix:
         windows = platform.startswith("windows")
         candidates = [
             (tk.driver_windows if windows else tk.driver_linux)
-            for tk in self.toolkits
-            if tk.cuda == cuda
+            for version, tk in self._toolkits_by_cuda
+            if version == cuda
         ]
         known = [d for d in candidates if d is not None]
         return min(known) if known else None
 
+    @cached_property
+    def _max_cuda_memo(self) -> dict[tuple[DriverVersion, bool], CudaVersion | None]:
+        return {}
+
     def max_cuda_for_driver(self, driver: DriverVersion, platform: str) -> CudaVersion | None:
         """The newest CUDA version whose minimum driver is at or below ``driver``."""
         windows = platform.startswith("windows")
+        key = (driver, windows)
+        if key not in self._max_cuda_memo:
+            self._max_cuda_memo[key] = self._max_cuda(driver, windows)
+        return self._max_cuda_memo[key]
+
+    def _max_cuda(self, driver: DriverVersion, windows: bool) -> CudaVersion | None:
         best: CudaVersion | None = None
-        for tk in self.toolkits:
+        for version, tk in self._toolkits_by_cuda:
             minimum = tk.driver_windows if windows else tk.driver_linux
             if (
                 minimum is not None
                 and minimum <= driver
                 and tk.provenance.verified
-                and (best is None or tk.cuda > best)
+                and (best is None or version > best)
             ):
-                best = tk.cuda
+                best = version
         return best
 
     def gpu_by_name(self, name: str) -> GpuModel | None:

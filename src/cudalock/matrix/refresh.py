@@ -1,18 +1,23 @@
-"""``cudalock matrix refresh``: update torch.toml from PyPI and the PyTorch index.
+"""``cudalock matrix refresh``: update the matrix from PyPI and the PyTorch index.
 
 What can be read from those sources, and only that, is refreshed:
 
 - PyPI's JSON simple API (PEP 691) for ``torch``: the releases, their date (first
   ``upload-time``), ``requires-python`` and the CPython versions per platform (wheel tags);
   PEP 658 metadata of the Linux wheels: which CUDA the PyPI build depends on (``pypi_default``).
-- PyPI for ``torchvision`` / ``torchaudio``: the release whose metadata pins ``torch==X``.
+- PyPI for ``torchvision`` / ``torchaudio``: the release whose metadata pins ``torch==X``, for a
+  new torch release and for one whose pairing is missing or unverified.
 - The PyTorch index (PEP 503 pages ``<base>/<variant>/torch/``): which variants exist for which
   release and platform.
+- PyPI for ``deepspeed`` (:mod:`cudalock.matrix.refresh_deepspeed`): new releases, their torch
+  requirement and the CUDA allow-list of their op builder.
 
-Architecture lists, cuDNN and NCCL cannot be read there: a new build copies the arch list of
-the same variant and platform from the nearest older release and marks it unverified, or leaves
-it empty (``matrix check`` then says so). Nothing is removed. Comments and layout of the file are
-kept (tomlkit); the change is printed as a unified diff.
+What only a person can check is written as unverified with a note, never as a fact: the arch
+lists of a new build are copied from the same variant and platform of the nearest older release
+and marked unverified (or left empty, which ``matrix check`` reports); a CUDA version the index
+has and ``cuda.toml`` lacks gets a toolkit entry without a driver minimum, marked unverified.
+Nothing is removed. Comments and layout are kept (tomlkit); the change is printed as a unified
+diff per file.
 """
 
 from __future__ import annotations
@@ -35,12 +40,17 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import EnvironmentFailure, InputError
-from cudalock.fsutil import write_atomic
+from cudalock.fsutil import write_group
+from cudalock.matrix.fetch import Fetcher
 from cudalock.platforms import PLATFORMS, platform_of_wheel_tag
-from cudalock.urls import DEFAULT_PYPI_INDEX, DEFAULT_PYTORCH_INDEX
+from cudalock.urls import (
+    DEFAULT_PYPI_INDEX,
+    DEFAULT_PYTORCH_INDEX,
+    strip_credentials,
+    validate_index_url,
+)
 from cudalock.versions import cuda_from_variant, python_key, variant_for_cuda
 
-PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 _PLATFORM_ORDER = tuple(platform.name for platform in PLATFORMS)
 
 
@@ -197,67 +207,6 @@ def index_platforms(page: str, variant: str) -> dict[str, set[str]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Network edge
-
-
-class Fetcher:
-    """GETs with timeouts and retries; 404 is an answer (None), anything else failing is exit 3."""
-
-    def __init__(self, *, timeout: float = 30.0, retries: int = 3) -> None:
-        import requests
-        from requests.adapters import HTTPAdapter
-        from urllib3.util.retry import Retry
-
-        self.session = requests.Session()
-        retry = Retry(
-            total=retries,
-            connect=retries,
-            read=retries,
-            backoff_factor=0.3,
-            status_forcelist=(429, 500, 502, 503, 504),
-            allowed_methods=("GET",),
-        )
-        adapter = HTTPAdapter(max_retries=retry)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
-        self.timeout = timeout
-
-    def get(self, url: str, accept: str) -> str | None:
-        import requests
-
-        try:
-            response = self.session.get(
-                url, headers={"Accept": accept}, timeout=(min(self.timeout, 10.0), self.timeout)
-            )
-        except requests.RequestException as err:
-            raise EnvironmentFailure(f"cannot read {url}: {_reason(err)}") from None
-        if response.status_code == 404:
-            return None
-        if response.status_code != 200:
-            raise EnvironmentFailure(f"cannot read {url}: HTTP {response.status_code}")
-        return response.text
-
-    def json(self, url: str) -> Mapping[str, Any] | None:
-        import json
-
-        text = self.get(url, PEP691_JSON)
-        if text is None:
-            return None
-        try:
-            document = json.loads(text)
-        except ValueError:
-            raise EnvironmentFailure(f"{url} did not answer PEP 691 JSON") from None
-        if not isinstance(document, Mapping):
-            raise EnvironmentFailure(f"{url} did not answer PEP 691 JSON")
-        return document
-
-
-def _reason(err: Exception) -> str:
-    text = str(err)
-    return text if len(text) < 200 else text[:200] + "…"
-
-
-# --------------------------------------------------------------------------------------------
 # Updating the documents (tomlkit)
 
 
@@ -276,6 +225,7 @@ class RefreshResult:
 class Sources:
     """What the refresh read, gathered before anything is changed."""
 
+    #: Where to read (credentials included, if given) ...
     pypi_url: str
     pytorch_index: str
     today: str
@@ -284,8 +234,21 @@ class Sources:
     defaults: dict[str, dict[str, str]]
     #: torch version → variant → platforms on the PyTorch index.
     index: dict[str, dict[str, set[str]]]
-    #: torch version → {"torchvision": "0.16.0", "torchaudio": ...}.
+    #: torch version → {"torchvision": "0.16.0", "torchaudio": ...}: releases pinning it exactly.
     companions: dict[str, dict[str, str]]
+
+    # ... and what the matrix records: the same URLs without credentials.
+    @property
+    def pypi_source(self) -> str:
+        return strip_credentials(self.pypi_url)
+
+    @property
+    def index_source(self) -> str:
+        return strip_credentials(self.pytorch_index)
+
+
+#: The files a refresh may change, in the order their diffs are shown.
+_FILES = ("matrix.toml", "cuda.toml", "torch.toml", "deepspeed.toml")
 
 
 def refresh_matrix(
@@ -293,63 +256,62 @@ def refresh_matrix(
     *,
     pypi_url: str = DEFAULT_PYPI_INDEX,
     pytorch_index: str = DEFAULT_PYTORCH_INDEX,
+    allow_insecure: bool = False,
     write: bool = True,
     fetcher: Fetcher | None = None,
     today: datetime.date | None = None,
 ) -> RefreshResult:
-    """Read the sources, update torch.toml (and matrix_version) in ``directory``; the diff."""
+    """Read the sources, update the matrix in ``directory`` (and its matrix_version); the diff.
+
+    The index URLs follow the rule of every other index cudalock reads (https, or loopback, or
+    ``allow_insecure``); credentials in them are used but never written into the matrix.
+    """
     import tomlkit
 
-    torch_path, head_path = directory / "torch.toml", directory / "matrix.toml"
-    try:
-        old_text, old_head = torch_path.read_text(), head_path.read_text()
-    except OSError as err:
-        raise InputError(f"cannot read the matrix in {str(directory)!r}: {err.strerror}") from None
-    try:
-        doc = tomlkit.parse(old_text)
-        head = tomlkit.parse(old_head)
-    except tomlkit.exceptions.ParseError as err:
-        raise InputError(f"matrix file in {str(directory)!r} is not valid TOML: {err}") from None
-    cuda_doc = _read_cuda_versions(directory / "cuda.toml")
+    from cudalock.matrix.refresh_deepspeed import apply_deepspeed, gather_deepspeed
+
+    pypi_url = validate_index_url(pypi_url, flag="--pypi-url", allow_insecure=allow_insecure)
+    pytorch_index = validate_index_url(
+        pytorch_index, flag="--pytorch-index", allow_insecure=allow_insecure
+    )
+    old: dict[str, str] = {}
+    docs: dict[str, Any] = {}
+    for name in _FILES:
+        try:
+            old[name] = (directory / name).read_text()
+        except OSError as err:
+            raise InputError(
+                f"cannot read the matrix in {str(directory)!r}: {name}: {err.strerror}"
+            ) from None
+        try:
+            docs[name] = tomlkit.parse(old[name])
+        except tomlkit.exceptions.ParseError as err:
+            raise InputError(f"{name} in {str(directory)!r} is not valid TOML: {err}") from None
+    fetcher = fetcher or Fetcher()
+    day = (today or datetime.date.today()).isoformat()
 
     sources = gather(
-        doc,
-        cuda_doc,
-        fetcher or Fetcher(),
-        pypi_url.rstrip("/"),
-        pytorch_index.rstrip("/"),
-        (today or datetime.date.today()).isoformat(),
+        docs["torch.toml"], _cuda_versions(docs["cuda.toml"]), fetcher, pypi_url, pytorch_index, day
     )
-    changes = apply(doc, sources)
+    deepspeed = gather_deepspeed(docs["deepspeed.toml"], fetcher, pypi_url)
+    changes = apply(docs["torch.toml"], sources)
+    changes += add_toolkits(docs["cuda.toml"], docs["torch.toml"], sources)
+    changes += apply_deepspeed(docs["deepspeed.toml"], deepspeed, day)
     if changes:
-        head["matrix_version"] = sources.today
-    new_text, new_head = _space_headers(tomlkit.dumps(doc)), tomlkit.dumps(head)
-    diff = (
-        "".join(
-            list(
-                difflib.unified_diff(
-                    old_head.splitlines(True),
-                    new_head.splitlines(True),
-                    "a/matrix.toml",
-                    "b/matrix.toml",
-                )
-            )
-            + list(
-                difflib.unified_diff(
-                    old_text.splitlines(True),
-                    new_text.splitlines(True),
-                    "a/torch.toml",
-                    "b/torch.toml",
-                )
-            )
+        docs["matrix.toml"]["matrix_version"] = day
+    new = {name: _space_headers(tomlkit.dumps(docs[name])) for name in _FILES}
+    new["matrix.toml"] = tomlkit.dumps(docs["matrix.toml"])
+    changed = [name for name in _FILES if changes and new[name] != old[name]]
+    diff = "".join(
+        line
+        for name in changed
+        for line in difflib.unified_diff(
+            old[name].splitlines(True), new[name].splitlines(True), f"a/{name}", f"b/{name}"
         )
-        if changes
-        else ""
     )
-    if write and changes:
-        write_atomic(torch_path, new_text)
-        write_atomic(head_path, new_head)
-    return RefreshResult(diff=diff, changes=tuple(changes), written=write and bool(changes))
+    if write and changed:
+        write_group({directory / name: new[name] for name in changed}, force=True)
+    return RefreshResult(diff=diff, changes=tuple(changes), written=write and bool(changed))
 
 
 def _space_headers(text: str) -> str:
@@ -363,15 +325,9 @@ def _space_headers(text: str) -> str:
     return "".join(out)
 
 
-def _read_cuda_versions(path: Path) -> list[tuple[int, int]]:
-    import tomlkit
-
-    try:
-        data = tomlkit.parse(path.read_text()).unwrap()
-    except (OSError, tomlkit.exceptions.ParseError):
-        return []
+def _cuda_versions(cuda_doc: Any) -> list[tuple[int, int]]:
     found = set()
-    for toolkit in data.get("toolkit", []):
+    for toolkit in cuda_doc.get("toolkit", []):
         cuda = _major_minor(str(toolkit.get("version", "")))
         if cuda:
             found.add(cuda)
@@ -412,10 +368,12 @@ def gather(
                 found[platform] = cuda_variant_from_metadata(metadata, machine)
         defaults[version] = found
 
-    companions = _companions(fetcher, pypi_url, new_versions, doc) if new_versions else {}
+    companions = _companions(fetcher, pypi_url, new_versions, doc)
 
     index: dict[str, dict[str, set[str]]] = defaultdict(dict)
-    for variant in _variants_to_read(known, cuda_versions):
+    # A CUDA version first seen as a new release's PyPI build is read on the index too.
+    first_seen = {v for found in defaults.values() for v in found.values() if v != "cpu"}
+    for variant in sorted(set(_variants_to_read(known, cuda_versions)) | first_seen):
         text = fetcher.get(f"{pytorch_index}/{variant}/torch/", "text/html")
         if text is None:
             continue
@@ -437,14 +395,22 @@ def _variants_to_read(known: Iterable[Any], cuda_versions: list[tuple[int, int]]
 def _companions(
     fetcher: Fetcher, pypi_url: str, new_versions: list[str], doc: Any
 ) -> dict[str, dict[str, str]]:
-    """torchvision/torchaudio releases pinning exactly one of the new torch versions."""
-    wanted = set(new_versions)
+    """torchvision/torchaudio releases pinning exactly a torch version that needs its pair:
+    a new release, or one whose pair is missing or unverified."""
     found: dict[str, dict[str, str]] = defaultdict(dict)
     for project in ("torchvision", "torchaudio"):
-        already = {str(r.get(project)) for r in _releases(doc) if r.get(project)}
+        known = _releases(doc)
+        settled = {str(r[project]) for r in known if r.get(project) and _verified(r, project)}
+        wanted = set(new_versions) | {
+            str(r["version"]) for r in known if not r.get(project) or not _verified(r, project)
+        }
+        if not wanted:
+            continue
         page = fetcher.json(f"{pypi_url}/{project}/")
         if page is None:
             continue
+        # Releases older than every pair the matrix holds cannot pair with a torch it lacks.
+        floor = min((Version(v) for v in settled), default=Version("0"))
         first_file: dict[str, str] = {}
         for entry in page.get("files", []):
             wheel = read_wheel_name(str(entry.get("filename", "")))
@@ -453,19 +419,27 @@ def _companions(
                 wheel is None
                 or wheel.version.local
                 or wheel.version.is_prerelease
+                or wheel.version < floor
                 or not has_metadata
                 or not isinstance(entry.get("url"), str)
             ):
                 continue
             first_file.setdefault(str(wheel.version), str(entry["url"]) + ".metadata")
         for version in sorted(first_file, key=Version):
-            if version in already:
+            if version in settled:
                 continue
             metadata = fetcher.get(first_file[version], "*/*")
             pinned = torch_pin(metadata) if metadata else None
             if pinned in wanted:
                 found[pinned][project] = version  # the newest pinning release wins
     return dict(found)
+
+
+def _verified(release: Any, name: str) -> bool:
+    """Whether a release's ``name`` field is verified (its status, and not listed unverified)."""
+    return str(release.get("status")) == "verified" and name not in [
+        str(f) for f in release.get("unverified", [])
+    ]
 
 
 def apply(doc: Any, sources: Sources) -> list[str]:
@@ -492,8 +466,93 @@ def apply(doc: Any, sources: Sources) -> list[str]:
             changes.append(f"torch {version}: new release")
         else:
             changes += _update_release(release, sources.releases.get(version), sources)
+            changes += _update_companions(release, sources)
         changes += _add_index_builds(release, version, sources, releases)
+    for version in sorted(set(sources.companions) - all_versions, key=Version):
+        if version in by_version:
+            changes += _update_companions(by_version[version], sources)
     return changes
+
+
+def _update_companions(release: Any, sources: Sources) -> list[str]:
+    """Set or confirm a release's torchvision/torchaudio from a release pinning it exactly."""
+    version = str(release["version"])
+    changes = []
+    for project, paired in sources.companions.get(version, {}).items():
+        listed = release.get(project)
+        if listed is not None and str(listed) == paired and _verified(release, project):
+            continue
+        if listed is None:
+            changes.append(f"torch {version}: {project} {paired}")
+        elif str(listed) != paired:
+            changes.append(f"torch {version}: {project} {listed} -> {paired}")
+        else:
+            changes.append(f"torch {version}: {project} {paired} confirmed")
+        release[project] = paired
+        source = _source_note(
+            f"{sources.pypi_source}/{project}/",
+            f"{project} {paired} Requires-Dist torch=={version}",
+            sources,
+        )
+        existing = release.get("source")
+        if isinstance(existing, str):
+            release["source"] = _multiline([existing, source])
+        elif existing is not None:
+            existing.append(source)
+        unverified = [str(f) for f in release.get("unverified", []) if str(f) != project]
+        if "unverified" in release:
+            if unverified:
+                release["unverified"] = unverified
+            else:
+                del release["unverified"]
+    return changes
+
+
+def add_toolkits(cuda_doc: Any, torch_doc: Any, sources: Sources) -> list[str]:
+    """A ``[[toolkit]]`` for each CUDA version a build names and cuda.toml lacks.
+
+    Its driver minimum is not machine-readable (NVIDIA publishes it in a table of the release
+    notes): the entry says the version exists, carries no driver, and is marked unverified, so
+    the resolver cannot choose its builds until a person fills the driver in.
+    """
+    import tomlkit
+
+    known = set(_cuda_versions(cuda_doc))
+    wanted: dict[tuple[int, int], set[str]] = defaultdict(set)
+    for release in _releases(torch_doc):
+        for build in release.get("build", []):
+            cuda = cuda_from_variant(str(build["variant"]))
+            if cuda is not None and cuda not in known:
+                wanted[cuda].add(str(build["variant"]))
+    toolkits = cuda_doc.get("toolkit")
+    if toolkits is None:
+        return []
+    changes = []
+    for cuda in sorted(wanted):
+        version = f"{cuda[0]}.{cuda[1]}"
+        table = tomlkit.table()
+        table["version"] = version
+        table["label"] = f"CUDA {version}"
+        table["source"] = _multiline(
+            [
+                _source_note(f"{sources.index_source}/{variant}/torch/", "PEP 503 page", sources)
+                for variant in sorted(wanted[cuda])
+            ]
+        )
+        table["status"] = "unverified"
+        table["note"] = (
+            f"refresh: builds for CUDA {version} appeared on the PyTorch index; its driver "
+            "minimums are not machine-readable: fill in driver_linux / driver_windows from "
+            "Table 3 of NVIDIA's release notes and verify this entry"
+        )
+        position = sum(1 for tk in toolkits if _version_key(str(tk["version"])) < (*cuda, 0))
+        toolkits.insert(position, table)
+        changes.append(f"CUDA {version}: new toolkit, driver minimum unknown")
+    return changes
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text))
 
 
 def _source_note(url: str, what: str, sources: Sources) -> str:
@@ -513,7 +572,7 @@ def _new_release(facts: PypiRelease, sources: Sources, releases: Any) -> Any:
             release[project] = companions[project]
     source = [
         _source_note(
-            f"{sources.pypi_url}/torch/",
+            f"{sources.pypi_source}/torch/",
             "PEP 691 JSON: upload-time, requires-python, wheel tags",
             sources,
         )
@@ -522,7 +581,7 @@ def _new_release(facts: PypiRelease, sources: Sources, releases: Any) -> Any:
     if defaults:
         source.append(
             _source_note(
-                f"{sources.pypi_url}/torch/",
+                f"{sources.pypi_source}/torch/",
                 "PEP 658 metadata of the Linux wheels: Requires-Dist CUDA runtime pin",
                 sources,
             )
@@ -530,7 +589,7 @@ def _new_release(facts: PypiRelease, sources: Sources, releases: Any) -> Any:
     for project, version in companions.items():
         source.append(
             _source_note(
-                f"{sources.pypi_url}/{project}/",
+                f"{sources.pypi_source}/{project}/",
                 f"{project} {version} Requires-Dist torch=={facts.version}",
                 sources,
             )
@@ -618,7 +677,7 @@ def _add_index_builds(release: Any, version: str, sources: Sources, releases: An
             if platform not in python:
                 continue  # no PyPI wheel tags for this platform: nothing to say about Python
             source = [
-                _source_note(f"{sources.pytorch_index}/{variant}/torch/", "PEP 503 page", sources)
+                _source_note(f"{sources.index_source}/{variant}/torch/", "PEP 503 page", sources)
             ]
             table = _build_table(
                 variant,
@@ -694,3 +753,15 @@ def _multiline(items: list[str]) -> Any:
     array = tomlkit.array()
     array.extend(items)
     return array.multiline(True)
+
+
+__all__ = [
+    "Fetcher",
+    "RefreshResult",
+    "add_toolkits",
+    "cuda_variant_from_metadata",
+    "index_platforms",
+    "read_wheel_name",
+    "refresh_matrix",
+    "torch_pin",
+]

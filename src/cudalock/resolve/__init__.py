@@ -3,6 +3,7 @@
 ``resolve(matrix, targets, request) -> Plan`` is pure: no I/O, no globals.
 """
 
+from cudalock.resolve.fixes import apply_fix
 from cudalock.resolve.request import (
     COMPANIONS,
     CPU_VARIANT,
@@ -17,6 +18,7 @@ __all__ = [
     "COMPANIONS",
     "CPU_VARIANT",
     "RequestOptions",
+    "apply_fix",
     "make_request",
     "nearest",
     "parse_companion",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cudalock.errors import Unsatisfiable, UsageError
 from cudalock.matrix import Matrix
@@ -14,7 +14,7 @@ from cudalock.model import Target
 from cudalock.resolve.compat import DriverVerdict, driver_verdict, target_driver_cuda
 from cudalock.versions import ComputeCapability, CudaVersion, DriverVersion, format_cc
 
-__all__ = ["Fleet", "reduce_fleet"]
+__all__ = ["Fleet", "raise_driver", "reduce_fleet"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,23 @@ class Fleet:
         """The maximum CUDA of the lowest driver in the fleet."""
         return target_driver_cuda(matrix, self.drivers[0].node) if self.drivers else None
 
+    def below(self, matrix: Matrix, driver: DriverVersion) -> list[_DriverGroup]:
+        """The driver groups a driver upgrade to ``driver`` would change."""
+        return [g for g in self.drivers if raise_driver(matrix, g.node, driver) is not g.node]
+
+    def upgraded(self, matrix: Matrix, driver: DriverVersion) -> Fleet:
+        """This fleet with every driver below ``driver`` raised to it: what a driver fix does."""
+        groups = [_DriverGroup(raise_driver(matrix, g.node, driver), g.count) for g in self.drivers]
+        groups.sort(key=lambda g: target_driver_cuda(matrix, g.node) or (0, 0))
+        return Fleet(
+            self.platform,
+            groups,
+            self.ccs,
+            self.without_driver,
+            self.unknown_gpus,
+            self.size,
+        )
+
     def verdict(
         self, matrix: Matrix, cuda: CudaVersion, compat: str
     ) -> tuple[DriverVerdict, Target]:
@@ -67,6 +84,22 @@ class Fleet:
         assert result is not None
         self._verdicts[(cuda, compat)] = result
         return result
+
+
+def raise_driver(matrix: Matrix, target: Target, driver: DriverVersion) -> Target:
+    """``target`` with its NVIDIA driver raised to ``driver``, or itself when it is already at
+    least there (or has no driver: an upgrade cannot install one)."""
+    if not target.has_driver:
+        return target
+    if target.driver_version is not None:
+        if target.driver_version >= driver:
+            return target
+    else:
+        # Only the driver's CUDA is known: compare what each driver runs.
+        reached = matrix.max_cuda_for_driver(driver, target.platform)
+        if reached is None or (target.driver_cuda is not None and target.driver_cuda >= reached):
+            return target
+    return replace(target, driver_version=driver, driver_cuda=None)
 
 
 def node_name(target: Target) -> str:

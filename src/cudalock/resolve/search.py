@@ -4,7 +4,12 @@
 newest torch release matching ``request.torch`` that has an allowed build for the Python and
 platform; within it, the newest CUDA build the driver can run (``strict`` or ``minor``) whose
 architectures cover every GPU. Nothing fits: :class:`Unsatisfiable` with the nearest rejected
-candidates, newest first, each with the reason and a fix.
+candidates, newest first, each with the reason and its fixes.
+
+A fix is data (:class:`~cudalock.model.Fix`: changes to the target or the request, and the
+candidate that then fits) and is suggested only after a quiet search with its changes made
+found that candidate fitting: a fix never promises what it cannot give. A build without kernels
+for a GPU cannot be fixed by anything; its fixes name the other builds that have them.
 
 A fleet reduces before the search: one platform, the lowest driver per driver-CUDA level, and the
 union of compute capabilities, each remembered with the node it came from so the explanation can
@@ -13,6 +18,7 @@ name the node that constrained each choice.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -21,13 +27,25 @@ from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import Unsatisfiable, UsageError
 from cudalock.matrix import DeepSpeedRelease, Matrix, TorchBuild, TorchRelease
-from cudalock.model import Compat, PackagePin, Plan, Rejection, Request, Target
+from cudalock.model import (
+    Change,
+    Compat,
+    Fix,
+    PackagePin,
+    Plan,
+    Rejection,
+    Request,
+    Target,
+)
 from cudalock.resolve.compat import MINOR_COMPAT_COST, DriverVerdict, missing_archs
+from cudalock.resolve.fixes import apply_change
 from cudalock.resolve.fleet import Fleet, cc_text, node_name, reduce_fleet
 from cudalock.resolve.request import CPU_VARIANT, Companion, parse_companion, parse_torch_spec
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
+    DriverVersion,
+    format_cc,
     format_cuda,
     parse_cuda_version,
     parse_python_version,
@@ -43,6 +61,23 @@ MAX_REJECTED = 10
 
 # --------------------------------------------------------------------------------------------
 # The search
+
+
+@dataclass(frozen=True)
+class _Known:
+    """The matrix's releases parsed once, newest first, shared by a search and its trials."""
+
+    releases: tuple[tuple[Version, TorchRelease], ...]
+    deepspeed: tuple[tuple[Version, DeepSpeedRelease], ...]
+
+
+def _known(matrix: Matrix) -> _Known:
+    releases = [(Version(r.version), r) for r in matrix.torch_releases if _is_version(r.version)]
+    deepspeed = [(Version(d.version), d) for d in matrix.deepspeed if _is_version(d.version)]
+    return _Known(
+        tuple(sorted(releases, key=lambda item: item[0], reverse=True)),
+        tuple(sorted(deepspeed, key=lambda item: item[0], reverse=True)),
+    )
 
 
 @dataclass(frozen=True)
@@ -63,14 +98,39 @@ class _Choice:
     companions: _Companions
     verdict: DriverVerdict | None
     verdict_node: Target | None
+    #: Newer builds of the release that would run but rest on unverified facts.
+    passed_over: tuple[TorchBuild, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Alternative:
+    """Another build with kernels for every GPU, and the changes that make it fit."""
+
+    changes: tuple[Change, ...]
+    choice: _Choice
+    #: The driver it needs (None: the targets' drivers already run it).
+    driver: DriverVersion | None = None
 
 
 class _Search:
-    def __init__(self, matrix: Matrix, fleet: Fleet, request: Request) -> None:
+    def __init__(
+        self,
+        matrix: Matrix,
+        fleet: Fleet,
+        request: Request,
+        known: _Known,
+        *,
+        explain: bool = True,
+    ) -> None:
         self.matrix = matrix
         self.fleet = fleet
         self.request = request
-        self.spec = parse_torch_spec(request.torch)
+        self.known = known
+        #: False for the quiet searches that check a fix: they record reasons, not fixes.
+        self.explain = explain
+        # The quiet searches ask for one release ("==2.14.1"): no specifier grammar for that.
+        self.exact = _exact_version(request.torch)
+        self.spec = None if self.exact is not None else parse_torch_spec(request.torch)
         self.python = parse_python_version(request.python) if request.python else None
         self.cuda_pin: CudaVersion | str | None = None
         if request.cuda:
@@ -79,26 +139,18 @@ class _Search:
         self.companions = [parse_companion(text) for text in request.with_packages]
         self.rejected: list[Rejection] = []
         self.platform = fleet.platform
-        # Newest first, by PEP 440 ordering, parsed once.
-        parsed = []
-        for release in matrix.torch_releases:
-            try:
-                parsed.append((Version(release.version), release))
-            except InvalidVersion:
-                continue
-        parsed.sort(key=lambda item: item[0], reverse=True)
-        self.releases = parsed
-        self.deepspeed = sorted(
-            ((Version(ds.version), ds) for ds in matrix.deepspeed if _is_version(ds.version)),
-            key=lambda item: item[0],
-            reverse=True,
-        )
+        self.releases = known.releases
+        self.deepspeed = known.deepspeed
         #: Limits that removed newer candidates: kind → sentence (first one wins).
         self.limits: dict[str, str] = {}
         self._specs: dict[str, SpecifierSet] = {}
         #: Compute capability → the variants rejected for lacking its kernels.
         self.arch_limits: dict[ComputeCapability, list[str]] = {}
-        self._arch_fixes: dict[ComputeCapability, str | None] = {}
+        self._trials: dict[tuple[Request, DriverVersion | None], _Search] = {}
+        self._upgraded: dict[DriverVersion, Fleet] = {}
+        self._alternatives: tuple[_Alternative, ...] | None = None
+        self._paired_alternative: dict[str, _Alternative | None] = {}
+        self.choice: _Choice | None = None
 
     def _spec(self, text: str) -> SpecifierSet:
         """Matrix specifiers repeat across candidates: parse each once per search."""
@@ -111,12 +163,14 @@ class _Search:
 
     def wanted(self, version: Version) -> bool:
         """Whether a torch version matches the requested spec (any, without --torch)."""
+        if self.exact is not None:
+            return version == self.exact
         return self.spec is None or self.spec.contains(version, prereleases=True)
 
     def reject(
-        self, release: TorchRelease, variant: str, reason: str, fix: str | None = None
+        self, release: TorchRelease, variant: str, reason: str, fixes: Sequence[Fix] = ()
     ) -> None:
-        self.rejected.append(Rejection(release.version, variant, reason, fix))
+        self.rejected.append(Rejection(release.version, variant, reason, tuple(fixes)))
 
     def run(self) -> _Choice | None:
         matching = [(v, r) for v, r in self.releases if self.wanted(v)]
@@ -131,8 +185,81 @@ class _Search:
         for version, release in matching:
             choice = self._try_release(version, release)
             if choice is not None:
+                self.choice = choice
                 return choice
         return None
+
+    # ----------------------------------------------------------------------------------------
+    # Checking a fix: a quiet search with its changes made
+
+    def _trial(self, request: Request, driver: DriverVersion | None) -> _Search:
+        """The quiet search for ``request`` on this fleet, its drivers raised to ``driver``."""
+        key = (request, driver)
+        trial = self._trials.get(key)
+        if trial is None:
+            fleet = self.fleet if driver is None else self._fleet_at(driver)
+            trial = _Search(self.matrix, fleet, request, self.known, explain=False)
+            try:
+                trial.run()
+            except Unsatisfiable:
+                trial.choice = None
+            self._trials[key] = trial
+        return trial
+
+    def _fleet_at(self, driver: DriverVersion) -> Fleet:
+        fleet = self._upgraded.get(driver)
+        if fleet is None:
+            fleet = self._upgraded[driver] = self.fleet.upgraded(self.matrix, driver)
+        return fleet
+
+    def _try(
+        self,
+        changes: Sequence[Change],
+        *,
+        torch: str,
+        build: TorchBuild | None = None,
+        unpin_cuda: bool = False,
+    ) -> _Search:
+        """The quiet search with ``changes`` made, for torch ``torch`` (and ``build``) only."""
+        request = self.request
+        driver: DriverVersion | None = None
+        for change in changes:
+            if change.kind == "driver":
+                driver = DriverVersion(change.value)
+            else:
+                request = apply_change(self.matrix, (), request, change)[1]
+        request = replace(request, torch=f"=={torch}")
+        if build is not None and build.cuda is not None:
+            request = replace(request, cuda=format_cuda(build.cuda))
+        elif unpin_cuda:
+            request = replace(request, cuda=None)
+        return self._trial(request, driver)
+
+    def _fix(
+        self,
+        changes: tuple[Change, ...],
+        text: str,
+        *,
+        torch: str,
+        build: TorchBuild | None = None,
+    ) -> Fix | None:
+        """``changes`` as a Fix when a search with them made finds the candidate fitting."""
+        choice = self._try(changes, torch=torch, build=build).choice
+        if choice is None:
+            return None
+        return Fix(changes, choice.release.version, choice.build.variant, text)
+
+    def _pins(self, version: Version, choice: _Choice) -> tuple[Change, ...]:
+        """The torch and CUDA changes that make ``choice`` one the request admits."""
+        changes = []
+        if not self.wanted(version):
+            changes.append(Change("torch", f"=={choice.release.version}"))
+        if self.cuda_pin is not None and choice.build.cuda != self.cuda_pin:
+            changes.append(Change("cuda", _cuda_text(choice.build)))
+        return tuple(changes)
+
+    # ----------------------------------------------------------------------------------------
+    # One release
 
     def _try_release(self, version: Version, release: TorchRelease) -> _Choice | None:
         builds = release.builds_for(self.platform)
@@ -143,19 +270,7 @@ class _Search:
         if self.python is not None:
             python = self.python
             if python not in offered:
-                gil = [p for p in offered if not p.endswith("t")]
-                span = f"{min(gil, key=python_key)}–{max(gil, key=python_key)}" if gil else "none"
-                self.reject(
-                    release,
-                    "*",
-                    f"torch {release.version} has no wheels for Python {python} on "
-                    f"{self.platform} (it has {span})",
-                    f"use --python {max(gil, key=python_key)}" if gil else None,
-                )
-                self.limits.setdefault(
-                    "python",
-                    f"Python {python} limits torch to releases that still ship wheels for it",
-                )
+                self._python_problem(release, python, offered)
                 return None
         else:
             gil = [p for p in offered if not p.endswith("t")]
@@ -175,6 +290,38 @@ class _Search:
         if not self.fleet.has_driver or self.cuda_pin == CPU_VARIANT:
             return self._cpu_choice(release, builds, python, companions)
         return self._cuda_choice(release, builds, python, companions)
+
+    def _python_problem(self, release: TorchRelease, python: str, offered: Sequence[str]) -> None:
+        gil = [p for p in offered if not p.endswith("t")]
+        span = f"{min(gil, key=python_key)}–{max(gil, key=python_key)}" if gil else "none"
+        reason = (
+            f"torch {release.version} has no wheels for Python {python} on "
+            f"{self.platform} (it has {span})"
+        )
+        fixes: list[Fix] = []
+        if gil and self.explain:
+            other = max(gil, key=python_key)
+            changes = (Change("python", other),)
+            trial = self._try(changes, torch=release.version)
+            if trial.choice is not None:
+                fixes.append(
+                    Fix(
+                        changes,
+                        release.version,
+                        trial.choice.build.variant,
+                        f"use --python {other}",
+                    )
+                )
+            elif trial.rejected:
+                # Say what else stands in the way rather than offer a fix that gives nothing.
+                reason += (
+                    f"; with Python {other} it would not fit either ({trial.rejected[-1].reason})"
+                )
+        self.reject(release, "*", reason, fixes)
+        self.limits.setdefault(
+            "python",
+            f"Python {python} limits torch to releases that still ship wheels for it",
+        )
 
     def _cpu_choice(
         self,
@@ -220,15 +367,7 @@ class _Search:
         if isinstance(self.cuda_pin, tuple):
             pinned = [b for b in cuda_builds if b.cuda == self.cuda_pin]
             if not pinned:
-                variant = f"cu{self.cuda_pin[0]}{self.cuda_pin[1]}"
-                have = ", ".join(b.variant for b in cuda_builds) or "none"
-                self.reject(
-                    release,
-                    variant,
-                    f"torch {release.version} has no {variant} build for "
-                    f"{self.platform} (it has {have})",
-                    "drop --cuda or choose one of those",
-                )
+                self._pin_problem(release, cuda_builds)
                 return None
             cuda_builds = pinned
         if not cuda_builds:
@@ -237,134 +376,262 @@ class _Search:
             )
             return None
         ccs = tuple(self.fleet.ccs)
+        chosen: _Choice | None = None
+        # A build that fits but rests on unverified facts is the choice only when no verified
+        # build of the release fits: a wrong arch list or a build that was never published
+        # fails at run or install time. --cuda pins one build and takes it as it is.
+        unverified: list[_Choice] = []
+        failed: list[tuple[TorchBuild, DriverVerdict, Target, tuple[ComputeCapability, ...]]] = []
         for build in cuda_builds:
             assert build.cuda is not None
             verdict, node = self.fleet.verdict(self.matrix, build.cuda, self.request.compat)
             missing = missing_archs(build, ccs)
             if verdict.allowed and not missing:
-                return _Choice(release, build, python, companions, verdict, node)
-            # Both checks are reported, so a fix never promises a fit the other one denies.
-            reasons: list[str] = []
-            fixes: list[str] = []
-            if not verdict.allowed:
-                self._driver_problem(build, verdict, node, reasons, fixes)
-            if missing:
-                self._arch_problem(release, build, missing, reasons, fixes)
-            self.reject(
-                release,
-                build.variant,
-                f"torch {release.version}+{build.variant}: " + "; and ".join(reasons),
-                "; and ".join(fixes) or None,
-            )
-        return None
+                choice = _Choice(release, build, python, companions, verdict, node)
+                if self.cuda_pin is None and rests_on_unverified(build):
+                    unverified.append(choice)
+                    continue
+                chosen = replace(choice, passed_over=tuple(c.build for c in unverified))
+                break
+            failed.append((build, verdict, node, missing))
+        if chosen is None and unverified:
+            chosen = unverified[0]
+        # Report the builds newer than the choice (all of them when nothing fits).
+        newer = cuda_builds.index(chosen.build) if chosen is not None else len(cuda_builds)
+        for build, verdict, node, missing in failed:
+            if cuda_builds.index(build) < newer:
+                self._build_problem(release, build, verdict, node, missing)
+        return chosen
 
-    def _driver_problem(
-        self,
-        build: TorchBuild,
-        verdict: DriverVerdict,
-        node: Target,
-        reasons: list[str],
-        fixes: list[str],
-    ) -> None:
-        where = f" on {node_name(node)}" if self.fleet.size > 1 else ""
-        reasons.append(_driver_reason(build, verdict, node) + where)
-        options = []
-        if verdict.required_driver is not None:
-            options.append(
-                f"upgrade{' ' + node_name(node) if self.fleet.size > 1 else ''} "
-                f"to driver ≥ {verdict.required_driver}"
-            )
-        if verdict.minor_compat_possible:
-            options.append("use --compat minor")
-        if options:
-            fixes.append(" or ".join(options))
-        if verdict.driver_cuda is not None:
-            self.limits.setdefault(
-                "driver",
-                f"driver {node.driver_version or '(version unknown)'}"
-                f"{' on ' + node_name(node) if self.fleet.size > 1 else ''} "
-                f"limits CUDA to {format_cuda(verdict.driver_cuda)}"
-                + (
-                    " (and what minor-version compatibility allows)"
-                    if self.request.compat == "minor"
-                    else ""
-                ),
-            )
+    def _pin_problem(self, release: TorchRelease, cuda_builds: Sequence[TorchBuild]) -> None:
+        assert isinstance(self.cuda_pin, tuple)
+        variant = f"cu{self.cuda_pin[0]}{self.cuda_pin[1]}"
+        have = ", ".join(b.variant for b in cuda_builds) or "none"
+        fixes: list[Fix] = []
+        if self.explain and cuda_builds:
+            trial = self._try((), torch=release.version, unpin_cuda=True)
+            if trial.choice is not None:
+                changes = (Change("cuda", _cuda_text(trial.choice.build)),)
+                fixes.append(
+                    Fix(
+                        changes,
+                        release.version,
+                        trial.choice.build.variant,
+                        f"use --cuda {changes[0].value}",
+                    )
+                )
+        self.reject(
+            release,
+            variant,
+            f"torch {release.version} has no {variant} build for {self.platform} (it has {have})",
+            fixes,
+        )
 
-    def _arch_problem(
+    def _build_problem(
         self,
         release: TorchRelease,
         build: TorchBuild,
+        verdict: DriverVerdict,
+        node: Target,
         missing: tuple[ComputeCapability, ...],
-        reasons: list[str],
-        fixes: list[str],
     ) -> None:
-        described = ", ".join(cc_text(cc, self.fleet.ccs[cc]) for cc in missing)
-        reasons.append(
-            f"no kernels for compute capability {described} (it has {_arch_list(build)})"
+        # Both checks are reported, so the reason is complete; the fixes depend on which failed.
+        reasons: list[str] = []
+        if not verdict.allowed:
+            where = f" on {node_name(node)}" if self.fleet.size > 1 else ""
+            reasons.append(_driver_reason(build, verdict, node) + where)
+            self._note_driver_limit(verdict, node)
+        if missing:
+            described = ", ".join(cc_text(cc, self.fleet.ccs[cc]) for cc in missing)
+            reasons.append(
+                f"no kernels for compute capability {described} (it has {_arch_list(build)})"
+            )
+            for cc in missing:
+                variants = self.arch_limits.setdefault(cc, [])
+                if build.variant not in variants:
+                    variants.append(build.variant)
+        fixes: list[Fix] = []
+        if self.explain:
+            if missing:
+                # No change makes this build grow kernels: name the builds that have them.
+                fixes = self._kernel_fixes(missing)
+            else:
+                fixes = self._driver_fixes(release, build, verdict)
+        self.reject(
+            release,
+            build.variant,
+            f"torch {release.version}+{build.variant}: " + "; and ".join(reasons),
+            fixes,
         )
-        fix = self._arch_fix(release, build, missing[0])
-        if fix:
-            fixes.append(fix)
-        for cc in missing:
-            variants = self.arch_limits.setdefault(cc, [])
-            if build.variant not in variants:
-                variants.append(build.variant)
 
-    def _arch_fix(
-        self, release: TorchRelease, build: TorchBuild, cc: ComputeCapability
-    ) -> str | None:
-        """What would bring kernels for ``cc``: a newer driver, or another torch release."""
-        if cc in self._arch_fixes:
-            return self._arch_fixes[cc]
-        sm = f"sm_{cc[0]}{cc[1]}"
-        covering = [
-            (other, candidate)
-            for version, other in self.releases
-            if self.wanted(version)
-            for candidate in other.builds_for(self.platform)
-            if candidate.kind == "cuda"
-            and candidate.cuda is not None
-            and not missing_archs(candidate, (cc,))
-        ]
-        fix: str | None
-        if not covering:
-            anywhere = next(
-                (
-                    other
-                    for _version, other in self.releases
-                    for candidate in other.builds_for(self.platform)
-                    if candidate.kind == "cuda" and not missing_archs(candidate, (cc,))
-                ),
-                None,
-            )
-            fix = (
-                f"relax --torch: torch {anywhere.version} is the newest release with {sm} kernels"
-                if anywhere
-                else None
-            )
-        else:
-            lowest = min(candidate.cuda or (0, 0) for _other, candidate in covering)
-            driver_cuda = self.fleet.lowest_cuda(self.matrix)
-            needed = self.matrix.min_driver_for_cuda(lowest, self.platform)
-            if driver_cuda is not None and lowest > driver_cuda and needed is not None:
-                fix = (
-                    f"upgrade to driver ≥ {needed} for {sm} (CUDA {format_cuda(lowest)} "
-                    "builds and newer have it)"
+    def _note_driver_limit(self, verdict: DriverVerdict, node: Target) -> None:
+        if verdict.driver_cuda is None:
+            return
+        self.limits.setdefault(
+            "driver",
+            f"driver {node.driver_version or '(version unknown)'}"
+            f"{' on ' + node_name(node) if self.fleet.size > 1 else ''} "
+            f"limits CUDA to {format_cuda(verdict.driver_cuda)}"
+            + (
+                " (and what minor-version compatibility allows)"
+                if self.request.compat == "minor"
+                else ""
+            ),
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # Fixes
+
+    def _driver_fixes(
+        self, release: TorchRelease, build: TorchBuild, verdict: DriverVerdict
+    ) -> list[Fix]:
+        # The build passed every other check, so the driver verdict alone decides whether a
+        # change of driver or policy lets it fit: the check a quiet search would make.
+        assert build.cuda is not None
+        fixes = []
+        changes: tuple[Change, ...]
+        if verdict.required_driver is not None:
+            required = verdict.required_driver
+            upgraded = self._fleet_at(required)
+            if upgraded.verdict(self.matrix, build.cuda, self.request.compat)[0].allowed:
+                changes = (Change("driver", str(required)),)
+                text = self._upgrade_text(required)
+                fixes.append(Fix(changes, release.version, build.variant, text))
+        if (
+            self.request.compat == "strict"
+            and self.fleet.verdict(self.matrix, build.cuda, "minor")[0].allowed
+        ):
+            changes = (Change("compat", "minor"),)
+            fixes.append(Fix(changes, release.version, build.variant, "use --compat minor"))
+        return fixes
+
+    def _upgrade_text(self, driver: DriverVersion) -> str:
+        nodes = self._nodes_below(driver)
+        return f"upgrade {nodes + ' ' if nodes else ''}to driver ≥ {driver}"
+
+    def _nodes_below(self, driver: DriverVersion) -> str:
+        """The fleet's nodes a driver upgrade to ``driver`` concerns ("" for one target)."""
+        if self.fleet.size == 1:
+            return ""
+        below = self.fleet.below(self.matrix, driver)
+        names = [node_name(group.node) for group in below[:3]]
+        more = sum(group.count for group in below) - len(names)
+        return ", ".join(names) + (
+            f" and {more} more node{'s' if more > 1 else ''}" if more else ""
+        )
+
+    def _kernel_fixes(self, missing: tuple[ComputeCapability, ...]) -> list[Fix]:
+        kernels = "kernels for compute capability " + ", ".join(format_cc(cc) for cc in missing)
+        subject = "this target" if self.fleet.size == 1 else "these targets"
+        fixes = []
+        for alternative in self._kernel_alternatives():
+            choice = alternative.choice
+            build = f"torch {choice.release.version}+{choice.build.variant}"
+            flags = _flags(alternative.changes)
+            if alternative.driver is None:
+                within = (
+                    f" --torch {shlex.quote(self.request.torch)} allows"
+                    if self.request.torch
+                    and not any(c.kind == "torch" for c in alternative.changes)
+                    else ""
+                )
+                text = (
+                    f"use {flags}: {build} is the newest build{within} with {kernels} "
+                    f"that fits {subject}"
                 )
             else:
-                runnable = [
-                    (o, c)
-                    for o, c in covering
-                    if driver_cuda is None or (c.cuda or (0, 0)) <= driver_cuda
-                ]
-                other, candidate = (runnable or covering)[0]
-                fix = (
-                    f"torch {other.version}+{candidate.variant} is the newest build with "
-                    f"{sm} kernels: --torch '<={other.version}'"
+                # The driver is what running that build needs; it adds no kernels to this one.
+                nodes = self._nodes_below(alternative.driver) or "the driver"
+                text = (
+                    f"{build} has {kernels} and needs driver ≥ {alternative.driver}: "
+                    f"upgrade {nodes}" + (f" and use {flags}" if flags else "")
                 )
-        self._arch_fixes[cc] = fix
-        return fix
+            fixes.append(
+                Fix(alternative.changes, choice.release.version, choice.build.variant, text)
+            )
+        return fixes
+
+    def _kernel_alternatives(self) -> tuple[_Alternative, ...]:
+        """Builds with kernels for every GPU: the newest one that fits as the targets are, and a
+        newer one that a driver upgrade would let fit. Found once per search."""
+        if self._alternatives is not None:
+            return self._alternatives
+        found: list[_Alternative] = []
+        runnable_version: Version | None = None
+        # The releases --torch asks for first: the fewest changes.
+        ordered = sorted(self.releases, key=lambda item: not self.wanted(item[0]))
+        for version, release in ordered:
+            if not release.builds_for(self.platform):
+                continue
+            trial = self._try((), torch=release.version)
+            if trial.choice is None and self.cuda_pin is not None:
+                trial = self._try((), torch=release.version, unpin_cuda=True)
+            if trial.choice is not None:
+                runnable_version = version
+                changes = self._pins(version, trial.choice)
+                if changes:  # without changes it is the plan itself
+                    found.append(_Alternative(changes, trial.choice))
+                break
+        upgrade = self._upgrade_alternative(runnable_version)
+        if upgrade is not None:
+            found.insert(0, upgrade)
+        self._alternatives = tuple(found)
+        return self._alternatives
+
+    def _upgrade_alternative(self, older_than: Version | None) -> _Alternative | None:
+        """The newest build with kernels for every GPU that fits once the drivers are raised,
+        with the lowest driver that does it."""
+        ccs = tuple(self.fleet.ccs)
+        for version, release in self.releases:
+            if older_than is not None and version <= older_than:
+                return None
+            covering = sorted(
+                (
+                    b
+                    for b in release.builds_for(self.platform)
+                    if b.kind == "cuda" and b.cuda is not None and not missing_archs(b, ccs)
+                ),
+                key=lambda b: b.cuda or (0, 0),
+            )
+            for build in covering:
+                assert build.cuda is not None
+                required = self.matrix.min_driver_for_cuda(build.cuda, self.platform)
+                if required is None or not self.fleet.below(self.matrix, required):
+                    continue
+                upgrade = (Change("driver", str(required)),)
+                trial = self._try(upgrade, torch=release.version, build=build)
+                if trial.choice is not None:
+                    changes = upgrade + self._pins(version, trial.choice)
+                    return _Alternative(changes, trial.choice, required)
+        return None
+
+    def _paired_fix(self, name: str) -> Fix | None:
+        """The newest release paired with ``name`` that fits, when --torch excludes it."""
+        if name not in self._paired_alternative:
+            found: _Alternative | None = None
+            for version, release in self.releases:
+                if self.wanted(version) or getattr(release, name) is None:
+                    continue
+                trial = self._try((), torch=release.version)
+                if trial.choice is not None:
+                    found = _Alternative(self._pins(version, trial.choice), trial.choice)
+                    break
+            self._paired_alternative[name] = found
+        alternative = self._paired_alternative[name]
+        if alternative is None:
+            return None
+        choice = alternative.choice
+        paired = getattr(choice.release, name)
+        return Fix(
+            alternative.changes,
+            choice.release.version,
+            choice.build.variant,
+            f"use {_flags(alternative.changes)}: torch {choice.release.version} pairs with "
+            f"{name} {paired}",
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # Companions
 
     def _companions(
         self, version: Version, release: TorchRelease, python: str
@@ -376,30 +643,25 @@ class _Search:
             if name in ("torchvision", "torchaudio"):
                 paired = release.torchvision if name == "torchvision" else release.torchaudio
                 if paired is None:
-                    self.reject(
-                        release,
-                        "*",
-                        f"torch {release.version} has no paired {name} release",
-                        f"drop --with {name}"
-                        + (
-                            " (torchaudio has no release for torch 2.12 and newer)"
-                            if name == "torchaudio"
-                            else ""
-                        ),
-                    )
-                    self.limits.setdefault(
-                        name, f"--with {name} limits torch to releases with a paired {name}"
-                    )
+                    self._unpaired(release, name)
                     return None
                 if requirement.specifier and not requirement.specifier.contains(
                     paired, prereleases=True
                 ):
+                    fixes = []
+                    if self.explain:
+                        fix = self._fix(
+                            (Change("with", name),),
+                            f"use --with {name} without a version spec",
+                            torch=release.version,
+                        )
+                        fixes = [fix] if fix else []
                     self.reject(
                         release,
                         "*",
                         f"torch {release.version} pairs with {name} {paired}, "
                         f"outside {requirement.specifier}",
-                        f"relax the {name} spec or --torch",
+                        fixes,
                     )
                     return None
                 pins.append((name, paired, True))
@@ -409,6 +671,17 @@ class _Search:
                     return None
                 pins.append((name, deepspeed.version, False))
         return _Companions(tuple(pins), deepspeed)
+
+    def _unpaired(self, release: TorchRelease, name: str) -> None:
+        fixes: list[Fix] = []
+        if self.explain:
+            drop = self._fix(
+                (Change("without", name),), f"drop --with {name}", torch=release.version
+            )
+            paired = self._paired_fix(name)
+            fixes = [fix for fix in (drop, paired) if fix is not None]
+        self.reject(release, "*", f"torch {release.version} has no paired {name} release", fixes)
+        self.limits.setdefault(name, f"--with {name} limits torch to releases with a paired {name}")
 
     def _deepspeed(
         self, version: Version, release: TorchRelease, python: str, requirement: Companion
@@ -427,17 +700,66 @@ class _Search:
                 continue
             return ds
         spec = f" {requirement.specifier}" if requirement.specifier else ""
+        fixes = []
+        if self.explain and requirement.specifier:
+            fix = self._fix(
+                (Change("with", "deepspeed"),),
+                "use --with deepspeed without a version spec",
+                torch=release.version,
+            )
+            fixes = [fix] if fix else []
         self.reject(
             release,
             "*",
             f"no DeepSpeed{spec} release in the matrix supports torch {release.version} "
             f"with Python {python}",
-            "relax the deepspeed spec or --torch",
+            fixes,
         )
         self.limits.setdefault(
             "deepspeed", f"--with {requirement} limits torch to releases DeepSpeed supports"
         )
         return None
+
+
+#: Build fields whose being unverified makes the build itself uncertain: whether it exists where
+#: listed, and whether its kernels cover a GPU (cudnn and nccl are informational).
+_BUILD_DECIDING = ("variant", "cuda", "platforms", "sass", "ptx")
+
+
+def rests_on_unverified(build: TorchBuild) -> bool:
+    """Whether choosing ``build`` rests on facts the matrix marks unverified."""
+    provenance = build.provenance
+    return not provenance.verified or any(
+        f in provenance.unverified_fields for f in _BUILD_DECIDING
+    )
+
+
+def _exact_version(spec: str) -> Version | None:
+    """The version ``==X.Y.Z`` names, else None (a range, a wildcard, or nothing)."""
+    if not spec.startswith("==") or "*" in spec or "," in spec:
+        return None
+    try:
+        return Version(spec[2:])
+    except InvalidVersion:
+        return None
+
+
+def _cuda_text(build: TorchBuild) -> str:
+    return format_cuda(build.cuda) if build.cuda is not None else CPU_VARIANT
+
+
+def _flags(changes: Sequence[Change]) -> str:
+    """The request changes as the command-line flags that make them (driver changes aside)."""
+    words = []
+    for change in changes:
+        value = change.value
+        if change.kind == "torch":
+            words.append(f"--torch {shlex.quote(value.removeprefix('=='))}")
+        elif change.kind in ("python", "cuda", "compat", "with"):
+            words.append(f"--{change.kind} {shlex.quote(value)}")
+        elif change.kind == "without":
+            words.append(f"no --with {value}")
+    return " ".join(words)
 
 
 def _driver_reason(build: TorchBuild, verdict: DriverVerdict, node: Target) -> str:
@@ -482,13 +804,13 @@ def resolve(matrix: Matrix, targets: Sequence[Target], request: Request) -> Plan
     if request.compat not in ("strict", "minor"):
         raise UsageError(f"invalid compat policy {request.compat!r}: expected strict or minor")
     fleet = reduce_fleet(matrix, targets)
-    search = _Search(matrix, fleet, request)
+    search = _Search(matrix, fleet, request, _known(matrix))
     choice = search.run()
     if choice is None:
-        error = _unsatisfiable(search, fleet, request)
+        error = _unsatisfiable(matrix, search, fleet, targets, request)
         if request.compat == "strict" and fleet.has_driver:
             # Say whether --compat minor would really give a plan, and which.
-            trial = _Search(matrix, fleet, replace(request, compat="minor")).run()
+            trial = search._trial(replace(request, compat="minor"), None).choice
             if trial is not None:
                 minor = (
                     f"--compat minor would give torch {trial.release.version}"
@@ -519,13 +841,13 @@ def nearest(rejected: Sequence[Rejection], limit: int = MAX_REJECTED) -> tuple[R
     return tuple(kept)
 
 
-def _candidate(rejection: Rejection) -> str:
-    if rejection.variant == "*":
-        return f"torch {rejection.torch}"
-    return f"torch {rejection.torch}+{rejection.variant}"
-
-
-def _unsatisfiable(search: _Search, fleet: Fleet, request: Request) -> Unsatisfiable:
+def _unsatisfiable(
+    matrix: Matrix,
+    search: _Search,
+    fleet: Fleet,
+    targets: Sequence[Target],
+    request: Request,
+) -> Unsatisfiable:
     rejected = nearest(search.rejected)
     wanted = f"torch {request.torch}" if request.torch else "any torch release"
     parts = [wanted]
@@ -534,18 +856,96 @@ def _unsatisfiable(search: _Search, fleet: Fleet, request: Request) -> Unsatisfi
     if search.python:
         parts.append(f"Python {search.python}")
     subject = "this target" if fleet.size == 1 else f"all {fleet.size} targets"
+    count = len(search.rejected)
     message = (
         f"nothing fits {', '.join(parts)} on {subject} ({fleet.platform}, "
-        f"compat {request.compat}): {len(search.rejected)} candidates rejected"
+        f"compat {request.compat}): {count} candidate{'s' if count != 1 else ''} rejected"
     )
-    # The nearest: the oldest candidate with one thing to fix (else the oldest with any fix).
-    with_fix = [r for r in rejected if r.fix]
-    single = [r for r in with_fix if r.fix and "; and " not in r.fix]
-    hint = None
+    split = _generations(matrix, fleet, targets)
+    if split is not None:
+        reason, generations = split
+        return Unsatisfiable(f"{message}; {reason}", rejected=rejected, hint=generations)
+    # The nearest: the oldest candidate with one change to make (else the oldest with a fix).
+    with_fix = [r for r in rejected if r.fixes]
+    single = [r for r in with_fix if any(len(f.changes) == 1 for f in r.fixes)]
+    hint: str | None = None
     if with_fix:
         closest = (single or with_fix)[-1]
-        hint = f"{closest.fix} (for {_candidate(closest)}, the nearest candidate)"
+        fix = min(closest.fixes, key=lambda f: len(f.changes))
+        candidate = f"torch {fix.torch}+{fix.variant}"
+        hint = (
+            fix.text
+            if candidate in fix.text
+            else f"{fix.text} (for {candidate}, the nearest candidate)"
+        )
     return Unsatisfiable(message, rejected=rejected, hint=hint)
+
+
+def _generations(matrix: Matrix, fleet: Fleet, targets: Sequence[Target]) -> tuple[str, str] | None:
+    """When no build has kernels for every GPU: why, and the environments to make instead (one
+    per GPU generation, with the ``--probe`` files of each)."""
+    if len(fleet.ccs) < 2:
+        return None
+    builds = [
+        b
+        for release in matrix.torch_releases
+        for b in release.builds_for(fleet.platform)
+        if b.kind == "cuda"
+    ]
+
+    def coverable(ccs: frozenset[ComputeCapability]) -> bool:
+        return any(not missing_archs(build, ccs) for build in builds)
+
+    if coverable(frozenset(fleet.ccs)):
+        return None
+    described = [cc_text(cc, label) for cc, label in sorted(fleet.ccs.items())]
+    listed = ", ".join(described[:-1]) + " and " + described[-1]
+    reason = (
+        f"no build in the matrix has kernels for {'both' if len(described) == 2 else 'all of'} "
+        f"{listed}"
+    )
+    # Nodes with the same GPUs go together; each group joins the first generation it fits.
+    by_ccs: dict[frozenset[ComputeCapability], list[Target]] = {}
+    for target in targets:
+        by_ccs.setdefault(frozenset(target.compute_capabilities), []).append(target)
+    groups: list[tuple[frozenset[ComputeCapability], list[Target]]] = []
+    mixed: list[Target] = []
+    for ccs, members in by_ccs.items():
+        if ccs and not coverable(ccs):
+            mixed.extend(members)
+            continue
+        for position, (group_ccs, group) in enumerate(groups):
+            if coverable(group_ccs | ccs):
+                groups[position] = (group_ccs | ccs, group + members)
+                break
+        else:
+            groups.append((ccs, list(members)))
+    environments = []
+    for ccs, members in groups:
+        what = ", ".join(format_cc(cc) for cc in sorted(ccs)) or "no GPU"
+        environments.append(f"{what}: {_target_flags(members)}")
+    hint = "make one environment per GPU generation — " + "; ".join(environments)
+    if mixed:
+        names = ", ".join(node_name(t) for t in mixed[:3])
+        hint += (
+            f"; {names} {'has' if len(mixed) == 1 else 'have'} GPUs of several generations: "
+            "resolve for each with --compute-capability and run each environment on its GPUs "
+            "(CUDA_VISIBLE_DEVICES)"
+        )
+    return reason, hint
+
+
+def _target_flags(targets: Sequence[Target]) -> str:
+    """``cudalock resolve --probe a.json --probe c.json``, or the node names when the targets do
+    not come from probe files."""
+    files = [t.source.removeprefix("file:") for t in targets if t.source.startswith("file:")]
+    if len(files) == len(targets):
+        shown = " ".join(f"--probe {shlex.quote(path)}" for path in files[:20])
+        more = len(files) - 20
+        return f"cudalock resolve {shown}" + (f" (and {more} more probe files)" if more > 0 else "")
+    names = ", ".join(node_name(t) for t in targets[:5])
+    more = len(targets) - 5
+    return names + (f" and {more} more" if more > 0 else "")
 
 
 def _plan(
@@ -569,7 +969,7 @@ def _plan(
             packages.append(PackagePin(name, version, request.pypi_index))
 
     explanation = _explain(matrix, fleet, request, search, choice, index_url)
-    unverified = _unverified(matrix, choice, fleet)
+    unverified = _unverified(matrix, choice, fleet, index_url)
     if unverified:
         explanation.append(
             "This plan rests on facts the matrix marks unverified: "
@@ -646,6 +1046,16 @@ def _explain(
             f"{', '.join(variants)} build{'s' if len(variants) > 1 else ''} "
             "newer than the choice: no kernels for it."
         )
+    if choice.passed_over:
+        newer = ", ".join(b.variant for b in choice.passed_over)
+        plural = "s" if len(choice.passed_over) > 1 else ""
+        first = choice.passed_over[0]
+        lines.append(
+            f"Chose the verified {build.variant} build over the newer {newer} build{plural} of "
+            f"torch {release.version}, which would run but rest{'' if plural else 's'} on facts "
+            "the matrix marks unverified (that the build exists as listed, or its arch lists); "
+            f"--cuda {_cuda_text(first)} chooses {'it' if not plural else first.variant}."
+        )
     verdict, node = choice.verdict, choice.verdict_node
     if verdict is not None and node is not None:
         where = f" on {node_name(node)}" if fleet.size > 1 else ""
@@ -707,7 +1117,7 @@ _BUILD_FACTS = {
 }
 
 
-def _unverified(matrix: Matrix, choice: _Choice, fleet: Fleet) -> list[str]:
+def _unverified(matrix: Matrix, choice: _Choice, fleet: Fleet, index_url: str | None) -> list[str]:
     release, build = choice.release, choice.build
     facts: list[str] = []
     paired = {name for name, _version, _index in choice.companions.pins}
@@ -715,8 +1125,18 @@ def _unverified(matrix: Matrix, choice: _Choice, fleet: Fleet) -> list[str]:
         facts.append(f"the torch {release.version} release entry")
     for name in release.provenance.unverified_fields:
         # Only what this plan uses: the Python list, and the companions it pins.
-        if name in ("python", "requires_python") or name in paired:
+        if name in ("python", "requires_python"):
             facts.append(f"the {name} of torch {release.version}")
+        elif name in paired:
+            version = getattr(release, name)
+            facts.append(f"that torch {release.version} pairs with {name} {version}")
+    if index_url and not fleet.platform.startswith("macos"):
+        # The matrix lists torch's builds, not the companions': when the build or the pairing
+        # is unverified, so is the companion's file on that index.
+        uncertain = not build.provenance.verified
+        for name, version, from_index in choice.companions.pins:
+            if from_index and (uncertain or not release.provenance.field_verified(name)):
+                facts.append(f"that {name} {version}+{build.variant} is published on {index_url}")
     if not build.provenance.verified:
         facts.append(
             f"that the {release.version}+{build.variant} build exists for "
