@@ -126,8 +126,12 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError(f"--since {args.since} is after --until {args.until}")
     memory_opts = memory_options(args)
     compat: Compat = "strict"
-    # The policy judges the -11 audit alone: only then is a cudalock.toml here read.
-    if args.compat is not None or parse_exit_code(args.exit_code).signal == signal.SIGSEGV:
+    # The policy judges the -11 audit alone: only then is a cudalock.toml here read (a Slurm
+    # job's signal is known only once its accounting is read).
+    segfault = args.exit_code is not None and (
+        parse_exit_code(args.exit_code).signal == signal.SIGSEGV
+    )
+    if args.compat is not None or args.slurm_job is not None or segfault:
         compat, _ = compat_policy(args)
     request = DoctorRequest(
         exit_code=args.exit_code,
