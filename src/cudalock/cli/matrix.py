@@ -231,11 +231,15 @@ def refresh(args: argparse.Namespace) -> None:
     from cudalock.cli.output import echo
     from cudalock.matrix.load import matrix_dir_from
     from cudalock.matrix.refresh import refresh_matrix
+    from cudalock.urls import validate_index_url
 
+    # The same rule as every index cudalock reads from: https, or loopback.
+    pypi_url = validate_index_url(args.pypi_url, flag="--pypi-url")
+    pytorch_index = validate_index_url(args.pytorch_index, flag="--pytorch-index")
     result = refresh_matrix(
         matrix_dir_from(args.matrix_dir),
-        pypi_url=args.pypi_url,
-        pytorch_index=args.pytorch_index,
+        pypi_url=pypi_url,
+        pytorch_index=pytorch_index,
         write=not args.dry_run,
     )
     echo(result.diff if result.diff else "torch.toml is up to date")
