@@ -209,7 +209,7 @@ def test_the_output_directory_must_be_a_directory(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="is not a directory"), output_lock(regular, command="x"):
         pass
     with (
-        pytest.raises(UsageError, match="a part of the path is a file"),
+        pytest.raises(UsageError, match="a part of its path is a file"),
         output_lock(regular / "sub", command="x"),
     ):
         pass

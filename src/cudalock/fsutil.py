@@ -83,6 +83,14 @@ def read_tail(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
 
 
 @contextlib.contextmanager
+def open_regular(path: Path, *, what: str) -> Iterator[BinaryIO]:
+    """``path`` opened for reading if it is a regular file (errors as :func:`read_bounded`), for
+    readers that take a file apart piece by piece."""
+    with _open_regular(path, what) as handle:
+        yield handle
+
+
+@contextlib.contextmanager
 def _open_regular(path: Path, what: str) -> Iterator[BinaryIO]:
     shown = str(path)
     try:
@@ -330,7 +338,7 @@ def _reason(err: OSError) -> str:
     return err.strerror or str(err)
 
 
-def _failure(path: Path, err: OSError) -> EnvironmentFailure:
+def _failure(path: Path, err: OSError, *, inside: bool = False) -> EnvironmentFailure:
     if err.errno == errno.ENOSPC:
         reason = "the disk is full"
     elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -338,7 +346,7 @@ def _failure(path: Path, err: OSError) -> EnvironmentFailure:
     else:
         reason = err.strerror or str(err)
     return EnvironmentFailure(
-        f"cannot write {path}: {reason}; nothing was changed",
+        f"cannot write {'in ' if inside else ''}{path}: {reason}; nothing was changed",
         hint="free space or choose another directory with -o",
     )
 
@@ -363,8 +371,9 @@ def output_lock(directory: Path, *, command: str, flag: str = "-o") -> Iterator[
     try:
         fd = _acquire(path, directory)
         try:
-            os.ftruncate(fd, 0)
-            os.write(fd, _holder(command).encode("utf-8", "replace"))
+            with contextlib.suppress(OSError):  # who holds it is only for the message
+                os.ftruncate(fd, 0)
+                os.write(fd, _holder(command).encode("utf-8", "replace"))
             yield
         finally:
             # Removed while still held: a run waiting on this inode sees it gone and retries.
@@ -388,7 +397,10 @@ def _make_directory(directory: Path, flag: str) -> bool:
     except FileExistsError:
         return False
     except NotADirectoryError:
-        raise UsageError(f"{flag} {str(directory)!r}: a part of the path is a file") from None
+        raise UsageError(
+            f"{flag} {str(directory)!r} cannot be created: Not a directory (a part of its path "
+            "is a file)"
+        ) from None
     except OSError as err:
         raise _failure(directory, err) from None
     return True
@@ -403,7 +415,11 @@ def _acquire(path: Path, directory: Path) -> int:
                 0o666 & ~current_umask(),
             )
         except OSError as err:
-            raise EnvironmentFailure(f"cannot lock {directory}: {path}: {_reason(err)}") from None
+            if err.errno == errno.ELOOP:
+                raise EnvironmentFailure(
+                    f"cannot lock {directory}: {path}: {_reason(err)}"
+                ) from None
+            raise _failure(directory.absolute(), err, inside=True) from None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise EnvironmentFailure(f"cannot lock {directory}: {path} is not a regular file")

@@ -11,6 +11,7 @@ started are killed, so nothing is left behind.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import os
@@ -115,7 +116,16 @@ class _Reader(threading.Thread):
         self.keep_tail = keep_tail
         self.cut = False
         self.data = bytearray()
+        #: With keep_tail: the newest chunks, dropped whole from the left (no big copies).
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.chunks_size = 0
         self.error: BaseException | None = None
+
+    def output(self) -> bytes:
+        """What was kept: the first ``limit`` bytes, or with ``keep_tail`` the last ones."""
+        if not self.keep_tail:
+            return bytes(self.data)
+        return b"".join(self.chunks)[-self.limit :] if self.chunks else b""
 
     def run(self) -> None:
         pending = bytearray()
@@ -123,14 +133,17 @@ class _Reader(threading.Thread):
         read = self.pipe.read1  # what is there now, without waiting for a full chunk
         try:
             while chunk := read(_CHUNK):
-                if len(self.data) + len(chunk) > self.limit:
-                    if not self.keep_tail:
-                        self.overflowed.set()
-                        return
-                    # Deleting from the front of a bytearray is cheap: the oldest output goes.
-                    self.data += chunk
-                    del self.data[: len(self.data) - self.limit]
-                    self.cut = True
+                if self.keep_tail:
+                    self.chunks.append(chunk)
+                    self.chunks_size += len(chunk)
+                    while self.chunks_size - len(self.chunks[0]) >= self.limit:
+                        self.chunks_size -= len(self.chunks.popleft())
+                        self.cut = True
+                    if self.chunks_size > self.limit:
+                        self.cut = True
+                elif len(self.data) + len(chunk) > self.limit:
+                    self.overflowed.set()
+                    return
                 else:
                     self.data += chunk
                 if self.on_line is not None:
@@ -207,8 +220,8 @@ def run(
                 raise ChildTimedOut(
                     f"{what} did not finish within {timeout:g} s; it was stopped, with every "
                     "process it started",
-                    stdout=bytes(readers[0].data),
-                    stderr=bytes(readers[1].data) if len(readers) > 1 else b"",
+                    stdout=readers[0].output(),
+                    stderr=readers[1].output() if len(readers) > 1 else b"",
                 )
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=min(left, 0.05))
@@ -236,8 +249,8 @@ def run(
     return Completed(
         tuple(args),
         process.returncode,
-        bytes(readers[0].data),
-        bytes(readers[1].data) if len(readers) > 1 else b"",
+        readers[0].output(),
+        readers[1].output() if len(readers) > 1 else b"",
         stdout_cut=readers[0].cut,
     )
 
