@@ -34,6 +34,7 @@ from cudalock.doctor.logs import (
     shape_from_deepspeed_config,
 )
 from cudalock.errors import InputError
+from cudalock.fsutil import read_bounded, read_tail
 from cudalock.memory import (
     HostMemory,
     MemoryVerdict,
@@ -45,7 +46,8 @@ from cudalock.model import Finding, Host, Target
 from cudalock.target import probe_machine
 from cudalock.target.host import CgroupMemory, ShmInfo, read_cgroup_memory, read_shm
 
-MAX_LOG_BYTES = 256 * 2**20
+#: How much of a training log is read: its newest part, where a run ends (as for kernel logs).
+MAX_LOG_BYTES = 64 * 2**20
 
 
 def in_kubernetes(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
@@ -56,25 +58,23 @@ def in_kubernetes(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
 
 
 def read_log(path: Path) -> str:
-    try:
-        with path.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - MAX_LOG_BYTES))
-            return handle.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise InputError(f"log file {path} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"log file {path} is a directory; expected a training log") from None
-    except OSError as err:
-        raise InputError(f"cannot read log file {path}: {err.strerror or err}") from None
+    """The last :data:`MAX_LOG_BYTES` of a training log (a regular file: never a FIFO or a
+    device), as text."""
+    data, _cut = read_tail(path, limit=MAX_LOG_BYTES, what="log file")
+    return data.decode("utf-8", errors="replace")
+
+
+#: A DeepSpeed config is a few kB of JSON.
+MAX_CONFIG_BYTES = 4 * 2**20
 
 
 def read_deepspeed_config(path: Path) -> RunShape:
+    raw = read_bounded(path, limit=MAX_CONFIG_BYTES, what="DeepSpeed config")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"cannot read DeepSpeed config {path}: {err.strerror or err}") from None
-    except ValueError as err:
+        data = json.loads(raw)
+    except RecursionError:
+        raise InputError(f"DeepSpeed config {path} is not valid JSON: nested too deeply") from None
+    except ValueError as err:  # also UnicodeDecodeError, and int() refusing 5000 digits
         raise InputError(f"DeepSpeed config {path} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise InputError(f"DeepSpeed config {path} does not hold a JSON object")
