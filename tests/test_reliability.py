@@ -410,10 +410,12 @@ def test_a_broken_interpreter_is_a_clear_error_not_a_crash(
 # ---------------------------------------------------------------------------------------------
 # Hostile values never execute
 
-#: Valid as a URL (no whitespace), hostile to a shell: command substitution in both spellings,
-#: a command separator and both quotes.
-#: Only characters RFC 3986 allows (others are refused: tests/test_urls.py), hostile all the same.
-HOSTILE_INDEX = "http://127.0.0.1:9/x$(touch$IFS'PWNED_A');touch$IFS'PWNED_B';(touch$IFS'PWNED_C')&'"
+#: Valid as a URL (only characters RFC 3986 allows; others are refused: tests/test_urls.py) and
+#: hostile to a shell: a command substitution, command separators, a subshell, a background
+#: operator and an unbalanced quote.
+HOSTILE_INDEX = (
+    "http://127.0.0.1:9/x$(touch$IFS'PWNED_A');touch$IFS'PWNED_B';(touch$IFS'PWNED_C')&'"
+)
 
 
 #: A framework git URL hostile to a shell (valid: no whitespace), and a requirement with a marker.
