@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cudalock.fsutil import output_lock
 from tests.support.cli import CUDALOCK, cudalock
 from tests.support.index import offline_env
 from tests.test_reliability import GPU_TARGET
@@ -134,6 +135,42 @@ def test_interrupted_bootstraps_leave_all_their_files_or_none(tmp_path: Path) ->
         seen.add(tuple(present))
     # (Which outcomes occur depends on timing; the assertion above is the point.)
     assert seen
+
+
+def test_a_bootstrap_into_a_directory_another_run_holds_exits_3(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with output_lock(out, command="cudalock lock"):
+        done = cudalock(*bootstrap_argv(out)[1:], timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert f"in use by another cudalock run (pid {os.getpid()}, 'cudalock lock'" in done.stderr
+    assert not out.exists()  # nothing written, and the directory it made for the run is gone
+
+
+def test_two_bootstraps_into_one_directory_never_mix_their_files(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for _round in range(6):
+        runs = {
+            python: subprocess.Popen(
+                [*bootstrap_argv(out, "--force"), "--python", python],
+                env=offline_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for python in ("3.10", "3.11")
+        }
+        results = {
+            python: (run.wait(timeout=120), run.communicate()[1]) for python, run in runs.items()
+        }
+        assert sorted(code for code, _err in results.values()) in ([0, 0], [0, 3]), results
+        for code, stderr in results.values():
+            assert code == 0 or "in use by another cudalock run (pid" in stderr, stderr
+        headers = {
+            name: ("3.10" if "Python 3.10" in (out / name).read_text() else "3.11")
+            for name in ("constraints.txt", "install.sh", "requirements.txt")
+        }
+        spec_python = "3.10" if 'python = "3.10"' in (out / "cudalock.toml").read_text() else "3.11"
+        assert set(headers.values()) == {spec_python}, headers
 
 
 def test_a_token_in_a_framework_url_stays_out_of_the_spec_and_the_output(
