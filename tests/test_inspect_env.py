@@ -227,14 +227,17 @@ def test_a_started_inspection_runs_while_the_caller_works_and_close_stops_it(
         assert running.python == env_2_11
         time.sleep(0.2)  # the caller's own work
         assert running.installed() == inspect_environment(python=env_2_11)
-    fake = _script(tmp_path / "python", "exec sleep 30")
+    pid_file = tmp_path / "pid"
+    fake = _script(tmp_path / "python", f"echo $$ > {pid_file}; exec sleep 30")
     started = time.monotonic()
     with (
         pytest.raises(RuntimeError, match="the audit failed"),
-        start_inspection(python=fake, timeout=60) as running,
+        start_inspection(python=fake, timeout=60),
     ):
+        while not pid_file.exists():
+            time.sleep(0.01)
         raise RuntimeError("the audit failed before reading the answer")
-    assert running._process.poll() is not None  # stopped and reaped, not left behind
+    assert not Path(f"/proc/{pid_file.read_text().strip()}").exists()  # stopped and reaped
     assert time.monotonic() - started < 10
 
 

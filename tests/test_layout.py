@@ -10,7 +10,18 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "cudalock"
 
 #: Shared building blocks every package may use.
 BASE = frozenset(
-    {"errors", "versions", "model", "platforms", "urls", "fsutil", "procs", "shipped", "tomlfile"}
+    {
+        "errors",
+        "versions",
+        "model",
+        "platforms",
+        "urls",
+        "fsutil",
+        "procs",
+        "shipped",
+        "tomlfile",
+        "safetext",
+    }
 )
 #: What each package may import besides the base (and itself); "cli" may import anything.
 ALLOWED: dict[str, frozenset[str]] = {

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cudalock.errors import InputError
 from cudalock.matrix import default_matrix_dir, load_matrix
 from cudalock.matrix.check import Problem, check_matrix, check_matrix_dir
 from tests.support.cli import cudalock
@@ -181,24 +182,19 @@ def test_unsorted_toolkits_and_duplicate_gpu(copy: Path) -> None:
     assert Problem("gpus.toml", "[[gpu]] name = 'NVIDIA A10 / A10G'", "duplicate entry") in problems
 
 
-def test_bad_requires_python_and_date(copy: Path) -> None:
-    edit(copy / "torch.toml", 'requires_python = ">=3.7.0"', 'requires_python = "3.7+"')
+def test_bad_date_is_a_problem_and_a_bad_requires_python_is_refused_on_load(copy: Path) -> None:
     edit(copy / "torch.toml", 'date = "2022-12-15"', 'date = "2022-13-15"')
     problems = check_matrix_dir(copy)
-    assert (
-        Problem(
-            "torch.toml",
-            "[[release]] version = '1.13.0'",
-            "requires_python '3.7+' is not a version specifier",
-        )
-        in problems
-    )
     assert (
         Problem(
             "torch.toml", "[[release]] version = '1.13.1'", "date '2022-13-15' is not YYYY-MM-DD"
         )
         in problems
     )
+    # A specifier the resolver would have to parse is checked when the matrix loads.
+    edit(copy / "torch.toml", 'requires_python = ">=3.7.0"', 'requires_python = "3.7+"')
+    with pytest.raises(InputError, match=r"\[\[release\]\] #1 .*'3\.7\+', not a PEP 440 specifier"):
+        check_matrix_dir(copy)
 
 
 def test_deepspeed_rules_must_not_overlap(copy: Path) -> None:

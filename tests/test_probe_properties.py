@@ -154,7 +154,7 @@ probe_targets = st.builds(
         Host,
         os=st.sampled_from(["linux", None]),
         glibc=st.sampled_from(["2.35", None]),
-        memory_total_bytes=st.one_of(st.none(), st.integers(min_value=0)),
+        memory_total_bytes=st.one_of(st.none(), st.integers(min_value=0, max_value=2**63 - 1)),
         hostname=st.sampled_from(["node-07", None]),
     ),
     name=st.sampled_from(["node-07", "this machine"]),

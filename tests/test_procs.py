@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.procs import ChildOutputTooLarge, ChildTimedOut, run, signal_name
+from cudalock.procs import ChildCancelled, ChildOutputTooLarge, ChildTimedOut, run, signal_name
 
 PYTHON = sys.executable
 
@@ -113,3 +113,46 @@ def test_a_failing_line_handler_stops_the_child(tmp_path: Path) -> None:
 def test_a_missing_program_is_an_oserror_for_the_caller_to_word() -> None:
     with pytest.raises(FileNotFoundError):
         run(["/nonexistent/program"], what="x", timeout=5)
+
+
+def test_keep_tail_keeps_the_newest_output_within_the_limit() -> None:
+    code = "import sys\nfor n in range(200_000): sys.stdout.write('line %d\\n' % n)"
+    done = run(
+        [PYTHON, "-c", code], what="the logger", timeout=60, output_limit=2**16, keep_tail=True
+    )
+    assert done.returncode == 0 and done.stdout_cut
+    assert len(done.stdout) == 2**16 and done.stdout.endswith(b"line 199999\n")
+    whole = run([PYTHON, "-c", "print('short')"], what="x", timeout=60, keep_tail=True)
+    assert whole.stdout == b"short\n" and not whole.stdout_cut
+
+
+def test_a_flood_with_keep_tail_is_bounded_by_the_timeout() -> None:
+    started = time.monotonic()
+    with pytest.raises(ChildTimedOut) as raised:
+        run(["yes"], what="yes", timeout=2, output_limit=2**20, keep_tail=True)
+    assert time.monotonic() - started < 20
+    assert len(raised.value.stdout) <= 2**20 and raised.value.stdout.startswith(b"y\n")
+
+
+def test_a_timeout_hands_back_what_the_child_wrote_so_far() -> None:
+    code = (
+        "import sys, time; print('STAGE one', flush=True); "
+        "print('oops', file=sys.stderr, flush=True); time.sleep(1000)"
+    )
+    with pytest.raises(ChildTimedOut) as raised:
+        run([PYTHON, "-c", code], what="x", timeout=2)
+    assert raised.value.stdout == b"STAGE one\n" and raised.value.stderr == b"oops\n"
+
+
+def test_a_cancelled_run_kills_the_child(tmp_path: Path) -> None:
+    import threading
+
+    pid_file = tmp_path / "pid"
+    code = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(1000)"
+    )
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    with pytest.raises(ChildCancelled):
+        run([PYTHON, "-c", code], what="x", timeout=60, cancel=cancel)
+    assert not alive(int(pid_file.read_text()))

@@ -7,12 +7,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from cudalock.env import RenderOptions, render
 from cudalock.errors import UsageError
-from cudalock.urls import redact, strip_credentials, validate_index_url
+from cudalock.urls import (
+    holds_credentials,
+    redact,
+    strip_credentials,
+    strip_credentials_in,
+    validate_index_url,
+)
 from tests.test_render import make_plan
 
 
@@ -85,7 +91,7 @@ def test_redact_never_leaves_the_secret(secret: str) -> None:
 
 
 def test_hostile_but_valid_index_url_is_quoted_in_install_sh(tmp_path: Path) -> None:
-    url = "https://mirror.example/$(touch${IFS}pwned);`touch${IFS}pwned2`'q\"/simple"
+    url = "https://mirror.example/$(touch$IFS'pwned');(touch$IFS'pwned2')&'q/simple"
     valid = validate_index_url(url, flag="--pypi-index")
     script = render(make_plan(), RenderOptions(name="ft", output_format="venv", pypi_index=valid))[
         "install.sh"
@@ -101,3 +107,59 @@ def test_hostile_but_valid_index_url_is_quoted_in_install_sh(tmp_path: Path) -> 
     )
     assert echoed.stdout == url
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("https://user:ab/SECRET@host.example/simple", "https://***@host.example/simple"),
+        ("https://user:a@b@host.example/simple", "https://***@host.example/simple"),
+        ("https://user:a?b#c@host.example/simple", "https://***@host.example/simple"),
+        ("'https://host.example/simple?token=SECRET'", "'https://host.example/simple?***'"),
+        ("https://host.example/simple#SECRET.", "https://host.example/simple#***."),
+        ("git+https://u:SECRET@github.com/o/r@v1", "git+https://***@github.com/o/r@v1"),
+        ("git+https://github.com/o/r@v1", "git+https://github.com/o/r@v1"),
+        ("http://evil.example\\@127.0.0.1/whl", "http://***@127.0.0.1/whl"),
+    ],
+)
+def test_redact_hides_every_form_of_secret(text: str, shown: str) -> None:
+    assert redact(text) == shown
+    assert "SECRET" not in redact(f"error: {text}, and more")
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Z", "C")), min_size=1, max_size=30))
+def test_no_password_survives_redaction(secret: str) -> None:
+    message = "cannot reach 'https://user:{}@mirror.example/simple': refused"
+    assume(secret not in message.format("***"))  # "@" is in the redacted text itself
+    shown = redact(message.format(secret))
+    assert secret not in shown.replace("mirror.example/simple", "")
+    if "@" not in secret:
+        assert "'https://***@mirror.example/simple'" in shown
+
+
+def test_stripping_credentials_for_committed_files() -> None:
+    assert strip_credentials_in("name @ git+https://u:tok@github.com/o/r@v1") == (
+        "name @ git+https://github.com/o/r@v1"
+    )
+    assert strip_credentials("https://user:ab/SECRET@host.example/x") == "https://host.example/x"
+    assert holds_credentials("--index-url https://u:p@host.example/simple")
+    assert holds_credentials("--index-url https://host.example/simple?token=x")
+    assert not holds_credentials("--index-url https://host.example/simple\n# see mail@x.example")
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://evil.example\\@127.0.0.1/whl", "backslash"),
+        ("https://mirror.example/wh`l", "percent-encode them"),
+        ("https://mirror.example/wh{l}", "percent-encode them"),
+        ("https://mirrör.example/whl", "percent-encode them"),
+        ("https://mirror.example/\udcffwhl", "percent-encode them"),
+        ("https://mirror.example/%zz", "not a %XX escape"),
+        ("http://a@b@127.0.0.1/whl", "more than one '@'"),
+        ("http://%31%32%37.0.0.1/whl", "percent-encoded host"),
+    ],
+)
+def test_urls_pip_or_uv_could_read_differently_are_refused(url: str, problem: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(problem)):
+        validate_index_url(url, flag="--pytorch-index")

@@ -53,3 +53,8 @@ class EnvironmentFailure(CudalockError):
     """The machine or the network failed us: I/O, permissions, downloads (exit 3)."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: raised in the main thread so that every ``finally`` runs (temporary files
+    removed, children killed), as for Ctrl-C. Not an Exception: nothing may swallow it."""

@@ -1,13 +1,18 @@
 """Files: inputs read with a size limit while reading, outputs written so that a failure leaves
-nothing half-written.
+nothing half-written and nothing is ever written through a link.
 
 An input (a probe file, a report, a log, a spec, a config) must be a regular file: a FIFO, a
 device or a directory is refused at once, so ``/dev/zero`` or a pipe nobody writes to cannot make
 cudalock grow without bound or wait forever. It is read up to a limit (logs: their last part).
 
 Every output goes to a temporary file in the destination directory, is flushed and fsynced, and
-then renamed over the destination: readers see the old file or the new one, never a mix. A group
-of files is checked for clobbering before the first one is written.
+then renamed over the destination: readers see the old file or the new one, never a mix, and a
+link planted at the destination is replaced, never followed. A group of files is checked for
+clobbering before the first one is written, and all of its files are renamed into place together
+(Ctrl-C or SIGTERM waits for the renames), so a command's outputs appear together or not at all.
+Files follow the umask like any file the user writes; a file that holds a secret (an index
+password) is readable by its owner alone. :func:`output_lock` keeps two cudalock runs from
+writing into one directory at the same time.
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+import threading
+import time
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from cudalock.errors import EnvironmentFailure, InputError, UsageError
 
@@ -38,6 +46,29 @@ def read_bounded(path: Path, *, limit: int, what: str) -> bytes:
     return data
 
 
+def read_head(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
+    """The first ``limit`` bytes of the regular file ``path`` and whether it held more; errors
+    as :func:`read_bounded`."""
+    with _open_regular(path, what) as handle:
+        data = handle.read(limit + 1)
+    return data[:limit], len(data) > limit
+
+
+def read_stream(stream: BinaryIO, *, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of ``stream`` (stdin the user chose: a pipe, a file, a device)
+    and whether more was there; the rest is left unread."""
+    data = bytearray()
+    while len(data) <= limit:
+        chunk = stream.read(min(_CHUNK, limit + 1 - len(data)))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data[:limit]), len(data) > limit
+
+
+_CHUNK = 1 << 20
+
+
 def read_tail(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
     """The last ``limit`` bytes of the regular file ``path`` and whether it held more; errors
     as :func:`read_bounded`. A cut at the start drops the partial first line."""
@@ -49,6 +80,14 @@ def read_tail(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
         data = handle.read(limit)
     newline = data.find(b"\n")
     return (data[newline + 1 :] if newline >= 0 else b""), True
+
+
+@contextlib.contextmanager
+def open_regular(path: Path, *, what: str) -> Iterator[BinaryIO]:
+    """``path`` opened for reading if it is a regular file (errors as :func:`read_bounded`), for
+    readers that take a file apart piece by piece."""
+    with _open_regular(path, what) as handle:
+        yield handle
 
 
 @contextlib.contextmanager
@@ -84,62 +123,222 @@ def _size(limit: int) -> str:
 
 
 def refuse_existing(paths: list[Path], *, force: bool) -> None:
-    """Exit 2 naming the first existing file, unless ``force``."""
+    """Exit 2 naming the first existing file (or link), unless ``force``."""
     if force:
         return
     for path in paths:
-        if path.exists():
+        if os.path.lexists(path):
             raise UsageError(f"{path} already exists; pass --force to overwrite it")
 
 
-def write_atomic(path: Path, content: str | bytes, *, mode: int | None = None) -> None:
-    """Write ``content`` to ``path`` atomically (temp file + fsync + rename)."""
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    directory = path.parent
+#: The mode of a file that holds a secret (an index password): its owner's alone.
+SECRET_MODE = 0o600
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back; nothing else runs then)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def file_mode(*, executable: bool = False, secret: bool = False) -> int:
+    """The mode a new output gets: what ``open()`` would give under the umask, or owner-only
+    when it holds a secret."""
+    if secret:
+        return SECRET_MODE | (0o100 if executable else 0)
+    return (0o777 if executable else 0o666) & ~current_umask()
+
+
+def write_atomic(
+    path: Path,
+    content: str | bytes,
+    *,
+    mode: int | None = None,
+    executable: bool = False,
+    secret: bool = False,
+) -> None:
+    """Write ``content`` to ``path`` atomically (temp file + fsync + rename, never through a
+    link). ``mode`` None: :func:`file_mode`."""
+    write_group(
+        {path: content},
+        force=True,
+        modes={path: mode} if mode is not None else None,
+        executable=[path] if executable else (),
+        secret=[path] if secret else (),
+    )
+
+
+def write_group(
+    files: Mapping[Path, str | bytes],
+    *,
+    force: bool,
+    modes: Mapping[Path, int] | None = None,
+    executable: Collection[Path] = (),
+    secret: Collection[Path] = (),
+) -> None:
+    """Write several outputs: refuse clobbering first, write every file beside its destination,
+    then rename them all into place.
+
+    If a rename fails, the files this call already replaced are restored to what they were, so
+    a group is all-or-nothing as far as the file system allows; a signal arriving meanwhile is
+    handled once the renames are done, and temporary files never outlive the call.
+    """
+    refuse_existing(list(files), force=force)
+    data = {path: _encoded(path, content) for path, content in files.items()}
+    temps: dict[Path, str] = {}
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        for path, content in data.items():
+            mode = (modes or {}).get(path)
+            if mode is None:
+                mode = file_mode(executable=path in executable, secret=path in secret)
+            temps[path] = _write_temp(path, content, mode)
+        with _signals_deferred():
+            _rename_all(temps)
+    finally:
+        for temp in temps.values():
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+
+
+def _encoded(path: Path, content: str | bytes) -> bytes:
+    if isinstance(content, bytes):
+        return content
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"cannot write {path}: a value in it is not valid text (a byte that is not UTF-8 "
+            "in an argument?); nothing was written"
+        ) from None
+
+
+def _write_temp(path: Path, data: bytes, mode: int) -> str:
+    """A fsynced temporary file with ``data`` beside ``path`` (mkstemp: O_EXCL, never a link)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
         raise _failure(path, err) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(temp_name, mode)
-        os.replace(temp_name, path)
-    except OSError as err:
+    except BaseException as err:
         with contextlib.suppress(OSError):
-            os.unlink(temp_name)
-        raise _failure(path, err) from None
+            os.unlink(temp)
+        if isinstance(err, OSError):
+            raise _failure(path, err) from None
+        raise
+    return temp
 
 
-def write_group(
-    files: Mapping[Path, str | bytes], *, force: bool, modes: Mapping[Path, int] | None = None
-) -> None:
-    """Write several outputs: refuse clobbering first, then write each one atomically.
-
-    If a later write fails, the files this call already replaced are restored to what they were,
-    so a group is all-or-nothing as far as the file system allows.
-    """
-    refuse_existing(list(files), force=force)
+def _rename_all(temps: Mapping[Path, str]) -> None:
+    """Rename each temporary file over its destination; on a failure put the old files back."""
     previous: dict[Path, bytes | None] = {}
     try:
-        for path, content in files.items():
-            previous[path] = path.read_bytes() if path.exists() else None
-            write_atomic(path, content, mode=(modes or {}).get(path))
-    except EnvironmentFailure:
+        for path, temp in temps.items():
+            previous[path] = _old_content(path)
+            try:
+                os.replace(temp, path)
+            except OSError as err:
+                raise _failure(path, err) from None
+    except BaseException:
         for path, old in previous.items():
             with contextlib.suppress(OSError, EnvironmentFailure):
+                if path in temps and os.path.lexists(temps[path]):
+                    continue  # not replaced yet
                 if old is None:
-                    path.unlink(missing_ok=True)
+                    os.unlink(path)
                 else:
-                    write_atomic(path, old)
+                    restored = _write_temp(path, old, file_mode())
+                    os.replace(restored, path)
         raise
+    for directory in {path.parent for path in temps}:
+        _fsync_directory(directory)
 
 
-def _failure(path: Path, err: OSError) -> EnvironmentFailure:
+def _old_content(path: Path) -> bytes | None:
+    """What a regular file at ``path`` holds now (None: nothing there, or not a regular file)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
+def _fsync_directory(directory: Path) -> None:
+    # The renames themselves reach the disk only with the directory.
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM arriving inside are handled when it ends (main thread only: Python
+    runs signal handlers there, and only there can they be replaced)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def later(signum: int, frame: object) -> None:
+        pending.append(signum)
+
+    previous = {sig: signal.signal(sig, later) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for number in pending:
+            signal.raise_signal(number)
+
+
+def start_log(path: Path, header: str) -> None:
+    """A fresh log at ``path`` holding ``header``: written beside and renamed over whatever was
+    there, so a link planted at ``path`` is replaced, never followed."""
+    write_atomic(path, header)
+
+
+@contextlib.contextmanager
+def append_log(path: Path) -> Iterator[TextIO]:
+    """``path`` opened to append text, but only if it is a regular file of its own (not a link,
+    not a second name of another file): what :func:`start_log` made."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise EnvironmentFailure(
+            f"cannot write the log {path}: {_reason(err)}",
+            hint="the log was replaced while cudalock ran (a link?); run again",
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise EnvironmentFailure(
+            f"cannot write the log {path}: it was replaced by a link or another file's name "
+            "while cudalock ran; nothing was written to it"
+        )
+    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as handle:
+        yield handle
+
+
+def _reason(err: OSError) -> str:
+    if err.errno == errno.ELOOP:
+        return "it is a symbolic link, which cudalock does not write through"
+    return err.strerror or str(err)
+
+
+def _failure(path: Path, err: OSError, *, inside: bool = False) -> EnvironmentFailure:
     if err.errno == errno.ENOSPC:
         reason = "the disk is full"
     elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -147,6 +346,110 @@ def _failure(path: Path, err: OSError) -> EnvironmentFailure:
     else:
         reason = err.strerror or str(err)
     return EnvironmentFailure(
-        f"cannot write {path}: {reason}; nothing was changed",
+        f"cannot write {'in ' if inside else ''}{path}: {reason}; nothing was changed",
         hint="free space or choose another directory with -o",
     )
+
+
+# --------------------------------------------------------------------------------------------
+# One writer per output directory
+
+#: The lock file in an output directory while a command writes there (removed afterwards).
+LOCK_FILE = ".cudalock.lock"
+
+
+@contextlib.contextmanager
+def output_lock(directory: Path, *, command: str, flag: str = "-o") -> Iterator[None]:
+    """Hold ``directory`` for one command: a second cudalock writing there meanwhile exits 3
+    naming this one. The directory is created if needed, and removed again if it is still
+    empty at the end (a run that failed leaves nothing behind).
+
+    ``flag`` names the option in the message when ``directory`` is not a directory (exit 2).
+    """
+    created = _make_directory(directory, flag)
+    path = directory / LOCK_FILE
+    try:
+        fd = _acquire(path, directory)
+        try:
+            with contextlib.suppress(OSError):  # who holds it is only for the message
+                os.ftruncate(fd, 0)
+                os.write(fd, _holder(command).encode("utf-8", "replace"))
+            yield
+        finally:
+            # Removed while still held: a run waiting on this inode sees it gone and retries.
+            with contextlib.suppress(OSError):
+                if os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino:
+                    os.unlink(path)
+            os.close(fd)
+    finally:
+        if created:
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only when empty: what the run wrote stays
+
+
+def _make_directory(directory: Path, flag: str) -> bool:
+    if directory.is_dir():
+        return False
+    if os.path.lexists(directory):
+        raise UsageError(f"{flag} {str(directory)!r} is not a directory")
+    try:
+        directory.mkdir(parents=True)
+    except FileExistsError:
+        return False
+    except NotADirectoryError:
+        raise UsageError(
+            f"{flag} {str(directory)!r} cannot be created: Not a directory (a part of its path "
+            "is a file)"
+        ) from None
+    except OSError as err:
+        raise _failure(directory, err) from None
+    return True
+
+
+def _acquire(path: Path, directory: Path) -> int:
+    for _attempt in range(50):
+        try:
+            fd = os.open(
+                path,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                0o666 & ~current_umask(),
+            )
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise EnvironmentFailure(
+                    f"cannot lock {directory}: {path}: {_reason(err)}"
+                ) from None
+            raise _failure(directory.absolute(), err, inside=True) from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise EnvironmentFailure(f"cannot lock {directory}: {path} is not a regular file")
+            _flock(fd, directory, path)
+            # The holder before us may have removed the file after we opened it: then this
+            # lock is on a name nobody else will find, and we try again.
+            if os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise EnvironmentFailure(f"cannot lock {directory}: {path} keeps changing")
+
+
+def _flock(fd: int, directory: Path, path: Path) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+        raise EnvironmentFailure(
+            f"{directory} is in use by another cudalock run ({holder}); nothing was written",
+            hint=f"wait for it to finish, or choose another directory (the lock is {path})",
+        ) from None
+
+
+def _holder(command: str) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    return f"pid {os.getpid()}, '{command}', started {started}\n"

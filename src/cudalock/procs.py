@@ -11,6 +11,7 @@ started are killed, so nothing is left behind.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import os
@@ -26,6 +27,7 @@ from typing import IO
 from cudalock.errors import EnvironmentFailure
 
 __all__ = [
+    "ChildCancelled",
     "ChildOutputTooLarge",
     "ChildTimedOut",
     "Completed",
@@ -49,7 +51,22 @@ def signal_name(number: int) -> str:
 
 
 class ChildTimedOut(EnvironmentFailure):
-    """The child ran past its timeout and was killed, with every process it started."""
+    """The child ran past its timeout and was killed, with every process it started.
+
+    ``stdout`` and ``stderr`` hold what it wrote before that (within the output limit), for
+    callers that report how far it got.
+    """
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, stdout: bytes = b"", stderr: bytes = b""
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class ChildCancelled(EnvironmentFailure):
+    """The caller asked the run to stop (its ``cancel`` event was set); the child was killed."""
 
 
 class ChildOutputTooLarge(EnvironmentFailure):
@@ -64,6 +81,8 @@ class Completed:
     returncode: int
     stdout: bytes
     stderr: bytes
+    #: With ``keep_tail``: whether stdout lost its beginning to the limit.
+    stdout_cut: bool = False
 
     @property
     def signal(self) -> int | None:
@@ -78,7 +97,8 @@ class Completed:
 
 
 class _Reader(threading.Thread):
-    """Drains one pipe: keeps up to ``limit`` bytes, hands complete lines to ``on_line``."""
+    """Drains one pipe: keeps up to ``limit`` bytes (the first ones, or with ``keep_tail`` the
+    last ones), hands complete lines to ``on_line``."""
 
     def __init__(
         self,
@@ -86,14 +106,26 @@ class _Reader(threading.Thread):
         limit: int,
         overflowed: threading.Event,
         on_line: Callable[[str], None] | None,
+        keep_tail: bool = False,
     ) -> None:
         super().__init__(daemon=True)
         self.pipe = pipe
         self.limit = limit
         self.overflowed = overflowed
         self.on_line = on_line
+        self.keep_tail = keep_tail
+        self.cut = False
         self.data = bytearray()
+        #: With keep_tail: the newest chunks, dropped whole from the left (no big copies).
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.chunks_size = 0
         self.error: BaseException | None = None
+
+    def output(self) -> bytes:
+        """What was kept: the first ``limit`` bytes, or with ``keep_tail`` the last ones."""
+        if not self.keep_tail:
+            return bytes(self.data)
+        return b"".join(self.chunks)[-self.limit :] if self.chunks else b""
 
     def run(self) -> None:
         pending = bytearray()
@@ -101,10 +133,19 @@ class _Reader(threading.Thread):
         read = self.pipe.read1  # what is there now, without waiting for a full chunk
         try:
             while chunk := read(_CHUNK):
-                if len(self.data) + len(chunk) > self.limit:
+                if self.keep_tail:
+                    self.chunks.append(chunk)
+                    self.chunks_size += len(chunk)
+                    while self.chunks_size - len(self.chunks[0]) >= self.limit:
+                        self.chunks_size -= len(self.chunks.popleft())
+                        self.cut = True
+                    if self.chunks_size > self.limit:
+                        self.cut = True
+                elif len(self.data) + len(chunk) > self.limit:
                     self.overflowed.set()
                     return
-                self.data += chunk
+                else:
+                    self.data += chunk
                 if self.on_line is not None:
                     pending += chunk
                     *lines, rest = pending.split(b"\n")
@@ -131,14 +172,19 @@ def run(
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
     merge_stderr: bool = False,
     on_line: Callable[[str], None] | None = None,
+    keep_tail: bool = False,
+    cancel: threading.Event | None = None,
 ) -> Completed:
     """Run ``argv`` to the end and return what it wrote (``what`` names it in messages).
 
     ``merge_stderr`` sends stderr into stdout (``Completed.stderr`` is then empty); ``on_line``
-    is called with each line of stdout as it arrives. Raises :class:`ChildTimedOut` past
-    ``timeout`` seconds, :class:`ChildOutputTooLarge` past ``output_limit`` bytes on one stream
-    (the child killed in both cases, with everything it started), and the ``OSError`` of a
-    program that cannot be started, for the caller to word.
+    is called with each line of stdout as it arrives. ``keep_tail`` keeps the last
+    ``output_limit`` bytes of stdout instead of failing past the limit (a log reader wants the
+    newest part). Raises :class:`ChildTimedOut` past ``timeout`` seconds,
+    :class:`ChildOutputTooLarge` past ``output_limit`` bytes on one stream,
+    :class:`ChildCancelled` once ``cancel`` is set (the child killed in each case, with
+    everything it started), and the ``OSError`` of a program that cannot be started, for the
+    caller to word.
     """
     args = [os.fspath(arg) for arg in argv]
     process = subprocess.Popen(  # noqa: S603 - callers pass a fixed list, never a shell line
@@ -151,7 +197,7 @@ def run(
         start_new_session=True,
     )
     overflowed = threading.Event()
-    readers = [_Reader(process.stdout, output_limit, overflowed, on_line)]
+    readers = [_Reader(process.stdout, output_limit, overflowed, on_line, keep_tail)]
     if not merge_stderr:
         readers.append(_Reader(process.stderr, output_limit, overflowed, None))
     exited = False
@@ -164,11 +210,18 @@ def run(
         while process.poll() is None:
             if overflowed.is_set():
                 break
+            if cancel is not None and cancel.is_set():
+                raise ChildCancelled(f"{what} was stopped before it finished")
             left = deadline - time.monotonic()
             if left <= 0:
+                _kill_group(process)
+                for reader in readers:
+                    reader.join(timeout=1)
                 raise ChildTimedOut(
                     f"{what} did not finish within {timeout:g} s; it was stopped, with every "
-                    "process it started"
+                    "process it started",
+                    stdout=readers[0].output(),
+                    stderr=readers[1].output() if len(readers) > 1 else b"",
                 )
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=min(left, 0.05))
@@ -196,8 +249,9 @@ def run(
     return Completed(
         tuple(args),
         process.returncode,
-        bytes(readers[0].data),
-        bytes(readers[1].data) if len(readers) > 1 else b"",
+        readers[0].output(),
+        readers[1].output() if len(readers) > 1 else b"",
+        stdout_cut=readers[0].cut,
     )
 
 

@@ -106,9 +106,26 @@ def variant_for_cuda(version: CudaVersion) -> str:
     return f"cu{version[0]}{version[1]}"
 
 
+#: The highest compute-capability major accepted. The GPUs in compat_matrix/gpus.toml reach 12.x;
+#: this leaves room for a few generations and refuses typos such as 99.9, which would otherwise
+#: lead to advice about an "sm_999" no compiler knows.
+MAX_CC_MAJOR = 15
+
+
 @lru_cache(maxsize=256)  # a fleet's probe files repeat the same few values
 def parse_compute_capability(text: str) -> ComputeCapability:
-    """``"8.6"``, ``"86"``, ``"sm_86"``, ``"sm_90a"`` → ``(8, 6)`` / ``(9, 0)``."""
+    """``"8.6"``, ``"86"``, ``"sm_86"``, ``"sm_90a"`` → ``(8, 6)`` / ``(9, 0)``; the major is
+    1 to :data:`MAX_CC_MAJOR`."""
+    major, minor = _compute_capability(text)
+    if not 1 <= major <= MAX_CC_MAJOR:
+        raise InputError(
+            f"invalid compute capability {text!r}: expected MAJOR.MINOR like 8.6, with a major "
+            f"from 1 to {MAX_CC_MAJOR}"
+        )
+    return major, minor
+
+
+def _compute_capability(text: str) -> ComputeCapability:
     cleaned = str(text).strip().lower()
     match = _CC_RE.match(cleaned)
     if not match:

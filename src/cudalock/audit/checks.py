@@ -857,7 +857,7 @@ def _nvidia_major(dist: Distribution) -> int | None:
     if suffix:
         return int(suffix.group(1))
     if dist.name == "cuda-toolkit" or dist.name in _UNSUFFIXED_CUDA_MAJOR:
-        major = re.match(r"(\d+)\.", dist.version or "")
+        major = re.match(r"(\d{1,4})\.", dist.version or "")
         return int(major.group(1)) if major else None
     return None
 
@@ -893,7 +893,7 @@ def _check_nvidia_libraries(context: _Context) -> list[Finding]:
 def _major_minor(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
-    match = re.match(r"(\d+)\.(\d+)", text)
+    match = re.match(r"(\d{1,4})\.(\d{1,4})(?!\d)", text)
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
@@ -1048,6 +1048,8 @@ def _version_tuple(text: str | None) -> tuple[int, ...] | None:
     if not text:
         return None
     parts = re.findall(r"\d+", text)
+    if any(len(part) > 18 for part in parts[:4]):  # not a version (and int() would refuse it)
+        return None
     return tuple(int(p) for p in parts[:4]) if parts else None
 
 

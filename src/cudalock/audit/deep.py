@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cudalock.errors import InputError
 from cudalock.model import Finding
-from cudalock.procs import signal_name
+from cudalock.procs import ChildOutputTooLarge, ChildTimedOut, run, signal_name
+
+#: The child prints a few lines; torch's warnings add a few more.
+_LIMIT = 16 * 2**20
 
 #: Runs inside the audited interpreter. Each stage is announced before it starts.
 _CHILD = r"""
@@ -79,26 +80,21 @@ def deep_inspect(python: Path, timeout: float = 120) -> DeepResult:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     command = [str(python), "-c", _CHILD]
     try:
-        process = subprocess.Popen(  # noqa: S603 - the interpreter the user audits
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
+        # Its own process group, killed whole on a timeout: a hung CUDA initialisation may
+        # have started helpers that would otherwise outlive the audit.
+        done = run(command, what="the torch check", timeout=timeout, env=env, output_limit=_LIMIT)
     except OSError as failure:
         raise InputError(f"cannot run {str(python)!r}: {failure.strerror or failure}") from None
-    try:
-        out, errors = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(process)
-        out, errors = process.communicate()
-        stage = _last_stage(out)
-        return DeepResult((_timeout_finding(python, timeout, stage, errors),))
+    except ChildTimedOut as stopped:
+        stage = _last_stage(stopped.stdout)
+        return DeepResult((_timeout_finding(python, timeout, stage, stopped.stderr),))
+    except ChildOutputTooLarge:
+        return DeepResult((_flood_finding(python),))
+    out, errors = done.stdout, done.stderr
     stage = _last_stage(out)
     stderr_tail = _tail(errors)
-    if process.returncode < 0:
-        return DeepResult((_crash_finding(python, -process.returncode, stage, stderr_tail),))
+    if done.returncode < 0:
+        return DeepResult((_crash_finding(python, -done.returncode, stage, stderr_tail),))
     result = _result(out)
     if result is None:
         return DeepResult(
@@ -106,7 +102,7 @@ def deep_inspect(python: Path, timeout: float = 120) -> DeepResult:
                 Finding(
                     code="torch-import-failed",
                     severity="error",
-                    message=f"the torch check exited with status {process.returncode} during "
+                    message=f"the torch check exited with status {done.returncode} during "
                     f"'{stage or 'start-up'}' without a result",
                     evidence=tuple(stderr_tail),
                     fix=(_reproduce(python),),
@@ -114,13 +110,6 @@ def deep_inspect(python: Path, timeout: float = 120) -> DeepResult:
             )
         )
     return _judge(python, result, stderr_tail)
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        process.kill()
 
 
 def _last_stage(out: bytes) -> str | None:
@@ -166,6 +155,17 @@ def _crash_finding(python: Path, number: int, stage: str | None, stderr_tail: li
         "the wheel's own; the other findings say which applies",
         evidence=(f"return code -{number} ({name})", f"stage: {stage or 'start-up'}", *stderr_tail),
         fix=(f"# reproduce with the Python stack printed:\n{_reproduce(python)}",),
+    )
+
+
+def _flood_finding(python: Path) -> Finding:
+    return Finding(
+        code="torch-import-failed",
+        severity="error",
+        message=f"the torch check wrote more than {_LIMIT // 2**20} MiB (it prints a few lines); "
+        "it was stopped. Something in this environment floods stdout or stderr at import",
+        evidence=(f"more than {_LIMIT // 2**20} MiB of output",),
+        fix=(_reproduce(python),),
     )
 
 

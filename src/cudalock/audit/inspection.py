@@ -3,8 +3,10 @@
 Runs the environment's own interpreter on :mod:`cudalock.audit.inspect_script` (standard
 library only) and turns the JSON it prints into an :class:`~cudalock.audit.installed.Installed`
 value. A missing or
-non-Python interpreter is an :class:`InputError`; one that hangs or dies by a signal is an
-:class:`EnvironmentFailure` that names the signal.
+non-Python interpreter is an :class:`InputError`; one that hangs, floods its output or dies by a
+signal is an :class:`EnvironmentFailure` (exit 3). The interpreter runs through
+:func:`cudalock.procs.run`: in a process group of its own, killed with everything it started (a
+``sitecustomize`` that starts a child, a wrapper that runs ``sleep``) when the timeout passes.
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import time
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from cudalock.audit.installed import (
 )
 from cudalock.errors import EnvironmentFailure, InputError
 from cudalock.platforms import PLATFORMS, platform_for
-from cudalock.procs import signal_name
+from cudalock.procs import ChildOutputTooLarge, ChildTimedOut, Completed, run, signal_name
 
 __all__ = [
     "RunningInspection",
@@ -113,59 +114,77 @@ def start_inspection(
     env = dict(os.environ)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("PYTHONSTARTUP", None)
-    try:
-        process = subprocess.Popen(  # noqa: S603 - the interpreter is the one the user names
-            [str(python), "-c", source],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-    except PermissionError:
-        raise InputError(f"{str(python)!r} is not executable") from None
-    except OSError as err:
-        raise InputError(f"cannot run {str(python)!r}: {err.strerror or err}") from None
-    return RunningInspection(python, process, timeout)
+    if not os.access(python, os.X_OK):
+        raise InputError(f"{str(python)!r} is not executable")
+    return RunningInspection(python, [str(python), "-c", source], env, timeout)
 
 
 class RunningInspection:
-    """The inspection script running in the audited interpreter."""
+    """The inspection script running in the audited interpreter (in a thread of its own, so the
+    caller can load the matrix and probe the machine meanwhile)."""
 
-    def __init__(self, python: Path, process: subprocess.Popen[bytes], timeout: float) -> None:
+    def __init__(
+        self, python: Path, argv: Sequence[str], env: Mapping[str, str], timeout: float
+    ) -> None:
         self.python = python
-        self._process = process
         self._timeout = timeout
-        self._deadline = time.monotonic() + timeout
+        self._cancel = threading.Event()
+        self._outcome: Completed | BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(argv, env), daemon=True)
+        self._thread.start()
+
+    def _run(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        try:
+            self._outcome = run(
+                argv,
+                what=f"{str(self.python)!r}",
+                timeout=self._timeout,
+                env=env,
+                output_limit=_MAX_OUTPUT,
+                cancel=self._cancel,
+            )
+        except BaseException as err:  # handed to the caller by installed()
+            self._outcome = err
 
     def installed(self) -> Installed:
         """Wait for the script (until the timeout given at the start) and read its answer."""
-        python, process = self.python, self._process
-        try:
-            stdout, stderr = process.communicate(
-                timeout=max(0.0, self._deadline - time.monotonic())
-            )
-        except subprocess.TimeoutExpired:
-            self.close()
+        python = self.python
+        self._thread.join()
+        outcome = self._outcome
+        if isinstance(outcome, ChildTimedOut):
             raise EnvironmentFailure(
                 f"{str(python)!r} did not finish inspecting its environment within "
-                f"{self._timeout:g} s",
+                f"{self._timeout:g} s; it was stopped, with every process it started",
                 hint="something run at interpreter start-up (sitecustomize, a .pth file) may hang",
-            ) from None
-        if process.returncode < 0:
-            name = signal_name(-process.returncode)
+            )
+        if isinstance(outcome, ChildOutputTooLarge):
             raise EnvironmentFailure(
-                f"{str(python)!r} was killed by {name} ({process.returncode}) while starting up, "
+                f"{str(python)!r} wrote more than {_MAX_OUTPUT // 2**20} MiB while inspecting its "
+                "environment (the inspection prints a few hundred kB); it was stopped",
+                hint="something run at interpreter start-up (sitecustomize, a .pth file, a "
+                "wrapper script) writes to stdout",
+            )
+        if isinstance(outcome, PermissionError):
+            raise InputError(f"{str(python)!r} is not executable")
+        if isinstance(outcome, OSError):
+            raise InputError(f"cannot run {str(python)!r}: {outcome.strerror or outcome}")
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        if outcome.returncode < 0:
+            name = signal_name(-outcome.returncode)
+            raise EnvironmentFailure(
+                f"{str(python)!r} was killed by {name} ({outcome.returncode}) while starting up, "
                 "before importing anything but the standard library",
                 hint="the interpreter itself, or a sitecustomize/.pth file it runs, crashes",
             )
-        document = _parse_output(python, process.returncode, stdout, stderr)
+        document = _parse_output(python, outcome.returncode, outcome.stdout, outcome.stderr)
         return installed_from_document(document, source=f"python:{python}")
 
     def close(self) -> None:
         """Stop the script if it is still running (the audit failed before reading it)."""
-        if self._process.poll() is None:
-            self._process.kill()
-            self._process.communicate()
+        self._cancel.set()
+        self._thread.join(timeout=30)
 
     def __enter__(self) -> RunningInspection:
         return self
@@ -184,8 +203,8 @@ def _parse_output(python: Path, returncode: int, stdout: bytes, stderr: bytes) -
             )
         raise InputError(f"{str(python)!r} could not inspect its environment: {last}")
     try:
-        document = json.loads(stdout[:_MAX_OUTPUT].decode("utf-8", "replace"))
-    except ValueError:
+        document = json.loads(stdout.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
         document = None
     if not isinstance(document, dict) or "script_version" not in document:
         raise InputError(

@@ -272,7 +272,8 @@ def _driver(value: str | None) -> str | None:
     value = _known(value)
     if value is None:
         return None
-    match = re.search(r"\d{2,4}(?:\.\d{1,3}){0,2}", value)
+    # Whole numbers only: a 5000-digit "driver" must not be read as its first four digits.
+    match = re.search(r"(?<!\d)(?<!\d\.)\d{2,4}(?:\.\d{1,3}){0,2}(?!\.?\d)", value)
     if not match:
         return None
     try:

@@ -151,24 +151,15 @@ def run(args: argparse.Namespace) -> None:
 def read_report(source: str) -> str:
     """The report text from FILE or stdin ('-'), bounded and checked for binary data."""
     from cudalock.audit.reports import MAX_REPORT_CHARS, decode_report
-    from cudalock.errors import InputError
+    from cudalock.fsutil import read_head, read_stream
 
     limit = MAX_REPORT_CHARS * 4  # UTF-8 uses up to 4 bytes per character
     if source == "-":
-        data = sys.stdin.buffer.read(limit)
+        # Whatever the user pipes in (a pipe, a file, even a device) is read up to the limit.
+        data, _cut = read_stream(sys.stdin.buffer, limit=limit)
     else:
-        path = Path(source)
-        try:
-            with path.open("rb") as handle:
-                data = handle.read(limit)
-        except FileNotFoundError:
-            raise InputError(f"report file {source!r} does not exist") from None
-        except IsADirectoryError:
-            raise InputError(f"report file {source!r} is a directory") from None
-        except OSError as err:
-            raise InputError(
-                f"report file {source!r} cannot be read: {err.strerror or err}"
-            ) from None
+        # A FIFO or a device named as the report is refused at once (it could block or never end).
+        data, _cut = read_head(Path(source), limit=limit, what="report file")
     return decode_report(data)
 
 

@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> None:
 
     from cudalock.cli.output import echo, emit_json
     from cudalock.env.bootstrap import BootstrapOptions, run_bootstrap
+    from cudalock.fsutil import output_lock
 
     json_output: bool = args.json_output
 
@@ -91,7 +92,9 @@ def run(args: argparse.Namespace) -> None:
         force=args.force,
         spec_file=args.spec,
     )
-    result = run_bootstrap(target_options(args), request_options(args), options, progress)
+    # One bootstrap (or lock) at a time per directory: two would mix their files.
+    with output_lock(args.output_dir, command="cudalock bootstrap"):
+        result = run_bootstrap(target_options(args), request_options(args), options, progress)
     if json_output:
         from cudalock.urls import redact_json
 

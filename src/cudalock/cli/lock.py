@@ -105,11 +105,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from cudalock.cli.output import echo, emit_json, load_matrix_for
     from cudalock.env import read_inputs
+    from cudalock.errors import UsageError
+    from cudalock.fsutil import output_lock
     from cudalock.lock import check_lock, make_lock
     from cudalock.resolve import resolve as resolve_plan
     from cudalock.target import targets_from_options
 
     out: Path = args.output_dir
+    if out.exists() and not out.is_dir():  # before any work: uv would run for nothing
+        raise UsageError(f"-o {str(out)!r} is not a directory; expected the lock's directory")
     json_output: bool = args.json_output
     quiet: bool = args.quiet
     request_opts = request_options(args)
@@ -137,18 +141,21 @@ def run(args: argparse.Namespace) -> None:
         if not quiet:
             echo(line, err=True)
 
-    result = make_lock(
-        plan,
-        request,
-        output_dir=out,
-        upgrade=args.upgrade,
-        allow_insecure=request_opts.allow_insecure_index,
-        cache_dir=args.cache_dir,
-        timeout_s=args.timeout,
-        retries=args.retries,
-        force=args.force,
-        echo=progress,
-    )
+    # Two locks into one directory could leave a pylock.toml and a requirements.lock.txt from
+    # different runs: a second run exits 3, naming the one that holds the directory.
+    with output_lock(out, command="cudalock lock"):
+        result = make_lock(
+            plan,
+            request,
+            output_dir=out,
+            upgrade=args.upgrade,
+            allow_insecure=request_opts.allow_insecure_index,
+            cache_dir=args.cache_dir,
+            timeout_s=args.timeout,
+            retries=args.retries,
+            force=args.force,
+            echo=progress,
+        )
     if json_output:
         emit_json(
             {

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudalock.cli.args import help_and_exit
 from cudalock.cli.output import echo
-from cudalock.errors import CudalockError
+from cudalock.errors import CudalockError, Terminated
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 #: Every command, in the order ``cudalock --help`` lists them: name → (module, one-line summary).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -72,7 +76,8 @@ exit status:
   1    problems found, or nothing satisfies the request
   2    usage error or bad input (a bad flag or value, a malformed file)
   3    the environment failed (network, permissions, disk)
-  130  interrupted (Ctrl-C)"""
+  130  interrupted (Ctrl-C)
+  143  terminated (SIGTERM)"""
 
 #: The function that runs a parsed command line (each command's ``run``).
 Handler = Callable[[argparse.Namespace], None]
@@ -98,6 +103,12 @@ class Parser(argparse.ArgumentParser):
         super().__init__(**kwargs)
         self._optionals.title = "Options"
         self.add_argument("-h", "--help", action="help", help="Show this help and exit.")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # Usage errors quote the values given, which may hold terminal escapes.
+        from cudalock.safetext import printable
+
+        super()._print_message(printable(message), file)
 
     def parse_known_args(
         self, args: Iterable[str] | None = None, namespace: Any = None
@@ -215,6 +226,7 @@ def run(argv: Sequence[str] | None = None) -> None:
     interrupted 130).
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    previous = _terminate_like_ctrl_c()
     try:
         if args and args[0] in COMMANDS:
             # Everything after the command's name is its own: the others need not be built.
@@ -233,6 +245,27 @@ def run(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         echo("cudalock: interrupted", err=True)
         sys.exit(130)
+    except Terminated:
+        echo("cudalock: terminated", err=True)
+        sys.exit(143)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_like_ctrl_c() -> signal.Handlers | Callable[[int, Any], Any] | int | None:
+    """SIGTERM raises :class:`Terminated` in the main thread, so it unwinds like Ctrl-C: child
+    processes are killed and temporary files removed on the way out (the default action would
+    end cudalock at once and leave both behind). Returns the handler it replaced."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 def unknown_command(word: str) -> str:

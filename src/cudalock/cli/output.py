@@ -12,15 +12,25 @@ if TYPE_CHECKING:
 
 
 def echo(text: str, *, err: bool = False) -> None:
-    """Print one message and a newline on stdout (stderr with ``err``), flushed at once."""
+    """Print one message and a newline on stdout (stderr with ``err``), flushed at once.
+
+    Control characters are escaped: the text may quote probe files, reports and logs, whose
+    escape sequences must not reach the terminal.
+    """
+    from cudalock.safetext import printable
+
     stream = sys.stderr if err else sys.stdout
-    stream.write(text + "\n")
+    stream.write(printable(text) + "\n")
     stream.flush()
 
 
 def emit_json(document: Any) -> None:
-    """Print one JSON document on stdout (sorted keys are not used: field order is documented)."""
-    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    """Print one JSON document on stdout (sorted keys are not used: field order is documented).
+
+    ``ensure_ascii`` (the default, said here because it matters) writes every control and
+    non-ASCII character as a ``\\u`` escape, so no value can reach the terminal raw.
+    """
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=True) + "\n")
 
 
 def load_matrix_for(options: TargetOptions) -> Matrix:

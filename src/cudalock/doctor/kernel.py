@@ -18,7 +18,6 @@ times, as training logs and Slurm print theirs.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cudalock import procs
+from cudalock.errors import InputError
+from cudalock.fsutil import read_tail
 
 READ_LIMIT = 64 * 2**20  # kernel logs can be large; the newest part is what matters
 
@@ -55,19 +56,29 @@ CommandRunner = Callable[[Sequence[str]], CommandResult]
 
 
 def run_command(argv: Sequence[str], timeout: float = 20.0) -> CommandResult:
-    """Run a log command; a missing program, a timeout or too much output becomes a failed
-    result, not an error: the other sources may still answer."""
+    """Run a log command, keeping the newest :data:`READ_LIMIT` of its output while it runs; a
+    missing program or a timeout becomes a failed result, not an error: the other sources may
+    still answer."""
     try:
-        done = procs.run(argv, what=argv[0], timeout=timeout, output_limit=READ_LIMIT)
+        done = procs.run(
+            argv,
+            what=argv[0],
+            timeout=timeout,
+            output_limit=READ_LIMIT,
+            keep_tail=True,
+        )
     except FileNotFoundError:
         return CommandResult(127, "", f"{argv[0]}: command not found")
     except procs.ChildTimedOut:
         return CommandResult(124, "", f"{argv[0]}: timed out after {timeout:.0f}s")
-    except procs.ChildOutputTooLarge:
-        return CommandResult(1, "", f"{argv[0]}: more than {READ_LIMIT // 2**20} MiB of output")
+    except procs.ChildOutputTooLarge:  # stderr only: stdout keeps its tail
+        return CommandResult(125, "", f"{argv[0]}: wrote too much on stderr")
     except OSError as err:
         return CommandResult(126, "", f"{argv[0]}: {err.strerror or err}")
-    return CommandResult(done.returncode, done.stdout_text(), done.stderr_text())
+    stdout = done.stdout
+    if done.stdout_cut:  # the first line was cut in the middle
+        stdout = stdout[stdout.find(b"\n") + 1 :]
+    return CommandResult(done.returncode, stdout.decode("utf-8", "replace"), done.stderr_text())
 
 
 # --- when and where a line was logged -------------------------------------------------------------
@@ -124,7 +135,7 @@ _MONTHS = {
         start=1,
     )
 }
-_UPTIME_STAMP = re.compile(r"^\[\s*(?P<uptime>\d+\.\d+)\]")
+_UPTIME_STAMP = re.compile(r"^\[\s*(?P<uptime>\d{1,12}\.\d+)\]")
 _HUMAN_STAMP = re.compile(
     r"^\[(?:[A-Z][a-z]{2} )?(?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) "
     r"(?P<time>\d\d:\d\d:\d\d) (?P<year>\d{4})\]"
@@ -305,20 +316,22 @@ class KernelEvents:
 
 _KILLED = re.compile(
     r"(?:(?P<prefix>Out of memory|Memory cgroup out of memory)(?: \(oom_kill_allocating_task\))?"
-    r": )?Killed process (?P<pid>\d+) \((?P<comm>[^)]*)\)"
-    r"(?:,? total-vm:(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB)?"
+    r": )?Killed process (?P<pid>\d{1,18}) \((?P<comm>[^)]*)\)"
+    r"(?:,? total-vm:(?P<vm>\d{1,18})kB, anon-rss:(?P<anon>\d{1,18})kB)?"
 )
 _OLD_KILL = re.compile(
-    r"(?P<prefix>Out of memory|Memory cgroup out of memory): Kill process (?P<pid>\d+) "
+    r"(?P<prefix>Out of memory|Memory cgroup out of memory): Kill process (?P<pid>\d{1,18}) "
     r"\((?P<comm>[^)]*)\)"
 )
 _SUMMARY = re.compile(r"oom-kill:(?P<fields>constraint=\S+)")
 _INVOKED = re.compile(r"\S+ invoked oom-killer:")
 _SEGFAULT = re.compile(
-    r"(?P<comm>[^\s\[\]]+)\[(?P<pid>\d+)\]: segfault at \S+ ip \S+ sp \S+ error \S+"
+    r"(?P<comm>[^\s\[\]]+)\[(?P<pid>\d{1,18})\]: segfault at \S+ ip \S+ sp \S+ error \S+"
     r"(?: in (?P<lib>[^\s\[]+)\[)?"
 )
 _XID = re.compile(r"NVRM: Xid \(")
+#: oom-kill:, invoked oom-killer; Killed process, Kill process; segfault at; NVRM: Xid.
+_WORDS = ("oom", "Kill", "segfault", "Xid")
 
 
 def _summary_fields(text: str) -> dict[str, str]:
@@ -355,13 +368,15 @@ def parse_kernel_log(
     xids: list[Xid] = []
     invocations: list[str] = []
     for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
+        # Every pattern below needs one of these words: most lines of a large log are passed
+        # over with four substring tests instead of six regular expressions.
+        if not any(word in raw for word in _WORDS):
             continue
+        line = raw.strip()
         if (summary := _SUMMARY.search(line)) is not None:
             fields = _summary_fields(summary.group("fields"))
             summary_pid = fields.get("pid", "")
-            if summary_pid.isdigit():
+            if summary_pid.isdigit() and len(summary_pid) <= 18:
                 summaries[int(summary_pid)] = (fields, line)
             continue
         if (old := _OLD_KILL.search(line)) is not None:
@@ -490,16 +505,11 @@ def _command_source(argv: Sequence[str], result: CommandResult) -> tuple[LogSour
 
 def _file_source(path: Path) -> tuple[LogSource, str]:
     try:
-        with path.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - READ_LIMIT))
-            data = handle.read()
-    except FileNotFoundError:
-        return LogSource(str(path), False, "does not exist"), ""
-    except PermissionError:
-        return LogSource(str(path), False, "permission denied"), ""
-    except OSError as err:
-        return LogSource(str(path), False, err.strerror or str(err)), ""
+        data, _cut = read_tail(path, limit=READ_LIMIT, what="kernel log")
+    except InputError as err:  # "kernel log '/p' does not exist", "cannot read ...: reason"
+        message = err.message
+        reason = message.split("': ", 1)[1] if "': " in message else message.rsplit("' ", 1)[-1]
+        return LogSource(str(path), False, reason.split(";")[0].lower()), ""
     return LogSource(str(path), True), data.decode("utf-8", errors="replace")
 
 

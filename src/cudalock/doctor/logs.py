@@ -88,6 +88,12 @@ def parse_exit_code(text: str) -> ExitStatus:
         return ExitStatus(raw, int(signal.Signals[names[0]]), None, "signal name")
     numbers = _NUMBER_IN.findall(raw)
     if numbers:
+        if len(numbers[0].lstrip("+-")) > 6:  # and int() refuses thousands of digits
+            raise UsageError(
+                f"exit code {raw[:40]!r}... is out of range; expected e.g. -9, 137, -11 or 139"
+                if len(raw) > 40
+                else f"exit code {raw!r} is out of range; expected e.g. -9, 137, -11 or 139"
+            )
         return _from_number(raw, int(numbers[0]))
     raise UsageError(
         f"exit code {raw!r} is not understood; expected e.g. -9, 137, 'exitcode: -9', -11 or 139"
@@ -245,24 +251,180 @@ _EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
-def _events(text: str) -> list[LogEvent]:
-    events: list[LogEvent] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line:
+#: Words every line of a kind contains. A log is searched for these from its end, and only the
+#: lines holding one are matched against the patterns: a 10-million-line log then takes seconds,
+#: not minutes. (tests/test_doctor_log_bounds.py checks every kind has its words.)
+_EVENT_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "launcher-exit": ("exitcode", "exits with return code"),
+    "launcher-signal": ("received by PID",),
+    "launcher-stopping": ("Killing subprocess",),
+    "dataloader-killed": ("DataLoader worker",),
+    "dataloader-bus-error": ("DataLoader worker",),
+    "dataloader-segfault": ("DataLoader worker",),
+    "cuda-oom": ("CUDA out of memory", "OutOfMemoryError"),
+    "slurm-oom": ("oom-kill event", "oom_kill event"),
+    "slurm-time-limit": ("DUE TO TIME LIMIT",),
+    "slurm-cancelled": ("CANCELLED AT",),
+    "kubernetes-oomkilled": ("OOMKilled",),
+    "nccl-timeout": ("Watchdog caught collective operation timeout", "NCCL"),
+    "checkpoint-save": ("Saving model checkpoint to", "is about to be saved", "Saving checkpoint"),
+    "training-progress": ("loss",),
+    "shell-killed": ("Killed",),
+    "shell-segfault": ("Segmentation fault",),
+    "shell-bus-error": ("Bus error",),
+}
+#: The newest events kept of each kind (enough for every rank of a large job).
+MAX_EVENTS_PER_KIND = 256
+#: Lines holding one keyword examined at most, from the end (crash lines are near the end).
+_MAX_LINES_PER_KEYWORD = 50_000
+#: Longer lines are cut before matching (a 20 MB line is no reason to use 20 MB more).
+MAX_LINE_CHARS = 64 * 2**10
+
+
+def _number(text: str | None) -> int | None:
+    """A count or ID from a log line; None when absent or longer than any real one (int()
+    refuses thousands of digits, and a log is not trusted to be sane)."""
+    digits = (text or "").replace(",", "")
+    return int(digits) if digits and len(digits.lstrip("-")) <= 18 else None
+
+
+def _classify(line: str) -> tuple[str, str, int | None, int | None] | None:
+    """The first pattern (in table order) a line matches: (kind, line, signal, pid)."""
+    for part in line.splitlines() or [line]:  # a carriage return starts a line on a terminal
+        stripped = part.strip()
+        if not stripped:
             continue
         for kind, pattern in _EVENT_PATTERNS:
-            match = pattern.search(line)
+            match = pattern.search(stripped)
             if match is None:
                 continue
             groups = match.groupdict()
-            sig = int(groups["sig"]) if groups.get("sig") else None
-            if groups.get("code"):
-                sig = _signal_from_code(int(groups["code"]))
-            pid = int(groups["pid"]) if groups.get("pid") else None
-            events.append(LogEvent(kind, number, line[:500], sig, pid))
-            break
-    return events
+            sig = _number(groups.get("sig"))
+            code = _number(groups.get("code"))
+            if code is not None:
+                sig = _signal_from_code(code)
+            return kind, stripped[:500], sig, _number(groups.get("pid"))
+    return None
+
+
+def _line_at(text: str, position: int) -> tuple[int, int]:
+    """The start and end of the line holding ``position``."""
+    start = text.rfind("\n", 0, position) + 1
+    end = text.find("\n", position)
+    return start, len(text) if end < 0 else end
+
+
+def _events(text: str) -> list[LogEvent]:
+    """The newest :data:`MAX_EVENTS_PER_KIND` events of each kind, in log order."""
+    kinds_of: dict[str, set[str]] = {}
+    for kind, words in _EVENT_KEYWORDS.items():
+        for word in words:
+            kinds_of.setdefault(word, set()).add(kind)
+    classified: dict[int, tuple[str, str, int | None, int | None] | None] = {}
+    for word, kinds in kinds_of.items():
+        wanted = dict.fromkeys(kinds, 0)
+        end = len(text)
+        for _examined in range(_MAX_LINES_PER_KEYWORD):
+            position = text.rfind(word, 0, end)
+            if position < 0:
+                break
+            start, stop = _line_at(text, position)
+            end = start
+            if start not in classified:
+                classified[start] = _classify(text[start : min(stop, start + MAX_LINE_CHARS)])
+            found = classified[start]
+            if found is not None and found[0] in wanted:
+                wanted[found[0]] += 1
+                if min(wanted.values()) >= MAX_EVENTS_PER_KIND:
+                    break
+    events: list[LogEvent] = []
+    line_no, previous = 1, 0
+    for start in sorted(classified):
+        line_no += text.count("\n", previous, start)
+        previous = start
+        found = classified[start]
+        if found is not None:
+            kind, line, sig, pid = found
+            events.append(LogEvent(kind, line_no, line, sig, pid))
+    counts: dict[str, int] = {}
+    kept: list[LogEvent] = []
+    for event in reversed(events):
+        counts[event.kind] = counts.get(event.kind, 0) + 1
+        if counts[event.kind] <= MAX_EVENTS_PER_KIND:
+            kept.append(event)
+    return kept[::-1]
+
+
+#: Lower-case words the lines describing the run's shape hold (see the patterns below).
+_SHAPE_KEYWORDS = (
+    "deepspeed",
+    "zero",
+    "offload_",
+    "gather_16bit_weights",
+    "--nproc",
+    "--num",
+    "--nnodes",
+    "world info dict",
+    "all params",
+    "trainable parameters",
+    "model_name_or_path",
+)
+#: A shape line and the lines after it (a config printed as indented JSON) ...
+_SHAPE_WINDOW_LINES = 40
+_SHAPE_WINDOW_CHARS = 64 * 2**10
+#: ... the first and last of them for each word, and at most this much text in all.
+_SHAPE_WINDOWS_PER_WORD = 64
+_SHAPE_EXCERPT_CHARS = 8 * 2**20
+
+
+def _shape_excerpt(text: str) -> str:
+    """The parts of ``text`` that can describe the run's shape, in order: the windows after the
+    first and the last lines holding each shape word. The patterns, some of which take their
+    first match and some their last, then see what they would in the whole log, in far less
+    time."""
+    lowered = text.lower()
+    starts: set[int] = set()
+    for word in _SHAPE_KEYWORDS:
+        position = -1
+        for _first in range(_SHAPE_WINDOWS_PER_WORD):
+            position = lowered.find(word, position + 1)
+            if position < 0:
+                break
+            starts.add(_line_at(lowered, position)[0])
+        end = len(lowered)
+        for _last in range(_SHAPE_WINDOWS_PER_WORD):
+            position = lowered.rfind(word, 0, end)
+            if position < 0:
+                break
+            start = _line_at(lowered, position)[0]
+            starts.add(start)
+            end = start
+    del lowered
+    windows: list[tuple[int, int]] = []
+    for start in sorted(starts):
+        stop = start
+        for _line in range(_SHAPE_WINDOW_LINES + 1):
+            stop = text.find("\n", stop + 1)
+            if stop < 0:
+                stop = len(text)
+                break
+        stop = min(stop, start + _SHAPE_WINDOW_CHARS)
+        if windows and start <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(windows[-1][1], stop))
+        else:
+            windows.append((start, stop))
+    half = _SHAPE_EXCERPT_CHARS // 2
+    head_end, size = 0, 0
+    while head_end < len(windows) and size < half:
+        size += windows[head_end][1] - windows[head_end][0]
+        head_end += 1
+    tail_start, size = len(windows), 0
+    while tail_start > head_end and size < half:
+        tail_start -= 1
+        size += windows[tail_start][1] - windows[tail_start][0]
+    chosen = windows[:head_end] + windows[tail_start:]
+    # "}" between windows: no JSON-block pattern can run from one window into the next.
+    return "\n}\n".join(text[start:stop] for start, stop in chosen)
 
 
 _CONFIG_PATH = re.compile(
@@ -297,7 +459,7 @@ _MODEL_ARG = re.compile(
     r"--model_name_or_path[= ](?P<name>\S+)|model_name_or_path[=:]\s*['\"]?"
     r"(?P<name2>[^\s'\",]+)"
 )
-_SIZE_IN_NAME = re.compile(r"(?<![\dA-Za-z.])(?P<n>\d+(?:\.\d+)?)[bB](?![A-Za-z\d])")
+_SIZE_IN_NAME = re.compile(r"(?<![\dA-Za-z.])(?P<n>\d{1,6}(?:\.\d{1,6})?)[bB](?![A-Za-z\d])")
 
 
 def params_from_model_name(name: str) -> int | None:
@@ -342,15 +504,15 @@ def _shape(text: str) -> RunShape:
     gather = _last((_GATHER,), text)
     gpus, nodes = _world_info(text)
     if gpus is None and (nproc := _NPROC.search(text)):
-        gpus = int(nproc.group("n"))
+        gpus = _number(nproc.group("n"))
     if nodes is None and (nnodes := _NNODES.search(text)):
-        nodes = int(nnodes.group("n"))
+        nodes = _number(nnodes.group("n"))
     params: int | None = None
     params_source: str | None = None
     if (count := _last((_ALL_PARAMS,), text)) is not None:
-        params, params_source = int(count.group("n").replace(",", "")), "log: 'all params'"
+        params, params_source = _number(count.group("n")), "log: 'all params'"
     elif (count := _last((_TRAINABLE,), text)) is not None:
-        params = int(count.group("n").replace(",", ""))
+        params = _number(count.group("n"))
         params_source = "log: 'Number of trainable parameters' (full fine-tuning assumed)"
     model_match = _MODEL_ARG.search(text)
     model = (model_match.group("name") or model_match.group("name2")) if model_match else None
@@ -493,7 +655,23 @@ def scan_training_log(text: str, *, reference: datetime | None = None) -> LogFac
     ``reference`` (default: now) gives glog's year-less stamps a year when the log has no
     full timestamp.
     """
-    return LogFacts(tuple(_events(text)), _shape(text), _trace(text, reference))
+    return LogFacts(
+        tuple(_events(text)), _shape(_shape_excerpt(text)), _trace(_trace_excerpt(text), reference)
+    )
+
+
+#: How much of each end of a log tells where and when the run ran: its first and last lines,
+#: the launcher's world info at the start and its error summary at the end.
+_TRACE_END_CHARS = 4 * 2**20
+
+
+def _trace_excerpt(text: str) -> str:
+    """The first and last :data:`_TRACE_END_CHARS` of ``text``, cut at line ends."""
+    if len(text) <= 2 * _TRACE_END_CHARS:
+        return text
+    head_end = text.rfind("\n", 0, _TRACE_END_CHARS)
+    tail_start = text.find("\n", len(text) - _TRACE_END_CHARS)
+    return text[: max(head_end, 0)] + "\n" + text[tail_start + 1 :]
 
 
 def shape_from_deepspeed_config(config: dict[str, Any]) -> RunShape:

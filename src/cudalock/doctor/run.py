@@ -57,7 +57,7 @@ from cudalock.doctor.slurm import (
 )
 from cudalock.doctor.slurm_findings import SlurmEvidence
 from cudalock.errors import InputError, UsageError
-from cudalock.fsutil import read_tail
+from cudalock.fsutil import read_bounded, read_tail
 from cudalock.memory import (
     HostMemory,
     MemoryVerdict,
@@ -75,7 +75,8 @@ from cudalock.target.host import (
     read_shm,
 )
 
-MAX_LOG_BYTES = 256 * 2**20
+#: How much of a training log is read: its newest part, where a run ends (as for kernel logs).
+MAX_LOG_BYTES = 64 * 2**20
 
 
 def in_kubernetes(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
@@ -86,17 +87,23 @@ def in_kubernetes(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
 
 
 def read_log(path: Path) -> str:
-    """The training log's last MAX_LOG_BYTES (the end is where a crash shows)."""
-    data, _ = read_tail(path, limit=MAX_LOG_BYTES, what="log file")
+    """The last :data:`MAX_LOG_BYTES` of a training log (a regular file: never a FIFO or a
+    device), as text."""
+    data, _cut = read_tail(path, limit=MAX_LOG_BYTES, what="log file")
     return data.decode("utf-8", errors="replace")
 
 
+#: A DeepSpeed config is a few kB of JSON.
+MAX_CONFIG_BYTES = 4 * 2**20
+
+
 def read_deepspeed_config(path: Path) -> RunShape:
+    raw = read_bounded(path, limit=MAX_CONFIG_BYTES, what="DeepSpeed config")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"cannot read DeepSpeed config {path}: {err.strerror or err}") from None
-    except ValueError as err:
+        data = json.loads(raw)
+    except RecursionError:
+        raise InputError(f"DeepSpeed config {path} is not valid JSON: nested too deeply") from None
+    except ValueError as err:  # also UnicodeDecodeError, and int() refusing 5000 digits
         raise InputError(f"DeepSpeed config {path} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise InputError(f"DeepSpeed config {path} does not hold a JSON object")

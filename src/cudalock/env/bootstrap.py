@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudalock import procs
 from cudalock.audit import audit_live
 from cudalock.audit.inspection import python_for_prefix, start_inspection
 from cudalock.env.render import (
@@ -44,15 +45,19 @@ from cudalock.env.spec import (
     update_spec,
 )
 from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
-from cudalock.fsutil import refuse_existing, write_group
+from cudalock.fsutil import append_log, refuse_existing, start_log, write_group
 from cudalock.lock.uv import find_uv
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Plan, Request
 from cudalock.resolve import RequestOptions, resolve
 from cudalock.target import TargetOptions, targets_from_options
-from cudalock.urls import redact
+from cudalock.urls import holds_credentials, redact
 
 LOG_FILE = "cudalock-bootstrap.log"
+#: A step (building DeepSpeed's ops, downloading torch) may take long, but not forever.
+_STEP_TIMEOUT = 4 * 3600
+#: The output kept of one step besides the log (the lines are read as they come).
+_STEP_OUTPUT_LIMIT = 256 * 2**20
 STEP_MARKER = "==> cudalock step "
 Echo = Callable[[str], None]
 
@@ -195,10 +200,13 @@ def run_bootstrap(
         written_spec if written_spec.exists() else spec_path, new_spec
     )
     script = out_dir / "install.sh"
-    # mkstemp creates 0600 files; these are meant to be read (and install.sh run) like any
-    # file the user writes.
-    modes = {path: 0o755 if path == script else 0o644 for path in files}
-    write_group(files, force=True, modes=modes)
+    # Files follow the umask like any the user writes; one holding an index password is the
+    # owner's alone.
+    secret = [path for path, text in files.items() if holds_credentials(text)]
+    write_group(files, force=True, executable=[script], secret=secret)
+    if secret:
+        names = ", ".join(sorted(path.name for path in secret))
+        echo(f"note: {names}: hold(s) credentials from a URL; written readable by you alone")
 
     torch = plan.torch_pin
     echo(
@@ -419,12 +427,9 @@ def run_install_script(
 
 
 def _start_log(out_dir: Path) -> Path:
-    """A fresh log for this run (the previous run's log is replaced)."""
+    """A fresh log for this run (the previous run's log, or a link planted there, is replaced)."""
     log = out_dir / LOG_FILE
-    try:
-        log.write_text("cudalock bootstrap --create: the output of every step\n", encoding="utf-8")
-    except OSError as err:
-        raise EnvironmentFailure(f"cannot write the log {log}: {err.strerror or err}") from None
+    start_log(log, "cudalock bootstrap --create: the output of every step\n")
     return log
 
 
@@ -446,45 +451,50 @@ def _run_logged(
     network: list[str] = []
     causes: list[str] = []
     in_causes = False
-    try:
-        with log.open("a", encoding="utf-8") as handle:
-            handle.write(f"\n### {what}: {redact(' '.join(command))}\n")
+    with append_log(log) as handle:
+
+        def take(raw: str) -> None:
+            nonlocal current, in_causes
+            line = redact(raw.rstrip("\r"))
+            # Flushed line by line: a run stopped by a signal keeps every line it wrote.
+            handle.write(line + "\n")
             handle.flush()
-            process = subprocess.Popen(  # noqa: S603 - cudalock's own script / venv command
+            if line.startswith(STEP_MARKER):
+                label = line[len(STEP_MARKER) :]
+                number = label.split("/", 1)[0]
+                current = (int(number) if number.isdigit() and len(number) < 5 else 0, label)
+                echo(f"  step {label}")
+            elif line.startswith("ERROR:") or "verification failed" in line:
+                errors.append(line)
+            if any(word in line for word in _NETWORK_WORDS):
+                network.append(line)
+            # pip's "The conflict is caused by:" block: the lines that explain a conflict.
+            if line.startswith("The conflict is caused by"):
+                in_causes = True
+            elif in_causes and line.startswith("    "):
+                causes.append(line.strip())
+            elif in_causes:
+                in_causes = False
+
+        handle.write(f"\n### {what}: {redact(' '.join(command))}\n")
+        handle.flush()
+        try:
+            # Its own process group, killed with everything it started if cudalock is
+            # interrupted (Ctrl-C, SIGTERM): no venv or pip left running on its own.
+            returncode = procs.run(
                 command,
+                what=what,
+                timeout=_STEP_TIMEOUT,
                 cwd=cwd,
-                env=dict(env),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                bufsize=1,
-            )
-            assert process.stdout is not None
-            for raw in process.stdout:
-                line = redact(raw.rstrip("\n"))
-                handle.write(line + "\n")
-                if line.startswith(STEP_MARKER):
-                    label = line[len(STEP_MARKER) :]
-                    number = label.split("/", 1)[0]
-                    current = (int(number) if number.isdigit() else 0, label)
-                    echo(f"  step {label}")
-                elif line.startswith("ERROR:") or "verification failed" in line:
-                    errors.append(line)
-                if any(word in line for word in _NETWORK_WORDS):
-                    network.append(line)
-                # pip's "The conflict is caused by:" block: the lines that explain a conflict.
-                if line.startswith("The conflict is caused by"):
-                    in_causes = True
-                elif in_causes and line.startswith("    "):
-                    causes.append(line.strip())
-                elif in_causes:
-                    in_causes = False
-            returncode = process.wait()
-    except OSError as err:
-        raise EnvironmentFailure(
-            f"cannot run {what} ({command[0]}): {err.strerror or err}; log: {log}"
-        ) from None
+                env=env,
+                merge_stderr=True,
+                on_line=take,
+                output_limit=_STEP_OUTPUT_LIMIT,
+            ).returncode
+        except OSError as err:
+            raise EnvironmentFailure(
+                f"cannot run {what} ({command[0]}): {err.strerror or err}; log: {log}"
+            ) from None
     if returncode == 0:
         return
     if current is not None and 1 <= current[0] <= len(steps):

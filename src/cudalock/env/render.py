@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name
 from cudalock.errors import UsageError
 from cudalock.model import PackagePin, Plan
 from cudalock.platforms import platform_named
+from cudalock.safetext import printable
 from cudalock.shipped import shipped_dir
 from cudalock.urls import redact
 from cudalock.versions import format_cuda
@@ -39,7 +40,8 @@ OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv")
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 #: conda-forge ships cuda-nvcc / cuda-version from CUDA 12.0; older compilers are NVIDIA's.
 CONDA_FORGE_FIRST_NVCC_MAJOR = 12
-_ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# fullmatch: "$" would also accept a name followed by a newline, which then ends up in YAML.
+_ENV_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _RESERVED_ENV_NAMES = ("base", "root")
 _VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
 
@@ -80,7 +82,7 @@ _OPTIONS_WITH_VALUES = ("--index-url", "--extra-index-url", "-c", "-e")
 
 def check_env_name(name: str) -> str:
     """A conda environment name, or :class:`UsageError` saying what is allowed."""
-    if not _ENV_NAME_RE.match(name) or name.lower() in _RESERVED_ENV_NAMES:
+    if not _ENV_NAME_RE.fullmatch(name) or name.lower() in _RESERVED_ENV_NAMES:
         raise UsageError(
             f"invalid environment name {name!r}: expected 1-64 letters, digits, '.', '_' or "
             "'-', starting with a letter or digit, and not 'base' or 'root' "
@@ -179,8 +181,11 @@ def toml_string(text: str) -> str:
 
 
 def _comment(lines: tuple[str, ...] | list[str]) -> str:
-    """Comment lines (``# ...``); line breaks inside a value cannot end the comment."""
-    return "\n".join(f"# {' '.join(line.split())}".rstrip() for line in lines)
+    """Comment lines (``# ...``); line breaks inside a value cannot end the comment, and other
+    control characters (which YAML and TOML refuse even in comments) are written as escapes."""
+    return "\n".join(
+        f"# {printable(' '.join(line.split()), keep_lines=False)}".rstrip() for line in lines
+    )
 
 
 def _header(plan: Plan, options: RenderOptions, what: str) -> str:
@@ -237,7 +242,7 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
         args = framework_args(options.framework)
         steps.append(
             Step(
-                f"the framework {options.framework}, without its dependencies",
+                f"the framework {redact(options.framework)}, without its dependencies",
                 (*pip, *default_index, "--no-deps", *args),
             )
         )

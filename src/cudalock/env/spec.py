@@ -17,6 +17,7 @@ Layout::
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +27,11 @@ import tomlkit
 from tomlkit.exceptions import ParseError, TOMLKitError
 
 from cudalock.errors import InputError
+from cudalock.fsutil import read_bounded
 from cudalock.model import Request, Target
 from cudalock.resolve import RequestOptions
 from cudalock.target import TargetOptions
-from cudalock.urls import strip_credentials
+from cudalock.urls import strip_credentials, strip_credentials_in
 from cudalock.versions import format_cc, format_cuda
 
 SPEC_FILE = "cudalock.toml"
@@ -89,16 +91,24 @@ class Spec:
 # Reading
 
 
+#: A spec is a few dozen lines; anything far larger is not one.
+MAX_SPEC_BYTES = 1 * 2**20
+
+
 def read_spec(path: Path) -> Spec | None:
     """The spec in ``path``, or None if there is no such file. Bad content: :class:`InputError`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = _read_spec_text(path)
+    return None if text is None else parse_spec(text, str(path))
+
+
+def _read_spec_text(path: Path) -> str | None:
+    """The text of a regular file (never a FIFO or a device), None when there is none."""
+    if not os.path.lexists(path):
         return None
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) else "it is not UTF-8 text"
-        raise InputError(f"cannot read {path}: {reason}") from None
-    return parse_spec(text, str(path))
+    try:
+        return read_bounded(path, limit=MAX_SPEC_BYTES, what="spec file").decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"cannot read {path}: it is not UTF-8 text") from None
 
 
 def parse_spec(text: str, where: str = SPEC_FILE) -> Spec:
@@ -248,7 +258,8 @@ def spec_values(spec: Spec) -> dict[str, dict[str, Any]]:
             "cuda": request.cuda,
             "compat": request.compat,
             "with": list(request.with_packages),
-            "framework": request.framework,
+            # A VCS URL may carry a token (git+https://user:TOKEN@host/...): not recorded.
+            "framework": strip_credentials_in(request.framework) if request.framework else None,
             "pytorch_index": strip_credentials(request.pytorch_index),
             "pypi_index": strip_credentials(request.pypi_index) if request.pypi_index else None,
         },
@@ -268,13 +279,7 @@ def spec_values(spec: Spec) -> dict[str, dict[str, Any]]:
 
 def update_spec(path: Path, spec: Spec) -> str:
     """The new text of ``path`` holding ``spec``: its comments and layout kept where it exists."""
-    try:
-        existing: str | None = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        existing = None
-    except (OSError, UnicodeDecodeError):
-        raise InputError(f"cannot read {path} to update it") from None
-    return update_spec_text(existing, spec, str(path))
+    return update_spec_text(_read_spec_text(path), spec, str(path))
 
 
 def update_spec_text(existing: str | None, spec: Spec, where: str = SPEC_FILE) -> str:

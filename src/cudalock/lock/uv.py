@@ -7,8 +7,10 @@ progress to the user (credentials redacted) and keeps the tail of what it said f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -122,6 +124,7 @@ def run_uv(
             stderr=subprocess.PIPE,
             text=True,
             errors="replace",
+            start_new_session=True,  # its own group: killed whole if cudalock is stopped
         )
     except OSError as err:
         raise EnvironmentFailure(
@@ -141,6 +144,11 @@ def run_uv(
         process.kill()
         process.wait()
         raise EnvironmentFailure(f"uv did not finish within {timeout_s:.0f} s") from None
+    except BaseException:  # Ctrl-C or SIGTERM in cudalock: uv and its builds go with it
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
     finally:
         process.stdout.close()
         process.stderr.close()

@@ -21,6 +21,7 @@ import builtins
 import hashlib
 import os
 import pickle
+import re
 import sys
 import tempfile
 import time
@@ -32,6 +33,7 @@ from typing import Any
 import cudalock.versions
 from cudalock import __version__
 from cudalock.errors import InputError
+from cudalock.fsutil import read_bounded
 from cudalock.matrix.model import (
     MATRIX_FILES,
     SCHEMA_VERSION,
@@ -47,6 +49,8 @@ from cudalock.matrix.model import (
     TorchBuild,
     TorchRelease,
 )
+from cudalock.platforms import PLATFORMS
+from cudalock.safetext import has_control, printable
 from cudalock.shipped import shipped_dir
 from cudalock.tomlfile import tomllib
 from cudalock.versions import (
@@ -55,7 +59,10 @@ from cudalock.versions import (
     DriverVersion,
     parse_compute_capability,
     parse_cuda_version,
+    parse_python_version,
 )
+
+_PLATFORM_NAMES = frozenset(platform.name for platform in PLATFORMS)
 
 # --------------------------------------------------------------------------------------------
 # Loading
@@ -176,17 +183,27 @@ def _cache_write(path: Path, key: tuple[Any, ...], matrix: Matrix) -> None:
         pass
 
 
+#: The shipped torch.toml is 0.2 MB; a matrix file far larger is not one.
+MAX_MATRIX_FILE_BYTES = 16 * 2**20
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    if not os.path.lexists(path):
+        raise InputError(f"matrix file {str(path)!r} is missing")
+    data = read_bounded(path, limit=MAX_MATRIX_FILE_BYTES, what="matrix file")
     try:
-        with path.open("rb") as handle:
-            document: dict[str, Any] = tomllib.load(handle)
-            return document
-    except FileNotFoundError:
-        raise InputError(f"matrix file {str(path)!r} is missing") from None
+        document: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise InputError(
+            f"matrix file {str(path)!r} is not UTF-8 text (byte {err.start}); TOML files are UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as err:
         raise InputError(f"matrix file {str(path)!r} is not valid TOML: {err}") from None
-    except OSError as err:
-        raise InputError(f"matrix file {str(path)!r} cannot be read: {err.strerror}") from None
+    except RecursionError:
+        raise InputError(
+            f"matrix file {str(path)!r} is not valid TOML: nested too deeply"
+        ) from None
+    return document
 
 
 class _Entry:
@@ -250,6 +267,51 @@ class _Entry:
             raise self.fail(f"{key!r} is {text!r}, not a PEP 440 version like 2.1.0") from None
         return text
 
+    def optional_version(self, key: builtins.str) -> builtins.str | None:
+        """A PEP 440 version when the key is there (torchvision, cuDNN...)."""
+        return self.version(key) if self.table.get(key) is not None else None
+
+    def specifier(self, key: builtins.str, *, optional: bool = False) -> builtins.str | None:
+        """A PEP 440 specifier (``>=3.9``, ``>=2.0,<2.6``; empty: any), kept as its text."""
+        text = self.str(key, optional=optional)
+        if text is None:
+            return None
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+        try:
+            SpecifierSet(text)
+        except InvalidSpecifier:
+            raise self.fail(f"{key!r} is {text!r}, not a PEP 440 specifier like >=3.9") from None
+        return text
+
+    def variant(self, key: builtins.str, value: Any = None) -> builtins.str:
+        """A build variant: cpu, cuXYZ or rocmX.Y (it becomes an index URL and a label)."""
+        text = self.req(key) if value is None else value
+        if not isinstance(text, str) or not VARIANT_RE.fullmatch(text):
+            raise self.fail(f"{key!r} is {text!r}, not a build variant: cpu, cuXYZ, rocmX.Y or xpu")
+        return text
+
+    def platform_names(self, key: builtins.str, names: Any) -> None:
+        unknown = [name for name in names if name not in _PLATFORM_NAMES]
+        if unknown:
+            raise self.fail(
+                f"{key!r} names {unknown[0]!r}, not a platform: expected one of "
+                f"{', '.join(sorted(_PLATFORM_NAMES))}"
+            )
+
+    def pythons(self, key: builtins.str) -> dict[builtins.str, tuple[builtins.str, ...]]:
+        """``python.<platform> = ["3.10", "3.13t"]``, every version checked."""
+        found: dict[builtins.str, tuple[builtins.str, ...]] = {}
+        for platform, versions in self.mapping(key).items():
+            if not isinstance(versions, list):
+                continue
+            self.platform_names(f"{key}.{platform}", [platform])
+            try:
+                found[platform] = tuple(parse_python_version(v) for v in versions)
+            except InputError as err:
+                raise self.fail(f"{key}.{platform}: {err.message}") from None
+        return found
+
     def driver(self, key: builtins.str) -> DriverVersion | None:
         text = self.str(key, optional=True)
         if text is None:
@@ -305,8 +367,51 @@ def _entries(file: str, data: Mapping[str, Any], key: str, label: str) -> Iterat
         yield _Entry(file, where, table)
 
 
+#: A torch build variant: the CPU build, a CUDA build (cu121), a ROCm build (rocm6.2.4), XPU.
+VARIANT_RE = re.compile(r"cpu|cu\d{2,4}|rocm\d{1,2}(?:\.\d{1,2}){1,2}|xpu", re.ASCII)
+
+
+def check_text_values(file: str, document: Mapping[str, Any]) -> None:
+    """Refuse control characters (line breaks included) in every string of a matrix file:
+    matrix values become lines of requirements files and scripts, where a line break in a
+    version would be a line of its own (``-e /path``, built and run by pip)."""
+    for key, value in document.items():
+        if isinstance(value, list) and all(isinstance(item, Mapping) for item in value):
+            for entry in _entries(file, document, key, _LABELS.get(key, "version")):
+                _check_strings(entry, entry.table, "")
+        else:
+            _check_strings(_Entry(file, "top level", {}), value, key)
+
+
+#: The field that names an entry of each array of tables in messages.
+_LABELS = {
+    "toolkit": "version",
+    "major": "major",
+    "arch_support": "cuda",
+    "release": "version",
+    "gpu": "name",
+    "cuda_check": "deepspeed",
+}
+
+
+def _check_strings(entry: _Entry, value: Any, where: str) -> None:
+    if isinstance(value, str):
+        if has_control(value):
+            shown = printable(value[:60], keep_lines=False)
+            raise entry.fail(f"{where or 'a value'!r} holds control characters: '{shown}'")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_strings(entry, item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            _check_strings(entry, item, f"{where}[{position}]")
+
+
 def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = None) -> Matrix:
-    """Turn the parsed TOML documents (file name → document) into a :class:`Matrix`."""
+    """Turn the parsed TOML documents (file name → document) into a :class:`Matrix`, checking
+    every value against its grammar (:class:`InputError` naming the file and the entry)."""
+    for name, document in raw.items():
+        check_text_values(name, document)
     head = _Entry("matrix.toml", "top level", raw["matrix.toml"])
     schema = head.int("schema_version")
     if schema != SCHEMA_VERSION:
@@ -352,8 +457,8 @@ def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = 
         DeepSpeedRelease(
             version=e.version("version"),
             date=e.str("date", optional=True),
-            requires_python=e.str("requires_python", optional=True),
-            torch=e.str("torch", optional=True) or "",
+            requires_python=e.specifier("requires_python", optional=True),
+            torch=e.specifier("torch", optional=True) or "",
             provenance=e.provenance(),
         )
         for e in _entries("deepspeed.toml", ds_doc, "release", "version")
@@ -401,9 +506,11 @@ def _need_cc(entry: _Entry) -> ComputeCapability:
 
 def _torch_release(e: _Entry) -> TorchRelease:
     version = e.version("version")
-    python = {
-        platform: tuple(v) for platform, v in e.mapping("python").items() if isinstance(v, list)
+    python = e.pythons("python")
+    pypi_default = {
+        str(k): e.variant(f"pypi_default.{k}", v) for k, v in e.mapping("pypi_default").items()
     }
+    e.platform_names("pypi_default", pypi_default)
     builds = []
     tables = e.table.get("build", [])
     if not isinstance(tables, list):
@@ -411,26 +518,28 @@ def _torch_release(e: _Entry) -> TorchRelease:
     for position, table in enumerate(tables, start=1):
         variant = table.get("variant") if isinstance(table, Mapping) else None
         b = _Entry(e.file, f"{e.where} build #{position} ({variant!r})", table)
+        platforms = b.strs("platforms")
+        b.platform_names("platforms", platforms)
         builds.append(
             TorchBuild(
-                variant=b.req("variant"),
+                variant=b.variant("variant"),
                 cuda=b.cuda("cuda", optional=True),
-                cudnn=b.str("cudnn", optional=True),
-                nccl=b.str("nccl", optional=True),
+                cudnn=b.optional_version("cudnn"),
+                nccl=b.optional_version("nccl"),
                 sass=b.ccs("sass"),
                 ptx=b.ccs("ptx"),
-                platforms=b.strs("platforms"),
+                platforms=platforms,
                 provenance=b.provenance(),
             )
         )
     return TorchRelease(
         version=version,
         date=e.req("date"),
-        requires_python=e.req("requires_python"),
+        requires_python=_need_text(e.specifier("requires_python")),
         python=python,
-        pypi_default={k: str(v) for k, v in e.mapping("pypi_default").items()},
-        torchvision=e.str("torchvision", optional=True),
-        torchaudio=e.str("torchaudio", optional=True),
+        pypi_default=pypi_default,
+        torchvision=e.optional_version("torchvision"),
+        torchaudio=e.optional_version("torchaudio"),
         builds=tuple(builds),
         provenance=e.provenance(),
     )
@@ -446,5 +555,12 @@ def _deepspeed_check(e: _Entry) -> DeepSpeedCudaCheck:
         except InputError as err:
             raise e.fail(err.message) from None
     return DeepSpeedCudaCheck(
-        deepspeed=e.req("deepspeed"), minor_mismatch_ok=allowed, provenance=e.provenance()
+        deepspeed=_need_text(e.specifier("deepspeed")),
+        minor_mismatch_ok=allowed,
+        provenance=e.provenance(),
     )
+
+
+def _need_text(value: str | None) -> str:
+    assert value is not None  # required keys raise before returning None
+    return value

@@ -23,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from cudalock.errors import InputError
+from cudalock.fsutil import open_regular, read_bounded
 
 MAX_JSON_BYTES = 16 * 2**20
-MAX_SAFETENSORS_HEADER = 100 * 2**20
+#: The format allows 100 MB, but parsing that much JSON takes about 1 GiB; a real header of
+#: even 100,000 tensors is a few MiB.
+MAX_SAFETENSORS_HEADER = 16 * 2**20
 
 DTYPE_BYTES = {
     "float64": 8,
@@ -64,29 +67,27 @@ class ModelSize:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_JSON_BYTES + 1)
-    except OSError as err:
-        raise InputError(f"cannot read {path}: {err.strerror or err}") from err
-    if len(raw) > MAX_JSON_BYTES:
-        raise InputError(
-            f"{path} is larger than {MAX_JSON_BYTES >> 20} MiB; expected a small "
-            "config.json or model.safetensors.index.json"
-        )
+    raw = read_bounded(path, limit=MAX_JSON_BYTES, what="model file")
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
-        raise InputError(f"{path} is not valid JSON: {err}") from err
+        raise InputError(f"{path} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise InputError(f"{path} is not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise InputError(f"{path} does not hold a JSON object")
     return data
 
 
+#: Above any real model dimension; larger values would overflow the float arithmetic.
+_MAX_DIMENSION = 2**40
+
+
 def _int(config: dict[str, Any], key: str, path: Path) -> int:
     value = config.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(f"{path}: '{key}' is {value!r}; expected a positive integer")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_DIMENSION:
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}..."
+        raise InputError(f"{path}: '{key}' is {shown}; expected a positive integer up to 2^40")
     return value
 
 
@@ -177,7 +178,11 @@ def params_from_index(
 ) -> ModelSize:
     metadata = index.get("metadata")
     total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
-    if isinstance(total_size, bool) or not isinstance(total_size, (int, float)) or total_size <= 0:
+    if (
+        isinstance(total_size, bool)
+        or not isinstance(total_size, (int, float))
+        or not 0 < total_size <= 2**60  # also refuses NaN and Infinity
+    ):
         raise InputError(
             f"{path}: no positive metadata.total_size; expected a "
             "model.safetensors.index.json written by transformers"
@@ -209,7 +214,7 @@ def params_from_index(
 def params_from_safetensors(path: Path) -> ModelSize:
     """Exact counts from a single ``.safetensors`` file's header (the weights are not read)."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, what="safetensors file") as handle:
             prefix = handle.read(8)
             if len(prefix) != 8:
                 raise InputError(f"{path} is too short to be a safetensors file")
@@ -220,7 +225,11 @@ def params_from_safetensors(path: Path) -> ModelSize:
     except OSError as err:
         raise InputError(f"cannot read {path}: {err.strerror or err}") from err
     except (ValueError, UnicodeDecodeError) as err:
-        raise InputError(f"{path} is not a safetensors file: {err}") from err
+        raise InputError(f"{path} is not a safetensors file: {err}") from None
+    except RecursionError:
+        raise InputError(
+            f"{path} is not a safetensors file: its header is nested too deeply"
+        ) from None
     if not isinstance(header, dict):
         raise InputError(f"{path} is not a safetensors file: header is not an object")
     total = 0
@@ -229,9 +238,13 @@ def params_from_safetensors(path: Path) -> ModelSize:
         if name == "__metadata__":
             continue
         shape = entry.get("shape") if isinstance(entry, dict) else None
-        if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and 0 <= d <= _MAX_DIMENSION for d in shape
+        ):
             raise InputError(f"{path}: tensor {name!r} has no valid shape")
         count = math.prod(shape)
+        if count > 2**60:
+            raise InputError(f"{path}: tensor {name!r} has an implausible shape {shape[:8]}")
         total += count
         largest = max(largest, count)
     if total == 0:
@@ -259,7 +272,7 @@ def read_model_size(path: Path) -> ModelSize:
             f"{path} holds no config.json, model.safetensors.index.json or "
             "model.safetensors; expected a Hugging Face model directory"
         )
-    if not path.is_file():
+    if not path.exists():  # a FIFO or a device exists: the reader below refuses it, by name
         raise InputError(
             f"model file {path} does not exist; expected a Hugging Face config.json, "
             "model.safetensors.index.json or model directory"

@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import InputError, UsageError
 from cudalock.model import Request
+from cudalock.safetext import has_control
 from cudalock.urls import DEFAULT_PYTORCH_INDEX, validate_index_url
 from cudalock.versions import format_cuda, parse_cuda_version, parse_python_version
 
@@ -136,10 +137,18 @@ def make_request(
     given = list(with_packages) if with_packages is not None else []
     if not any(p.strip().lower() == "none" for p in given):
         packages["torchvision"] = "torchvision"
+    chosen: dict[str, Companion] = {}
     for text in given:
         if text.strip().lower() == "none":
             continue
         requirement = parse_companion(text)
+        earlier = chosen.get(requirement.name)
+        if earlier is not None:
+            # --with 'deepspeed<0.15' --with 'deepspeed>=0.10' means both: the intersection.
+            requirement = Companion(
+                requirement.name, _intersection(earlier.specifier, requirement.specifier)
+            )
+        chosen[requirement.name] = requirement
         packages[requirement.name] = str(requirement)
     return Request(
         torch=(torch or "").strip(),
@@ -159,6 +168,12 @@ def make_request(
             else None
         ),
     )
+
+
+def _intersection(first: SpecifierSet | None, second: SpecifierSet | None) -> SpecifierSet | None:
+    if first is None or second is None:
+        return first or second
+    return first & second
 
 
 @dataclass(frozen=True)
@@ -208,7 +223,7 @@ def check_framework(text: str | None) -> str | None:
     if text is None:
         return None
     cleaned = text.strip()
-    if not cleaned or any(ch in cleaned for ch in "\n\r\0"):
+    if not cleaned or has_control(cleaned):
         raise UsageError(
             f"invalid --framework {text!r}: expected a requirement "
             "(llamafactory==0.9.5), a local path or a VCS URL, on one line"

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cudalock import procs
 from cudalock.errors import CudalockError
 from cudalock.matrix import load_matrix
 from cudalock.model import Gpu
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 
 NVIDIA_SMI_QUERY_FIELDS = ("index", "name", "uuid", "driver_version", "compute_cap", "memory.total")
+#: A line per GPU: a few kB at most.
+_SMI_OUTPUT_LIMIT = 1 * 2**20
 
 
 _PROC_VERSION_RE = re.compile(
@@ -73,7 +75,7 @@ def parse_proc_gpu_information(text: str) -> tuple[str | None, str | None, int |
     return (
         fields.get("model") or None,
         fields.get("gpu uuid") or None,
-        int(minor) if minor.isdecimal() else None,
+        int(minor) if minor.isdecimal() and len(minor) <= 9 else None,
     )
 
 
@@ -129,7 +131,7 @@ def _smi_value(value: str | None) -> str | None:
 
 def _int_or_none(value: str | None) -> int | None:
     cleaned = _smi_value(value)
-    return int(cleaned) if cleaned and cleaned.isdecimal() else None
+    return int(cleaned) if cleaned and cleaned.isdecimal() and len(cleaned) <= 18 else None
 
 
 def _cc_or_none(value: str | None) -> tuple[int, int] | None:
@@ -145,7 +147,7 @@ def _mib_to_bytes(value: str | None) -> int | None:
     if value is None:
         return None
     number = value.split()[0]
-    return int(number) * 1024 * 1024 if number.isdecimal() else None
+    return int(number) * 1024 * 1024 if number.isdecimal() and len(number) <= 18 else None
 
 
 @dataclass
@@ -242,17 +244,16 @@ def default_nvidia_smi() -> str | None:
     for attempt in (fields, [f for f in fields if f != "compute_cap"]):
         # Old nvidia-smi (e.g. 470.x) rejects compute_cap; ask again without it.
         try:
-            completed = subprocess.run(  # noqa: S603 - fixed arguments, no shell
+            completed = procs.run(
                 [executable, f"--query-gpu={','.join(attempt)}", "--format=csv,nounits"],
-                capture_output=True,
-                text=True,
+                what="nvidia-smi",
                 timeout=20,
-                check=False,
+                output_limit=_SMI_OUTPUT_LIMIT,
             )
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, CudalockError):  # cannot start, hung, or flooded: no answer
             return None
         if completed.returncode == 0:
-            return completed.stdout
+            return completed.stdout_text()
     return None
 
 

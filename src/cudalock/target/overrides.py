@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from cudalock.errors import InputError, UsageError
+from cudalock.fsutil import read_bounded
 from cudalock.model import (
     TARGET_SCHEMA_VERSION,
     Gpu,
@@ -28,6 +29,7 @@ from cudalock.model import (
     Target,
 )
 from cudalock.platforms import PLATFORMS, is_platform_shaped, platform_named
+from cudalock.safetext import has_control, printable
 from cudalock.target.probe import probe_machine
 from cudalock.versions import (
     ComputeCapability,
@@ -392,25 +394,25 @@ def read_probe_file(path: Path) -> Target:
     return _read_probe_file(path, _Parsed())
 
 
+#: A probe file describes one machine in a few kB; anything far larger is not one.
+PROBE_FILE_LIMIT = 4 * 2**20
+
+
 def _read_probe_file(path: Path, parsed: _Parsed) -> Target:
     shown = str(path)
     try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise InputError(f"probe file {shown!r} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"probe file {shown!r} is a directory, not a JSON file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        raise InputError(f"probe file {shown!r} cannot be read: {reason}") from None
+        text = read_bounded(path, limit=PROBE_FILE_LIMIT, what="probe file").decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"probe file {shown!r} cannot be read: {err}") from None
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as err:
-        detail = (
-            f"{err.msg} at line {err.lineno}"
-            if isinstance(err, json.JSONDecodeError)
-            else "nested too deeply"
-        )
+    except (ValueError, RecursionError) as err:
+        if isinstance(err, json.JSONDecodeError):
+            detail = f"{err.msg} at line {err.lineno}"
+        elif isinstance(err, RecursionError):
+            detail = "nested too deeply"
+        else:  # int() refuses more than sys.get_int_max_str_digits() digits
+            detail = "it holds a number with thousands of digits"
         raise InputError(
             f"probe file {shown!r} is not valid JSON: {detail}",
             hint="write it with 'cudalock probe --json > FILE'",
@@ -571,9 +573,16 @@ def _gpu_from_json(data: Any, position: int, parsed: _Parsed) -> Gpu:
     return Gpu(gpu_name, cc, get("index"), get("uuid"), get("memory_total_bytes"))
 
 
+#: glibc as ``platform.libc_ver()`` reports it: 2.35, 2.17.1.
+_GLIBC_RE = re.compile(r"\d{1,3}\.\d{1,4}(?:\.\d{1,4})?", re.ASCII)
+
+
 def _host_from_json(data: Any) -> Host:
     entry = _fields(data, _HOST_FIELDS, "host")
     get = entry.get
+    glibc = get("glibc")
+    if glibc is not None and not _GLIBC_RE.fullmatch(glibc):
+        raise InputError(f"'host.glibc' is {glibc[:40]!r}; expected a version like 2.35")
     return Host(
         os=get("os"),
         arch=get("arch"),
@@ -584,10 +593,15 @@ def _host_from_json(data: Any) -> Host:
     )
 
 
+#: Integers in a probe file count bytes or GPUs: a value past this is not a measurement.
+_MAX_INT = 2**63 - 1
+
+
 def _fields(data: Any, fields: dict[str, type], where: str) -> dict[str, Any]:
     """``data`` when it is a JSON object whose every field is one of ``fields`` and null or
-    exactly of its type (integers non-negative); else :class:`InputError` naming the first
-    problem. One pass, as a fleet is thousands of documents."""
+    exactly of its type (integers non-negative and below 2^63, strings without control
+    characters); else :class:`InputError` naming the first problem. One pass, as a fleet is
+    thousands of documents."""
     if type(data) is not dict:
         raise InputError(f"{where} must be a JSON object, got {_kind(data)}")
     for key, value in data.items():
@@ -598,15 +612,24 @@ def _fields(data: Any, fields: dict[str, type], where: str) -> dict[str, Any]:
                 f"{where} has unknown field(s) {', '.join(map(repr, unknown))}; "
                 f"expected {', '.join(fields)}"
             )
-        if (
-            value is None
-            or kind is object
-            or (type(value) is kind and (kind is not int or cast(int, value) >= 0))
-        ):
+        if value is None or kind is object:
             continue
+        if type(value) is kind:
+            if kind is int and 0 <= cast(int, value) <= _MAX_INT:
+                continue
+            if kind is str and not has_control(cast(str, value)):
+                continue
         label = key if where == "the document" else f"{where}.{key}"
+        if kind is str and type(value) is str:
+            raise InputError(
+                f"{label!r} contains control characters ({printable(value[:60], keep_lines=False)}"
+                "); a probe file's names and versions never do"
+            )
         if kind is int:
-            raise InputError(f"{label!r} must be a non-negative integer or null, got {value!r}")
+            shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}..."
+            raise InputError(
+                f"{label!r} must be a non-negative integer below 2^63 or null, got {shown}"
+            )
         raise InputError(f"{label!r} must be {_kind(kind())} or null, got {_kind(value)}")
     return data
 

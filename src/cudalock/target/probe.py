@@ -66,7 +66,7 @@ def cuda_visible_devices(
     for raw in value.split(","):
         entry = raw.strip()
         position: int | None = None
-        if re.fullmatch(r"\d+", entry):
+        if re.fullmatch(r"\d{1,6}", entry):
             number = int(entry)
             if number < len(gpus):
                 position = number
