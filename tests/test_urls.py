@@ -90,8 +90,9 @@ def test_hostile_but_valid_index_url_is_quoted_in_install_sh(tmp_path: Path) -> 
     script = render(make_plan(), RenderOptions(name="ft", output_format="venv", pypi_index=valid))[
         "install.sh"
     ]
-    line = next(ln for ln in script.splitlines() if "--extra-index-url" in ln)
-    quoted = line.split("--extra-index-url ", 1)[1].rstrip(" \\")
+    # The mirror is the default index: --index-url, before the PyTorch index.
+    line = next(ln for ln in script.splitlines() if "--index-url 'https://mirror" in ln)
+    quoted = line.split("--index-url ", 1)[1].split(" --extra-index-url", 1)[0].rstrip(" \\")
     echoed = subprocess.run(
         ["bash", "-c", f"printf %s {quoted}"],
         capture_output=True,

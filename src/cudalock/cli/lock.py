@@ -92,6 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Overwrite a pylock.toml / requirements.lock.txt cudalock did not "
         "write (its own are regenerated without it).",
     )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="Read no index: uv resolves from its cache alone (exit 3 when that is not enough).",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="No progress on stderr.")
     add_json_flag(
         parser,
@@ -103,9 +108,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    import dataclasses
+
     from cudalock.cli.output import echo, emit_json, load_matrix_for
     from cudalock.env import read_inputs
-    from cudalock.lock import check_lock, make_lock
+    from cudalock.lock import UvOptions, absolute_frameworks, check_lock, make_lock
     from cudalock.resolve import resolve as resolve_plan
     from cudalock.target import targets_from_options
 
@@ -115,6 +122,9 @@ def run(args: argparse.Namespace) -> None:
     request_opts = request_options(args)
     inputs = read_inputs(request_opts, target_options(args), spec_file=args.spec, output_dir=out)
     request, target_opts = inputs.request, inputs.target_options
+    request = dataclasses.replace(
+        request, frameworks=absolute_frameworks(request.frameworks, Path.cwd())
+    )
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
     plan = resolve_plan(matrix, targets, request)
@@ -137,17 +147,17 @@ def run(args: argparse.Namespace) -> None:
         if not quiet:
             echo(line, err=True)
 
-    result = make_lock(
-        plan,
-        request,
-        output_dir=out,
-        upgrade=args.upgrade,
+    options = UvOptions(
+        pypi_index=request.pypi_index,
         allow_insecure=request_opts.allow_insecure_index,
         cache_dir=args.cache_dir,
         timeout_s=args.timeout,
         retries=args.retries,
-        force=args.force,
-        echo=progress,
+        upgrade=args.upgrade,
+        offline=args.offline,
+    )
+    result = make_lock(
+        plan, request, output_dir=out, options=options, force=args.force, echo=progress
     )
     if json_output:
         emit_json(

@@ -6,7 +6,9 @@
 from cudalock.resolve.request import (
     COMPANIONS,
     CPU_VARIANT,
+    FrameworkKind,
     RequestOptions,
+    classify_framework,
     make_request,
     parse_companion,
     parse_torch_spec,
@@ -16,7 +18,9 @@ from cudalock.resolve.search import nearest, resolve
 __all__ = [
     "COMPANIONS",
     "CPU_VARIANT",
+    "FrameworkKind",
     "RequestOptions",
+    "classify_framework",
     "make_request",
     "nearest",
     "parse_companion",
