@@ -102,3 +102,12 @@ def test_hostile_but_valid_index_url_is_quoted_in_install_sh(tmp_path: Path) -> 
     )
     assert echoed.stdout == url
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+
+
+def test_redact_takes_linear_time_on_long_lines() -> None:
+    import time
+
+    started = time.monotonic()
+    line = "x" * 300_000 + "https://user:pw@host/simple"
+    assert redact(line) == "x" * 300_000 + "https://***@host/simple"
+    assert time.monotonic() - started < 5

@@ -21,7 +21,10 @@ DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"
 #: The Python Package Index's simple API.
 DEFAULT_PYPI_INDEX = "https://pypi.org/simple"
 
-_CREDENTIALS_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+#: The scheme's length is bounded: unbounded, every letter of a long run of letters (a line of
+#: uv's or pip's output) starts a scan to the run's end, quadratic in the line's length. The
+#: text outside a match is kept, so a longer "scheme" reads the same.
+_CREDENTIALS_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/@\s]+@")
 
 
 def redact(text: str) -> str:
