@@ -496,6 +496,37 @@ def test_run_uv_streams_stderr_redacted(tmp_path: Path) -> None:
     assert "s3cret" not in result.stderr and result.stdout == "done\n"
 
 
+def test_run_uv_reads_a_lock_larger_than_a_pipe_buffer_while_uv_still_talks(
+    tmp_path: Path,
+) -> None:
+    # uv prints the whole pylock on stdout as well (90 KB for a real closure) and talks on
+    # stderr meanwhile: reading one stream to the end first would block both processes.
+    script = tmp_path / "fake-uv"
+    script.write_text(
+        "#!/bin/sh\n"
+        "echo 'Resolved 134 packages' >&2\n"
+        "head -c 300000 /dev/zero | tr '\\0' x\n"
+        "head -c 100000 /dev/zero | tr '\\0' y >&2\n"
+        "echo >&2\n"
+        "echo done >&2\n"
+    )
+    script.chmod(0o755)
+    seen: list[str] = []
+    result = run_uv([str(script)], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, echo=seen.append)
+    assert result.ok
+    assert len(result.stdout) == 300_000
+    assert seen[0] == "Resolved 134 packages" and seen[-1] == "done"
+
+
+def test_a_uv_run_past_its_limit_is_stopped_and_says_so(tmp_path: Path) -> None:
+    script = tmp_path / "fake-uv"
+    script.write_text("#!/bin/sh\nsleep 30 &\nwait\n")
+    script.chmod(0o755)
+    with pytest.raises(EnvironmentFailure, match=r"did not finish within 0\.5 s") as caught:
+        run_uv([str(script)], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout_s=0.5)
+    assert caught.value.exit_code == 3
+
+
 def test_missing_uv_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "uv", None)  # the uv package is not installed
     monkeypatch.setenv("PATH", "/nonexistent")
