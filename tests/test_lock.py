@@ -568,6 +568,14 @@ def test_check_names_new_gpus_matrix_python_and_spec() -> None:
     ]
 
 
+def test_check_names_an_added_framework() -> None:
+    before = Request(**{**REQUEST.__dict__, "frameworks": ("transformers",)})
+    after = Request(**{**REQUEST.__dict__, "frameworks": ("transformers", "peft")})
+    assert compare(recorded_state(request=before), state_of(plan(), after)) == [
+        "the spec's frameworks (--framework) changed: transformers → transformers, peft"
+    ]
+
+
 def test_check_names_a_changed_pin_and_a_new_node() -> None:
     pins = (
         PackagePin("torch", "2.1.2+cu121", CU121),

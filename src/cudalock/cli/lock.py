@@ -20,13 +20,19 @@ from cudalock.cli.args import (
 )
 
 DESCRIPTION = """\
-Lock the whole dependency closure, every file pinned by URL and sha256.
+Lock the whole dependency closure, every file pinned by URL and sha256, resolved once by uv as
+'cudalock bootstrap' resolves it.
 
 uv resolves for the target's platform and Python (not this machine's); torch and its family
 come only from the matching PyTorch index (an explicit index, so a same version on PyPI or a
-mirror cannot win), everything else from PyPI or --pypi-index. The request comes from
-DIR/cudalock.toml (or --spec), with the flags given applied over it. The lock records the cudalock
-and matrix versions, the target and the Plan; --check compares them with today's."""
+mirror cannot win), also a family package only a framework asks for (torchaudio); each
+--framework is asked for with the extras that declare its torch requirement, so the version
+chosen accepts the planned torch; everything else comes from PyPI or --pypi-index. Writes
+pylock.toml, requirements.lock.txt and requirements.last.txt (pip: everything, then DeepSpeed
+built against the installed torch) and uv-install.toml (uv pip sync --config-file
+uv-install.toml pylock.toml). The request comes from DIR/cudalock.toml (or --spec), with the
+flags given applied over it. The lock records the cudalock and matrix versions, the target and
+the Plan; --check compares them with today's."""
 
 EXAMPLES = """\
   cudalock lock --driver-version 535.104.05 --compute-capability 8.0 --torch 2.1.0 --python 3.11
@@ -36,9 +42,11 @@ EXAMPLES = """\
 EXIT_CODES = """\
 exit status:
   0  locked (with --check: the lock is current)
-  1  nothing satisfies the request (with --check: the lock is not current, and what changed)
+  1  nothing satisfies the request, e.g. no release of a framework accepts the planned torch
+     (with --check: the lock is not current, and what changed)
   2  usage error or bad input (a bad flag or value, a malformed cudalock.toml)
-  3  network failure after the retries; the previous lock is left untouched"""
+  3  network failure after the retries, --offline without enough in uv's cache, or an index
+     without the planned build; the previous lock is left untouched"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path("."),
         metavar="DIR",
-        help="Where pylock.toml and requirements.lock.txt go (default: here).",
+        help="Where the lock files go (default: here).",
     )
     parser.add_argument(
         "--check",
