@@ -127,6 +127,18 @@ def test_offline_without_a_cache_writes_the_rest_and_says_how_to_finish(
     assert cudalock("lock", "-o", "out", "--check", cwd=tmp_path).returncode == 0
 
 
+def test_a_torch_the_index_does_not_serve_is_named_as_such(
+    tmp_path: Path, index: IndexServer
+) -> None:
+    # The matrix has torch 2.1.2+cu121; the stand-in index serves only 2.1.0.
+    request = ["--torch", "==2.1.2", "--python", "3.11", "--framework", "finetunekit"]
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *request, *indexes(index), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert f"{index.pytorch_url}/cu121 serves no torch==2.1.2+cu121" in done.stderr
+    assert "--pytorch-index" in done.stderr and "framework" not in done.stderr.lower()
+    assert not (tmp_path / "out").exists()  # files that could never be installed help nobody
+
+
 def test_existing_output_is_not_overwritten_without_force(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
