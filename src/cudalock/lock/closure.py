@@ -12,9 +12,9 @@ nothing changes:
 - a framework is asked for with the extras that declare its torch requirement (transformers'
   ``torch`` extra), read from the metadata of the version uv chose, so uv picks a version
   whose torch requirement accepts the planned torch;
-- with DeepSpeed in the closure, the tool it is built with (setuptools) are locked too,
-  and on a CUDA torch nvidia-ml-py, which DeepSpeed's ``setup.py`` adds to its requirements when
-  it is built against a CUDA torch (deepspeedai/DeepSpeed@3855dbb0c245bf82fac3735b7e0b089d5afd618c:
+- with DeepSpeed in the closure, its build backend (setuptools) is locked too, and on a CUDA
+  torch nvidia-ml-py, which DeepSpeed's ``setup.py`` adds to its requirements when it is built
+  against a CUDA torch (deepspeedai/DeepSpeed@3855dbb0c245bf82fac3735b7e0b089d5afd618c:
   setup.py, "Only install pynvml on nvidia gpus").
 
 When uv finds no solution, each framework's newest release matching the request is read: one
@@ -126,8 +126,9 @@ class Closure:
     #: Every torch-family package in the closure, routed to the plan's index (torch first).
     family: tuple[PackagePin, ...]
     frameworks: tuple[FrameworkFit, ...]
-    #: Requirements added to the request (DeepSpeed's build tools), with the reason.
+    #: Requirements added to the request (DeepSpeed's build tools).
     additions: tuple[str, ...] = ()
+    #: What was fitted and why, in words (shown with the plan, recorded in the lock).
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -180,7 +181,6 @@ class _Uv:
         self.echo = echo
         self.path = find_uv()
         self.version = uv_version(self.path)
-        self.runs = 0
 
     def resolve(
         self,
@@ -213,7 +213,6 @@ class _Uv:
             no_deps=no_deps,
             offline=self.options.offline,
         )
-        self.runs += 1
         say = (lambda _line: None) if quiet else (lambda line: self.echo(f"  uv: {line}"))
         result = run_uv(args, cwd=where, env=env, echo=say)
         if not result.ok:
