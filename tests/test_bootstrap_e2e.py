@@ -1,12 +1,12 @@
-"""`cudalock bootstrap --format venv --create` end to end: real cudalock, pip, venv and bash,
-against PEP 503/691 indexes served on 127.0.0.1 (no internet).
+"""`cudalock bootstrap --format venv --create` end to end: real cudalock, uv, pip, venv and
+bash, against PEP 503/691 indexes served on 127.0.0.1 (no internet).
 
 One virtual environment is built and then reused by the later scenarios (bootstrap reuses an
 existing --venv), in this order: a tampered torch wheel stops the first step; the plan is
-installed; a hostile-but-valid framework path is
-installed without executing anything; a framework that needs an incompatible torch fails loudly
-and leaves torch alone. The indexes require basic auth and the URLs carry the credentials, so
-every scenario also proves they reach pip but never the screen, the log or cudalock.toml.
+installed; a hostile-but-valid framework path is installed without executing anything; a
+framework that needs an incompatible torch is refused before anything is installed. The indexes
+require basic auth and the URLs carry the credentials, so every scenario also proves they reach
+uv and pip but never the screen, the log, the lock or cudalock.toml.
 """
 
 from __future__ import annotations
@@ -42,6 +42,14 @@ PYPI = [
     StandIn("finetunekit", "1.0", requires_dist=["torch>=2.0", "helperlib>=1"]),
     StandIn("helperlib", "1.2"),
     StandIn("finetunekit-nightly", "3.0", requires_dist=["torch>=2.5"]),
+    # A local framework's build backend (pip builds it in isolation).
+    *[
+        StandIn("hatchling", "1.27.0", requires_dist=["packaging>=24.2", "pathspec>=0.10.1"]),
+        StandIn("packaging", "25.0"),
+        StandIn("pathspec", "0.12.1"),
+        StandIn("pluggy", "1.6.0"),
+        StandIn("trove-classifiers", "2025.5.9.12"),
+    ],
 ]
 
 
@@ -132,17 +140,25 @@ def test_wheel_not_matching_its_hash_stops_the_first_step_with_exit_3(scene: Sce
     wheel = scene.server.file_path(f"torch-{PLANNED_TORCH}-py3-none-any.whl")
     scene.server.tamper(wheel)
     try:
-        done = scene.cudalock(*scene.base_args(), "--framework", "finetunekit", "--create")
+        done = scene.cudalock(
+            *scene.base_args(),
+            "--framework",
+            "finetunekit",
+            "--create",
+            # uv would otherwise fetch the bad file again before it gives up.
+            env=offline_env() | {"UV_HTTP_RETRIES": "0"},
+        )
     finally:
         scene.server.clear_faults()
     assert done.returncode == 3, done.stderr + done.stdout
-    assert "step 1/5: the torch family" in done.stderr
-    assert "do not match the hashes" in done.stderr.lower()
+    assert "step 1/4: the locked closure" in done.stderr
+    # uv checks the file against the hash in the lock (the index still advertises the original).
+    assert "Failed to download `torch==2.1.0+cu121`" in done.stderr
     assert "cudalock-bootstrap.log" in done.stderr and "rm -rf" in done.stderr
     assert "torch" not in scene.installed()  # nothing from the bad file was installed
 
 
-def test_create_installs_the_planned_torch_and_the_framework_cannot_replace_it(
+def test_create_installs_the_locked_closure_and_the_framework_cannot_replace_torch(
     scene: Scene,
 ) -> None:
     # --force: the first scenario wrote the same files; the venv it left is reused.
@@ -160,22 +176,35 @@ def test_create_installs_the_planned_torch_and_the_framework_cannot_replace_it(
     # The newer torch on the PyPI-like index was never even downloaded.
     assert not scene.server.requested("/pypi/files/torch-2.15.0*.whl")
     assert scene.server.requested("/whl/cu121/torch-2.1.0%2Bcu121-py3-none-any.whl")
-    # pip authenticated with the credentials from the URLs (install.sh carries them for pip).
+    # uv and pip authenticated with the credentials from the URLs (install.sh carries them).
     assert not [r for r in scene.server.requests if r[2] == 401 and r[1].endswith(".whl")]
     assert f"{USER}:{SECRET}@" in (scene.out / "install.sh").read_text()
+    for name in ("pylock.toml", "requirements.lock.txt", "uv-install.toml"):
+        assert SECRET not in (scene.out / name).read_text()
 
     # Progress named each step; every step's output is in the log.
-    assert "step 1/5: the torch family" in done.stdout
-    assert "step 5/5: verify torch" in done.stdout
+    assert "step 1/4: the locked closure" in done.stdout
+    assert "step 4/4: verify torch" in done.stdout
+    assert "installed with uv" in done.stdout
     log = (scene.out / "cudalock-bootstrap.log").read_text()
-    assert "==> cudalock step 3/5: the framework's dependencies" in log
-    assert f"cudalock: verified torch {PLANNED_TORCH} (CUDA 12.1)" in log
+    assert "==> cudalock step 2/4: DeepSpeed and anything else built" in log
+    assert "cudalock: nothing in the closure is built against torch" in log
+    assert f"cudalock: verified torch {PLANNED_TORCH} (CUDA 12.1), 4 locked packages" in log
     assert "environment ready" in done.stdout
 
 
 def test_second_run_writes_byte_identical_files(scene: Scene) -> None:
     before = _outputs(scene.out)
-    assert set(before) >= {"install.sh", "constraints.txt", "requirements.txt", "cudalock.toml"}
+    assert set(before) >= {
+        "install.sh",
+        "constraints.txt",
+        "requirements.txt",
+        "cudalock.toml",
+        "pylock.toml",
+        "requirements.lock.txt",
+        "requirements.last.txt",
+        "uv-install.toml",
+    }
     refused = scene.cudalock(*scene.base_args(), "--framework", "finetunekit")
     assert refused.returncode == 2
     assert "already exists; pass --force" in refused.stderr
@@ -208,27 +237,29 @@ def test_unreachable_index_is_exit_3_naming_the_network(scene: Scene) -> None:
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}/simple"
     args = [*scene.base_args(), "--framework", "finetunekit-nightly", "--force", "--create"]
     args[args.index("--pypi-index") + 1] = dead
-    # Fewer pip retries keep the test short; the failure is the same.
-    done = scene.cudalock(*args, env=offline_env() | {"PIP_RETRIES": "1"})
+    done = scene.cudalock(*args, env=offline_env() | {"UV_HTTP_RETRIES": "0"})
     assert done.returncode == 3, done.stderr + done.stdout
-    assert "step 2/5: the framework finetunekit-nightly" in done.stderr
-    assert "the network failed" in done.stderr
+    assert "could not resolve the closure" in done.stderr
+    assert "Connection refused" in done.stderr
+    assert "cudalock lock -o out" in done.stderr
     assert "finetunekit-nightly" not in scene.installed()
     assert scene.installed()["torch"] == PLANNED_TORCH
 
 
-def test_framework_needing_incompatible_torch_fails_loudly_and_leaves_torch(scene: Scene) -> None:
+def test_framework_needing_incompatible_torch_is_refused_before_anything_is_installed(
+    scene: Scene,
+) -> None:
+    before = scene.installed()
     done = scene.cudalock(
         *scene.base_args(), "--framework", "finetunekit-nightly", "--force", "--create"
     )
     assert done.returncode == 1, done.stderr + done.stdout
     message = done.stderr
-    assert "step 3/5: the framework's dependencies, with the torch family pinned failed" in message
-    assert "-c constraints.txt finetunekit-nightly" in message
-    assert "cudalock-bootstrap.log" in message
-    assert f"rm -rf {scene.venv}" in message
+    assert "finetunekit-nightly does not fit torch 2.1.0+cu121" in message
+    assert "finetunekit-nightly 3.0 requires torch>=2.5" in message
+    assert "--torch '>=2.5'" in message
     assert "Traceback" not in message
-    assert scene.installed()["torch"] == PLANNED_TORCH
+    assert scene.installed() == before
     assert f"__version__ = '{PLANNED_TORCH}'" in scene.torch_version_file()
 
 

@@ -17,15 +17,18 @@ from cudalock.lock.pylock import (
     classify_uv_failure,
     finalize_lock,
     input_project,
+    input_requirements,
     is_ours,
     lock_input,
     lock_record,
+    missing_from_index,
     parse_lock,
-    requirements_lock,
+    requirements_files,
     state_of,
     target_glibc,
     uv_compile_args,
     uv_python_platform,
+    uv_settings,
 )
 from cudalock.lock.uv import find_uv, run_uv, uv_environment
 from cudalock.model import Gpu, Host, PackagePin, Plan, Request, Target
@@ -142,7 +145,7 @@ def test_lock_input_adds_unpinned_requests_and_keeps_mirror_pins_unrouted() -> N
     mirror = "https://mirror.example/simple"
     request = Request(
         with_packages=("torchvision", "accelerate>=0.30"),
-        framework="finetunekit==1.0",
+        frameworks=("finetunekit==1.0",),
         pypi_index=mirror,
     )
     pins = (
@@ -168,9 +171,47 @@ def test_lock_input_refuses_plain_http_mirrors_unless_allowed() -> None:
     assert loopback.default_index == "http://127.0.0.1:8080/simple"
 
 
-def test_lock_input_refuses_a_path_framework() -> None:
-    with pytest.raises(UsageError, match=r"cannot lock '\./LLaMA-Factory'"):
-        lock_input(plan(), Request(framework="./LLaMA-Factory"))
+def test_path_and_url_frameworks_go_to_a_requirements_file_uv_reads_beside_the_project() -> None:
+    request = Request(
+        frameworks=("/src/LLaMA-Factory", "git+https://example.org/fw.git@v1", "peft>=0.15")
+    )
+    inp = lock_input(plan(), request)
+    assert inp.local == ("-e file:///src/LLaMA-Factory", "git+https://example.org/fw.git@v1")
+    assert inp.requirements[-1] == "peft>=0.15"
+    assert input_requirements(inp) == (
+        "-e file:///src/LLaMA-Factory\ngit+https://example.org/fw.git@v1\n"
+    )
+    args = uv_compile_args("uv", inp, upgrade=False, cache_dir=None)
+    assert args[3:5] == ["pyproject.toml", "requirements.in"]
+    assert input_requirements(lock_input(plan(), REQUEST)) is None
+
+
+def test_extras_family_and_additions_reach_uv_routed_as_the_plan_is() -> None:
+    request = Request(frameworks=("transformers>=4.40", "llamafactory==0.9.4"))
+    inp = lock_input(
+        plan(),
+        request,
+        family=(PackagePin("torchaudio", "2.1.0+cu121", CU121),),
+        extras={"transformers>=4.40": ("torch",)},
+        additions=("setuptools", "nvidia-ml-py"),
+    )
+    assert inp.requirements == (
+        "torch==2.1.0+cu121",
+        "torchvision==0.16.0+cu121",
+        "deepspeed==0.19.8",
+        "torchaudio==2.1.0+cu121",
+        "transformers[torch]>=4.40",
+        "llamafactory==0.9.4",
+        "setuptools",
+        "nvidia-ml-py",
+    )
+    assert inp.routes[0].packages == ("torch", "torchvision", "torchaudio")
+    assert inp.index_for("torchaudio") == CU121
+
+
+def test_a_framework_the_plan_pins_or_pairs_with_torch_is_refused() -> None:
+    with pytest.raises(UsageError, match="already pins"):
+        lock_input(plan(), Request(frameworks=("deepspeed>=0.15",)))
 
 
 def test_input_project_pins_routed_packages_to_an_explicit_index() -> None:
@@ -313,23 +354,70 @@ def test_credentials_never_reach_the_lock() -> None:
     text, inp = finalized(plan(packages=pins), request)
     assert "tok" not in text
     lock, _ = parse_lock(text, source="test")
-    assert "tok" not in requirements_lock(lock, inp, cudalock_version="9.9")
+    files = requirements_files(
+        lock,
+        default_index=inp.default_index,
+        python="3.11",
+        platform="linux-x86_64",
+        cudalock_version="9.9",
+    )
+    assert not [name for name, body in files.items() if "tok" in body]
+    assert "tok" not in uv_settings(lock, default_index=inp.default_index, cudalock_version="9")
 
 
-def test_requirements_lock_is_pips_hash_checking_format() -> None:
+def test_requirements_files_split_what_is_built_against_torch_from_the_rest() -> None:
     text, inp = finalized()
     lock, _ = parse_lock(text, source="test")
-    assert requirements_lock(lock, inp, cudalock_version="9.9").splitlines()[3:] == [
+    files = requirements_files(
+        lock,
+        default_index=inp.default_index,
+        python="3.11",
+        platform="linux-x86_64",
+        cudalock_version="9.9",
+    )
+    first = files["requirements.lock.txt"].splitlines()
+    assert first[4:] == [
         f"--index-url {PYPI}",
         f"--extra-index-url {CU121}",
         "",
-        "deepspeed==0.19.8 \\",
-        "    --hash=sha256:cc",
         'nvidia-cudnn-cu12==8.9.2.26 ; platform_machine == "x86_64" and sys_platform == "linux" \\',
         "    --hash=sha256:aa",
         "torch==2.1.0+cu121 \\",
         "    --hash=sha256:bb",
     ]
+    assert "--no-build-isolation" in files["requirements.last.txt"]
+    assert files["requirements.last.txt"].splitlines()[3:] == [
+        f"--index-url {PYPI}",
+        "",
+        "deepspeed==0.19.8 \\",
+        "    --hash=sha256:cc",
+    ]
+
+
+def test_uv_settings_build_deepspeed_against_the_locked_torch() -> None:
+    text, inp = finalized()
+    lock, _ = parse_lock(text, source="test")
+    settings = tomllib.loads(
+        uv_settings(lock, default_index=inp.default_index, cudalock_version="9.9")
+    )
+    assert settings["extra-build-dependencies"] == {"deepspeed": ["torch==2.1.0+cu121"]}
+    assert settings["index"] == [
+        {"name": "pytorch-cu121", "url": CU121},
+        {"name": "default", "url": PYPI, "default": True},
+    ]
+
+
+def test_a_build_the_index_lacks_is_named_with_its_index() -> None:
+    inp = lock_input(plan(), REQUEST)
+    err = missing_from_index(
+        "  × No solution found when resolving dependencies:\n"
+        "  ╰─▶ Because torch was not found in the package registry and the request needs "
+        "torch==2.1.0+cu121, we can conclude that your requirements are unsatisfiable.\n",
+        inp,
+    )
+    assert err is not None and err.exit_code == 3
+    assert err.message == f"{CU121} serves no torch==2.1.0+cu121 for Python 3.11 on linux-x86_64"
+    assert missing_from_index("Because finetunekit==1.0 depends on torch>=2.4", inp) is None
 
 
 @pytest.mark.parametrize(
@@ -382,7 +470,7 @@ def test_network_failure_is_an_environment_failure() -> None:
     assert err.exit_code == 3
     assert "Request failed after 3 retries" in err.message
     assert "500 Internal Server Error" in err.message
-    assert "previous lock is untouched" in err.message
+    assert err.message.startswith("resolving the closure failed")
 
 
 def test_a_failed_sdist_build_is_named() -> None:
@@ -406,6 +494,37 @@ def test_run_uv_streams_stderr_redacted(tmp_path: Path) -> None:
     assert seen == ["Fetching https://***@mirror.example/x"]
     assert result.returncode == 4 and not result.ok
     assert "s3cret" not in result.stderr and result.stdout == "done\n"
+
+
+def test_run_uv_reads_a_lock_larger_than_a_pipe_buffer_while_uv_still_talks(
+    tmp_path: Path,
+) -> None:
+    # uv prints the whole pylock on stdout as well (90 KB for a real closure) and talks on
+    # stderr meanwhile: reading one stream to the end first would block both processes.
+    script = tmp_path / "fake-uv"
+    script.write_text(
+        "#!/bin/sh\n"
+        "echo 'Resolved 134 packages' >&2\n"
+        "head -c 300000 /dev/zero | tr '\\0' x\n"
+        "head -c 100000 /dev/zero | tr '\\0' y >&2\n"
+        "echo >&2\n"
+        "echo done >&2\n"
+    )
+    script.chmod(0o755)
+    seen: list[str] = []
+    result = run_uv([str(script)], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, echo=seen.append)
+    assert result.ok
+    assert len(result.stdout) == 300_000
+    assert seen[0] == "Resolved 134 packages" and seen[-1] == "done"
+
+
+def test_a_uv_run_past_its_limit_is_stopped_and_says_so(tmp_path: Path) -> None:
+    script = tmp_path / "fake-uv"
+    script.write_text("#!/bin/sh\nsleep 30 &\nwait\n")
+    script.chmod(0o755)
+    with pytest.raises(EnvironmentFailure, match=r"did not finish within 0\.5 s") as caught:
+        run_uv([str(script)], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout_s=0.5)
+    assert caught.value.exit_code == 3
 
 
 def test_missing_uv_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -446,6 +565,14 @@ def test_check_names_new_gpus_matrix_python_and_spec() -> None:
         "the spec's torch requirement changed: ==2.1.0 → >=2.1,<2.2",
         "the spec's Python requirement changed: 3.11 → 3.10",
         "the target Python changed: 3.11 → 3.10",
+    ]
+
+
+def test_check_names_an_added_framework() -> None:
+    before = Request(**{**REQUEST.__dict__, "frameworks": ("transformers",)})
+    after = Request(**{**REQUEST.__dict__, "frameworks": ("transformers", "peft")})
+    assert compare(recorded_state(request=before), state_of(plan(), after)) == [
+        "the spec's frameworks (--framework) changed: transformers → transformers, peft"
     ]
 
 

@@ -45,7 +45,16 @@ EXPECTED = {
     "triton": "2.1.0",
     "filelock": "3.13.0",
     "packaging": "24.1",
+    # DeepSpeed is built against the installed torch: with its build backend, and (a CUDA
+    # torch) with the nvidia-ml-py its setup.py then requires.
+    "setuptools": "80.9.0",
+    "nvidia-ml-py": "12.560.30",
 }
+
+
+#: How uv installs pylock.toml, and how pip installs what is built against the installed torch.
+UV_SETTINGS = ("--config-file", "uv-install.toml")
+BUILD_LAST = ("--no-deps", "--no-build-isolation", "--no-cache-dir", "--force-reinstall")
 
 
 def _torch(py: str, requires: list[str], tag_platform: str = "linux_x86_64") -> StandIn:
@@ -84,6 +93,8 @@ def pypi_stand_ins() -> list[StandIn]:
         StandIn("filelock", "3.13.0"),
         StandIn("packaging", "24.1"),
         StandIn("deepspeed", "0.19.8", requires_dist=["torch", "packaging>=20.0"]),
+        StandIn("setuptools", "80.9.0"),
+        StandIn("nvidia-ml-py", "12.560.30"),
     ]
 
 
@@ -205,7 +216,12 @@ def test_requirements_lock_lists_every_package_with_its_hash(
     torch_hash = index.sha256("torch-2.1.0+cu121-cp311-cp311-linux_x86_64.whl")
     assert f"torch==2.1.0+cu121 \\\n    --hash=sha256:{torch_hash}\n" in text
     pinned = {line.split("==")[0] for line in text.splitlines() if "==" in line}
-    assert pinned == set(EXPECTED)
+    # DeepSpeed is built against the installed torch, after everything else: its own file.
+    assert pinned == set(EXPECTED) - {"deepspeed"}
+    last = (locked / "requirements.last.txt").read_text()
+    deepspeed_hash = index.sha256("deepspeed-0.19.8-py3-none-any.whl")
+    assert f"deepspeed==0.19.8 \\\n    --hash=sha256:{deepspeed_hash}\n" in last
+    assert f"--index-url {index.pypi_url}\n" in last and "--extra-index-url" not in last
 
 
 def test_installing_from_the_lock_gives_exactly_the_locked_set(
@@ -214,7 +230,7 @@ def test_installing_from_the_lock_gives_exactly_the_locked_set(
     assert UV is not None
     python = fresh_venv(tmp_path / "uv-venv")
     done = subprocess.run(
-        [UV, "pip", "sync", "--python", str(python), "pylock.toml"],
+        [UV, "pip", "sync", "--python", str(python), *UV_SETTINGS, "pylock.toml"],
         cwd=locked,
         capture_output=True,
         text=True,
@@ -245,25 +261,17 @@ def test_installing_from_the_lock_gives_exactly_the_locked_set(
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
     pip_python = fresh_venv(tmp_path / "pip-venv")
-    # The venv has no pip of its own; this interpreter's pip installs into it (--python).
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(pip_python),
-            "install",
-            "--require-hashes",
-            "-r",
-            "requirements.lock.txt",
-        ],
-        cwd=locked,
-        capture_output=True,
-        text=True,
-        env=offline_env(),
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    # The venv has no pip of its own; this interpreter's pip installs into it (--python), with
+    # the two commands the files' headers give.
+    pip = [sys.executable, "-m", "pip", "--python", str(pip_python), "install"]
+    for command in (
+        ["--no-deps", "--require-hashes", "-r", "requirements.lock.txt"],
+        [*BUILD_LAST, "--require-hashes", "-r", "requirements.last.txt"],
+    ):
+        done = subprocess.run(
+            [*pip, *command], cwd=locked, capture_output=True, text=True, env=offline_env()
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
     assert installed(pip_python) == EXPECTED
 
 
@@ -447,7 +455,12 @@ def test_index_failure_exits_3_and_leaves_the_previous_lock(
     out.mkdir()
     assert lock(index, out, cache=tmp_path / "cache").returncode == 0
     before = snapshot(out)
-    assert set(before) == {"pylock.toml", "requirements.lock.txt"}
+    assert set(before) == {
+        "pylock.toml",
+        "requirements.lock.txt",
+        "requirements.last.txt",
+        "uv-install.toml",
+    }
     index.fail("/pypi/simple/*", status=500)
     try:
         # A fresh cache: nothing may come from an earlier run.

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from cudalock.env.render import (
     RenderOptions,
     check_env_name,
-    classify_framework,
     install_steps,
     render,
     torch_family,
@@ -24,6 +23,7 @@ from cudalock.env.render import (
 )
 from cudalock.errors import UsageError
 from cudalock.model import Gpu, PackagePin, Plan, Target
+from cudalock.resolve import classify_framework
 from cudalock.tomlfile import tomllib
 from cudalock.versions import DriverVersion
 
@@ -189,7 +189,7 @@ def test_install_sh_passes_bash_n_and_shellcheck(
     options = RenderOptions(
         name="ft",
         output_format="venv",
-        framework=framework,
+        frameworks=(framework,) if framework else (),
         pypi_index="https://u:tok@m.example/simple",
     )
     text = render(make_plan(deepspeed=deepspeed), options)["install.sh"]
@@ -199,34 +199,50 @@ def test_install_sh_passes_bash_n_and_shellcheck(
 
 
 def test_install_steps_order_and_guard_rails() -> None:
+    local = "/srv/LLaMA-Factory"
     options = RenderOptions(
-        name="ft", framework="llamafactory==0.9.5", pypi_index="https://m.example/simple"
+        name="ft",
+        frameworks=("transformers[torch]", local),
+        pypi_index="https://m.example/simple",
     )
     steps = install_steps(make_plan(deepspeed="0.15.1"), options)
-    argv = [step.argv for step in steps]
-    # 1. torch family from the PyTorch index, exact labelled pins.
-    assert argv[0][-2:] == ("torch==2.1.0+cu121", "torchvision==0.16.0+cu121")
-    assert argv[0][argv[0].index("--index-url") + 1] == "https://download.pytorch.org/whl/cu121"
-    # 2. the framework without dependencies, then its dependencies under the constraints.
-    assert "--no-deps" in argv[1] and argv[1][-1] == "llamafactory==0.9.5"
-    assert argv[2][-3:] == ("-c", "constraints.txt", "llamafactory==0.9.5")
-    # 3. DeepSpeed built against the installed torch.
-    ds = next(a for a in argv if "deepspeed==0.15.1" in a)
-    assert "--no-build-isolation" in ds and "constraints.txt" in ds
-    assert argv.index(ds) > 2
-    # 4. pip check, then the verification (torch's version file, not an import).
-    assert argv[-2][1:] == ("-m", "pip", "check")
-    assert argv[-1][1] == "-c" and argv[-1][3:] == (
+    pip = [step.argv for step in steps]
+    uv = [step.command("uv") for step in steps]
+    # 1. the locked closure: pip hash-checks every file and resolves nothing; uv installs the
+    #    exact files of pylock.toml, with the settings that build DeepSpeed against the torch.
+    assert pip[0][-2:] == ("-r", "requirements.lock.txt")
+    assert {"--no-deps", "--require-hashes"} <= set(pip[0])
+    assert pip[0][pip[0].index("--index-url") + 1] == "https://m.example/simple"
+    assert pip[0][pip[0].index("--extra-index-url") + 1] == f"{PT}/cu121"
+    assert uv[0][:5] == ("$UV", "pip", "install", "--python", "$PYTHON")
+    assert uv[0][-2:] == ("-r", "pylock.toml")
+    assert uv[0][uv[0].index("--config-file") + 1] == "uv-install.toml"
+    # 2. a local framework, editable and without dependencies (the lock holds them); a
+    #    requirement framework is in the lock and gets no step of its own.
+    assert pip[1][-3:] == ("--no-deps", "-e", local) or pip[1][-2:] == ("-e", local)
+    assert "--no-deps" in pip[1] and "--no-deps" in uv[1]
+    assert not any("transformers[torch]" in argv for argv in pip)
+    # 3. DeepSpeed last, against the installed torch: no build isolation, no cached wheel.
+    assert steps[2].only_if == "grep -q '^[A-Za-z0-9]' requirements.last.txt"
+    assert {"--no-build-isolation", "--no-cache-dir", "--force-reinstall"} <= set(pip[2])
+    assert {"--no-build-isolation", "--no-cache", "--reinstall"} <= set(uv[2])
+    assert pip[2][-2:] == uv[2][-2:] == ("-r", "requirements.last.txt")
+    # 4. the check, then the verification (torch's version file, not an import).
+    assert pip[3][1:] == ("-m", "pip", "check") and uv[3][1:3] == ("pip", "check")
+    assert pip[-1][1] == "-c" and pip[-1][3:] == (
         "12.1",
         "torch==2.1.0+cu121",
         "torchvision==0.16.0+cu121",
+        "--locked",
+        "requirements.lock.txt",
+        "requirements.last.txt",
     )
-    assert "import torch" not in argv[-1][2]
+    assert "import torch" not in pip[-1][2]
 
 
 def test_local_framework_path_is_installed_editable_and_quoted(tmp_path: Path) -> None:
     hostile = "/srv/my fw/$(touch pwned); `id` 'q\" x"
-    options = RenderOptions(name="ft", output_format="venv", framework=hostile)
+    options = RenderOptions(name="ft", output_format="venv", frameworks=(hostile,))
     text = render(make_plan(), options)["install.sh"]
     quoted = "'/srv/my fw/$(touch pwned); `id` '\"'\"'q\" x'"
     assert f"-e {quoted}" in text
@@ -274,6 +290,137 @@ def test_verification_step_fails_on_a_different_torch(tmp_path: Path) -> None:
     assert "verified torch 2.1.0+cu121 (CUDA 12.1)" in ok.stdout
 
 
+def _fake_site(site: Path, installed: dict[str, str], torch_info: str | None = None) -> None:
+    """A site directory with these distributions, torch's version file and, for DeepSpeed,
+    the build info its setup.py writes."""
+    from tests.support.wheels import torch_version_file
+
+    for name, version in installed.items():
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (site / "torch").mkdir()
+    (site / "torch" / "version.py").write_text(
+        torch_version_file(installed["torch"], "12.1" if "+cu121" in installed["torch"] else None)
+    )
+    if torch_info is not None:
+        (site / "deepspeed").mkdir()
+        (site / "deepspeed" / "git_version_info_installed.py").write_text(
+            f"version='0.15.1'\ntorch_info={torch_info}\n"
+        )
+
+
+def _verify(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    step = install_steps(make_plan(), RenderOptions(name="ft"))[-1]
+    return subprocess.run(
+        [sys.executable, *step.argv[1:3], *args],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        cwd=site,
+        check=False,
+    )
+
+
+GOOD = {"torch": "2.1.0+cu121", "torchvision": "0.16.0+cu121", "deepspeed": "0.15.1"}
+BUILT_AGAINST_2_1 = "{'version': '2.1', 'cuda_version': '12.1', 'hip_version': '0.0'}"
+
+
+def test_verification_checks_deepspeed_family_labels_and_every_locked_version(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "requirements.lock.txt").write_text(
+        "--index-url https://pypi.org/simple\n"
+        "torch==2.1.0+cu121 \\\n    --hash=sha256:aa\n"
+        "torchvision==0.16.0+cu121 \\\n    --hash=sha256:bb\n"
+    )
+    (tmp_path / "requirements.last.txt").write_text("deepspeed==0.15.1 \\\n  --hash=sha256:cc\n")
+    locked = ("--locked", "requirements.lock.txt", "requirements.last.txt")
+    pins = ("12.1", "torch==2.1.0+cu121")
+
+    good = tmp_path / "good"
+    _fake_site(good, GOOD, BUILT_AGAINST_2_1)
+    for name in locked[1:]:
+        (good / name).write_text((tmp_path / name).read_text())
+    ok = _verify(good, *pins, *locked)
+    assert ok.returncode == 0, ok.stderr
+    assert "verified torch 2.1.0+cu121 (CUDA 12.1), 3 locked packages" in ok.stdout
+
+    # DeepSpeed built in isolation (torch "0.0"), a torchvision of another build, a locked
+    # package that is missing: each is named.
+    bad = tmp_path / "bad"
+    _fake_site(
+        bad,
+        {"torch": "2.1.0+cu121", "torchvision": "0.16.0", "deepspeed": "0.15.1"},
+        "{'version': '0.0', 'cuda_version': '0.0', 'hip_version': '0.0'}",
+    )
+    (bad / "requirements.lock.txt").write_text((tmp_path / "requirements.lock.txt").read_text())
+    (bad / "requirements.last.txt").write_text(
+        "deepspeed==0.16.0 --hash=sha256:cc\npeft==1 --hash=sha256:dd\n"
+    )
+    failed = _verify(bad, *pins, *locked)
+    assert failed.returncode == 1
+    problems = [
+        line.removeprefix("cudalock: verification failed: ") for line in failed.stderr.splitlines()
+    ]
+    assert problems == [
+        "torchvision 0.16.0 is not a +cu121 build like torch 2.1.0+cu121",
+        "deepspeed is 0.15.1, locked 0.16.0",
+        "peft 1 is locked but not installed",
+        "torchvision is 0.16.0, locked 0.16.0+cu121",
+        "DeepSpeed was built against torch 0.0, the installed torch is 2.1",
+        "DeepSpeed was built against CUDA 0.0, torch's is 12.1",
+    ]
+
+
+def _install_sh(tmp_path: Path, *, with_lock: bool) -> Path:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "install.sh").write_text(
+        render(make_plan(), RenderOptions(name="ft", output_format="venv"))["install.sh"]
+    )
+    if with_lock:
+        for name in ("pylock.toml", "uv-install.toml", "requirements.last.txt"):
+            (out / name).write_text("# Generated by cudalock\n")
+        (out / "requirements.lock.txt").write_text("torch==2.1.0+cu121 --hash=sha256:aa\n")
+    return out / "install.sh"
+
+
+def test_install_sh_without_the_lock_says_how_to_make_it(tmp_path: Path) -> None:
+    script = _install_sh(tmp_path, with_lock=False)
+    done = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    assert done.returncode == 1
+    assert f"pylock.toml is missing in {script.parent}: run 'cudalock lock -o {script.parent}'" in (
+        " ".join(done.stderr.split())
+    )
+
+
+def test_install_sh_takes_a_relative_python_from_where_it_is_started(tmp_path: Path) -> None:
+    _install_sh(tmp_path, with_lock=True)
+    calls = tmp_path / "calls"
+    fake = tmp_path / "env" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["bash", "out/install.sh"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": "env/bin/python", "CUDALOCK_INSTALLER": "pip"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"installing with pip into {fake}" in done.stdout
+    recorded = calls.read_text().splitlines()
+    assert recorded[0].startswith("-m pip install --no-input --no-deps --require-hashes")
+    # Nothing in requirements.last.txt: no DeepSpeed step ran.
+    assert "nothing in the closure is built against torch" in done.stdout
+    assert not [line for line in recorded if "--no-build-isolation" in line]
+
+
 # --------------------------------------------------------------------------------------------
 # constraints.txt, requirements.txt, uv
 
@@ -301,7 +448,7 @@ def test_uv_pyproject_routes_the_family_to_an_explicit_index() -> None:
     options = RenderOptions(
         name="ft",
         output_format="uv",
-        framework="llamafactory==0.9.5",
+        frameworks=("llamafactory==0.9.5",),
         pypi_index="https://m.example/simple",
     )
     files = render(make_plan(deepspeed="0.15.1"), options)
@@ -321,6 +468,13 @@ def test_uv_pyproject_routes_the_family_to_an_explicit_index() -> None:
     assert sources == {
         name: {"index": "pytorch-cu121"} for name in ("torch", "torchaudio", "torchvision")
     }
+    # DeepSpeed's build environment holds the planned torch, so it records that torch.
+    assert document["tool"]["uv"]["extra-build-dependencies"] == {
+        "deepspeed": ["torch==2.1.0+cu121"]
+    }
+    assert document["tool"]["uv"]["environments"] == [
+        "sys_platform == 'linux' and platform_machine == 'x86_64'"
+    ]
 
 
 def test_uv_pyproject_is_accepted_by_uv(tmp_path: Path) -> None:
@@ -344,7 +498,7 @@ def test_uv_pyproject_is_accepted_by_uv(tmp_path: Path) -> None:
 
 
 def test_rendering_is_deterministic() -> None:
-    options = RenderOptions(name="ft", framework="x==1")
+    options = RenderOptions(name="ft", frameworks=("x==1", "y"))
     assert render(make_plan(), options) == render(make_plan(), options)
 
 

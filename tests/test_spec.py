@@ -26,7 +26,7 @@ SPEC = Spec(
         torch="==2.1.0",
         python="3.11",
         with_packages=("torchvision", "deepspeed"),
-        framework="llamafactory==0.9.5",
+        frameworks=("transformers[torch]>=4.52", "peft", "/src/LLaMA-Factory"),
         pytorch_index="https://mirror.example/whl",
         pypi_index="https://mirror.example/simple",
     ),
@@ -67,7 +67,7 @@ def test_update_keeps_comments_and_untouched_formatting() -> None:
         'framework = "old==1"\n'
     )
     changed = Spec(
-        request=Request(torch="==2.1.0", python="3.12", framework=None),
+        request=Request(torch="==2.1.0", python="3.12", frameworks=()),
         target=None,
         output=OutputSpec(format="conda"),
     )
@@ -79,6 +79,16 @@ def test_update_keeps_comments_and_untouched_formatting() -> None:
     assert "framework" not in text  # a value the user dropped is removed
     assert parse_spec(text).request.python == "3.12"
     assert parse_spec(text).output.format == "conda"
+
+
+def test_a_single_framework_string_reads_as_a_list_and_is_rewritten_as_one() -> None:
+    old = '[request]\nframework = "llamafactory==0.9.5"\n'
+    spec = parse_spec(old)
+    assert spec.request.frameworks == ("llamafactory==0.9.5",)
+    text = update_spec_text(old, spec)
+    assert 'frameworks = ["llamafactory==0.9.5"]' in text
+    assert "\nframework =" not in text
+    assert parse_spec(text).request.frameworks == ("llamafactory==0.9.5",)
 
 
 def test_update_is_stable(tmp_path: Path) -> None:

@@ -96,8 +96,9 @@ def test_hostile_but_valid_index_url_is_quoted_in_install_sh(tmp_path: Path) -> 
     script = render(make_plan(), RenderOptions(name="ft", output_format="venv", pypi_index=valid))[
         "install.sh"
     ]
-    line = next(ln for ln in script.splitlines() if "--extra-index-url" in ln)
-    quoted = line.split("--extra-index-url ", 1)[1].rstrip(" \\")
+    # The mirror is the default index: --index-url, before the PyTorch index.
+    line = next(ln for ln in script.splitlines() if "--index-url 'https://mirror" in ln)
+    quoted = line.split("--index-url ", 1)[1].split(" --extra-index-url", 1)[0].rstrip(" \\")
     echoed = subprocess.run(
         ["bash", "-c", f"printf %s {quoted}"],
         capture_output=True,
@@ -163,3 +164,12 @@ def test_stripping_credentials_for_committed_files() -> None:
 def test_urls_pip_or_uv_could_read_differently_are_refused(url: str, problem: str) -> None:
     with pytest.raises(UsageError, match=re.escape(problem)):
         validate_index_url(url, flag="--pytorch-index")
+
+
+def test_redact_takes_linear_time_on_long_lines() -> None:
+    import time
+
+    started = time.monotonic()
+    line = "x" * 300_000 + "https://user:pw@host/simple"
+    assert redact(line) == "x" * 300_000 + "https://***@host/simple"
+    assert time.monotonic() - started < 5

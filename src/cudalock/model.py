@@ -125,7 +125,8 @@ class Request:
     compat: Compat = "strict"
     #: Companion packages, as requirement strings: "torchvision", "deepspeed>=0.15".
     with_packages: tuple[str, ...] = ("torchvision",)
-    framework: str | None = None
+    #: Fine-tuning frameworks, as given: requirements, local paths or VCS URLs.
+    frameworks: tuple[str, ...] = ()
     pytorch_index: str = "https://download.pytorch.org/whl"
     pypi_index: str | None = None
 
@@ -136,7 +137,7 @@ class Request:
             "cuda": self.cuda,
             "compat": self.compat,
             "with": list(self.with_packages),
-            "framework": self.framework,
+            "frameworks": list(self.frameworks),
             "pytorch_index": self.pytorch_index,
             "pypi_index": self.pypi_index,
         }
@@ -243,6 +244,9 @@ class Plan:
     packages: tuple[PackagePin, ...]
     targets: tuple[Target, ...]
     rejected: tuple[Rejection, ...] = ()
+    #: Torch-family packages the matrix pairs with this build that were not asked for: the
+    #: closure takes them from the same index, with the same label, when something requires them.
+    paired: tuple[PackagePin, ...] = ()
     #: Sentences explaining the choice (which node constrained what, compat caveats, ...).
     explanation: tuple[str, ...] = ()
     #: Facts the choice rests on that the matrix marks unverified.
@@ -269,6 +273,7 @@ class Plan:
                 "index_url": self.index_url,
             },
             "packages": [p.to_json() for p in self.packages],
+            "paired": [p.to_json() for p in self.paired],
             "target": self.targets[0].to_json() if len(self.targets) == 1 else None,
             "targets": [t.to_json() for t in self.targets],
             "rejected": [r.to_json() for r in self.rejected],

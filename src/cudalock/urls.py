@@ -22,8 +22,10 @@ DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"
 DEFAULT_PYPI_INDEX = "https://pypi.org/simple"
 
 #: A URL in free text: a scheme, then everything up to whitespace (a password may hold any
-#: other character, so nothing else may end it early).
-_URL_IN_TEXT_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
+#: other character, so nothing else may end it early). The scheme's length is bounded:
+#: unbounded, every letter of a long run of letters (a line of uv's or pip's output) would start
+#: a scan to the run's end, quadratic in the line's length.
+_URL_IN_TEXT_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")
 #: Punctuation that ends a sentence or closes a quote rather than belonging to the URL.
 _TRAILING = "'\")>,.;:]}"
 #: An authority that is a host and nothing else: a dotted name, localhost or [IPv6], a port.

@@ -230,9 +230,12 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--framework",
+        dest="frameworks",
+        action="append",
         metavar="REQUIREMENT",
         help="Fine-tuning framework: a requirement (llamafactory==0.9.5), a local path "
-        "(installed editable) or a VCS URL.",
+        "(installed editable) or a VCS URL (repeatable: transformers, peft, trl, ... are "
+        "resolved together).",
     )
     group.add_argument(
         "--pytorch-index",
@@ -316,7 +319,7 @@ def request_options(args: argparse.Namespace) -> RequestOptions:
         cuda=args.cuda,
         compat=args.compat,
         with_packages=tuple(args.with_packages) if args.with_packages else None,
-        framework=args.framework,
+        frameworks=tuple(args.frameworks) if args.frameworks else None,
         pytorch_index=args.pytorch_index,
         pypi_index=args.pypi_index,
         allow_insecure_index=args.allow_insecure_index,

@@ -17,15 +17,19 @@ from cudalock.cli.args import (
 )
 
 DESCRIPTION = """\
-Resolve the PyTorch stack for the target (as 'cudalock resolve' does) and write
-environment.yml, environment.conda-lock.yml, install.sh, constraints.txt and cudalock.toml into
-the output directory, or with --create also build the environment.
+Resolve the PyTorch stack for the target (as 'cudalock resolve' does), resolve its whole closure
+once with uv (as 'cudalock lock' does: the torch family pinned and routed to its index, every
+--framework and --with package fitted to that torch), and write environment.yml,
+environment.conda-lock.yml, install.sh, constraints.txt, the lock files (pylock.toml,
+requirements.lock.txt, requirements.last.txt, uv-install.toml) and cudalock.toml into the output
+directory, or with --create also build the environment (with uv) from exactly that closure.
 
 An existing cudalock.toml there is read first (flags override it) and updated, keeping its
 comments. Existing files are not overwritten without --force."""
 
 EXAMPLES = """\
   cudalock bootstrap -o env/ --framework 'llamafactory==0.9.5' --with deepspeed
+  cudalock bootstrap -o env/ --framework transformers --framework peft --framework trl
   cudalock bootstrap -o env/ --format venv --create --torch 2.1.0 --python 3.11
   cudalock bootstrap -o env/ --format uv"""
 
@@ -65,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Where --format venv --create puts the environment (default DIR/.venv).",
     )
     output.add_argument("--force", action="store_true", help="Overwrite existing output files.")
+    output.add_argument(
+        "--offline",
+        action="store_true",
+        help="Read no index: the closure is resolved from uv's cache alone; when that is not "
+        "enough, the other files are written and the exit status is 3 (lock later with "
+        "'cudalock lock').",
+    )
     add_spec_argument(output)
     add_request_arguments(parser)
     add_target_arguments(parser)
@@ -76,6 +87,7 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.cli.output import echo, emit_json
     from cudalock.env.bootstrap import BootstrapOptions, run_bootstrap
     from cudalock.fsutil import output_lock
+    from cudalock.lock import UvOptions
 
     json_output: bool = args.json_output
 
@@ -91,6 +103,7 @@ def run(args: argparse.Namespace) -> None:
         venv=args.venv,
         force=args.force,
         spec_file=args.spec,
+        uv=UvOptions(allow_insecure=args.allow_insecure_index, offline=args.offline),
     )
     # One bootstrap (or lock) at a time per directory: two would mix their files.
     with output_lock(args.output_dir, command="cudalock bootstrap"):
@@ -102,6 +115,7 @@ def run(args: argparse.Namespace) -> None:
             "plan": result.plan.to_json(),
             "written": [str(path) for path in result.written],
             "environment": str(result.environment) if result.environment else None,
+            "closure": result.closure.to_json() if result.closure else None,
         }
         # Index URLs in the plan may carry credentials: never print them.
         emit_json(redact_json(document))

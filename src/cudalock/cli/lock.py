@@ -20,13 +20,19 @@ from cudalock.cli.args import (
 )
 
 DESCRIPTION = """\
-Lock the whole dependency closure, every file pinned by URL and sha256.
+Lock the whole dependency closure, every file pinned by URL and sha256, resolved once by uv as
+'cudalock bootstrap' resolves it.
 
 uv resolves for the target's platform and Python (not this machine's); torch and its family
 come only from the matching PyTorch index (an explicit index, so a same version on PyPI or a
-mirror cannot win), everything else from PyPI or --pypi-index. The request comes from
-DIR/cudalock.toml (or --spec), with the flags given applied over it. The lock records the cudalock
-and matrix versions, the target and the Plan; --check compares them with today's."""
+mirror cannot win), also a family package only a framework asks for (torchaudio); each
+--framework is asked for with the extras that declare its torch requirement, so the version
+chosen accepts the planned torch; everything else comes from PyPI or --pypi-index. Writes
+pylock.toml, requirements.lock.txt and requirements.last.txt (pip: everything, then DeepSpeed
+built against the installed torch) and uv-install.toml (uv pip sync --config-file
+uv-install.toml pylock.toml). The request comes from DIR/cudalock.toml (or --spec), with the
+flags given applied over it. The lock records the cudalock and matrix versions, the target and
+the Plan; --check compares them with today's."""
 
 EXAMPLES = """\
   cudalock lock --driver-version 535.104.05 --compute-capability 8.0 --torch 2.1.0 --python 3.11
@@ -36,9 +42,11 @@ EXAMPLES = """\
 EXIT_CODES = """\
 exit status:
   0  locked (with --check: the lock is current)
-  1  nothing satisfies the request (with --check: the lock is not current, and what changed)
+  1  nothing satisfies the request, e.g. no release of a framework accepts the planned torch
+     (with --check: the lock is not current, and what changed)
   2  usage error or bad input (a bad flag or value, a malformed cudalock.toml)
-  3  network failure after the retries; the previous lock is left untouched"""
+  3  network failure after the retries, --offline without enough in uv's cache, or an index
+     without the planned build; the previous lock is left untouched"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path("."),
         metavar="DIR",
-        help="Where pylock.toml and requirements.lock.txt go (default: here).",
+        help="Where the lock files go (default: here).",
     )
     parser.add_argument(
         "--check",
@@ -92,6 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Overwrite a pylock.toml / requirements.lock.txt cudalock did not "
         "write (its own are regenerated without it).",
     )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="Read no index: uv resolves from its cache alone (exit 3 when that is not enough).",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="No progress on stderr.")
     add_json_flag(
         parser,
@@ -103,11 +116,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    import dataclasses
+
     from cudalock.cli.output import echo, emit_json, load_matrix_for
     from cudalock.env import read_inputs
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
-    from cudalock.lock import check_lock, make_lock
+    from cudalock.lock import UvOptions, absolute_frameworks, check_lock, make_lock
     from cudalock.resolve import resolve as resolve_plan
     from cudalock.target import targets_from_options
 
@@ -119,6 +134,9 @@ def run(args: argparse.Namespace) -> None:
     request_opts = request_options(args)
     inputs = read_inputs(request_opts, target_options(args), spec_file=args.spec, output_dir=out)
     request, target_opts = inputs.request, inputs.target_options
+    request = dataclasses.replace(
+        request, frameworks=absolute_frameworks(request.frameworks, Path.cwd())
+    )
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
     plan = resolve_plan(matrix, targets, request)
@@ -141,20 +159,20 @@ def run(args: argparse.Namespace) -> None:
         if not quiet:
             echo(line, err=True)
 
+    options = UvOptions(
+        pypi_index=request.pypi_index,
+        allow_insecure=request_opts.allow_insecure_index,
+        cache_dir=args.cache_dir,
+        timeout_s=args.timeout,
+        retries=args.retries,
+        upgrade=args.upgrade,
+        offline=args.offline,
+    )
     # Two locks into one directory could leave a pylock.toml and a requirements.lock.txt from
     # different runs: a second run exits 3, naming the one that holds the directory.
     with output_lock(out, command="cudalock lock"):
         result = make_lock(
-            plan,
-            request,
-            output_dir=out,
-            upgrade=args.upgrade,
-            allow_insecure=request_opts.allow_insecure_index,
-            cache_dir=args.cache_dir,
-            timeout_s=args.timeout,
-            retries=args.retries,
-            force=args.force,
-            echo=progress,
+            plan, request, output_dir=out, options=options, force=args.force, echo=progress
         )
     if json_output:
         emit_json(

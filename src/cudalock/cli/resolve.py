@@ -117,13 +117,14 @@ def bootstrap_command(target_opts: TargetOptions, request_opts: RequestOptions) 
         ("--python", request_opts.python),
         ("--cuda", request_opts.cuda),
         ("--compat", request_opts.compat),
-        ("--framework", request_opts.framework),
         ("--pytorch-index", request_opts.pytorch_index),
         ("--pypi-index", request_opts.pypi_index),
     ]
     argv += [item for flag, value in request_pairs if value for item in (flag, value)]
     for package in request_opts.with_packages or ():
         argv += ["--with", package]
+    for framework in request_opts.frameworks or ():
+        argv += ["--framework", framework]
     if request_opts.allow_insecure_index:
         argv.append("--allow-insecure-index")
     return " ".join(_quote(arg) for arg in argv)

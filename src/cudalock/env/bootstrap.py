@@ -1,12 +1,16 @@
-"""``cudalock bootstrap``: resolve, write the environment files, and optionally build the env.
+"""``cudalock bootstrap``: resolve, lock, write the environment files, and optionally build it.
 
 The edges around the pure parts: it reads ``cudalock.toml`` (flags override it), resolves the
-Plan (:func:`cudalock.resolve.resolve`), renders the files (:mod:`cudalock.env.render`),
-writes them
-as one group (nothing is overwritten without ``--force``), and with ``--create`` builds the
-environment by running the generated ``install.sh`` inside it, step by step, with the output kept
-in ``cudalock-bootstrap.log``. A failed step stops everything, names the step, its command and
-the log, and leaves the environment for inspection.
+Plan (:func:`cudalock.resolve.resolve`), resolves the whole closure once with uv
+(:func:`cudalock.lock.resolve_closure`, the code path ``cudalock lock`` takes), renders the
+files (:mod:`cudalock.env.render`) and writes them with the lock files as one group (nothing is
+overwritten without ``--force``). With ``--create`` it builds the environment by running the
+generated ``install.sh`` inside it (with uv), step by step, the output kept in
+``cudalock-bootstrap.log``. A failed step stops everything, names the step, its command and the
+log, and leaves the environment for inspection.
+
+When the closure cannot be resolved because an index is unreachable, the files that do not
+need it are still written, and the message says how to finish (``cudalock lock``): exit 3.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,11 +30,11 @@ from cudalock.audit import audit_live
 from cudalock.audit.inspection import python_for_prefix, start_inspection
 from cudalock.env.render import (
     OUTPUT_FORMATS,
+    Installer,
     OutputFormat,
     RenderOptions,
     Step,
     check_env_name,
-    classify_framework,
     default_env_name,
     install_steps,
     render,
@@ -46,7 +49,16 @@ from cudalock.env.spec import (
 )
 from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.fsutil import append_log, refuse_existing, start_log, write_group
-from cudalock.lock.uv import find_uv
+from cudalock.lock import (
+    LOCK_FILES,
+    Closure,
+    NotOnIndex,
+    UvOptions,
+    absolute_frameworks,
+    find_uv,
+    lock_texts,
+    resolve_closure,
+)
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Plan, Request
 from cudalock.resolve import RequestOptions, resolve
@@ -54,21 +66,14 @@ from cudalock.target import TargetOptions, targets_from_options
 from cudalock.urls import holds_credentials, redact
 
 LOG_FILE = "cudalock-bootstrap.log"
-#: A step (building DeepSpeed's ops, downloading torch) may take long, but not forever.
-_STEP_TIMEOUT = 4 * 3600
-#: The output kept of one step besides the log (the lines are read as they come).
-_STEP_OUTPUT_LIMIT = 256 * 2**20
 STEP_MARKER = "==> cudalock step "
 Echo = Callable[[str], None]
+#: How long install.sh may run in all (DeepSpeed builds its ops for a while when asked to).
+INSTALL_TIMEOUT_S = 4 * 60 * 60
+#: The output of install.sh kept in memory (all of it is in the log).
+INSTALL_OUTPUT_LIMIT = 256 * 2**20
 
-#: pip's words for "these requirements cannot be satisfied together" (a plan problem, exit 1).
-_CONFLICT_WORDS = (
-    "ResolutionImpossible",
-    "conflicting dependencies",
-    "Cannot install",
-    "No matching distribution found",
-)
-#: pip's words for a network that failed it: then "no matching distribution" is not a conflict.
+#: pip's and uv's words for a network that failed them.
 _NETWORK_WORDS = (
     "NewConnectionError",
     "Connection refused",
@@ -81,6 +86,9 @@ _NETWORK_WORDS = (
     "IncompleteRead",
     "ProtocolError",
     "SSLError",
+    "Failed to fetch",
+    "Could not connect",
+    "error sending request",
 )
 
 
@@ -96,6 +104,8 @@ class BootstrapOptions:
     force: bool = False
     #: ``--spec``: the spec file to read (default: ``output_dir/cudalock.toml``).
     spec_file: Path | None = None
+    #: How uv resolves the closure (cache, network limits).
+    uv: UvOptions = dataclasses.field(default_factory=UvOptions)
 
 
 @dataclass(frozen=True)
@@ -104,25 +114,11 @@ class BootstrapResult:
     request: Request
     written: tuple[Path, ...]
     environment: Path | None = None
+    closure: Closure | None = None
 
 
 # --------------------------------------------------------------------------------------------
 # Inputs
-
-
-def absolute_framework(framework: str | None, cwd: Path) -> str | None:
-    """A local framework path made absolute (and checked); requirements and URLs unchanged."""
-    if framework is None or classify_framework(framework) != "path":
-        return framework
-    path = Path(os.path.expanduser(framework))
-    path = path if path.is_absolute() else cwd / path
-    if not path.is_dir():
-        raise UsageError(
-            f"--framework {framework!r} looks like a local path, but no such "
-            "directory exists; expected a requirement (name==version), a VCS URL "
-            "or a project directory"
-        )
-    return str(Path(os.path.normpath(path)))
 
 
 def choose_format(given: str | None, spec: Spec | None) -> OutputFormat:
@@ -151,7 +147,7 @@ def run_bootstrap(
     inputs = read_inputs(request_opts, target_opts, spec_file=options.spec_file, output_dir=out_dir)
     spec_path, spec, request = inputs.spec_path, inputs.spec, inputs.request
     request = dataclasses.replace(
-        request, framework=absolute_framework(request.framework, Path.cwd())
+        request, frameworks=absolute_frameworks(request.frameworks, Path.cwd())
     )
     output_format = choose_format(options.output_format, spec)
     if options.create and output_format == "venv" and request.python is None:
@@ -168,6 +164,9 @@ def run_bootstrap(
             "'uv sync' in the output directory instead"
         )
 
+    if options.create and output_format == "conda":
+        conda_tool()  # known before anything is resolved or written
+
     target_opts = inputs.target_options
     if inputs.recorded_target:
         echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
@@ -181,10 +180,46 @@ def run_bootstrap(
     render_options = RenderOptions(
         name=name,
         output_format=output_format,
-        framework=request.framework,
+        frameworks=request.frameworks,
         pypi_index=request.pypi_index,
     )
-    files = {out_dir / file: text for file, text in render(plan, render_options).items()}
+    planned = [out_dir / file for file in render(plan, render_options)]
+    lock_paths = [out_dir / file for file in LOCK_FILES]
+    # Refused before the closure is resolved: a clash should not cost a resolution.
+    refuse_existing([*planned, *lock_paths], force=options.force)
+
+    torch = plan.torch_pin
+    echo(
+        f"plan: torch {torch.version} from {redact(plan.index_url or 'the default index')}, "
+        f"Python {plan.python}"
+    )
+    for line in plan.explanation:
+        echo(f"  {line}")
+
+    closure: Closure | None = None
+    unresolved: EnvironmentFailure | None = None
+    try:
+        closure = resolve_closure(
+            plan,
+            request,
+            dataclasses.replace(options.uv, pypi_index=request.pypi_index),
+            echo=echo,
+        )
+    except NotOnIndex:
+        raise  # the index lacks the planned build: files that cannot be installed help nobody
+    except EnvironmentFailure as err:
+        unresolved = err
+    files = {
+        out_dir / file: text
+        for file, text in render(plan, dataclasses.replace(render_options, closure=closure)).items()
+    }
+    if closure is not None:
+        files.update(
+            {out_dir / file: text for file, text in lock_texts(closure, plan, request).items()}
+        )
+        echo(f"closure: {len(closure.lock.packages)} packages, resolved once by uv and locked")
+        for line in closure.notes:
+            echo(f"  {line}")
     new_spec = Spec(
         request=request,
         target=TargetSummary.of(targets),
@@ -192,7 +227,6 @@ def run_bootstrap(
             format=output_format, name=options.name or (spec.output.name if spec else None)
         ),
     )
-    refuse_existing(list(files), force=options.force)
     # The spec is always written beside the outputs, so 'cudalock lock -o DIR' finds it; a
     # --spec read from elsewhere lends its comments to a new one.
     written_spec = out_dir / SPEC_FILE
@@ -208,38 +242,47 @@ def run_bootstrap(
         names = ", ".join(sorted(path.name for path in secret))
         echo(f"note: {names}: hold(s) credentials from a URL; written readable by you alone")
 
-    torch = plan.torch_pin
-    echo(
-        f"plan: torch {torch.version} from {redact(plan.index_url or 'the default index')}, "
-        f"Python {plan.python}"
-    )
-    for line in plan.explanation:
-        echo(f"  {line}")
     echo("wrote: " + ", ".join(sorted(str(path) for path in files)))
+
+    if unresolved is not None:
+        raise EnvironmentFailure(
+            f"could not resolve the closure: {unresolved.message}; the environment files are "
+            f"written, the lock files ({', '.join(LOCK_FILES)}) are not, and install.sh needs "
+            "them",
+            hint="when the indexes can be reached, run: cudalock lock -o "
+            f"{shlex.quote(str(out_dir))} (it reads the cudalock.toml written there), then "
+            + next_steps(output_format, out_dir, name).removeprefix("next: "),
+        )
 
     environment = None
     if options.create:
+        uv = _uv_or_none()
+        installer: Installer = "uv" if uv else "pip"
         steps = install_steps(plan, render_options)
         if output_format == "venv":
-            environment = create_venv(plan, options.venv or out_dir / ".venv", out_dir, steps, echo)
+            environment = create_venv(
+                plan, options.venv or out_dir / ".venv", out_dir, steps, echo, uv=uv
+            )
         else:
-            environment = create_conda(name, out_dir, steps, echo)
+            environment = create_conda(name, out_dir, steps, echo, uv=uv)
+        echo(f"installed with {installer}")
         audit_new_environment(environment, plan, matrix, echo)
     else:
         echo(next_steps(output_format, out_dir, name))
     return BootstrapResult(
-        plan=plan, request=request, written=tuple(files), environment=environment
+        plan=plan, request=request, written=tuple(files), environment=environment, closure=closure
     )
 
 
 def next_steps(output_format: OutputFormat, out_dir: Path, name: str) -> str:
-    where = str(out_dir)
+    where = shlex.quote(str(out_dir))
     if output_format == "conda":
         return (
             f"next: conda env create -f {where}/environment.yml && conda activate {name} "
             f"&& bash {where}/install.sh   (or rerun with --create)"
         )
     if output_format == "venv":
+        # install.sh takes a relative PYTHON from where it is started, as typed here.
         return (
             f"next: python -m venv {where}/.venv && PYTHON={where}/.venv/bin/python "
             f"bash {where}/install.sh   (or rerun with --create)"
@@ -251,8 +294,17 @@ def next_steps(output_format: OutputFormat, out_dir: Path, name: str) -> str:
 # --create
 
 
-def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...], echo: Echo) -> Path:
-    """Create (or reuse) a virtual environment with the plan's Python, then run install.sh."""
+def create_venv(
+    plan: Plan,
+    venv: Path,
+    out_dir: Path,
+    steps: tuple[Step, ...],
+    echo: Echo,
+    *,
+    uv: str | None = None,
+) -> Path:
+    """Create (or reuse) a virtual environment with the plan's Python, then run install.sh
+    (with ``uv`` when given, else pip)."""
     venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     log = _start_log(out_dir)
@@ -286,7 +338,7 @@ def create_venv(plan: Plan, venv: Path, out_dir: Path, steps: tuple[Step, ...], 
         }
     )
     env.pop("PYTHONHOME", None)
-    run_install_script(out_dir, steps, log, env, echo, removal=removal)
+    run_install_script(out_dir, steps, log, env, echo, removal=removal, uv=uv)
     return venv
 
 
@@ -323,27 +375,21 @@ def _uv_or_none() -> str | None:
 
 def _python_version(python: Path) -> str:
     try:
-        result = subprocess.run(  # noqa: S603 - the interpreter cudalock just created
+        result = procs.run(
             [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
+            what=f"{python} (asked for its version)",
             timeout=60,
-            check=False,
         )
     except OSError as err:
         raise EnvironmentFailure(f"cannot run {python}: {err.strerror or err}") from None
-    return result.stdout.strip()
+    return result.stdout_text().strip()
 
 
-def create_conda(name: str, out_dir: Path, steps: tuple[Step, ...], echo: Echo) -> Path:
+def create_conda(
+    name: str, out_dir: Path, steps: tuple[Step, ...], echo: Echo, *, uv: str | None = None
+) -> Path:
     """Create the conda environment from environment.yml with conda/mamba/micromamba."""
-    tool = next((t for t in ("micromamba", "mamba", "conda") if shutil.which(t)), None)
-    if tool is None:
-        raise EnvironmentFailure(
-            "--create needs conda, mamba or micromamba on PATH to build a conda environment",
-            hint="install one of them, or use --format venv --create",
-        )
-    executable = shutil.which(tool) or tool
+    tool, executable = conda_tool()
     log = _start_log(out_dir)
     removal = f"{tool} env remove -n {shlex.quote(name)}"
     prefix = _conda_prefix(executable, name)
@@ -380,21 +426,28 @@ def create_conda(name: str, out_dir: Path, steps: tuple[Step, ...], echo: Echo) 
             "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
         }
     )
-    run_install_script(out_dir, steps, log, env, echo, removal=removal)
+    run_install_script(out_dir, steps, log, env, echo, removal=removal, uv=uv)
     return prefix
+
+
+def conda_tool() -> tuple[str, str]:
+    """micromamba, mamba or conda (the first on PATH) and its path; exit 3 when none is."""
+    tool = next((t for t in ("micromamba", "mamba", "conda") if shutil.which(t)), None)
+    if tool is None:
+        raise EnvironmentFailure(
+            "--create needs conda, mamba or micromamba on PATH to build a conda environment",
+            hint="install one of them, or use --format venv --create",
+        )
+    return tool, shutil.which(tool) or tool
 
 
 def _conda_prefix(executable: str, name: str) -> Path | None:
     try:
-        result = subprocess.run(  # noqa: S603 - conda/mamba/micromamba found on PATH
-            [executable, "env", "list", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        result = procs.run(
+            [executable, "env", "list", "--json"], what=f"{executable} env list", timeout=120
         )
-        prefixes = json.loads(result.stdout).get("envs", [])
-    except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError):
+        prefixes = json.loads(result.stdout_text()).get("envs", [])
+    except (OSError, EnvironmentFailure, ValueError, AttributeError):
         return None
     for prefix in prefixes:
         if Path(prefix).name == name:
@@ -410,19 +463,28 @@ def run_install_script(
     echo: Echo,
     *,
     removal: str,
+    uv: str | None = None,
 ) -> None:
-    """Run install.sh, showing each step as it starts; a failed step raises, naming it."""
+    """Run install.sh (with ``uv`` when given, else pip), showing each step as it starts; a
+    failed step raises, naming it."""
     python = env.get("PYTHON", "python")
+    run_env = dict(env)
+    installer: Installer = "uv" if uv else "pip"
+    run_env["CUDALOCK_INSTALLER"] = installer
+    if uv:
+        run_env["UV"] = uv
     _run_logged(
         "install.sh",
         ["bash", str((out_dir / "install.sh").absolute())],
         log,
         echo,
         cwd=out_dir,
-        env=env,
+        env=run_env,
         removal=removal,
         steps=steps,
         python=python,
+        installer=installer,
+        uv=uv or "uv",
     )
 
 
@@ -444,17 +506,21 @@ def _run_logged(
     removal: str,
     steps: tuple[Step, ...] = (),
     python: str = "python",
+    installer: Installer = "pip",
+    uv: str = "uv",
 ) -> None:
-    """Run ``command``, its output (redacted) appended to ``log``; raise if it fails."""
+    """Run ``command``, its output (redacted) appended to ``log``; raise if it fails.
+
+    The child's output is read as it comes (stdout and stderr together), and a run past
+    :data:`INSTALL_TIMEOUT_S` is stopped with everything it started (exit 3).
+    """
     current: tuple[int, str] | None = None
     errors: list[str] = []
     network: list[str] = []
-    causes: list[str] = []
-    in_causes = False
     with append_log(log) as handle:
 
         def take(raw: str) -> None:
-            nonlocal current, in_causes
+            nonlocal current
             line = redact(raw.rstrip("\r"))
             # Flushed line by line: a run stopped by a signal keeps every line it wrote.
             handle.write(line + "\n")
@@ -464,17 +530,10 @@ def _run_logged(
                 number = label.split("/", 1)[0]
                 current = (int(number) if number.isdigit() and len(number) < 5 else 0, label)
                 echo(f"  step {label}")
-            elif line.startswith("ERROR:") or "verification failed" in line:
+            elif line.startswith(("ERROR:", "error:")) or "verification failed" in line:
                 errors.append(line)
             if any(word in line for word in _NETWORK_WORDS):
                 network.append(line)
-            # pip's "The conflict is caused by:" block: the lines that explain a conflict.
-            if line.startswith("The conflict is caused by"):
-                in_causes = True
-            elif in_causes and line.startswith("    "):
-                causes.append(line.strip())
-            elif in_causes:
-                in_causes = False
 
         handle.write(f"\n### {what}: {redact(' '.join(command))}\n")
         handle.flush()
@@ -484,40 +543,42 @@ def _run_logged(
             returncode = procs.run(
                 command,
                 what=what,
-                timeout=_STEP_TIMEOUT,
+                timeout=INSTALL_TIMEOUT_S,
                 cwd=cwd,
                 env=env,
                 merge_stderr=True,
                 on_line=take,
-                output_limit=_STEP_OUTPUT_LIMIT,
+                output_limit=INSTALL_OUTPUT_LIMIT,
             ).returncode
         except OSError as err:
             raise EnvironmentFailure(
                 f"cannot run {what} ({command[0]}): {err.strerror or err}; log: {log}"
             ) from None
+        except EnvironmentFailure as err:
+            raise EnvironmentFailure(
+                f"{err.message}; full output in {log}",
+                hint=f"the environment is left for inspection; remove it with: {removal}",
+            ) from None
     if returncode == 0:
         return
     if current is not None and 1 <= current[0] <= len(steps):
         step_text = f"step {current[1]}"
-        shown = redact(steps[current[0] - 1].display(python))
+        shown = redact(steps[current[0] - 1].display(python, installer, uv))
     else:
         step_text, shown = what, redact(" ".join(command))
-    detail = f": {errors[0].removeprefix('ERROR: ')}" if errors else ""
-    if causes:
-        detail += " (" + "; ".join(causes) + ")"
-    message = (
-        f"{step_text} failed (exit status {returncode}){detail}; command: {shown}; "
-        f"full output in {log}"
+    detail = ""
+    if errors:
+        detail = ": " + errors[0].removeprefix("ERROR: ").removeprefix("error: ")
+    status = (
+        f"killed by {procs.signal_name(-returncode)}"
+        if returncode < 0
+        else f"exit status {returncode}"
     )
+    message = f"{step_text} failed ({status}){detail}; command: {shown}; full output in {log}"
     hint = f"the environment is left for inspection; remove it with: {removal}"
     if network:
         message += f"; the network failed: {network[-1].strip()}"
         hint = f"check the index URLs and the network, then run again; {hint}"
-    elif any(word in line for line in errors for word in _CONFLICT_WORDS):
-        hint = (
-            f"choose a framework version that accepts the planned torch, or another --torch; {hint}"
-        )
-        raise Unsatisfiable(message, hint=hint)
     raise EnvironmentFailure(message, hint=hint)
 
 

@@ -21,19 +21,27 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from cudalock.errors import UsageError
+from cudalock.lock import (
+    BUILT_AGAINST_TORCH,
+    LAST_FILE,
+    LOCK_FILE,
+    REQUIREMENTS_FILE,
+    UV_SETTINGS_FILE,
+    Closure,
+)
 from cudalock.model import PackagePin, Plan
 from cudalock.platforms import platform_named
+from cudalock.resolve import classify_framework
 from cudalock.safetext import printable
 from cudalock.shipped import shipped_dir
-from cudalock.urls import redact
+from cudalock.urls import DEFAULT_PYPI_INDEX, redact
 from cudalock.versions import format_cuda
 
 OutputFormat = Literal["conda", "venv", "uv"]
-FrameworkKind = Literal["requirement", "path", "url"]
+Installer = Literal["uv", "pip"]
 OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv")
 
 #: Packages that must come from the PyTorch index together, under one label.
@@ -43,37 +51,49 @@ CONDA_FORGE_FIRST_NVCC_MAJOR = 12
 # fullmatch: "$" would also accept a name followed by a newline, which then ends up in YAML.
 _ENV_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _RESERVED_ENV_NAMES = ("base", "root")
-_VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
 
 
 @dataclass(frozen=True)
 class RenderOptions:
-    """What the user chose beyond the Plan."""
+    """What the user chose beyond the Plan, and the closure when it could be resolved."""
 
     name: str
     output_format: OutputFormat = "conda"
-    #: As the install command should see it: a requirement, an absolute path, or a URL.
-    framework: str | None = None
+    #: As the install command should see them: requirements, absolute paths, or URLs.
+    frameworks: tuple[str, ...] = ()
     #: Replaces pip's default index for everything not routed to the PyTorch index.
     pypi_index: str | None = None
+    #: The resolved closure (None: it could not be resolved, e.g. offline).
+    closure: Closure | None = None
 
 
 @dataclass(frozen=True)
 class Step:
-    """One install step: a title and the command, ``$PYTHON`` standing for the interpreter."""
+    """One install step: a title and its command for pip and for uv, ``$PYTHON`` standing for
+    the interpreter and ``$UV`` for uv; ``only_if`` is a shell test that gates it."""
 
     title: str
     argv: tuple[str, ...]
+    uv_argv: tuple[str, ...] | None = None
+    only_if: str | None = None
+    otherwise: str | None = None
 
-    def display(self, python: str = "python") -> str:
+    def command(self, installer: Installer = "pip") -> tuple[str, ...]:
+        return self.uv_argv if installer == "uv" and self.uv_argv is not None else self.argv
+
+    def display(self, python: str = "python", installer: Installer = "pip", uv: str = "uv") -> str:
         """The command for messages: scripts abbreviated (credentials: see urls.redact)."""
-        shown = [python, *("<script>" if "\n" in arg else arg for arg in self.argv[1:])]
+        names = {PYTHON: python, UV: uv}
+        shown = [
+            "<script>" if "\n" in arg else names.get(arg, arg) for arg in self.command(installer)
+        ]
         return " ".join(shlex.quote(arg) for arg in shown)
 
 
 PYTHON = "$PYTHON"
+UV = "$UV"
 HEREDOC_END = "CUDALOCK_VERIFY"
-_OPTIONS_WITH_VALUES = ("--index-url", "--extra-index-url", "-c", "-e")
+_OPTIONS_WITH_VALUES = ("--index-url", "--extra-index-url", "-c", "-e", "-r", "--config-file")
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,30 +115,16 @@ def default_env_name(plan: Plan) -> str:
     return f"torch-{plan.torch_version}-{plan.variant}"
 
 
-def classify_framework(text: str) -> FrameworkKind:
-    """A requirement (``llamafactory==0.9.5``, ``name @ https://…``), a URL, or a local path."""
-    if text.startswith(_VCS_PREFIXES) or re.match(r"^[a-z][a-z0-9+.-]*://", text):
-        return "url"
-    if text.startswith((".", "/", "~")) or "/" in text or "\\" in text:
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement:
-            return "path"
-        return "requirement" if requirement.url else "path"
-    try:
-        Requirement(text)
-    except InvalidRequirement:
-        return "path"
-    return "requirement"
-
-
 def framework_args(framework: str) -> tuple[str, ...]:
     """How pip is given the framework: a local path is installed editable."""
     return ("-e", framework) if classify_framework(framework) == "path" else (framework,)
 
 
-def torch_family(plan: Plan) -> tuple[PackagePin, ...]:
-    """The pins that come from the PyTorch index and go into constraints.txt (torch first)."""
+def torch_family(plan: Plan, closure: Closure | None = None) -> tuple[PackagePin, ...]:
+    """The pins that come from the PyTorch index and go into constraints.txt (torch first):
+    every torch-family package of the closure, or the Plan's when there is no closure."""
+    if closure is not None and closure.family:
+        return closure.family
     family = [
         pin
         for pin in plan.packages
@@ -129,15 +135,18 @@ def torch_family(plan: Plan) -> tuple[PackagePin, ...]:
 
 
 def companions(plan: Plan) -> tuple[PackagePin, ...]:
-    """Pins installed after the framework, from the default index (DeepSpeed, ...)."""
+    """The Plan's pins from the default index (DeepSpeed, ...)."""
     family = {p.name for p in torch_family(plan)}
     return tuple(p for p in plan.packages if p.name not in family)
 
 
-def builds_deepspeed_ops(plan: Plan) -> bool:
-    return plan.cuda is not None and any(
-        canonicalize_name(p.name) == "deepspeed" for p in plan.packages
-    )
+def builds_deepspeed_ops(plan: Plan, closure: Closure | None = None) -> bool:
+    """Whether DeepSpeed is built (its ops JIT-compiled later) against a CUDA torch."""
+    if plan.cuda is None:
+        return False
+    if closure is not None and closure.built_last:
+        return True
+    return any(canonicalize_name(p.name) in BUILT_AGAINST_TORCH for p in plan.packages)
 
 
 def yaml_scalar(text: str) -> str:
@@ -214,83 +223,114 @@ def _header(plan: Plan, options: RenderOptions, what: str) -> str:
 
 
 def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
-    """The ordered pip commands of install.sh; ``argv[0]`` is ``$PYTHON``."""
-    pip = (PYTHON, "-m", "pip", "install", "--no-input")
-    default_index = ("--index-url", options.pypi_index) if options.pypi_index else ()
-    family = torch_family(plan)
-    family_pins = tuple(p.requirement for p in family)
-    steps: list[Step] = []
+    """The ordered commands of install.sh, for pip and for uv.
 
-    torch_index: tuple[str, ...] = ()
-    if plan.index_url and plan.index_url != options.pypi_index:
-        torch_index = ("--index-url", plan.index_url)
-        if options.pypi_index:
-            # torch's own dependencies (filelock, sympy, nvidia-*) may live only on the mirror;
-            # the label pins still match only the PyTorch index's files.
-            torch_index += ("--extra-index-url", options.pypi_index)
-    else:
-        torch_index = default_index
-    # Titles are printed when install.sh runs: no credentials in them.
+    They install the lock files (written beside install.sh by bootstrap or ``cudalock lock``)
+    and nothing else: every package pinned with its hash and ``--no-deps`` (uv: the exact files
+    of pylock.toml), so no resolver runs and nothing can replace torch; then local and VCS
+    frameworks without their dependencies (the lock holds them); then DeepSpeed without build
+    isolation or a cached wheel, against the torch just installed; then the checks. Nothing
+    here depends on the closure itself, so the script is right for whatever lock is there.
+    """
+    pip = (PYTHON, "-m", "pip", "install", "--no-input")
+    uv_install = (UV, "pip", "install", "--python", PYTHON)
+    indexes = install_indexes(plan, options)
+    index_args: tuple[str, ...] = ()
+    for position, url in enumerate(indexes):
+        index_args += ("--index-url" if position == 0 else "--extra-index-url", url)
+    default_index = ("--index-url", indexes[0]) if options.pypi_index else ()
+    where = redact(plan.index_url or "the default index")
+    steps = [
+        Step(
+            f"the locked closure ({LOCK_FILE}): every package pinned with its hash, no "
+            f"dependency resolution; the torch family from {where}",
+            (*pip, "--no-deps", "--require-hashes", *index_args, "-r", REQUIREMENTS_FILE),
+            (*uv_install, "--config-file", UV_SETTINGS_FILE, *index_args, "-r", LOCK_FILE),
+        )
+    ]
+    for framework in options.frameworks:
+        kind = classify_framework(framework)
+        if kind == "requirement":
+            continue
+        args = framework_args(framework)
+        # uv reads a path on its command line as a requirement: a file URL keeps every
+        # character a directory name may hold.
+        uv_args = ("-e", Path(framework).as_uri()) if kind == "path" else args
+        steps.append(
+            Step(
+                f"the framework {redact(framework)}, without its dependencies "
+                "(the lock holds them)",
+                (*pip, "--no-deps", *default_index, *args),
+                (*uv_install, "--no-deps", *default_index, *uv_args),
+            )
+        )
+    last_index = ("--index-url", options.pypi_index) if options.pypi_index else ()
     steps.append(
         Step(
-            f"the torch family from {redact(plan.index_url or 'the default index')}",
-            (*pip, *torch_index, *family_pins),
+            f"DeepSpeed and anything else built against the installed torch ({LAST_FILE}), "
+            "without build isolation or a cached wheel",
+            (
+                *pip,
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-cache-dir",
+                "--force-reinstall",
+                "--require-hashes",
+                *last_index,
+                "-r",
+                LAST_FILE,
+            ),
+            (
+                *uv_install,
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-cache",
+                "--reinstall",
+                "--require-hashes",
+                *last_index,
+                "-r",
+                LAST_FILE,
+            ),
+            only_if=f"grep -q '^[A-Za-z0-9]' {LAST_FILE}",
+            otherwise="nothing in the closure is built against torch",
         )
     )
-
-    if options.framework:
-        args = framework_args(options.framework)
-        steps.append(
-            Step(
-                f"the framework {redact(options.framework)}, without its dependencies",
-                (*pip, *default_index, "--no-deps", *args),
-            )
+    steps.append(
+        Step(
+            "check the installed requirements",
+            (PYTHON, "-m", "pip", "check"),
+            (UV, "pip", "check", "--python", PYTHON),
         )
-        steps.append(
-            Step(
-                "the framework's dependencies, with the torch family pinned",
-                (*pip, *default_index, "-c", "constraints.txt", *args),
-            )
-        )
-
-    others = companions(plan)
-    if others:
-        if builds_deepspeed_ops(plan):
-            steps.append(
-                Step(
-                    "build tools for DeepSpeed",
-                    (*pip, *default_index, "-c", "constraints.txt", "setuptools", "wheel"),
-                )
-            )
-        isolation = (
-            ("--no-build-isolation",)
-            if any(canonicalize_name(p.name) == "deepspeed" for p in others)
-            else ()
-        )
-        names = ", ".join(p.name for p in others)
-        steps.append(
-            Step(
-                f"{names}, built against the installed torch",
-                (
-                    *pip,
-                    *default_index,
-                    *isolation,
-                    "-c",
-                    "constraints.txt",
-                    *(p.requirement for p in others),
-                ),
-            )
-        )
-
-    steps.append(Step("pip check", (PYTHON, "-m", "pip", "check")))
+    )
+    family = torch_family(plan)
     planned_cuda = format_cuda(plan.cuda) if plan.cuda else "none"
     steps.append(
         Step(
-            "verify torch without importing it",
-            (PYTHON, "-c", verify_script(), planned_cuda, *family_pins),
+            "verify torch, its family, DeepSpeed's build and every locked version, without "
+            "importing torch",
+            (
+                PYTHON,
+                "-c",
+                verify_script(),
+                planned_cuda,
+                *(p.requirement for p in family),
+                "--locked",
+                REQUIREMENTS_FILE,
+                LAST_FILE,
+            ),
         )
     )
     return tuple(steps)
+
+
+def install_indexes(plan: Plan, options: RenderOptions) -> tuple[str, ...]:
+    """The index URLs the installers are given, credentials and all (the lock files carry
+    none): the default index first, then the PyTorch index."""
+    default = options.pypi_index or DEFAULT_PYPI_INDEX
+    indexes = [default]
+    if plan.index_url and plan.index_url != default:
+        indexes.append(plan.index_url)
+    return tuple(indexes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,39 +387,71 @@ def render_install_sh(plan: Plan, options: RenderOptions) -> str:
     blocks = []
     for number, step in enumerate(steps, start=1):
         title = f"{number}/{len(steps)}: {step.title}"
-        blocks.append(f"step {shlex.quote(title)}\n{_wrap_shell(step)}")
+        blocks.append(f"step {shlex.quote(title)}\n{_step_shell(step)}")
     return fill(
         _template("install.sh.tmpl"),
         {
             "header": _header(plan, options, "install.sh"),
+            "lock_files": " ".join(
+                shlex.quote(name)
+                for name in (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
+            ),
             "steps": "\n\n".join(blocks),
         },
     )
 
 
-def _wrap_shell(step: Step) -> str:
-    """The step as bash: options with their values on one line each, joined with backslashes.
+def _step_shell(step: Step) -> str:
+    """A step as bash: the uv and pip forms behind a test of ``$INSTALLER`` when they differ,
+    gated by ``only_if`` when it has one."""
+    if step.uv_argv is None:
+        body = _wrap_shell(step.argv)
+    else:
+        body = (
+            'if [ "$INSTALLER" = uv ]; then\n'
+            f"{_indent(_wrap_shell(step.uv_argv))}\n"
+            "else\n"
+            f"{_indent(_wrap_shell(step.argv))}\n"
+            "fi"
+        )
+    if step.only_if is None:
+        return body
+    otherwise = shlex.quote(f"cudalock: {step.otherwise or 'nothing to do'}")
+    return f"if {step.only_if}; then\n{_indent(body)}\nelse\n    echo {otherwise}\nfi"
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"    {line}" if line else line for line in text.splitlines())
+
+
+def _shell_word(arg: str) -> str:
+    return {PYTHON: '"$PYTHON"', UV: '"$UV"'}.get(arg, shlex.quote(arg))
+
+
+def _wrap_shell(argv: tuple[str, ...]) -> str:
+    """A command as bash: options with their values on one line each, joined with backslashes.
 
     The verification script goes in a quoted here-document (``<<'EOF'``: nothing in it is
     expanded); it is cudalock's own text, never a user value.
     """
-    if step.argv[1] == "-c":
-        script, args = step.argv[2], step.argv[3:]
+    if argv[1] == "-c":
+        script, args = argv[2], argv[3:]
         quoted = " ".join(shlex.quote(a) for a in args)
         return f"\"$PYTHON\" - {quoted} <<'{HEREDOC_END}'\n{script.rstrip()}\n{HEREDOC_END}"
-    words = [shlex.quote(a) for a in step.argv[1:]]
-    head_length = 4 if step.argv[3:4] == ("install",) else len(words)
-    head = " ".join(['"$PYTHON"', *words[:head_length]])
+    words = [_shell_word(a) for a in argv]
+    head_length = 3 if argv[0] == UV else 4
+    head_length = min(head_length, len(words))
+    head = " ".join(words[:head_length])
     lines: list[str] = []
     index = head_length
     while index < len(words):
         word = words[index]
-        if step.argv[index + 1] in _OPTIONS_WITH_VALUES and index + 1 < len(words):
+        if argv[index] in (*_OPTIONS_WITH_VALUES, "--python") and index + 1 < len(words):
             word = f"{word} {words[index + 1]}"
             index += 1
         lines.append(word)
         index += 1
-    if len(" ".join([head, *lines])) <= 96:
+    if len(" ".join([head, *lines])) <= 92:
         return " ".join([head, *lines])
     return " \\\n    ".join([head, *lines])
 
@@ -393,7 +465,7 @@ def _pip_section(plan: Plan, options: RenderOptions) -> list[str]:
             lines.append(f"--extra-index-url {options.pypi_index}")
     elif options.pypi_index:
         lines.append(f"--index-url {options.pypi_index}")
-    lines += [pin.requirement for pin in torch_family(plan)]
+    lines += [pin.requirement for pin in torch_family(plan, options.closure)]
     return lines
 
 
@@ -403,10 +475,12 @@ def _conda_python(plan: Plan) -> list[str]:
     return [f"python={plan.python}"]
 
 
-def _conda_channels_and_compilers(plan: Plan) -> tuple[list[str], list[str]]:
+def _conda_channels_and_compilers(
+    plan: Plan, closure: Closure | None
+) -> tuple[list[str], list[str]]:
     channels = ["conda-forge"]
     packages: list[str] = []
-    if builds_deepspeed_ops(plan) and plan.cuda is not None:
+    if builds_deepspeed_ops(plan, closure) and plan.cuda is not None:
         cuda = format_cuda(plan.cuda)
         if plan.cuda[0] >= CONDA_FORGE_FIRST_NVCC_MAJOR:
             packages += ["cuda-nvcc", f"cuda-version={cuda}"]
@@ -417,17 +491,16 @@ def _conda_channels_and_compilers(plan: Plan) -> tuple[list[str], list[str]]:
 
 
 def render_environment_yml(plan: Plan, options: RenderOptions) -> str:
-    channels, compilers = _conda_channels_and_compilers(plan)
+    channels, compilers = _conda_channels_and_compilers(plan, options.closure)
     conda_deps = [*_conda_python(plan), "pip", *compilers]
     dependencies = [f"  - {yaml_scalar(dep)}" for dep in conda_deps]
     dependencies.append("  - pip:")
     dependencies += [f"      - {yaml_scalar(line)}" for line in _pip_section(plan, options)]
-    after = []
-    if options.framework or companions(plan):
-        after = [
-            f"Then:    conda activate {options.name} && bash install.sh",
-            "(the framework and companions need pip options environment.yml cannot carry)",
-        ]
+    after = [
+        f"Then:    conda activate {options.name} && bash install.sh",
+        "(it installs the locked closure, hash-checked and without a resolver, and builds "
+        "DeepSpeed last: pip options environment.yml cannot carry)",
+    ]
     return fill(
         _template("environment.yml.tmpl"),
         {
@@ -441,7 +514,7 @@ def render_environment_yml(plan: Plan, options: RenderOptions) -> str:
 
 
 def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
-    channels, compilers = _conda_channels_and_compilers(plan)
+    channels, compilers = _conda_channels_and_compilers(plan, options.closure)
     repositories = []
     if plan.index_url and plan.index_url != options.pypi_index:
         repositories.append(plan.index_url)
@@ -449,7 +522,9 @@ def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
         repositories.append(options.pypi_index)
     dependencies = [f"  - {yaml_scalar(dep)}" for dep in [*_conda_python(plan), "pip", *compilers]]
     dependencies.append("  - pip:")
-    dependencies += [f"      - {yaml_scalar(pin.requirement)}" for pin in torch_family(plan)]
+    dependencies += [
+        f"      - {yaml_scalar(pin.requirement)}" for pin in torch_family(plan, options.closure)
+    ]
     subdir = platform_named(plan.platform).conda_subdir
     return fill(
         _template("environment.conda-lock.yml.tmpl"),
@@ -472,7 +547,7 @@ def render_constraints_txt(plan: Plan, options: RenderOptions) -> str:
         _template("constraints.txt.tmpl"),
         {
             "header": _header(plan, options, "constraints.txt"),
-            "pins": "\n".join(pin.requirement for pin in torch_family(plan)),
+            "pins": "\n".join(pin.requirement for pin in torch_family(plan, options.closure)),
         },
     )
 
@@ -488,17 +563,49 @@ def render_requirements_txt(plan: Plan, options: RenderOptions) -> str:
 
 
 def render_uv_pyproject(plan: Plan, options: RenderOptions) -> str:
-    family = torch_family(plan)
+    """A uv project holding the closure: its direct requirements (the torch family routed to
+    an explicit index), every locked version as a constraint, and DeepSpeed built against the
+    locked torch, so ``uv sync`` installs what install.sh installs."""
+    closure = options.closure
+    family = torch_family(plan, closure)
+    family_names = {canonicalize_name(p.name) for p in family}
     dependencies = [pin.requirement for pin in family]
     dependencies += [pin.requirement for pin in companions(plan)]
     notes: list[str] = []
-    if options.framework:
-        kind = classify_framework(options.framework)
+    local_sources: list[str] = []
+    fits = {fit.given: fit for fit in closure.frameworks} if closure else {}
+    for framework in options.frameworks:
+        kind = classify_framework(framework)
         if kind == "requirement":
-            dependencies.append(options.framework)
-        else:
+            fit = fits.get(framework)
+            dependencies.append(fit.requested if fit else framework)
+            continue
+        found = _locked_local(closure, framework) if closure else None
+        if found is None:
             flag = "--editable " if kind == "path" else ""
-            notes.append(f"Add the framework with: uv add {flag}{shlex.quote(options.framework)}")
+            notes.append(f"Add the framework with: uv add {flag}{shlex.quote(framework)}")
+            continue
+        name, dependency, source = found
+        dependencies.append(dependency)
+        if source:
+            local_sources.append(f"{name} = {source}")
+    constraints: list[str] = []
+    build: list[str] = []
+    if closure is not None:
+        dependencies += list(closure.additions)
+        constraints = [
+            f"{canonicalize_name(p.name)}=={p.version}"
+            for p in sorted(closure.lock.packages, key=lambda p: p.name)
+            if p.version is not None and p.directory is None and p.vcs is None
+        ]
+        built = closure.built_last
+    else:
+        built = tuple(
+            name for name in BUILT_AGAINST_TORCH if any(p.name == name for p in plan.packages)
+        )
+    if built:
+        torch = plan.torch_pin.requirement
+        build = [f"{name} = [{toml_string(torch)}]" for name in built]
     index_name = f"pytorch-{plan.variant}"
     indexes = []
     if plan.index_url and plan.index_url != options.pypi_index:
@@ -511,13 +618,14 @@ def render_uv_pyproject(plan: Plan, options: RenderOptions) -> str:
             f'[[tool.uv.index]]\nname = "pypi-mirror"\n'
             f"url = {toml_string(options.pypi_index)}\ndefault = true"
         )
-    routed = sorted({*TORCH_FAMILY, *(canonicalize_name(p.name) for p in family)})
+    routed = sorted({*TORCH_FAMILY, *family_names})
     sources = (
         [f"{name} = {{ index = {toml_string(index_name)} }}" for name in routed]
         if plan.index_url and plan.index_url != options.pypi_index
         else []
     )
     python = plan.python.rstrip("t")
+    environment = platform_named(plan.platform).marker
     return fill(
         _template("pyproject.toml.tmpl"),
         {
@@ -526,7 +634,26 @@ def render_uv_pyproject(plan: Plan, options: RenderOptions) -> str:
             "project_name": toml_string(options.name),
             "requires_python": toml_string(f"=={python}.*"),
             "dependencies": "\n".join(f"    {toml_string(d)}," for d in dependencies),
+            "environments": toml_string(environment),
+            "constraints": "\n".join(f"    {toml_string(c)}," for c in constraints),
+            "build": "\n".join(build),
             "indexes": "\n\n".join(indexes),
-            "sources": "\n".join(sources),
+            "sources": "\n".join([*sources, *local_sources]),
         },
     )
+
+
+def _locked_local(closure: Closure, framework: str) -> tuple[str, str, str | None] | None:
+    """(name, dependency, source) of a path or VCS framework as the lock holds it."""
+    for package in closure.lock.packages:
+        if package.directory is not None and Path(package.directory.path) == Path(framework):
+            source = (
+                f"{{ path = {toml_string(str(package.directory.path))}, "
+                f"editable = {'true' if package.directory.editable else 'false'} }}"
+            )
+            return package.name, package.name, source
+        vcs = package.vcs
+        if vcs is not None and vcs.url and framework.endswith(vcs.url.split("://", 1)[-1]):
+            revision = f"@{vcs.commit_id}" if vcs.commit_id else ""
+            return package.name, f"{package.name} @ {vcs.type}+{vcs.url}{revision}", None
+    return None

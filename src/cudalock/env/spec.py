@@ -9,7 +9,7 @@ flag or its environment variable.
 Layout::
 
     spec_version = 1
-    [request]   torch, python, cuda, compat, with, framework, pytorch_index, pypi_index
+    [request]   torch, python, cuda, compat, with, frameworks, pytorch_index, pypi_index
     [target]    driver_version, driver_cuda, compute_capabilities, platform, gpu
     [output]    format, name
 """
@@ -194,6 +194,7 @@ _REQUEST_KEYS = (
     "cuda",
     "compat",
     "with",
+    "frameworks",
     "framework",
     "pytorch_index",
     "pypi_index",
@@ -209,13 +210,18 @@ def _request(table: _Table) -> Request:
     if compat not in ("strict", "minor"):
         raise InputError(f"{table.where}: [request] compat must be strict or minor, got {compat!r}")
     with_packages = table.texts("with")
+    frameworks = table.texts("frameworks")
+    if frameworks is None:
+        # Written before --framework could be repeated: one string.
+        single = table.text("framework")
+        frameworks = (single,) if single else ()
     return Request(
         torch=table.text("torch") or "",
         python=table.text("python"),
         cuda=table.text("cuda"),
         compat="minor" if compat == "minor" else "strict",
         with_packages=with_packages if with_packages is not None else default.with_packages,
-        framework=table.text("framework"),
+        frameworks=frameworks,
         pytorch_index=table.text("pytorch_index") or default.pytorch_index,
         pypi_index=table.text("pypi_index"),
     )
@@ -259,7 +265,8 @@ def spec_values(spec: Spec) -> dict[str, dict[str, Any]]:
             "compat": request.compat,
             "with": list(request.with_packages),
             # A VCS URL may carry a token (git+https://user:TOKEN@host/...): not recorded.
-            "framework": strip_credentials_in(request.framework) if request.framework else None,
+            "frameworks": [strip_credentials_in(framework) for framework in request.frameworks],
+            "framework": None,  # the single-framework key of older files gives way to the list
             "pytorch_index": strip_credentials(request.pytorch_index),
             "pypi_index": strip_credentials(request.pypi_index) if request.pypi_index else None,
         },

@@ -1,6 +1,42 @@
-"""The lock: the whole dependency closure of a Plan, resolved by uv, as ``pylock.toml`` (PEP 751)
-and ``requirements.lock.txt``, and the check that it is still current."""
+"""The lock: the whole dependency closure of a Plan, resolved once by uv and fitted to its torch,
+as ``pylock.toml`` (PEP 751) and the files pip and uv install it from, and the check that it is
+still current."""
 
-from cudalock.lock.pylock import LOCK_FILE, REQUIREMENTS_FILE, LockResult, check_lock, make_lock
+from cudalock.lock.closure import (
+    Closure,
+    FrameworkFit,
+    UvOptions,
+    absolute_frameworks,
+    resolve_closure,
+)
+from cudalock.lock.files import LockResult, check_lock, lock_texts, make_lock
+from cudalock.lock.pylock import (
+    BUILT_AGAINST_TORCH,
+    LAST_FILE,
+    LOCK_FILE,
+    LOCK_FILES,
+    REQUIREMENTS_FILE,
+    UV_SETTINGS_FILE,
+    NotOnIndex,
+)
+from cudalock.lock.uv import find_uv
 
-__all__ = ["LOCK_FILE", "REQUIREMENTS_FILE", "LockResult", "check_lock", "make_lock"]
+__all__ = [
+    "BUILT_AGAINST_TORCH",
+    "LAST_FILE",
+    "LOCK_FILE",
+    "LOCK_FILES",
+    "REQUIREMENTS_FILE",
+    "UV_SETTINGS_FILE",
+    "Closure",
+    "FrameworkFit",
+    "LockResult",
+    "NotOnIndex",
+    "UvOptions",
+    "absolute_frameworks",
+    "check_lock",
+    "find_uv",
+    "lock_texts",
+    "make_lock",
+    "resolve_closure",
+]

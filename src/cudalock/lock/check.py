@@ -23,7 +23,7 @@ _REQUEST_FIELDS = (
     ("cuda", "CUDA pin"),
     ("compat", "compatibility policy"),
     ("with", "companion packages (--with)"),
-    ("framework", "framework"),
+    ("frameworks", "frameworks (--framework)"),
     ("pytorch_index", "PyTorch index"),
     ("pypi_index", "PyPI index"),
 )

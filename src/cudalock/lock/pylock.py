@@ -9,37 +9,41 @@ packages on that index *only*, so a same-named version on PyPI or a mirror can n
 its mirror (``--default-index``). uv resolves for the Target's platform and Python
 (``--python-platform``, ``--python-version``), not this machine's.
 
-The pure parts (building uv's input, shaping and validating the lock, the requirements file)
-are plain functions; :func:`make_lock` is the edge that runs uv and writes the files.
+The whole closure is resolved once (:mod:`cudalock.lock.closure`: the torch family found in it
+routed too, frameworks asked for with the extras that declare their torch requirement) and
+then written as the files every install path reads (:mod:`cudalock.lock.files`):
+``pylock.toml``; ``requirements.lock.txt`` for pip (everything installed first, hash-checked,
+``--no-deps``); ``requirements.last.txt`` (DeepSpeed, built last, without build isolation,
+against the installed torch); and ``uv-install.toml``, the settings with which uv installs
+``pylock.toml`` so that it builds DeepSpeed against the locked torch too.
+
+This module holds the pure parts: uv's input, the record, shaping and validating the lock and
+rendering the files.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
 import sys
-import tempfile
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tomlkit
 from packaging.pylock import Package, Pylock, PylockValidationError
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from cudalock import __version__
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
-from cudalock.fsutil import read_bounded, refuse_existing, write_group
-from cudalock.lock.check import LockState, compare, pins_missing_from_lock
-from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
-from cudalock.model import Plan, Request, Target
+from cudalock.fsutil import read_bounded
+from cudalock.lock.check import LockState
+from cudalock.model import PackagePin, Plan, Request, Target
 from cudalock.platforms import platform_named
+from cudalock.resolve import classify_framework
 from cudalock.tomlfile import tomllib
 from cudalock.urls import (
     DEFAULT_PYPI_INDEX,
@@ -50,12 +54,29 @@ from cudalock.urls import (
 )
 from cudalock.versions import format_cc, format_cuda
 
-if TYPE_CHECKING:
-    from cudalock.lock.check import LockState
-
-
 LOCK_FILE = "pylock.toml"
 REQUIREMENTS_FILE = "requirements.lock.txt"
+#: DeepSpeed (and any other package built against the installed torch), installed last.
+LAST_FILE = "requirements.last.txt"
+#: The settings with which ``uv pip sync`` / ``uv pip install`` install ``pylock.toml``.
+UV_SETTINGS_FILE = "uv-install.toml"
+LOCK_FILES = (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
+#: Packages that record the torch they were built against (DeepSpeed's
+#: ``git_version_info_installed.py``); built in isolation they record none (torch "0.0").
+BUILT_AGAINST_TORCH = ("deepspeed",)
+#: The uv input file for frameworks given as a local path or a URL without a name.
+LOCAL_INPUT = "requirements.in"
+#: How each installer installs the lock (the header of pylock.toml and the README).
+PIP_FIRST = f"pip install --no-deps --require-hashes -r {REQUIREMENTS_FILE}"
+PIP_LAST = (
+    "pip install --no-deps --no-build-isolation --no-cache-dir --force-reinstall "
+    f"--require-hashes -r {LAST_FILE}"
+)
+INSTALL_LINES = (
+    f"Install with uv: uv pip sync --config-file {UV_SETTINGS_FILE} {LOCK_FILE}",
+    f"With pip: {PIP_FIRST}",
+    f"  then, against the installed torch: {PIP_LAST}",
+)
 #: The name of the throw-away project uv compiles (uv's messages name it).
 INPUT_PROJECT = "cudalock-lock-input"
 #: Written into ``[tool.cudalock]``; bump when the record's shape changes.
@@ -122,6 +143,9 @@ class LockInput:
     python: str
     platform: str
     python_platform: str
+    #: Frameworks given as a local path (``-e /abs/dir``) or a URL without a name: uv reads
+    #: them from a requirements file, which takes such lines.
+    local: tuple[str, ...] = field(default=())
 
     def index_for(self, name: str) -> str:
         """The index a package (any spelling) is resolved from."""
@@ -130,6 +154,11 @@ class LockInput:
             if normalized in route.packages:
                 return route.url
         return self.default_index
+
+    @property
+    def indexes(self) -> tuple[str, ...]:
+        """Every index uv may read, credentials included (for fetching what it locked)."""
+        return (self.default_index, *(route.url for route in self.routes))
 
 
 def _index_name(url: str, taken: set[str]) -> str:
@@ -143,6 +172,16 @@ def _index_name(url: str, taken: set[str]) -> str:
     return name
 
 
+def default_index_of(
+    request: Request, *, pypi_index: str | None = None, allow_insecure: bool = False
+) -> str:
+    return validate_index_url(
+        pypi_index or request.pypi_index or DEFAULT_PYPI_INDEX,
+        flag="--pypi-index",
+        allow_insecure=allow_insecure,
+    )
+
+
 def lock_input(
     plan: Plan,
     request: Request,
@@ -150,22 +189,27 @@ def lock_input(
     pypi_index: str | None = None,
     glibc: str | None = None,
     allow_insecure: bool = False,
+    family: Sequence[PackagePin] = (),
+    extras: Mapping[str, Sequence[str]] | None = None,
+    additions: Sequence[str] = (),
 ) -> LockInput:
     """uv's input for ``plan``: its pins, routed, plus requested packages it does not pin.
 
-    ``with`` packages and the framework that the Plan does not pin itself are passed as the user
-    wrote them, so uv pins them (and their dependencies) under the Plan's torch.
+    ``with`` packages and the frameworks that the Plan does not pin itself are passed as the
+    user wrote them, so uv pins them (and their dependencies) under the Plan's torch;
+    ``extras`` adds extras to a framework (by the text the user gave). ``family`` are further
+    torch-family pins the closure was found to need, routed like the Plan's; ``additions`` are
+    further requirements (DeepSpeed's build tools), from the default index.
     """
-    default_index = validate_index_url(
-        pypi_index or request.pypi_index or DEFAULT_PYPI_INDEX,
-        flag="--pypi-index",
-        allow_insecure=allow_insecure,
-    )
+    default_index = default_index_of(request, pypi_index=pypi_index, allow_insecure=allow_insecure)
     requirements: list[str] = []
+    local: list[str] = []
     routed: dict[str, list[str]] = {}
     pinned: set[str] = set()
-    for pin in plan.packages:
+    for pin in (*plan.packages, *family):
         name = canonicalize_name(pin.name)
+        if name in pinned:
+            continue
         pinned.add(name)
         requirements.append(f"{name}=={pin.version}")
         if pin.index_url:
@@ -174,18 +218,36 @@ def lock_input(
             )
             if url != default_index:
                 routed.setdefault(url, []).append(name)
-    extras = [*request.with_packages, *([request.framework] if request.framework else [])]
-    for text in extras:
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement:
-            raise UsageError(
-                f"cannot lock {text!r}: expected a requirement such as 'deepspeed>=0.15' or "
-                "'name @ https://...' (a local path cannot be locked with hashes)"
-            ) from None
+    for text in request.with_packages:
+        requirement = Requirement(text)
         if canonicalize_name(requirement.name) not in pinned:
             requirements.append(str(requirement))
             pinned.add(canonicalize_name(requirement.name))
+    for text in request.frameworks:
+        kind = classify_framework(text)
+        if kind == "path":
+            # A file URL: any character a path may hold survives, percent-encoded.
+            local.append(f"-e {Path(text).as_uri()}")
+            continue
+        if kind == "url":
+            local.append(text)
+            continue
+        requirement = Requirement(text)
+        added = (extras or {}).get(text, ())
+        if added:
+            requirement.extras = {*requirement.extras, *added}
+        name = canonicalize_name(requirement.name)
+        if name in pinned:
+            raise UsageError(
+                f"--framework {text!r} names {requirement.name}, which the plan already pins; "
+                "give it once"
+            )
+        requirements.append(str(requirement))
+        pinned.add(name)
+    for text in additions:
+        if canonicalize_name(Requirement(text).name) not in pinned:
+            requirements.append(text)
+            pinned.add(canonicalize_name(Requirement(text).name))
     taken: set[str] = set()
     routes = tuple(
         IndexRoute(name=_index_name(url, taken), url=url, packages=tuple(names))
@@ -198,6 +260,7 @@ def lock_input(
         python=plan.python,
         platform=plan.platform,
         python_platform=uv_python_platform(plan.platform, glibc),
+        local=tuple(local),
     )
 
 
@@ -218,17 +281,31 @@ def input_project(inp: LockInput) -> str:
     return tomlkit.dumps(doc)
 
 
-def uv_compile_args(uv: str, inp: LockInput, *, upgrade: bool, cache_dir: Path | None) -> list[str]:
+def input_requirements(inp: LockInput) -> str | None:
+    """The ``requirements.in`` beside the input project: local and URL frameworks, if any."""
+    if not inp.local:
+        return None
+    return "".join(f"{line}\n" for line in inp.local)
+
+
+def uv_compile_args(
+    uv: str,
+    inp: LockInput,
+    *,
+    upgrade: bool,
+    cache_dir: Path | None,
+    no_deps: bool = False,
+    offline: bool = False,
+) -> list[str]:
     """``uv pip compile`` for the input project (run in its directory, output ``pylock.toml``).
 
     The default index is passed through the environment (``UV_DEFAULT_INDEX``), not argv, so
     credentials in a mirror URL never show in a process listing.
     """
-    args = [
-        uv,
-        "pip",
-        "compile",
-        "pyproject.toml",
+    args = [uv, "pip", "compile", "pyproject.toml"]
+    if inp.local:
+        args.append(LOCAL_INPUT)
+    args += [
         "--format",
         "pylock.toml",
         "--output-file",
@@ -246,6 +323,10 @@ def uv_compile_args(uv: str, inp: LockInput, *, upgrade: bool, cache_dir: Path |
         args += ["--python", interpreter]
     if upgrade:
         args.append("--upgrade")
+    if no_deps:
+        args.append("--no-deps")
+    if offline:
+        args.append("--offline")
     if cache_dir is not None:
         args += ["--cache-dir", str(cache_dir)]
     return args
@@ -316,9 +397,16 @@ def fingerprint(document: Any) -> str:
 
 
 def lock_record(
-    plan: Plan, request: Request, inp: LockInput, *, cudalock_version: str, uv_version: str
+    plan: Plan,
+    request: Request,
+    inp: LockInput,
+    *,
+    cudalock_version: str,
+    uv_version: str,
+    closure: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``[tool.cudalock]`` table: what the lock was made from, for ``--check``."""
+    """The ``[tool.cudalock]`` table: what the lock was made from (for ``--check``) and how the
+    closure was fitted to the plan (``closure``: extras added, family members routed, ...)."""
     req = request_summary(request)
     targets = [target_summary(t) for t in plan.targets]
     plan_json = plan.to_json()
@@ -341,6 +429,7 @@ def lock_record(
         "request": req,
         "targets": targets,
         "plan": _without_none(redact_json(plan_json)),
+        **({"closure": _without_none(redact_json(dict(closure)))} if closure else {}),
     }
 
 
@@ -381,12 +470,8 @@ def finalize_lock(
             "regenerate with 'cudalock lock', check with 'cudalock lock --check'."
         )
     )
-    doc.add(
-        tomlkit.comment(
-            "Install: uv pip sync pylock.toml | pip install -r pylock.toml (pip >= "
-            "26.3) | pip install --require-hashes -r requirements.lock.txt"
-        )
-    )
+    for line in INSTALL_LINES:
+        doc.add(tomlkit.comment(line))
     doc["lock-version"] = uv_doc.get("lock-version", "1.0")
     doc["environments"] = [environment_marker(inp.platform)]
     # The wheels are for this one Python; an installer must refuse any other.
@@ -395,11 +480,13 @@ def finalize_lock(
     packages = tomlkit.aot()
     for entry in uv_doc.get("packages", []):
         table = tomlkit.table()
+        # A directory or VCS checkout comes from no index.
+        from_index = not any(key in entry for key in ("directory", "vcs", "archive"))
         for key, value in entry.items():
             table[key] = value
-            if key == "version":
+            if key == "version" and from_index:
                 table["index"] = strip_credentials(inp.index_for(str(entry["name"])))
-        if "index" not in table:
+        if "index" not in table and from_index:
             table["index"] = strip_credentials(inp.index_for(str(entry["name"])))
         packages.append(table)
     doc["packages"] = packages
@@ -447,37 +534,133 @@ def _sha256s(package: Package) -> list[str]:
     return sorted({h for h in hashes if h})
 
 
-def requirements_lock(lock: Pylock, inp: LockInput, *, cudalock_version: str) -> str:
-    """pip's ``--require-hashes`` rendering of the lock: pins, markers and every sha256.
+def _hashed_line(package: Package) -> str:
+    hashes = _sha256s(package)
+    if not hashes:
+        raise EnvironmentFailure(f"the lock has no sha256 for {package.name}")
+    if package.archive is not None and package.archive.url:
+        head = f"{package.name} @ {package.archive.url}"
+    else:
+        head = f"{package.name}=={package.version}"
+    if package.marker is not None:
+        head += f" ; {package.marker}"
+    return " \\\n".join([head, *(f"    --hash=sha256:{h}" for h in hashes)])
 
-    Index lines carry no credentials (pip takes them from netrc or keyring); hash checking makes
-    the extra index safe: pip only accepts a file whose sha256 is listed here.
-    """
-    lines = [
-        f"# Generated by cudalock {cudalock_version} from {LOCK_FILE}; do not edit.",
-        f"# For Python {inp.python} on {inp.platform}. Install with:",
-        f"#   pip install --require-hashes -r {REQUIREMENTS_FILE}",
-        f"--index-url {strip_credentials(inp.default_index)}",
-    ]
-    lines += [f"--extra-index-url {strip_credentials(r.url)}" for r in inp.routes]
-    lines.append("")
+
+def is_built_last(package: Package) -> bool:
+    return canonicalize_name(package.name) in BUILT_AGAINST_TORCH
+
+
+def is_local(package: Package) -> bool:
+    """A directory or VCS checkout: pip cannot check it by hash; installed with --no-deps."""
+    return package.vcs is not None or package.directory is not None
+
+
+def lock_indexes(lock: Pylock, default_index: str) -> list[str]:
+    """The default index, then every other index the lock's packages come from (credentials
+    stripped: the lock records none)."""
+    indexes = [strip_credentials(default_index)]
     for package in sorted(lock.packages, key=lambda p: p.name):
-        if package.vcs is not None or package.directory is not None:
-            raise UsageError(
-                f"{package.name} is locked from a VCS checkout or a directory, which pip cannot "
-                "verify by hash; lock a released version of it instead"
-            )
-        hashes = _sha256s(package)
-        if not hashes:
-            raise EnvironmentFailure(f"the lock has no sha256 for {package.name}")
-        if package.archive is not None and package.archive.url:
-            head = f"{package.name} @ {package.archive.url}"
-        else:
-            head = f"{package.name}=={package.version}"
-        if package.marker is not None:
-            head += f" ; {package.marker}"
-        lines.append(" \\\n".join([head, *(f"    --hash=sha256:{h}" for h in hashes)]))
-    return "\n".join(lines) + "\n"
+        index = strip_credentials(package.index) if package.index else None
+        if index and index not in indexes:
+            indexes.append(index)
+    return indexes
+
+
+def requirements_files(
+    lock: Pylock,
+    *,
+    default_index: str,
+    python: str,
+    platform: str,
+    cudalock_version: str,
+) -> dict[str, str]:
+    """pip's ``--require-hashes`` rendering of the lock, as two files: ``requirements.lock.txt``
+    (installed first, with ``--no-deps``) and ``requirements.last.txt`` (packages built against
+    the installed torch, installed after it without build isolation).
+
+    Index lines carry no credentials (pip takes them from the command line, netrc or keyring);
+    hash checking makes the extra index safe: pip only accepts a file whose sha256 is listed.
+    """
+    indexes = lock_indexes(lock, default_index)
+    default = indexes[0]
+    packages = sorted(lock.packages, key=lambda p: p.name)
+    first = [p for p in packages if not is_built_last(p) and not is_local(p)]
+    last = [p for p in packages if is_built_last(p) and not is_local(p)]
+    local = [p for p in packages if is_local(p)]
+    head = [
+        f"# Generated by cudalock {cudalock_version} from {LOCK_FILE}; do not edit.",
+        f"# For Python {python} on {platform}. Install with:",
+        f"#   {PIP_FIRST}",
+        f"#   {PIP_LAST}",
+    ]
+    if local:
+        names = ", ".join(p.name for p in local)
+        head.append(
+            f"# Not here: {names}, from a directory or a VCS checkout (no hash to check): "
+            "install.sh installs it with --no-deps."
+        )
+    lines = [
+        *head,
+        f"--index-url {indexes[0]}",
+        *(f"--extra-index-url {url}" for url in indexes[1:]),
+        "",
+        *(_hashed_line(p) for p in first),
+    ]
+    last_lines = [
+        f"# Generated by cudalock {cudalock_version} from {LOCK_FILE}; do not edit.",
+        "# Built against the installed torch, so installed after everything in "
+        f"{REQUIREMENTS_FILE}:",
+        f"#   {PIP_LAST}",
+    ]
+    if last:
+        last_lines += [f"--index-url {default}", "", *(_hashed_line(p) for p in last)]
+    else:
+        last_lines.append("# Nothing in this closure is built against torch.")
+    return {
+        REQUIREMENTS_FILE: "\n".join(lines) + "\n",
+        LAST_FILE: "\n".join(last_lines) + "\n",
+    }
+
+
+def uv_settings(lock: Pylock, *, default_index: str, cudalock_version: str) -> str:
+    """``uv-install.toml``: how uv installs ``pylock.toml`` so that it gives the environment
+    install.sh gives.
+
+    uv builds an sdist in an isolated environment; for DeepSpeed that environment gets the
+    locked torch (``extra-build-dependencies``), so DeepSpeed records that torch, and uv keys
+    the built wheel on it (a wheel built against another torch is never reused). The indexes
+    serve that build environment only: the lock names every file it installs by URL.
+    """
+    doc = tomlkit.document()
+    doc.add(
+        tomlkit.comment(
+            f"Generated by cudalock {cudalock_version} from {LOCK_FILE}; do not edit. Use it as:"
+        )
+    )
+    doc.add(tomlkit.comment(f"  uv pip sync --config-file {UV_SETTINGS_FILE} {LOCK_FILE}"))
+    versions = locked_versions(lock)
+    built = [name for name in BUILT_AGAINST_TORCH if name in versions]
+    if built and "torch" in versions:
+        table = tomlkit.table()
+        for name in built:
+            table[name] = [f"torch=={versions['torch']}"]
+        doc["extra-build-dependencies"] = table
+    indexes = tomlkit.aot()
+    default, *others = lock_indexes(lock, default_index)
+    taken: set[str] = set()
+    for url in others:
+        entry = tomlkit.table()
+        entry["name"] = _index_name(url, taken)
+        entry["url"] = url
+        indexes.append(entry)
+    entry = tomlkit.table()
+    entry["name"] = "default"
+    entry["url"] = default
+    entry["default"] = True
+    indexes.append(entry)
+    doc["index"] = indexes
+    return tomlkit.dumps(doc)
 
 
 def locked_versions(lock: Pylock) -> dict[str, str]:
@@ -487,15 +670,7 @@ def locked_versions(lock: Pylock) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------
-# The edge: run uv, validate, write
-
-
-@dataclass(frozen=True)
-class LockResult:
-    lock_path: Path
-    requirements_path: Path
-    packages: dict[str, str]
-    input: LockInput
+# uv's answers
 
 
 #: A lock of even a thousand packages is a few MB.
@@ -520,11 +695,46 @@ def is_ours(path: Path) -> bool:
     return text.startswith("# Generated by cudalock")
 
 
+class NotOnIndex(EnvironmentFailure):
+    """The index does not serve the build the plan chose (an incomplete mirror, say): exit 3,
+    but not a network failure that trying again later would mend."""
+
+
+def missing_from_index(stderr: str, inp: LockInput) -> NotOnIndex | None:
+    """The routed pin uv found no file for ("torch was not found in the package registry"):
+    the index does not serve the build the plan chose, which no framework can change."""
+    for route in inp.routes:
+        for name in route.packages:
+            pattern = (
+                rf"(?:\b{re.escape(name)} was not found in the package registry"
+                rf"|there is no version of {re.escape(name)}==)"
+            )
+            if re.search(pattern, stderr):
+                version = next(
+                    (r.split("==", 1)[1] for r in inp.requirements if r.startswith(f"{name}==")),
+                    "?",
+                )
+                return NotOnIndex(
+                    f"{redact(route.url)} serves no {name}=={version} for Python {inp.python} "
+                    f"on {inp.platform}",
+                    hint="check --pytorch-index (a mirror must carry this build), or choose "
+                    "another build with --torch or --cuda",
+                )
+    return None
+
+
 def classify_uv_failure(stderr: str) -> Exception:
     """Turn uv's failure into cudalock's: no solution → exit 1, anything else → exit 3."""
     text = stderr.replace(f"{INPUT_PROJECT} depends on", "the request needs")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     lines = [line for line in lines if not line.startswith("warning:")]
+    missing = re.search(r"Because (\S+) was not found in the cache", text)
+    if missing or "the network was disabled" in text:
+        what = missing.group(1) if missing else "what the closure needs"
+        return EnvironmentFailure(
+            f"offline, and uv's cache does not hold {what}",
+            hint="run it again where the indexes can be reached (without --offline)",
+        )
     causes = [
         line.removeprefix("cause:").strip()
         for line in lines
@@ -540,7 +750,7 @@ def classify_uv_failure(stderr: str) -> Exception:
     if build:
         return EnvironmentFailure(
             f"uv had to build {build.group(1)} from source to read its dependencies, and the "
-            "build failed; nothing was written, the previous lock is untouched",
+            "build failed",
             hint="packages without wheels (DeepSpeed is an sdist) run their setup code while "
             "locking; see uv's output above, or lock without that package (--with)",
         )
@@ -552,99 +762,10 @@ def classify_uv_failure(stderr: str) -> Exception:
     if causes and causes[-1] not in detail:
         detail += f" ({causes[-1].removeprefix('Caused by:').strip()})"
     return EnvironmentFailure(
-        f"resolving the lock failed: {detail}; nothing was written, the previous lock is untouched",
+        f"resolving the closure failed: {detail}",
         hint="check the network and the index URLs (--pytorch-index, --pypi-index); uv retried "
         "each request --retries times, waiting --timeout seconds",
     )
-
-
-def make_lock(
-    plan: Plan,
-    request: Request,
-    *,
-    output_dir: Path,
-    upgrade: bool = False,
-    pypi_index: str | None = None,
-    allow_insecure: bool = False,
-    cache_dir: Path | None = None,
-    timeout_s: int = 60,
-    retries: int = 3,
-    force: bool = False,
-    echo: Callable[[str], None] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> LockResult:
-    """Resolve ``plan`` with uv and write ``pylock.toml`` and ``requirements.lock.txt``.
-
-    On any failure nothing is written and the previous files stay as they were.
-    """
-
-    say = echo or (lambda _line: None)
-    lock_path = output_dir / LOCK_FILE
-    req_path = output_dir / REQUIREMENTS_FILE
-    foreign = [p for p in (lock_path, req_path) if p.exists() and not is_ours(p)]
-    refuse_existing(foreign, force=force)
-    inp = lock_input(
-        plan,
-        request,
-        pypi_index=pypi_index,
-        glibc=target_glibc(plan.targets),
-        allow_insecure=allow_insecure,
-    )
-    uv = find_uv()
-    uv_ver = uv_version(uv)
-    routes = ", ".join(f"{', '.join(r.packages)} only from {redact(r.url)}" for r in inp.routes)
-    say(
-        f"cudalock: locking for Python {inp.python} on {inp.platform} ({inp.python_platform}) "
-        f"with uv {uv_ver}: {routes or 'no routed packages'}; everything else from "
-        f"{redact(inp.default_index)}"
-    )
-    with tempfile.TemporaryDirectory(prefix="cudalock-lock-") as tmp:
-        work = Path(tmp)
-        os.chmod(work, 0o700)  # the input may hold a mirror URL with credentials
-        (work / "pyproject.toml").write_text(input_project(inp), encoding="utf-8")
-        if not upgrade and lock_path.exists() and is_ours(lock_path):
-            # uv reads an existing output file as preferences: locked versions are kept
-            # where the new plan still allows them.
-            shutil.copyfile(lock_path, work / LOCK_FILE)
-        env = uv_environment(
-            environ if environ is not None else os.environ,
-            timeout_s=timeout_s,
-            retries=retries,
-            # uv's own temporary files go in the scratch directory, removed with it even
-            # when uv is killed (SIGTERM to cudalock).
-            extra={"UV_DEFAULT_INDEX": inp.default_index, "TMPDIR": str(work)},
-        )
-        if cache_dir is not None:
-            env.pop("UV_NO_CACHE", None)  # an explicit --cache-dir means: use it
-        args = uv_compile_args(uv, inp, upgrade=upgrade, cache_dir=cache_dir)
-        result = run_uv(args, cwd=work, env=env, echo=lambda line: say(f"  uv: {line}"))
-        if not result.ok:
-            raise classify_uv_failure(result.stderr)
-        try:
-            uv_text = (work / LOCK_FILE).read_text(encoding="utf-8")
-        except OSError as err:
-            raise EnvironmentFailure(f"uv reported success but wrote no lock: {err}") from None
-    parse_lock(uv_text, source="uv's pylock.toml")
-    record = lock_record(plan, request, inp, cudalock_version=__version__, uv_version=uv_ver)
-    text = finalize_lock(uv_text, record, inp, cudalock_version=__version__)
-    try:
-        lock, _data = parse_lock(text, source=f"the new {LOCK_FILE}")
-    except InputError as err:
-        raise EnvironmentFailure(f"{err.message}; nothing was written") from None
-    check_routes(lock, inp)
-    requirements = requirements_lock(lock, inp, cudalock_version=__version__)
-    write_group({lock_path: text, req_path: requirements}, force=True)
-    versions = locked_versions(lock)
-    say(f"cudalock: wrote {lock_path} and {req_path} ({len(versions)} packages)")
-    return LockResult(lock_path=lock_path, requirements_path=req_path, packages=versions, input=inp)
-
-
-def read_lock_file(path: Path) -> tuple[Pylock, dict[str, Any]]:
-    try:
-        text = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock file").decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path} is not UTF-8 text") from None
-    return parse_lock(text, source=str(path))
 
 
 # --------------------------------------------------------------------------------------------
@@ -662,53 +783,3 @@ def state_of(plan: Plan, request: Request) -> LockState:
         request=request_summary(request),
         pins={str(canonicalize_name(p.name)): p.version for p in plan.packages},
     )
-
-
-def _significant(text: str) -> list[str]:
-    return [
-        line.rstrip()
-        for line in text.splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-
-
-def check_lock(
-    output_dir: Path,
-    plan: Plan,
-    request: Request,
-    *,
-    pypi_index: str | None = None,
-    allow_insecure: bool = False,
-) -> list[str]:
-    """What makes the lock in ``output_dir`` stale for ``plan``/``request`` (empty: current).
-
-    An unreadable or invalid lock is an ``InputError`` (exit 2); a missing one is stale.
-    """
-
-    lock_path = output_dir / LOCK_FILE
-    req_path = output_dir / REQUIREMENTS_FILE
-    if not lock_path.exists():
-        return [f"there is no lock at {lock_path}; run cudalock lock"]
-    lock, data = read_lock_file(lock_path)
-    recorded = LockState.from_record(data.get("tool", {}).get("cudalock"), source=str(lock_path))
-    changes = compare(recorded, state_of(plan, request))
-    changes += pins_missing_from_lock(recorded.pins, locked_versions(lock))
-    if changes:
-        return changes
-    inp = lock_input(
-        plan,
-        request,
-        pypi_index=pypi_index,
-        allow_insecure=allow_insecure,
-        glibc=target_glibc(plan.targets),
-    )
-    expected = requirements_lock(lock, inp, cudalock_version=__version__)
-    if not req_path.exists():
-        return [f"{req_path} is missing; run cudalock lock"]
-    try:
-        actual = read_bounded(req_path, limit=MAX_LOCK_BYTES, what="lock file").decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{req_path} is not UTF-8 text") from None
-    if _significant(actual) != _significant(expected):
-        return [f"{req_path} does not match {lock_path}; run cudalock lock"]
-    return []

@@ -7,19 +7,19 @@ progress to the user (credentials redacted) and keeps the tail of what it said f
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudalock import procs
 from cudalock.errors import EnvironmentFailure
 from cudalock.urls import redact
 
 INSTALL_HINT = "reinstall cudalock (it depends on uv), or: pip install uv"
+#: How long one uv run may take in all; the network limits are uv's own (--timeout, --retries).
+RUN_TIMEOUT_S = 30 * 60
 
 #: Environment variables that would let the user's uv settings re-route indexes behind
 #: cudalock's back; cudalock chooses the indexes itself (mirrors go through its own flags).
@@ -63,18 +63,14 @@ def find_uv() -> str:
 def uv_version(uv: str) -> str:
     """``uv --version`` as a bare version string ("0.13.9")."""
     try:
-        done = subprocess.run(  # noqa: S603 - a fixed argument list, no shell
-            [uv, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
+        done = procs.run([uv, "--version"], what="uv --version", timeout=60)
+    except (OSError, EnvironmentFailure) as err:
         raise EnvironmentFailure(f"cannot run {uv}: {err}", hint=INSTALL_HINT) from None
-    words = done.stdout.split()
+    words = done.stdout_text().split()
     if done.returncode != 0 or len(words) < 2:
-        raise EnvironmentFailure(f"{uv} --version failed: {done.stderr.strip()}", hint=INSTALL_HINT)
+        raise EnvironmentFailure(
+            f"{uv} --version failed: {done.stderr_text().strip()}", hint=INSTALL_HINT
+        )
     return words[1]
 
 
@@ -111,45 +107,30 @@ def run_uv(
     cwd: Path,
     env: Mapping[str, str],
     echo: Callable[[str], None] | None = None,
-    timeout_s: float | None = None,
+    timeout_s: float = RUN_TIMEOUT_S,
 ) -> UvRun:
-    """Run uv with ``args``; every stderr line is passed (redacted) to ``echo`` as it arrives."""
+    """Run uv with ``args``; what it says on stderr is passed (redacted) to ``echo``.
+
+    stdout and stderr are drained together, so a lock larger than a pipe buffer (uv prints it
+    on stdout too) can never block uv, and ``timeout_s`` covers the whole run: past it, uv and
+    whatever it started are stopped (exit 3).
+    """
     try:
-        process = subprocess.Popen(  # noqa: S603 - a fixed argument list, no shell
-            list(args),
+        done = procs.run(
+            args,
+            what=f"uv {' '.join(args[1:3])}".strip(),
+            timeout=timeout_s,
             cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            start_new_session=True,  # its own group: killed whole if cudalock is stopped
+            env=env,
         )
     except OSError as err:
         raise EnvironmentFailure(
             f"cannot run {args[0]}: {err.strerror or err}", hint=INSTALL_HINT
         ) from None
-    lines: list[str] = []
-    assert process.stderr is not None and process.stdout is not None
-    try:
-        for raw in process.stderr:
-            line = redact(raw.rstrip("\n"))
-            lines.append(line)
-            if echo is not None:
-                echo(line)
-        stdout = process.stdout.read()
-        returncode = process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        raise EnvironmentFailure(f"uv did not finish within {timeout_s:.0f} s") from None
-    except BaseException:  # Ctrl-C or SIGTERM in cudalock: uv and its builds go with it
-        with contextlib.suppress(OSError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        raise
-    finally:
-        process.stdout.close()
-        process.stderr.close()
-    return UvRun(returncode=returncode, stdout=redact(stdout), stderr="\n".join(lines))
+    lines = [redact(line) for line in done.stderr_text().splitlines()]
+    if echo is not None:
+        for line in lines:
+            echo(line)
+    return UvRun(
+        returncode=done.returncode, stdout=redact(done.stdout_text()), stderr="\n".join(lines)
+    )

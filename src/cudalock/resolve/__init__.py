@@ -7,7 +7,9 @@ from cudalock.resolve.fixes import apply_fix
 from cudalock.resolve.request import (
     COMPANIONS,
     CPU_VARIANT,
+    FrameworkKind,
     RequestOptions,
+    classify_framework,
     make_request,
     parse_companion,
     parse_torch_spec,
@@ -17,8 +19,10 @@ from cudalock.resolve.search import nearest, resolve
 __all__ = [
     "COMPANIONS",
     "CPU_VARIANT",
+    "FrameworkKind",
     "RequestOptions",
     "apply_fix",
+    "classify_framework",
     "make_request",
     "nearest",
     "parse_companion",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from packaging.version import InvalidVersion, Version
 
@@ -28,12 +28,18 @@ __all__ = [
     "COMPANIONS",
     "CPU_VARIANT",
     "Companion",
+    "FrameworkKind",
     "RequestOptions",
     "check_framework",
+    "check_frameworks",
+    "classify_framework",
     "make_request",
     "parse_companion",
     "parse_torch_spec",
 ]
+
+FrameworkKind = Literal["requirement", "path", "url"]
+_VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
 
 #: The packages cudalock pairs with torch; anything else belongs to a framework's own install.
 COMPANIONS = ("torchvision", "torchaudio", "deepspeed")
@@ -116,7 +122,7 @@ def make_request(
     with_packages: Sequence[str] | None = None,
     pytorch_index: str | None = None,
     pypi_index: str | None = None,
-    framework: str | None = None,
+    frameworks: Sequence[str] = (),
     allow_insecure_index: bool = False,
 ) -> Request:
     """A validated :class:`Request` (InputError/UsageError: exit 2).
@@ -156,7 +162,7 @@ def make_request(
         cuda=cuda,
         compat="minor" if compat == "minor" else "strict",
         with_packages=tuple(packages.values()),
-        framework=check_framework(framework),
+        frameworks=check_frameworks(frameworks),
         pytorch_index=validate_index_url(
             pytorch_index or DEFAULT_PYTORCH_INDEX,
             flag="--pytorch-index",
@@ -186,7 +192,8 @@ class RequestOptions:
     compat: str | None = None
     #: As given: entries add to the default torchvision; "none" drops it.
     with_packages: tuple[str, ...] | None = None
-    framework: str | None = None
+    #: ``--framework``, repeatable; given, the list replaces the recorded one.
+    frameworks: tuple[str, ...] | None = None
     pytorch_index: str | None = None
     pypi_index: str | None = None
     allow_insecure_index: bool = False
@@ -211,21 +218,60 @@ class RequestOptions:
             cuda=pick(self.cuda, current.cuda),
             compat=pick(self.compat, current.compat) or "strict",
             with_packages=list(with_packages),
-            framework=pick(self.framework, current.framework),
+            frameworks=self.frameworks if self.frameworks is not None else current.frameworks,
             pytorch_index=pick(self.pytorch_index, current.pytorch_index),
             pypi_index=pick(self.pypi_index, current.pypi_index),
             allow_insecure_index=self.allow_insecure_index,
         )
 
 
-def check_framework(text: str | None) -> str | None:
+def check_frameworks(texts: Sequence[str]) -> tuple[str, ...]:
+    """The frameworks checked one by one, each once, in the order given."""
+    checked: list[str] = []
+    for text in texts:
+        cleaned = check_framework(text)
+        if cleaned not in checked:
+            checked.append(cleaned)
+    return tuple(checked)
+
+
+def check_framework(text: str) -> str:
     """A framework requirement, path or VCS URL on one line (shell quoting happens later)."""
-    if text is None:
-        return None
     cleaned = text.strip()
     if not cleaned or has_control(cleaned):
         raise UsageError(
             f"invalid --framework {text!r}: expected a requirement "
             "(llamafactory==0.9.5), a local path or a VCS URL, on one line"
         )
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        name = re.sub(r"[-_.]+", "-", Requirement(cleaned).name).lower()
+    except InvalidRequirement:
+        return cleaned  # a path or a URL: classified when it is installed
+    if name == "torch" or name in COMPANIONS:
+        flag = "--torch" if name == "torch" else f"--with {name}"
+        raise InputError(
+            f"--framework {cleaned!r} names {name}, which cudalock pairs with torch itself: "
+            f"choose it with {flag}"
+        )
     return cleaned
+
+
+def classify_framework(text: str) -> FrameworkKind:
+    """A requirement (``llamafactory==0.9.5``, ``name @ https://…``), a URL, or a local path."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if text.startswith(_VCS_PREFIXES) or re.match(r"^[a-z][a-z0-9+.-]*://", text):
+        return "url"
+    if text.startswith((".", "/", "~")) or "/" in text or "\\" in text:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            return "path"
+        return "requirement" if requirement.url else "path"
+    try:
+        Requirement(text)
+    except InvalidRequirement:
+        return "path"
+    return "requirement"

@@ -967,6 +967,15 @@ def _plan(
             packages.append(PackagePin(name, f"{version}{label}", index_url))
         else:
             packages.append(PackagePin(name, version, request.pypi_index))
+    requested = {pin.name for pin in packages}
+    paired = tuple(
+        PackagePin(name, f"{version}{label}", index_url)
+        for name, version in (
+            ("torchvision", release.torchvision),
+            ("torchaudio", release.torchaudio),
+        )
+        if version is not None and name not in requested
+    )
 
     explanation = _explain(matrix, fleet, request, search, choice, index_url)
     unverified = _unverified(matrix, choice, fleet, index_url)
@@ -987,6 +996,7 @@ def _plan(
         cudnn=build.cudnn,
         index_url=index_url or "",
         packages=tuple(packages),
+        paired=paired,
         targets=tuple(targets),
         rejected=nearest(search.rejected),
         explanation=tuple(explanation),

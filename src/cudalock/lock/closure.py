@@ -1,0 +1,609 @@
+"""The closure: everything a Plan's environment holds, resolved once by uv, fitted to the torch.
+
+``lock`` and ``bootstrap`` both come here. uv resolves the Plan's pins (the torch family routed
+to its explicit index), every ``--with`` package and every framework, for the target's Python
+and platform. What comes back is then checked against the Plan, and resolved again until
+nothing changes:
+
+- a torch-family package the closure holds that the Plan did not route (llamafactory requires
+  torchaudio) is added as a direct pin of the matrix's paired build, routed like torch: uv
+  applies index routing to direct dependencies only, so without this PyPI's newest torchaudio
+  (a build for another CUDA, or one that no longer requires torch) would win;
+- a framework is asked for with the extras that declare its torch requirement (transformers'
+  ``torch`` extra), read from the metadata of the version uv chose, so uv picks a version
+  whose torch requirement accepts the planned torch;
+- with DeepSpeed in the closure, its build backend (setuptools) is locked too, and on a CUDA
+  torch nvidia-ml-py, which DeepSpeed's ``setup.py`` adds to its requirements when it is built
+  against a CUDA torch (deepspeedai/DeepSpeed@3855dbb0c245bf82fac3735b7e0b089d5afd618c:
+  setup.py, "Only install pynvml on nvidia gpus").
+
+When uv finds no solution, each framework's newest release matching the request is read: one
+whose torch requirement rejects the planned torch is named, with the newest release that
+accepts it (exit 1).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from packaging.pylock import Package, Pylock
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
+from cudalock.lock.metadata import (
+    TORCH_FAMILY,
+    Metadata,
+    family_requirements,
+    fetch_metadata,
+    marker_environment,
+    torch_extras,
+)
+from cudalock.lock.pylock import (
+    BUILT_AGAINST_TORCH,
+    LOCAL_INPUT,
+    LOCK_FILE,
+    LockInput,
+    classify_uv_failure,
+    input_project,
+    input_requirements,
+    lock_input,
+    locked_versions,
+    missing_from_index,
+    parse_lock,
+    target_glibc,
+    uv_compile_args,
+)
+from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
+from cudalock.model import PackagePin, Plan, Request
+from cudalock.resolve import classify_framework
+from cudalock.urls import redact
+
+Echo = Callable[[str], None]
+#: Resolutions before the closure must have settled: one to see what it holds, one with the
+#: family routed and the extras asked for, one more if those brought in new family members.
+MAX_ROUNDS = 4
+#: Locked with DeepSpeed, which is built without build isolation against the torch: pip then
+#: needs the build backend (setuptools, which has built wheels by itself since 70.1) installed.
+DEEPSPEED_BUILD_TOOLS = ("setuptools",)
+#: Added to DeepSpeed's requirements by its setup.py when it is built against a CUDA torch.
+DEEPSPEED_CUDA_REQUIREMENT = "nvidia-ml-py"
+
+
+@dataclass(frozen=True)
+class UvOptions:
+    """How uv runs: the indexes, its cache and network limits, and whether to upgrade."""
+
+    pypi_index: str | None = None
+    allow_insecure: bool = False
+    cache_dir: Path | None = None
+    timeout_s: int = 60
+    retries: int = 3
+    upgrade: bool = False
+    environ: Mapping[str, str] | None = None
+    #: Resolve from uv's cache alone and read no index (``--offline``).
+    offline: bool = False
+
+
+@dataclass(frozen=True)
+class FrameworkFit:
+    """One framework as the closure holds it."""
+
+    given: str
+    #: As uv was asked for it (extras added); the path or URL as given for those.
+    requested: str
+    name: str | None = None
+    version: str | None = None
+    extras_added: tuple[str, ...] = ()
+    #: Its torch-family requirements with those extras ("torch>=2.5").
+    torch_requirements: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "given": self.given,
+            "requested": self.requested,
+            "name": self.name,
+            "version": self.version,
+            "extras-added": list(self.extras_added),
+            "torch-requirements": list(self.torch_requirements),
+        }
+
+
+@dataclass(frozen=True)
+class Closure:
+    """The resolved closure: uv's lock, what was fitted, and why."""
+
+    input: LockInput
+    uv_text: str
+    lock: Pylock
+    uv_version: str
+    #: Every torch-family package in the closure, routed to the plan's index (torch first).
+    family: tuple[PackagePin, ...]
+    frameworks: tuple[FrameworkFit, ...]
+    #: Requirements added to the request (DeepSpeed's build tools).
+    additions: tuple[str, ...] = ()
+    #: What was fitted and why, in words (shown with the plan, recorded in the lock).
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return locked_versions(self.lock)
+
+    @property
+    def built_last(self) -> tuple[str, ...]:
+        return tuple(name for name in BUILT_AGAINST_TORCH if name in self.versions)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "family": [pin.requirement for pin in self.family],
+            "frameworks": [fit.to_json() for fit in self.frameworks],
+            "additions": list(self.additions),
+            "built-last": list(self.built_last),
+            "notes": list(self.notes),
+        }
+
+
+def absolute_frameworks(frameworks: Sequence[str], cwd: Path) -> tuple[str, ...]:
+    """Local framework paths made absolute (and checked); requirements and URLs unchanged."""
+    result = []
+    for framework in frameworks:
+        if classify_framework(framework) != "path":
+            result.append(framework)
+            continue
+        path = Path(os.path.expanduser(framework))
+        path = path if path.is_absolute() else cwd / path
+        if not path.is_dir():
+            raise UsageError(
+                f"--framework {framework!r} looks like a local path, but no such "
+                "directory exists; expected a requirement (name==version), a VCS URL "
+                "or a project directory"
+            )
+        result.append(str(Path(os.path.normpath(path))))
+    return tuple(result)
+
+
+# --------------------------------------------------------------------------------------------
+# Running uv
+
+
+class _Uv:
+    """One uv executable, its environment and a scratch directory for its inputs."""
+
+    def __init__(self, options: UvOptions, work: Path, echo: Echo) -> None:
+        self.options = options
+        self.work = work
+        self.echo = echo
+        self.path = find_uv()
+        self.version = uv_version(self.path)
+
+    def resolve(
+        self,
+        inp: LockInput,
+        *,
+        directory: Path | None = None,
+        no_deps: bool = False,
+        quiet: bool = False,
+    ) -> str:
+        """uv's pylock.toml for ``inp``; uv's failure as cudalock's (exit 1 or 3)."""
+        where = directory or self.work
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "pyproject.toml").write_text(input_project(inp), encoding="utf-8")
+        local = input_requirements(inp)
+        if local is not None:
+            (where / LOCAL_INPUT).write_text(local, encoding="utf-8")
+        env = uv_environment(
+            self.options.environ if self.options.environ is not None else os.environ,
+            timeout_s=self.options.timeout_s,
+            retries=self.options.retries,
+            # uv's own temporary files go in the scratch directory, removed with it even when
+            # uv is killed (SIGTERM to cudalock).
+            extra={"UV_DEFAULT_INDEX": inp.default_index, "TMPDIR": str(self.work)},
+        )
+        if self.options.cache_dir is not None:
+            env.pop("UV_NO_CACHE", None)  # an explicit --cache-dir means: use it
+        args = uv_compile_args(
+            self.path,
+            inp,
+            upgrade=self.options.upgrade,
+            cache_dir=self.options.cache_dir,
+            no_deps=no_deps,
+            offline=self.options.offline,
+        )
+        say = (lambda _line: None) if quiet else (lambda line: self.echo(f"  uv: {line}"))
+        result = run_uv(args, cwd=where, env=env, echo=say)
+        if not result.ok:
+            raise missing_from_index(result.stderr, inp) or classify_uv_failure(result.stderr)
+        try:
+            return (where / LOCK_FILE).read_text(encoding="utf-8")
+        except OSError as err:
+            raise EnvironmentFailure(f"uv reported success but wrote no lock: {err}") from None
+
+
+def describe(requirement: Requirement) -> str:
+    """``torch>=2.6 (its 'torch' extra)`` for ``torch>=2.6; extra == "torch"``."""
+    text = f"{requirement.name}{requirement.specifier}"
+    extras = re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(requirement.marker or ""))
+    if extras:
+        text += f" (its {', '.join(repr(e) for e in extras)} extra)"
+    return text
+
+
+def _package(lock: Pylock, name: str) -> Package | None:
+    wanted = canonicalize_name(name)
+    return next((p for p in lock.packages if canonicalize_name(p.name) == wanted), None)
+
+
+# --------------------------------------------------------------------------------------------
+# Fitting
+
+
+class _Fitter:
+    """The state of one closure resolution: what was found and added, round by round."""
+
+    def __init__(self, plan: Plan, request: Request, options: UvOptions, uv: _Uv) -> None:
+        self.plan = plan
+        self.request = request
+        self.options = options
+        self.uv = uv
+        self.environment = marker_environment(plan.python, plan.platform)
+        planned = {canonicalize_name(p.name): p for p in plan.packages}
+        paired = {canonicalize_name(p.name): p for p in plan.paired}
+        #: Every family pin the plan allows: planned ones, then the matrix's pairings.
+        self.available: dict[str, PackagePin] = {
+            str(name): pin for name, pin in {**paired, **planned}.items() if name in TORCH_FAMILY
+        }
+        self.planned = {str(name) for name in planned}
+        self.family: dict[str, PackagePin] = {}
+        self.extras: dict[str, tuple[str, ...]] = {}
+        self.additions: list[str] = []
+        self.notes: list[str] = []
+        self.metadata: dict[tuple[str, str], Metadata | None] = {}
+        self.glibc = target_glibc(plan.targets)
+
+    def input(self) -> LockInput:
+        return lock_input(
+            self.plan,
+            self.request,
+            pypi_index=self.options.pypi_index,
+            glibc=self.glibc,
+            allow_insecure=self.options.allow_insecure,
+            family=tuple(self.family.values()),
+            extras=self.extras,
+            additions=tuple(self.additions),
+        )
+
+    def requirement_frameworks(self) -> list[tuple[str, Requirement]]:
+        return [
+            (text, Requirement(text))
+            for text in self.request.frameworks
+            if classify_framework(text) == "requirement"
+        ]
+
+    def read_metadata(self, lock: Pylock, name: str, indexes: Sequence[str]) -> Metadata | None:
+        package = _package(lock, name)
+        if package is None or package.version is None:
+            return None
+        key = (canonicalize_name(name), str(package.version))
+        if key not in self.metadata and self.options.offline:
+            raise EnvironmentFailure(
+                f"offline, the metadata of {name} {package.version} cannot be read, and without "
+                "it the framework cannot be fitted to the planned torch (its extras that name "
+                "torch are unknown)",
+                hint="run it again where the indexes can be reached",
+            )
+        if key not in self.metadata:
+            self.metadata[key] = fetch_metadata(
+                package,
+                indexes=indexes,
+                timeout_s=self.options.timeout_s,
+                retries=self.options.retries,
+            )
+            if self.metadata[key] is None:
+                self.notes.append(
+                    f"{name} {package.version} has no wheel, so its extras were not read; "
+                    "its torch requirement is what uv resolved without them"
+                )
+        return self.metadata[key]
+
+    def review(self, lock: Pylock, inp: LockInput) -> bool:
+        """Look at one resolution; True when something was added and uv must resolve again."""
+        versions = locked_versions(lock)
+        changed = False
+        for name in map(str, TORCH_FAMILY):
+            if name not in versions or name in self.planned or name in self.family:
+                continue
+            pin = self.available.get(name)
+            if pin is None:
+                raise Unsatisfiable(
+                    f"the closure needs {name} ({self._who_requires(lock, name, inp)}), and "
+                    f"the matrix pairs no {name} release with torch {self.plan.torch_version}",
+                    hint=f"choose a torch that has a paired {name} (--torch), or drop the "
+                    "framework that requires it",
+                )
+            self.family[name] = pin
+            where = redact(pin.index_url or "the default index")
+            self.notes.append(
+                f"{pin.requirement} from {where}: {self._who_requires(lock, name, inp)}; "
+                "pinned and routed, so no other build of it can be installed"
+            )
+            changed = True
+        for text, requirement in self.requirement_frameworks():
+            metadata = self.read_metadata(lock, requirement.name, inp.indexes)
+            if metadata is None:
+                continue
+            have = {*requirement.extras, *self.extras.get(text, ())}
+            wanted = [e for e in torch_extras(metadata, self.environment) if e not in have]
+            if wanted:
+                self.extras[text] = (*self.extras.get(text, ()), *wanted)
+                changed = True
+        if any(name in versions for name in BUILT_AGAINST_TORCH):
+            needed = list(DEEPSPEED_BUILD_TOOLS)
+            if self.plan.cuda is not None:
+                needed.append(DEEPSPEED_CUDA_REQUIREMENT)
+            for name in needed:
+                if name not in versions and name not in self.additions:
+                    self.additions.append(name)
+                    changed = True
+        return changed
+
+    def _who_requires(self, lock: Pylock, name: str, inp: LockInput) -> str:
+        for text, requirement in self.requirement_frameworks():
+            metadata = self.read_metadata(lock, requirement.name, inp.indexes)
+            if metadata is None:
+                continue
+            extras = (*requirement.extras, *self.extras.get(text, ()))
+            for found in family_requirements(metadata, self.environment, extras):
+                if canonicalize_name(found.name) == name:
+                    return f"{requirement.name} requires {describe(found)}"
+        return f"a package of the closure requires {name}"
+
+    def fits(self, lock: Pylock, inp: LockInput) -> tuple[FrameworkFit, ...]:
+        result = []
+        for text in self.request.frameworks:
+            if classify_framework(text) != "requirement":
+                result.append(FrameworkFit(given=text, requested=text))
+                continue
+            requirement = Requirement(text)
+            added = self.extras.get(text, ())
+            requested = Requirement(text)
+            requested.extras = {*requested.extras, *added}
+            package = _package(lock, requirement.name)
+            metadata = self.read_metadata(lock, requirement.name, inp.indexes)
+            torch: tuple[str, ...] = ()
+            if metadata is not None:
+                extras = (*requirement.extras, *added)
+                torch = tuple(
+                    describe(r) for r in family_requirements(metadata, self.environment, extras)
+                )
+            result.append(
+                FrameworkFit(
+                    given=text,
+                    requested=str(requested),
+                    name=requirement.name,
+                    version=str(package.version) if package and package.version else None,
+                    extras_added=added,
+                    torch_requirements=torch,
+                )
+            )
+        return tuple(result)
+
+    def explain(self, fits: Sequence[FrameworkFit]) -> list[str]:
+        lines = []
+        torch = self.plan.torch_pin.version
+        for fit in fits:
+            if fit.extras_added:
+                extras = ", ".join(f"'{e}'" for e in fit.extras_added)
+                needs = ", ".join(fit.torch_requirements) or "torch"
+                lines.append(
+                    f"{fit.name}: asked for as {fit.requested}, since its {extras} extra "
+                    f"declares its torch requirement ({needs}); so uv chose a version that "
+                    f"accepts torch {torch}: {fit.name} {fit.version}"
+                )
+        if self.additions:
+            why = "DeepSpeed is built last, without build isolation, against the installed torch"
+            if DEEPSPEED_CUDA_REQUIREMENT in self.additions:
+                why += (
+                    f"; its setup.py adds {DEEPSPEED_CUDA_REQUIREMENT} to its requirements when "
+                    "built against a CUDA torch"
+                )
+            lines.append(f"{', '.join(self.additions)} locked too: {why}")
+        return lines + self.notes
+
+
+def resolve_closure(
+    plan: Plan,
+    request: Request,
+    options: UvOptions,
+    *,
+    previous: str | None = None,
+    echo: Echo | None = None,
+) -> Closure:
+    """Resolve the whole closure of ``plan`` and ``request`` with uv, fitted to the torch.
+
+    ``previous``: the pylock.toml already there, whose versions uv keeps where the new
+    inputs still allow them (unless ``options.upgrade``). Raises :class:`Unsatisfiable`
+    (exit 1) when no closure fits, naming the framework that needs another torch, and
+    :class:`EnvironmentFailure` (exit 3) when uv or an index fails.
+    """
+    say = echo or (lambda _line: None)
+    with tempfile.TemporaryDirectory(prefix="cudalock-lock-") as tmp:
+        work = Path(tmp)
+        os.chmod(work, 0o700)  # the input may hold a mirror URL with credentials
+        uv = _Uv(options, work / "closure", say)
+        (work / "closure").mkdir()
+        if previous is not None and not options.upgrade:
+            # uv reads an existing output file as preferences: locked versions are kept
+            # where the new plan still allows them.
+            (work / "closure" / LOCK_FILE).write_text(previous, encoding="utf-8")
+        fitter = _Fitter(plan, request, options, uv)
+        inp = fitter.input()
+        routes = ", ".join(f"{', '.join(r.packages)} only from {redact(r.url)}" for r in inp.routes)
+        say(
+            f"cudalock: resolving the closure for Python {inp.python} on {inp.platform} "
+            f"({inp.python_platform}) with uv {uv.version}: {routes or 'no routed packages'}; "
+            f"everything else from {redact(inp.default_index)}"
+        )
+        for _round in range(MAX_ROUNDS):
+            inp = fitter.input()
+            try:
+                text = uv.resolve(inp)
+            except Unsatisfiable as err:
+                raise _diagnose(fitter, work, err) from None
+            lock, _data = parse_lock(text, source="uv's pylock.toml")
+            if not fitter.review(lock, inp):
+                break
+            say("cudalock: resolving again with " + _changes(fitter))
+        else:
+            raise EnvironmentFailure(
+                f"the closure did not settle after {MAX_ROUNDS} resolutions: " + _changes(fitter)
+            )
+        fits = fitter.fits(lock, inp)
+        family = tuple(
+            sorted(
+                (pin for name, pin in fitter.available.items() if name in locked_versions(lock)),
+                key=lambda p: (p.name != "torch", p.name),
+            )
+        )
+        return Closure(
+            input=inp,
+            uv_text=text,
+            lock=lock,
+            uv_version=uv.version,
+            family=family,
+            frameworks=fits,
+            additions=tuple(fitter.additions),
+            notes=tuple(fitter.explain(fits)),
+        )
+
+
+def _changes(fitter: _Fitter) -> str:
+    parts = [pin.requirement for pin in fitter.family.values()]
+    parts += [
+        f"{Requirement(text).name}[{','.join(extras)}]" for text, extras in fitter.extras.items()
+    ]
+    parts += fitter.additions
+    return ", ".join(parts) or "nothing new"
+
+
+# --------------------------------------------------------------------------------------------
+# When nothing fits
+
+
+def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockError:
+    """The framework whose newest matching release needs another torch, by name; else uv's own
+    explanation."""
+    problems: list[str] = []
+    hints: list[str] = []
+    for index, (text, requirement) in enumerate(fitter.requirement_frameworks()):
+        try:
+            found = _misfit(fitter, work / f"probe-{index}", text, requirement)
+        except CudalockError:
+            continue  # the probe itself failed: uv's explanation stands
+        if found is not None:
+            problems.append(found[0])
+            hints.append(found[1])
+    if not problems:
+        return original
+    return Unsatisfiable("; ".join(problems), hint="; ".join(hints))
+
+
+def _misfit(
+    fitter: _Fitter, where: Path, text: str, requirement: Requirement
+) -> tuple[str, str] | None:
+    """(problem, hint) when ``text``'s newest matching release rejects the planned family."""
+    plan = fitter.plan
+    inp = fitter.input()
+    probe = LockInput(
+        requirements=(str(requirement),),
+        routes=(),
+        default_index=inp.default_index,
+        python=inp.python,
+        platform=inp.platform,
+        python_platform=inp.python_platform,
+    )
+    lock, _ = parse_lock(
+        fitter.uv.resolve(probe, directory=where / "newest", no_deps=True, quiet=True),
+        source="uv's pylock.toml",
+    )
+    metadata = fitter.read_metadata(lock, requirement.name, inp.indexes)
+    package = _package(lock, requirement.name)
+    if metadata is None or package is None:
+        return None
+    extras = (*requirement.extras, *torch_extras(metadata, fitter.environment))
+    rejected = [
+        (found, fitter.available[canonicalize_name(found.name)])
+        for found in family_requirements(metadata, fitter.environment, extras)
+        if canonicalize_name(found.name) in fitter.available
+        and not found.specifier.contains(
+            fitter.available[canonicalize_name(found.name)].version, prereleases=True
+        )
+    ]
+    if not rejected:
+        return None
+    name = requirement.name
+    torch = plan.torch_pin.version
+    needs = ", ".join(
+        describe(found) + ("" if pin.name == "torch" else f", the plan pairs {pin.requirement}")
+        for found, pin in rejected
+    )
+    problem = f"{text} does not fit torch {torch}: {name} {package.version} requires {needs}"
+    newest = _newest_fit(fitter, where / "fit", name, extras)
+    if newest is not None:
+        problem += f"; the newest {name} that accepts torch {torch} is {newest}"
+        hint = f"--framework '{name}=={newest}'"
+    else:
+        problem += f"; no {name} release accepts torch {torch}"
+        hint = f"drop {name}"
+    torch_spec = next((str(f.specifier) for f, pin in rejected if pin.name == "torch"), None)
+    if torch_spec:
+        hint += f", or a torch {name} {package.version} accepts: --torch '{torch_spec}'"
+    return problem, hint
+
+
+def _newest_fit(fitter: _Fitter, where: Path, name: str, extras: Sequence[str]) -> str | None:
+    """The newest release of ``name`` (with ``extras``) that resolves with the planned torch."""
+    asked = Requirement(name)
+    asked.extras = set(extras)
+    request = Request(
+        torch=fitter.request.torch,
+        python=fitter.request.python,
+        with_packages=(),
+        frameworks=(str(asked),),
+        pytorch_index=fitter.request.pytorch_index,
+        pypi_index=fitter.request.pypi_index,
+    )
+    torch_only = [p for p in fitter.plan.packages if canonicalize_name(p.name) in TORCH_FAMILY]
+    plan = _with_packages(fitter.plan, torch_only)
+    inp = lock_input(
+        plan,
+        request,
+        pypi_index=fitter.options.pypi_index,
+        glibc=fitter.glibc,
+        allow_insecure=fitter.options.allow_insecure,
+    )
+    try:
+        text = fitter.uv.resolve(inp, directory=where, quiet=True)
+    except Unsatisfiable:
+        return None
+    lock, _ = parse_lock(text, source="uv's pylock.toml")
+    package = _package(lock, name)
+    return str(package.version) if package is not None and package.version else None
+
+
+def _with_packages(plan: Plan, packages: Sequence[PackagePin]) -> Plan:
+    return replace(plan, packages=tuple(packages))
+
+
+__all__ = [
+    "Closure",
+    "FrameworkFit",
+    "UvOptions",
+    "absolute_frameworks",
+    "resolve_closure",
+]

@@ -1,0 +1,220 @@
+"""The lock's files, written and checked: ``pylock.toml``, ``requirements.lock.txt``,
+``requirements.last.txt`` and ``uv-install.toml``.
+
+``cudalock lock`` writes them alone (:func:`make_lock`); ``cudalock bootstrap`` writes the same
+texts (:func:`lock_texts`) in one group with the environment files. Everything is rendered from
+one resolved :class:`~cudalock.lock.closure.Closure`, so every install path installs the same
+closure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudalock import __version__
+from cudalock.errors import CudalockError, EnvironmentFailure, InputError
+from cudalock.fsutil import read_bounded, refuse_existing, write_group
+from cudalock.lock.check import LockState, compare, pins_missing_from_lock
+from cudalock.lock.closure import Closure, Echo, UvOptions, resolve_closure
+from cudalock.lock.pylock import (
+    LAST_FILE,
+    LOCK_FILE,
+    LOCK_FILES,
+    MAX_LOCK_BYTES,
+    REQUIREMENTS_FILE,
+    UV_SETTINGS_FILE,
+    check_routes,
+    finalize_lock,
+    is_ours,
+    lock_record,
+    locked_versions,
+    parse_lock,
+    requirements_files,
+    state_of,
+    uv_settings,
+)
+from cudalock.model import Plan, Request
+from cudalock.urls import holds_credentials
+
+
+@dataclass(frozen=True)
+class LockResult:
+    lock_path: Path
+    requirements_path: Path
+    packages: dict[str, str]
+    closure: Closure
+
+
+def lock_texts(closure: Closure, plan: Plan, request: Request) -> dict[str, str]:
+    """File name → text of every lock file, validated (a lock uv could have mixed indexes in,
+    or one packaging cannot read, is refused: exit 3)."""
+    inp = closure.input
+    record = lock_record(
+        plan,
+        request,
+        inp,
+        cudalock_version=__version__,
+        uv_version=closure.uv_version,
+        closure=closure.to_json(),
+    )
+    text = finalize_lock(closure.uv_text, record, inp, cudalock_version=__version__)
+    try:
+        lock, _data = parse_lock(text, source=f"the new {LOCK_FILE}")
+    except InputError as err:
+        raise EnvironmentFailure(f"{err.message}; nothing was written") from None
+    check_routes(lock, inp)
+    texts = {LOCK_FILE: text}
+    texts.update(
+        requirements_files(
+            lock,
+            default_index=inp.default_index,
+            python=inp.python,
+            platform=inp.platform,
+            cudalock_version=__version__,
+        )
+    )
+    texts[UV_SETTINGS_FILE] = uv_settings(
+        lock, default_index=inp.default_index, cudalock_version=__version__
+    )
+    return texts
+
+
+def _untouched(err: CudalockError) -> CudalockError:
+    """The same error, saying that the previous lock was left as it was."""
+    if isinstance(err, EnvironmentFailure) and "untouched" not in err.message:
+        changed = type(err)(
+            f"{err.message}; nothing was written, the previous lock is untouched", hint=err.hint
+        )
+        return changed
+    return err
+
+
+def make_lock(
+    plan: Plan,
+    request: Request,
+    *,
+    output_dir: Path,
+    options: UvOptions | None = None,
+    force: bool = False,
+    echo: Echo | None = None,
+) -> LockResult:
+    """Resolve the closure of ``plan`` with uv and write the lock files into ``output_dir``.
+
+    On any failure nothing is written and the previous files stay as they were.
+    """
+    options = options or UvOptions()
+    say = echo or (lambda _line: None)
+    paths = {name: output_dir / name for name in LOCK_FILES}
+    foreign = [p for p in paths.values() if p.exists() and not is_ours(p)]
+    refuse_existing(foreign, force=force)
+    lock_path = paths[LOCK_FILE]
+    previous = None
+    if lock_path.exists() and is_ours(lock_path):
+        try:
+            previous = read_bounded(lock_path, limit=MAX_LOCK_BYTES, what="lock file").decode()
+        except (InputError, UnicodeDecodeError):
+            previous = None
+    try:
+        closure = resolve_closure(plan, request, options, previous=previous, echo=say)
+        texts = lock_texts(closure, plan, request)
+    except CudalockError as err:
+        raise _untouched(err) from None
+    for line in closure.notes:
+        say(f"cudalock: {line}")
+    files = {paths[name]: text for name, text in texts.items()}
+    # Files follow the umask; one holding an index password is the owner's alone.
+    secret = [path for path, text in files.items() if holds_credentials(text)]
+    write_group(files, force=True, secret=secret)
+    if secret:
+        names = ", ".join(sorted(path.name for path in secret))
+        say(f"cudalock: {names}: hold(s) credentials from a URL; written readable by you alone")
+    versions = locked_versions(closure.lock)
+    say(
+        f"cudalock: wrote {', '.join(str(paths[name]) for name in texts)} "
+        f"({len(versions)} packages)"
+    )
+    return LockResult(
+        lock_path=lock_path,
+        requirements_path=paths[REQUIREMENTS_FILE],
+        packages=versions,
+        closure=closure,
+    )
+
+
+def read_lock_file(path: Path) -> tuple[Any, dict[str, Any]]:
+    try:
+        text = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock file").decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text") from None
+    return parse_lock(text, source=str(path))
+
+
+def _significant(text: str) -> list[str]:
+    return [
+        line.rstrip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def check_lock(
+    output_dir: Path,
+    plan: Plan,
+    request: Request,
+    *,
+    pypi_index: str | None = None,
+    allow_insecure: bool = False,
+) -> list[str]:
+    """What makes the lock in ``output_dir`` stale for ``plan``/``request`` (empty: current).
+
+    An unreadable or invalid lock is an ``InputError`` (exit 2); a missing one is stale.
+    """
+    del pypi_index, allow_insecure  # the files are checked against the lock's own record
+    lock_path = output_dir / LOCK_FILE
+    if not lock_path.exists():
+        return [f"there is no lock at {lock_path}; run cudalock lock"]
+    lock, data = read_lock_file(lock_path)
+    record = data.get("tool", {}).get("cudalock")
+    recorded = LockState.from_record(record, source=str(lock_path))
+    changes = compare(recorded, state_of(plan, request))
+    changes += pins_missing_from_lock(recorded.pins, locked_versions(lock))
+    if changes:
+        return changes
+    default_index = str(record.get("default-index", ""))
+    expected = requirements_files(
+        lock,
+        default_index=default_index,
+        python=recorded.python,
+        platform=recorded.platform,
+        cudalock_version=__version__,
+    )
+    expected[UV_SETTINGS_FILE] = uv_settings(
+        lock, default_index=default_index, cudalock_version=__version__
+    )
+    for name, text in expected.items():
+        path = output_dir / name
+        if not path.exists():
+            return [f"{path} is missing; run cudalock lock"]
+        try:
+            actual = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock file").decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{path} is not UTF-8 text") from None
+        if _significant(actual) != _significant(text):
+            return [f"{path} does not match {lock_path}; run cudalock lock"]
+    return []
+
+
+__all__ = [
+    "LAST_FILE",
+    "LOCK_FILE",
+    "LOCK_FILES",
+    "REQUIREMENTS_FILE",
+    "UV_SETTINGS_FILE",
+    "LockResult",
+    "check_lock",
+    "lock_texts",
+    "make_lock",
+    "read_lock_file",
+]
