@@ -28,6 +28,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -332,7 +333,9 @@ def _family_closure(recording: Recording, roots: Sequence[Release]) -> list[Rele
     return [found[key] for key in sorted(found)]
 
 
-def pytorch_standins(recording: Recording) -> dict[str, list[StandIn]]:
+def pytorch_standins(
+    recording: Recording, torch_payload_bytes: int = 0
+) -> dict[str, list[StandIn]]:
     """Per CUDA variant, what its ``/whl/cuXYZ/`` pages serve."""
     pages: dict[str, list[StandIn]] = {variant: [] for variant in recording.variants}
     roots: dict[str, list[Release]] = {variant: [] for variant in recording.variants}
@@ -354,7 +357,10 @@ def pytorch_standins(recording: Recording) -> dict[str, list[StandIn]]:
             for python in pythons:
                 tag = f"{python}-{python}-{build.platform_tag}"
                 filename = f"{package}-{version}-{tag}.whl"
-                page.append(_standin(release, filename, version=version, files=files))
+                standin = _standin(release, filename, version=version, files=files)
+                if package == "torch" and torch_payload_bytes:
+                    standin = dataclasses.replace(standin, payload_bytes=torch_payload_bytes)
+                page.append(standin)
     for variant, page in pages.items():
         for release in _family_closure(recording, roots[variant]):
             page += [
@@ -366,12 +372,18 @@ def pytorch_standins(recording: Recording) -> dict[str, list[StandIn]]:
 
 
 @contextmanager
-def serve_real_stack(directory: Path, recording: Recording | None = None) -> Iterator[IndexServer]:
-    """Serve the recording (stand-ins built under ``directory``) until the block ends."""
+def serve_real_stack(
+    directory: Path, recording: Recording | None = None, *, torch_payload_bytes: int = 0
+) -> Iterator[IndexServer]:
+    """Serve the recording (stand-ins built under ``directory``) until the block ends.
+
+    ``torch_payload_bytes`` makes each torch wheel on the PyTorch index that large (random,
+    incompressible bytes), for measurements where the download size matters.
+    """
     recording = recording or load_recording()
     with serve_indexes(
         directory,
-        pytorch=pytorch_standins(recording),
+        pytorch=pytorch_standins(recording, torch_payload_bytes),
         pypi=pypi_standins(recording),
         hashed_paths=True,
     ) as server:

@@ -11,6 +11,7 @@ import base64
 import gzip
 import hashlib
 import io
+import os
 import re
 import tarfile
 import zipfile
@@ -39,6 +40,9 @@ class StandIn:
     real_filename: str | None = None
     #: "sdist": a source archive with an in-tree build backend that needs nothing from an index.
     kind: Literal["wheel", "sdist"] = "wheel"
+    #: Bytes of incompressible data the wheel carries (``<package>/_payload.bin``), so that
+    #: downloading, caching and unpacking it cost what a real wheel of that size does.
+    payload_bytes: int = 0
 
     @property
     def normalized(self) -> str:
@@ -112,6 +116,10 @@ def build_wheel(spec: StandIn, directory: Path) -> Path:
         for name, data in contents.items():
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
             info.external_attr = 0o644 << 16
+            # Random bytes do not compress: stored, as the shared libraries of a real wheel
+            # nearly are.
+            if name.endswith("_payload.bin"):
+                info.compress_type = zipfile.ZIP_STORED
             archive.writestr(info, data)
     return path
 
@@ -130,6 +138,8 @@ def _package_files(spec: StandIn) -> dict[str, bytes]:
     contents = {path: text.encode() for path, text in sorted(spec.files.items())}
     if not any(p.endswith(".py") for p in contents):
         contents[f"{spec.normalized}/__init__.py"] = f"__version__ = '{spec.version}'\n".encode()
+    if spec.payload_bytes:
+        contents[f"{spec.normalized}/_payload.bin"] = os.urandom(spec.payload_bytes)
     return contents
 
 

@@ -21,6 +21,7 @@ import os
 import shlex
 import shutil
 import sys
+import sysconfig
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -312,17 +313,17 @@ def create_venv(
     if python.exists():
         echo(f"environment: reusing {venv}")
     else:
-        command = venv_command(plan.python, venv)
         echo(f"environment: creating {venv} with Python {plan.python}")
-        _run_logged(
-            "create the virtual environment",
-            command,
-            log,
-            echo,
-            cwd=out_dir,
-            env=dict(os.environ),
-            removal=removal,
-        )
+        for command in venv_commands(plan.python, venv, uv):
+            _run_logged(
+                "create the virtual environment",
+                command,
+                log,
+                echo,
+                cwd=out_dir,
+                env=dict(os.environ),
+                removal=removal,
+            )
     found = _python_version(python)
     if found != plan.python.rstrip("t"):
         raise UsageError(
@@ -342,23 +343,43 @@ def create_venv(
     return venv
 
 
-def venv_command(python_version: str, venv: Path) -> list[str]:
-    """How to make a venv with ``python_version``: this interpreter, uv, or pythonX.Y."""
+def venv_commands(python_version: str, venv: Path, uv: str | None) -> list[list[str]]:
+    """How to make a venv with ``python_version`` and pip in it.
+
+    With uv: ``uv venv`` (this interpreter when it is that Python), then pip from the wheel
+    Python bundles for ``ensurepip``, installed by uv without reaching an index; ``python -m
+    venv`` would spend seconds running that same pip to install itself. Without uv: this
+    interpreter's ``venv`` module, or ``pythonX.Y``'s.
+    """
     wanted = python_version.rstrip("t")
     running = _running_python()
-    if running == wanted and not python_version.endswith("t"):
-        return [sys.executable, "-m", "venv", str(venv)]
-    uv = _uv_or_none()
+    same = running == wanted and not python_version.endswith("t")
     if uv:
-        return [uv, "venv", "--seed", "--python", python_version, str(venv)]
+        interpreter = sys.executable if same else python_version
+        bundled = bundled_pip()
+        create = [uv, "venv", "--python", interpreter, str(venv)]
+        if bundled is None:
+            return [[*create[:2], "--seed", *create[2:]]]
+        python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+        seed = [uv, "pip", "install", "--python", str(python), "--no-deps", "--offline"]
+        return [create, [*seed, str(bundled)]]
+    if same:
+        return [[sys.executable, "-m", "venv", str(venv)]]
     versioned = shutil.which(f"python{wanted}")
     if versioned:
-        return [versioned, "-m", "venv", str(venv)]
+        return [[versioned, "-m", "venv", str(venv)]]
     raise EnvironmentFailure(
         f"no Python {python_version} found to create the environment with (this is "
         f"Python {running}, and neither uv nor python{wanted} is on PATH)",
         hint=f"install uv, or Python {python_version}, or choose --python {running}",
     )
+
+
+def bundled_pip() -> Path | None:
+    """The pip wheel this Python ships for ``ensurepip`` (some distributions remove it)."""
+    bundled = Path(sysconfig.get_path("stdlib")) / "ensurepip" / "_bundled"
+    wheels = sorted(bundled.glob("pip-*-py3-none-any.whl"))
+    return wheels[-1] if wheels else None
 
 
 def _running_python() -> str:
