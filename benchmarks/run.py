@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import io
 import json
 import math
 import os
@@ -601,7 +602,8 @@ def child_lock_profile(args: list[str]) -> dict[str, Any]:
     imported = time.perf_counter()
     profiler = cProfile.Profile()
     profiler.enable()
-    with contextlib.suppress(SystemExit):
+    # The command's own output would mix with this child's JSON on stdout.
+    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
         run(args)
     profiler.disable()
     finished = time.perf_counter()
@@ -691,7 +693,7 @@ def case_time_to_env(ctx: Context, fig: Figure) -> None:
             for name in procedures
             for temperature in ("cold", "warm")
         }
-        commands: dict[str, list[list[str | Path]]] = {}
+        commands: dict[tuple[str, str], list[list[str | Path]]] = {}
         for round_ in range(ctx.repeat):
             names = list(procedures)
             if round_ % 2:
@@ -703,7 +705,7 @@ def case_time_to_env(ctx: Context, fig: Figure) -> None:
                 for temperature in ("cold", "warm"):
                     where = root / temperature
                     steps = procedures[name](where, cache)
-                    commands.setdefault(name, steps)
+                    commands.setdefault((name, temperature), steps)
                     elapsed, peak = 0.0, 0
                     for argv in steps:
                         seconds, _, rss = run_timed(argv, env, cwd=root)
@@ -711,8 +713,8 @@ def case_time_to_env(ctx: Context, fig: Figure) -> None:
                         peak = max(peak, rss)
                     series[(name, temperature)].record(elapsed, peak)
                 shutil.rmtree(root)
-    for (name, _temperature), one in series.items():
-        one.command = " && ".join(command_text(argv) for argv in commands[name])
+    for key, one in series.items():
+        one.command = " && ".join(command_text(argv) for argv in commands[key])
     fig.series = [series[("cudalock", "cold")], series[("by hand", "cold")]] + [
         one for key, one in series.items() if key not in (("cudalock", "cold"), ("by hand", "cold"))
     ]
