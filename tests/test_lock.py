@@ -12,6 +12,7 @@ from packaging.pylock import Pylock
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
 from cudalock.lock.pylock import (
+    LOCK_FILES,
     LockInput,
     build_interpreter,
     classify_uv_failure,
@@ -438,14 +439,34 @@ def test_invalid_locks_are_input_errors(text: str, problem: str) -> None:
 
 
 def test_is_ours_tells_cudalock_files_from_others(tmp_path: Path) -> None:
-    text, _inp = finalized()
-    ours = tmp_path / "pylock.toml"
-    ours.write_text(text)
-    assert is_ours(ours)
-    foreign = tmp_path / "other" / "pylock.toml"
-    foreign.parent.mkdir()
-    foreign.write_text('lock-version = "1.0"\ncreated-by = "pip"\n')
-    assert not is_ours(foreign)
+    text, inp = finalized()
+    lock, _data = parse_lock(text, source="test")
+    texts = {"pylock.toml": text}
+    texts |= requirements_files(
+        lock,
+        default_index=inp.default_index,
+        python=inp.python,
+        platform=inp.platform,
+        cudalock_version="9.9",
+    )
+    texts["uv-install.toml"] = uv_settings(
+        lock, default_index=inp.default_index, cudalock_version="9.9"
+    )
+    assert sorted(texts) == sorted(LOCK_FILES)
+    foreign = {
+        "pylock.toml": 'lock-version = "1.0"\ncreated-by = "pip"\n',
+        "requirements.lock.txt": "torch==2.1.0\n",
+        "requirements.last.txt": "deepspeed\n",
+        "uv-install.toml": "# mine\n[pip]\nno-build-isolation = true\n",
+    }
+    (tmp_path / "other").mkdir()
+    for name in LOCK_FILES:
+        ours = tmp_path / name
+        ours.write_text(texts[name])
+        assert is_ours(ours), name  # regenerated without --force
+        theirs = tmp_path / "other" / name
+        theirs.write_text(foreign[name])
+        assert not is_ours(theirs), name
 
 
 # --- uv failures ------------------------------------------------------------------------------

@@ -681,13 +681,14 @@ def is_ours(path: Path) -> bool:
     """Whether ``path`` is a file cudalock wrote (then regenerating it needs no --force).
 
     A pylock.toml is ours when its ``created-by`` says so, as parsed: a comment that looks
-    like the key does not count. requirements.lock.txt has only its header line to go by.
+    like the key does not count. The other lock files (requirements.lock.txt,
+    requirements.last.txt, uv-install.toml) have no such key, only their first line to go by.
     """
     try:
         text = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock file").decode("utf-8")
     except (InputError, UnicodeDecodeError):
         return False
-    if path.name.endswith(".toml"):
+    if path.name == LOCK_FILE:
         try:
             return bool(tomllib.loads(text).get("created-by") == "cudalock")
         except (tomllib.TOMLDecodeError, RecursionError):
