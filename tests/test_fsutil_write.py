@@ -139,6 +139,31 @@ def test_an_interrupt_before_the_renames_leaves_nothing(
     assert (tmp_path / "b.txt").read_text() == "old\n"
 
 
+@pytest.mark.parametrize("which", [1, 3])
+def test_an_interrupt_as_a_temporary_file_is_created_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: int
+) -> None:
+    # Ctrl-C or SIGTERM arriving just after the file exists, before its name is handed back
+    # (as it can inside mkstemp): the group must still know the file, and remove it.
+    real_open = os.open
+    created = []
+
+    def open_then_interrupt(path: str, flags: int, mode: int = 0o777) -> int:
+        fd = real_open(path, flags, mode)
+        if flags & os.O_CREAT:
+            created.append(path)
+            if len(created) == which:
+                os.close(fd)
+                raise KeyboardInterrupt
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        write_group({tmp_path / f"f{n}.txt": f"{n}\n" for n in range(4)}, force=False)
+    assert len(created) == which
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_text_that_cannot_be_encoded_is_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:
