@@ -18,10 +18,12 @@ from cudalock.errors import EnvironmentFailure, UsageError
 from cudalock.fsutil import (
     LOCK_FILE,
     append_log,
+    credentials_note,
     output_lock,
     start_log,
     write_atomic,
     write_group,
+    write_outputs,
 )
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -54,6 +56,26 @@ def test_new_files_follow_the_umask_and_secrets_are_owner_only(
     os.umask(0o027)
     write_atomic(plain, "again\n")
     assert mode_of(plain) == 0o640  # a rewrite follows today's umask, not mkstemp's 0600
+
+
+def test_outputs_holding_a_credential_are_found_and_made_owner_only(
+    tmp_path: Path, umask_022: None
+) -> None:
+    files = {
+        tmp_path / "install.sh": "pip install --index-url https://u:tok@h.example/simple x\n",
+        tmp_path / "pylock.toml": 'note = "from https://***@h.example/simple (redacted)"\n',
+        tmp_path / "cudalock.toml": 'pypi_index = "https://h.example/simple"\n',
+    }
+    secret = write_outputs(files, executable=[tmp_path / "install.sh"])
+    assert secret == [tmp_path / "install.sh"]
+    assert {path.name: mode_of(path) for path in files} == {
+        "install.sh": 0o700,
+        "pylock.toml": 0o644,
+        "cudalock.toml": 0o644,
+    }
+    assert credentials_note(secret) == (
+        "install.sh: hold(s) credentials from a URL; written readable by you alone"
+    )
 
 
 def test_a_link_at_the_destination_is_replaced_never_followed(tmp_path: Path) -> None:

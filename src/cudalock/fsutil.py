@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from cudalock.errors import EnvironmentFailure, InputError, UsageError
+from cudalock.urls import holds_credentials
 
 
 def read_bounded(path: Path, *, limit: int, what: str) -> bytes:
@@ -201,6 +202,21 @@ def write_group(
         for temp in temps.values():
             with contextlib.suppress(OSError):
                 os.unlink(temp)
+
+
+def write_outputs(files: Mapping[Path, str], *, executable: Collection[Path] = ()) -> list[Path]:
+    """A command's outputs, written as one group over what is there (:func:`write_group`):
+    they follow the umask, and a file that holds a credential (a password or token in a URL)
+    is its owner's alone. Returns those files, for the command to say so
+    (:func:`credentials_note`)."""
+    secret = [path for path, text in files.items() if holds_credentials(text)]
+    write_group(files, force=True, executable=executable, secret=secret)
+    return secret
+
+
+def credentials_note(secret: Collection[Path]) -> str:
+    names = ", ".join(sorted(path.name for path in secret))
+    return f"{names}: hold(s) credentials from a URL; written readable by you alone"
 
 
 def _encoded(path: Path, content: str | bytes) -> bytes:

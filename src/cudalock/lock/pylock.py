@@ -689,6 +689,16 @@ def locked_versions(lock: Pylock) -> dict[str, str]:
 MAX_LOCK_BYTES = 64 * 2**20
 
 
+def read_lock_text(path: Path) -> str:
+    """The text of the lock file ``path``, read bounded; :class:`InputError` (exit 2) when it is
+    missing, not a regular file, larger than :data:`MAX_LOCK_BYTES` or not UTF-8."""
+    data = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text") from None
+
+
 def is_ours(path: Path) -> bool:
     """Whether ``path`` is a file cudalock wrote (then regenerating it needs no --force).
 
@@ -697,8 +707,8 @@ def is_ours(path: Path) -> bool:
     requirements.last.txt, uv-install.toml) have no such key, only their first line to go by.
     """
     try:
-        text = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock file").decode("utf-8")
-    except (InputError, UnicodeDecodeError):
+        text = read_lock_text(path)
+    except InputError:
         return False
     if path.name == LOCK_FILE:
         try:
