@@ -243,20 +243,7 @@ def test_a_token_in_a_framework_url_stays_out_of_the_spec_the_lock_and_the_outpu
 ) -> None:
     out = tmp_path / "out"
     framework, without_token = private_framework
-    done = subprocess.run(
-        [
-            "sh",
-            "-c",
-            'umask 022 && exec "$@"',
-            "sh",
-            *bootstrap_argv(out, index, "--framework", framework),
-        ],
-        env=offline_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = cudalock(*bootstrap_argv(out, index, "--framework", framework)[1:], umask=0o022)
     assert done.returncode == 0, done.stderr
     assert "finetunekit" in (out / "requirements.lock.txt").read_text()  # uv read the repository
     assert TOKEN not in done.stdout + done.stderr
@@ -317,14 +304,7 @@ def test_index_credentials_make_the_files_that_hold_them_owner_only(
 ) -> None:
     out = tmp_path / "out"
     argv = bootstrap_argv(out, private_index, "--format", "conda", credentials=f"{USER}:{TOKEN}")
-    done = subprocess.run(
-        ["sh", "-c", 'umask 002 && exec "$@"', "sh", *argv],
-        env=offline_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = cudalock(*argv[1:], umask=0o002)
     assert done.returncode == 0, done.stderr
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
     assert modes == {

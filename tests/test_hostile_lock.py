@@ -16,7 +16,14 @@ import pytest
 
 from tests.support.cli import CUDALOCK, cudalock
 from tests.support.index import IndexServer, offline_env, serve_indexes
-from tests.test_lock_e2e import REQUEST, TARGET, lock, pypi_stand_ins, pytorch_stand_ins
+from tests.test_lock_e2e import (
+    REQUEST,
+    TARGET,
+    lock,
+    pypi_stand_ins,
+    pytorch_stand_ins,
+    serve_lock_indexes,
+)
 from tests.test_reliability import assert_usage_error
 
 pytestmark = pytest.mark.slow
@@ -28,12 +35,7 @@ LOCK_FILES = ["pylock.toml", "requirements.last.txt", "requirements.lock.txt", "
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    with serve_indexes(
-        tmp_path_factory.mktemp("index"),
-        pytorch={"cu121": pytorch_stand_ins()},
-        pypi=pypi_stand_ins(),
-    ) as server:
-        yield server
+    yield from serve_lock_indexes(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -97,14 +99,7 @@ def test_lock_files_follow_the_umask_and_stay_as_the_user_set_them(
     index: IndexServer, tmp_path: Path, uv_cache: Path
 ) -> None:
     argv = lock_argv(index.pytorch_url, index.pypi_url, "--cache-dir", str(uv_cache))
-    done = subprocess.run(
-        ["sh", "-c", 'umask 022 && exec "$@"', "sh", *argv],
-        cwd=tmp_path,
-        env=offline_env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = cudalock(*argv[1:], cwd=tmp_path, umask=0o022)
     assert done.returncode == 0, done.stderr
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
     assert modes == dict.fromkeys(LOCK_FILES, 0o644)
