@@ -18,10 +18,12 @@ from cudalock.errors import EnvironmentFailure, UsageError
 from cudalock.fsutil import (
     LOCK_FILE,
     append_log,
+    credentials_note,
     output_lock,
     start_log,
     write_atomic,
     write_group,
+    write_outputs,
 )
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -54,6 +56,26 @@ def test_new_files_follow_the_umask_and_secrets_are_owner_only(
     os.umask(0o027)
     write_atomic(plain, "again\n")
     assert mode_of(plain) == 0o640  # a rewrite follows today's umask, not mkstemp's 0600
+
+
+def test_outputs_holding_a_credential_are_found_and_made_owner_only(
+    tmp_path: Path, umask_022: None
+) -> None:
+    files = {
+        tmp_path / "install.sh": "pip install --index-url https://u:tok@h.example/simple x\n",
+        tmp_path / "pylock.toml": 'note = "from https://***@h.example/simple (redacted)"\n',
+        tmp_path / "cudalock.toml": 'pypi_index = "https://h.example/simple"\n',
+    }
+    secret = write_outputs(files, executable=[tmp_path / "install.sh"])
+    assert secret == [tmp_path / "install.sh"]
+    assert {path.name: mode_of(path) for path in files} == {
+        "install.sh": 0o700,
+        "pylock.toml": 0o644,
+        "cudalock.toml": 0o644,
+    }
+    assert credentials_note(secret) == (
+        "install.sh: hold(s) credentials from a URL; written readable by you alone"
+    )
 
 
 def test_a_link_at_the_destination_is_replaced_never_followed(tmp_path: Path) -> None:
@@ -137,6 +159,31 @@ def test_an_interrupt_before_the_renames_leaves_nothing(
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.txt"]  # no .tmp left behind
     assert (tmp_path / "b.txt").read_text() == "old\n"
+
+
+@pytest.mark.parametrize("which", [1, 3])
+def test_an_interrupt_as_a_temporary_file_is_created_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: int
+) -> None:
+    # Ctrl-C or SIGTERM arriving just after the file exists, before its name is handed back
+    # (as it can inside mkstemp): the group must still know the file, and remove it.
+    real_open = os.open
+    created = []
+
+    def open_then_interrupt(path: str, flags: int, mode: int = 0o777) -> int:
+        fd = real_open(path, flags, mode)
+        if flags & os.O_CREAT:
+            created.append(path)
+            if len(created) == which:
+                os.close(fd)
+                raise KeyboardInterrupt
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        write_group({tmp_path / f"f{n}.txt": f"{n}\n" for n in range(4)}, force=False)
+    assert len(created) == which
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_text_that_cannot_be_encoded_is_refused_before_anything_is_written(

@@ -16,22 +16,26 @@ import pytest
 
 from tests.support.cli import CUDALOCK, cudalock
 from tests.support.index import IndexServer, offline_env, serve_indexes
-from tests.test_lock_e2e import REQUEST, TARGET, lock, pypi_stand_ins, pytorch_stand_ins
+from tests.test_lock_e2e import (
+    REQUEST,
+    TARGET,
+    lock,
+    pypi_stand_ins,
+    pytorch_stand_ins,
+    serve_lock_indexes,
+)
 from tests.test_reliability import assert_usage_error
 
 pytestmark = pytest.mark.slow
 
 USER, PASSWORD = "alice", "pa55/w@rd"
+#: What one ``cudalock lock`` writes.
+LOCK_FILES = ["pylock.toml", "requirements.last.txt", "requirements.lock.txt", "uv-install.toml"]
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    with serve_indexes(
-        tmp_path_factory.mktemp("index"),
-        pytorch={"cu121": pytorch_stand_ins()},
-        pypi=pypi_stand_ins(),
-    ) as server:
-        yield server
+    yield from serve_lock_indexes(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +90,7 @@ def test_no_password_reaches_the_lock_or_the_output(
     )
     assert done.returncode == 0, done.stderr
     written = {path.name: path.read_text() for path in tmp_path.iterdir() if path.is_file()}
-    assert set(written) == {"pylock.toml", "requirements.lock.txt"}
+    assert sorted(written) == LOCK_FILES
     for text in [*written.values(), done.stdout, done.stderr]:
         assert "pa55" not in text and USER not in text
 
@@ -95,17 +99,10 @@ def test_lock_files_follow_the_umask_and_stay_as_the_user_set_them(
     index: IndexServer, tmp_path: Path, uv_cache: Path
 ) -> None:
     argv = lock_argv(index.pytorch_url, index.pypi_url, "--cache-dir", str(uv_cache))
-    done = subprocess.run(
-        ["sh", "-c", 'umask 022 && exec "$@"', "sh", *argv],
-        cwd=tmp_path,
-        env=offline_env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = cudalock(*argv[1:], cwd=tmp_path, umask=0o022)
     assert done.returncode == 0, done.stderr
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
-    assert modes == {"pylock.toml": 0o644, "requirements.lock.txt": 0o644}
+    assert modes == dict.fromkeys(LOCK_FILES, 0o644)
 
 
 def test_a_regular_file_as_the_output_directory_is_refused_before_uv_runs(
@@ -140,7 +137,7 @@ def test_two_locks_into_one_directory_never_mix_their_files(
     for round_ in range(4):
         out = tmp_path / f"round-{round_}"
         out.mkdir()
-        # Two runs differing in what they record: each pair of files names its own run.
+        # Two runs differing in what they record: all four files must come from one of them.
         runs = [
             subprocess.Popen(
                 [*args, "--python", python, "-o", str(out)],
@@ -161,7 +158,17 @@ def test_two_locks_into_one_directory_never_mix_their_files(
         requirements = (out / "requirements.lock.txt").read_text()
         python = "3.10" if 'requires-python = "==3.10.*"' in lock_text else "3.11"
         assert f"# For Python {python} on" in requirements
-        assert sorted(p.name for p in out.iterdir()) == ["pylock.toml", "requirements.lock.txt"]
+        assert sorted(p.name for p in out.iterdir()) == LOCK_FILES
+        # --check regenerates requirements.lock.txt, requirements.last.txt and uv-install.toml
+        # from pylock.toml and compares: any file of the other run would not match.
+        check = subprocess.run(
+            [*args, "--python", python, "-o", str(out), "--check"],
+            env=offline_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert check.returncode == 0, check.stderr
 
 
 def test_a_second_lock_exits_3_naming_the_run_that_holds_the_directory(

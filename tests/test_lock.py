@@ -366,6 +366,32 @@ def test_credentials_never_reach_the_lock() -> None:
     assert "tok" not in uv_settings(lock, default_index=inp.default_index, cudalock_version="9")
 
 
+def test_a_token_in_a_vcs_framework_never_reaches_the_lock() -> None:
+    framework = "git+https://alice:TOKEN@git.example/org/fw.git@v1"
+    request = Request(torch="==2.1.0", python="3.11", frameworks=(framework,))
+    p = plan()
+    inp = lock_input(p, request)
+    # uv records the VCS URL as it was given, token and all.
+    uv_text = UV_OUTPUT + (
+        '\n[[packages]]\nname = "fw"\nversion = "1.0"\nvcs = { type = "git", url = '
+        '"https://alice:TOKEN@git.example/org/fw.git", requested-revision = "v1", '
+        'commit-id = "0123456789abcdef0123456789abcdef01234567" }\n'
+    )
+    record = lock_record(p, request, inp, cudalock_version="9.9", uv_version="0.13.9")
+    text = finalize_lock(uv_text, record, inp, cudalock_version="9.9")
+    assert "TOKEN" not in text and "alice" not in text
+    lock, data = parse_lock(text, source="test")
+    vcs = next(package.vcs for package in lock.packages if package.name == "fw")
+    assert vcs is not None and vcs.url == "https://git.example/org/fw.git"
+    assert vcs.commit_id == "0123456789abcdef0123456789abcdef01234567"
+    recorded = data["tool"]["cudalock"]["request"]["frameworks"]
+    assert recorded == ["git+https://git.example/org/fw.git@v1"]
+    # --check compares records made the same way: the token does not make the lock stale.
+    assert LockState.from_record(data["tool"]["cudalock"], source="test").request == (
+        state_of(p, request).request
+    )
+
+
 def test_requirements_files_split_what_is_built_against_torch_from_the_rest() -> None:
     text, inp = finalized()
     lock, _ = parse_lock(text, source="test")

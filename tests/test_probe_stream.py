@@ -7,6 +7,7 @@ The real pipeline through a real ``srun`` is in tests/test_slurm_fleet_live.py.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from cudalock.errors import InputError
 from cudalock.model import Gpu, Host, Target
 from cudalock.target.overrides import read_probe_stream
 from cudalock.versions import DriverVersion
-from tests.support.cli import cudalock
+from tests.support.cli import CUDALOCK, cudalock
+from tests.support.index import offline_env
 
 
 def node(name: str, driver: str, gpu: str, cc: tuple[int, int]) -> Target:
@@ -121,3 +123,20 @@ def test_stdin_misuse_is_a_usage_error(args: list[str], stdin: bytes, message: s
     result = cudalock(*args, stdin=stdin)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_endless_stdin_is_read_up_to_its_limit() -> None:
+    # /dev/zero as stdin never ends: the stream is read up to its limit, then refused (exit 2).
+    with open("/dev/zero", "rb") as endless:
+        result = subprocess.run(
+            [str(CUDALOCK), "resolve", "--probe", "-"],
+            stdin=endless,
+            env=offline_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 2, result.stderr
+    assert "stdin holds more than 64 MiB of probe documents" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -208,20 +208,20 @@ def test_install_steps_order_and_guard_rails() -> None:
     steps = install_steps(make_plan(deepspeed="0.15.1"), options)
     pip = [step.argv for step in steps]
     uv = [step.command("uv") for step in steps]
-    # 1. the locked closure: pip hash-checks every file and resolves nothing; uv installs the
-    #    exact files of pylock.toml, with the settings that build DeepSpeed against the torch.
-    assert pip[0][-2:] == ("-r", "requirements.lock.txt")
-    assert {"--no-deps", "--require-hashes"} <= set(pip[0])
-    assert pip[0][pip[0].index("--index-url") + 1] == "https://m.example/simple"
-    assert pip[0][pip[0].index("--extra-index-url") + 1] == f"{PT}/cu121"
-    assert uv[0][:5] == ("$UV", "pip", "install", "--python", "$PYTHON")
-    assert uv[0][-2:] == ("-r", "pylock.toml")
-    assert uv[0][uv[0].index("--config-file") + 1] == "uv-install.toml"
-    # 2. a local framework, editable and without dependencies (the lock holds them); a
+    # 1. a local framework, editable and without dependencies (the lock holds them); a
     #    requirement framework is in the lock and gets no step of its own.
-    assert pip[1][-3:] == ("--no-deps", "-e", local) or pip[1][-2:] == ("-e", local)
-    assert "--no-deps" in pip[1] and "--no-deps" in uv[1]
+    assert pip[0][-3:] == ("--no-deps", "-e", local) or pip[0][-2:] == ("-e", local)
+    assert "--no-deps" in pip[0] and "--no-deps" in uv[0]
     assert not any("transformers[torch]" in argv for argv in pip)
+    # 2. the locked closure: pip hash-checks every file and resolves nothing; uv installs the
+    #    exact files of pylock.toml, with the settings that build DeepSpeed against the torch.
+    assert pip[1][-2:] == ("-r", "requirements.lock.txt")
+    assert {"--no-deps", "--require-hashes"} <= set(pip[1])
+    assert pip[1][pip[1].index("--index-url") + 1] == "https://m.example/simple"
+    assert pip[1][pip[1].index("--extra-index-url") + 1] == f"{PT}/cu121"
+    assert uv[1][:5] == ("$UV", "pip", "install", "--python", "$PYTHON")
+    assert uv[1][-2:] == ("-r", "pylock.toml")
+    assert uv[1][uv[1].index("--config-file") + 1] == "uv-install.toml"
     # 3. DeepSpeed last, against the installed torch: no build isolation, no cached wheel.
     assert steps[2].only_if == "grep -q '^[A-Za-z0-9]' requirements.last.txt"
     assert {"--no-build-isolation", "--no-cache-dir", "--force-reinstall"} <= set(pip[2])
@@ -238,6 +238,23 @@ def test_install_steps_order_and_guard_rails() -> None:
         "requirements.last.txt",
     )
     assert "import torch" not in pip[-1][2]
+
+
+def test_vcs_frameworks_come_before_the_lock_with_their_credentials() -> None:
+    # pylock.toml records a VCS URL without its token; installed first from the URL as given,
+    # the locked commit is there before uv reads the lock.
+    bare = "git+https://alice:TOKEN@git.example/org/fw.git@v1"
+    named = "otherkit @ git+https://alice:TOKEN@git.example/org/other.git@v2"
+    options = RenderOptions(name="ft", frameworks=(bare, "peft", named))
+    steps = install_steps(make_plan(), options)
+    for installer in ("pip", "uv"):
+        commands = [step.command(installer) for step in steps]
+        assert commands[0][-2:] == ("--no-deps", bare)
+        assert commands[1][-2:] == ("--no-deps", named)
+        assert commands[2][-1] in ("requirements.lock.txt", "pylock.toml")
+        assert not any("peft" in argv for argv in commands)
+    assert steps[0].title.startswith("the framework git+https://***@git.example/org/fw.git@v1")
+    assert "TOKEN" not in steps[1].title
 
 
 def test_local_framework_path_is_installed_editable_and_quoted(tmp_path: Path) -> None:

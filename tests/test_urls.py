@@ -146,6 +146,10 @@ def test_stripping_credentials_for_committed_files() -> None:
     assert holds_credentials("--index-url https://u:p@host.example/simple")
     assert holds_credentials("--index-url https://host.example/simple?token=x")
     assert not holds_credentials("--index-url https://host.example/simple\n# see mail@x.example")
+    # What redact left holds no secret: a redacted record is no reason to hide a file.
+    for secret in ("https://u:p@host.example/simple?token=x#frag", "git+https://u:t@h.example/r"):
+        assert holds_credentials(secret)
+        assert not holds_credentials(redact(secret))
 
 
 @pytest.mark.parametrize(

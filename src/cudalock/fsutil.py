@@ -20,16 +20,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import signal
 import stat
-import tempfile
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from cudalock.errors import EnvironmentFailure, InputError, UsageError
+from cudalock.urls import holds_credentials
 
 
 def read_bounded(path: Path, *, limit: int, what: str) -> bytes:
@@ -192,13 +193,30 @@ def write_group(
             mode = (modes or {}).get(path)
             if mode is None:
                 mode = file_mode(executable=path in executable, secret=path in secret)
-            temps[path] = _write_temp(path, content, mode)
+            # temps[path] is set before the file is created: Ctrl-C or SIGTERM may interrupt
+            # at any point, and the ``finally`` below must know every temporary file there is.
+            _write_temp(path, content, mode, names=temps)
         with _signals_deferred():
             _rename_all(temps)
     finally:
         for temp in temps.values():
             with contextlib.suppress(OSError):
                 os.unlink(temp)
+
+
+def write_outputs(files: Mapping[Path, str], *, executable: Collection[Path] = ()) -> list[Path]:
+    """A command's outputs, written as one group over what is there (:func:`write_group`):
+    they follow the umask, and a file that holds a credential (a password or token in a URL)
+    is its owner's alone. Returns those files, for the command to say so
+    (:func:`credentials_note`)."""
+    secret = [path for path, text in files.items() if holds_credentials(text)]
+    write_group(files, force=True, executable=executable, secret=secret)
+    return secret
+
+
+def credentials_note(secret: Collection[Path]) -> str:
+    names = ", ".join(sorted(path.name for path in secret))
+    return f"{names}: hold(s) credentials from a URL; written readable by you alone"
 
 
 def _encoded(path: Path, content: str | bytes) -> bytes:
@@ -213,11 +231,17 @@ def _encoded(path: Path, content: str | bytes) -> bytes:
         ) from None
 
 
-def _write_temp(path: Path, data: bytes, mode: int) -> str:
-    """A fsynced temporary file with ``data`` beside ``path`` (mkstemp: O_EXCL, never a link)."""
+def _write_temp(
+    path: Path, data: bytes, mode: int, *, names: MutableMapping[Path, str] | None = None
+) -> str:
+    """A fsynced temporary file with ``data`` beside ``path`` (O_EXCL, never a link).
+
+    ``names[path]`` is set to the temporary file's name before a file of that name is
+    created, for the caller's cleanup (mkstemp creates the file before it hands back the name).
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, temp = _create_temp(path, names)
     except OSError as err:
         raise _failure(path, err) from None
     try:
@@ -233,6 +257,30 @@ def _write_temp(path: Path, data: bytes, mode: int) -> str:
             raise _failure(path, err) from None
         raise
     return temp
+
+
+_TEMP_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def _create_temp(path: Path, names: MutableMapping[Path, str] | None) -> tuple[int, str]:
+    """A new file ``.NAME.XXXXXXXX.tmp`` beside ``path``, readable by its owner only, and its
+    name (recorded in ``names`` first)."""
+    for _attempt in range(100):
+        temp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+        if names is not None:
+            names[path] = temp
+        try:
+            return os.open(temp, _TEMP_FLAGS, 0o600), temp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary file name", str(path.parent))
 
 
 def _rename_all(temps: Mapping[Path, str]) -> None:

@@ -62,6 +62,10 @@ def _split_url(token: str) -> tuple[str, str, str, str]:
     return scheme, rest[:end], rest[end:], trailing
 
 
+#: What :func:`redact` puts in place of a secret.
+_REDACTED = "***"
+
+
 def redact(text: str) -> str:
     """``text`` with every URL's ``user:password@`` replaced by ``***@``, and its query and
     fragment by ``?***`` / ``#***`` (tokens travel there too)."""
@@ -70,18 +74,19 @@ def redact(text: str) -> str:
         scheme, userinfo, rest, trailing = _split_url(match.group(0))
         for mark in ("#", "?"):
             if mark in rest:
-                rest = rest.split(mark, 1)[0] + mark + "***"
-        return scheme + ("***@" if userinfo else "") + rest + trailing
+                rest = rest.split(mark, 1)[0] + mark + _REDACTED
+        return scheme + (_REDACTED + "@" if userinfo else "") + rest + trailing
 
     return _URL_IN_TEXT_RE.sub(hide, text)
 
 
 def holds_credentials(text: str) -> bool:
     """Whether a URL in ``text`` carries a user:password part or a query (a file holding one
-    is a secret: owner-only)."""
+    is a secret: owner-only). What :func:`redact` left (``***@``, ``?***``) holds none."""
     for match in _URL_IN_TEXT_RE.finditer(text):
         _scheme, userinfo, rest, _trailing = _split_url(match.group(0))
-        if userinfo or "?" in rest:
+        query = rest.split("#", 1)[0].partition("?")[2]
+        if userinfo not in ("", _REDACTED + "@") or query not in ("", _REDACTED):
             return True
     return False
 

@@ -21,8 +21,10 @@ def cudalock(
     env: Mapping[str, str] | None = None,
     stdin: bytes | None = None,
     timeout: float = 120,
+    umask: int = -1,
 ) -> subprocess.CompletedProcess[str]:
-    """``cudalock ARGS``; ``env`` is the whole environment (default: :func:`offline_env`).
+    """``cudalock ARGS``; ``env`` is the whole environment (default: :func:`offline_env`);
+    ``umask`` the one it starts with (-1: this process's).
 
     Output is decoded as UTF-8 with replacement, so a test can look at whatever came out.
     """
@@ -34,6 +36,7 @@ def cudalock(
         capture_output=True,
         timeout=timeout,
         check=False,
+        umask=umask,
     )
     return subprocess.CompletedProcess(
         done.args,

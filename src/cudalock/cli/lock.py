@@ -97,8 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="Overwrite a pylock.toml / requirements.lock.txt cudalock did not "
-        "write (its own are regenerated without it).",
+        help="Overwrite lock files (pylock.toml, requirements.lock.txt, "
+        "requirements.last.txt, uv-install.toml) cudalock did not write (its own are "
+        "regenerated without it).",
     )
     parser.add_argument(
         "--offline",

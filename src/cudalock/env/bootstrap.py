@@ -49,7 +49,13 @@ from cudalock.env.spec import (
     update_spec,
 )
 from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
-from cudalock.fsutil import append_log, refuse_existing, start_log, write_group
+from cudalock.fsutil import (
+    append_log,
+    credentials_note,
+    refuse_existing,
+    start_log,
+    write_outputs,
+)
 from cudalock.lock import (
     LOCK_FILES,
     Closure,
@@ -64,7 +70,7 @@ from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Plan, Request
 from cudalock.resolve import RequestOptions, resolve
 from cudalock.target import TargetOptions, targets_from_options
-from cudalock.urls import holds_credentials, redact
+from cudalock.urls import redact
 
 LOG_FILE = "cudalock-bootstrap.log"
 STEP_MARKER = "==> cudalock step "
@@ -234,14 +240,9 @@ def run_bootstrap(
     files[written_spec] = update_spec(
         written_spec if written_spec.exists() else spec_path, new_spec
     )
-    script = out_dir / "install.sh"
-    # Files follow the umask like any the user writes; one holding an index password is the
-    # owner's alone.
-    secret = [path for path, text in files.items() if holds_credentials(text)]
-    write_group(files, force=True, executable=[script], secret=secret)
+    secret = write_outputs(files, executable=[out_dir / "install.sh"])
     if secret:
-        names = ", ".join(sorted(path.name for path in secret))
-        echo(f"note: {names}: hold(s) credentials from a URL; written readable by you alone")
+        echo(f"note: {credentials_note(secret)}")
 
     echo("wrote: " + ", ".join(sorted(str(path) for path in files)))
 

@@ -226,11 +226,13 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
     """The ordered commands of install.sh, for pip and for uv.
 
     They install the lock files (written beside install.sh by bootstrap or ``cudalock lock``)
-    and nothing else: every package pinned with its hash and ``--no-deps`` (uv: the exact files
-    of pylock.toml), so no resolver runs and nothing can replace torch; then local and VCS
-    frameworks without their dependencies (the lock holds them); then DeepSpeed without build
-    isolation or a cached wheel, against the torch just installed; then the checks. Nothing
-    here depends on the closure itself, so the script is right for whatever lock is there.
+    and nothing else. First local and VCS frameworks, without their dependencies (the lock
+    holds them): from the URL as given, so a private repository's token reaches git, while
+    pylock.toml records the URL without it (uv then finds the locked commit installed). Then
+    every package pinned with its hash and ``--no-deps`` (uv: the exact files of pylock.toml),
+    so no resolver runs and nothing can replace torch; then DeepSpeed without build isolation
+    or a cached wheel, against the torch just installed; then the checks. Nothing here depends
+    on the closure itself, so the script is right for whatever lock is there.
     """
     pip = (PYTHON, "-m", "pip", "install", "--no-input")
     uv_install = (UV, "pip", "install", "--python", PYTHON)
@@ -240,17 +242,10 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
         index_args += ("--index-url" if position == 0 else "--extra-index-url", url)
     default_index = ("--index-url", indexes[0]) if options.pypi_index else ()
     where = redact(plan.index_url or "the default index")
-    steps = [
-        Step(
-            f"the locked closure ({LOCK_FILE}): every package pinned with its hash, no "
-            f"dependency resolution; the torch family from {where}",
-            (*pip, "--no-deps", "--require-hashes", *index_args, "-r", REQUIREMENTS_FILE),
-            (*uv_install, "--config-file", UV_SETTINGS_FILE, *index_args, "-r", LOCK_FILE),
-        )
-    ]
+    steps = []
     for framework in options.frameworks:
         kind = classify_framework(framework)
-        if kind == "requirement":
+        if kind == "requirement" and not _names_a_url(framework):
             continue
         args = framework_args(framework)
         # uv reads a path on its command line as a requirement: a file URL keeps every
@@ -264,6 +259,14 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
                 (*uv_install, "--no-deps", *default_index, *uv_args),
             )
         )
+    steps.append(
+        Step(
+            f"the locked closure ({LOCK_FILE}): every package pinned with its hash, no "
+            f"dependency resolution; the torch family from {where}",
+            (*pip, "--no-deps", "--require-hashes", *index_args, "-r", REQUIREMENTS_FILE),
+            (*uv_install, "--config-file", UV_SETTINGS_FILE, *index_args, "-r", LOCK_FILE),
+        )
+    )
     last_index = ("--index-url", options.pypi_index) if options.pypi_index else ()
     steps.append(
         Step(
@@ -321,6 +324,14 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
         )
     )
     return tuple(steps)
+
+
+def _names_a_url(requirement: str) -> bool:
+    """``name @ git+https://...``: a requirement the lock holds as a VCS checkout or archive,
+    installed from the URL as given like a framework given as a bare URL."""
+    from packaging.requirements import Requirement
+
+    return Requirement(requirement).url is not None
 
 
 def install_indexes(plan: Plan, options: RenderOptions) -> tuple[str, ...]:

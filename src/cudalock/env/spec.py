@@ -29,9 +29,8 @@ from tomlkit.exceptions import ParseError, TOMLKitError
 from cudalock.errors import InputError
 from cudalock.fsutil import read_bounded
 from cudalock.model import Request, Target
-from cudalock.resolve import RequestOptions
+from cudalock.resolve import RequestOptions, recorded_request
 from cudalock.target import TargetOptions
-from cudalock.urls import strip_credentials, strip_credentials_in
 from cudalock.versions import format_cc, format_cuda
 
 SPEC_FILE = "cudalock.toml"
@@ -256,7 +255,8 @@ def _output(table: _Table) -> OutputSpec:
 
 def spec_values(spec: Spec) -> dict[str, dict[str, Any]]:
     """The tables as they are recorded (None: the key is left out)."""
-    request = spec.request
+    # Index and VCS URLs may carry a password or token: never recorded.
+    request = recorded_request(spec.request)
     tables: dict[str, dict[str, Any]] = {
         "request": {
             "torch": request.torch or None,
@@ -264,11 +264,10 @@ def spec_values(spec: Spec) -> dict[str, dict[str, Any]]:
             "cuda": request.cuda,
             "compat": request.compat,
             "with": list(request.with_packages),
-            # A VCS URL may carry a token (git+https://user:TOKEN@host/...): not recorded.
-            "frameworks": [strip_credentials_in(framework) for framework in request.frameworks],
+            "frameworks": list(request.frameworks),
             "framework": None,  # the single-framework key of older files gives way to the list
-            "pytorch_index": strip_credentials(request.pytorch_index),
-            "pypi_index": strip_credentials(request.pypi_index) if request.pypi_index else None,
+            "pytorch_index": request.pytorch_index,
+            "pypi_index": request.pypi_index,
         },
     }
     if spec.target is not None:

@@ -15,14 +15,13 @@ from typing import Any
 
 from cudalock import __version__
 from cudalock.errors import CudalockError, EnvironmentFailure, InputError
-from cudalock.fsutil import read_bounded, refuse_existing, write_group
+from cudalock.fsutil import credentials_note, refuse_existing, write_outputs
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
 from cudalock.lock.closure import Closure, Echo, UvOptions, resolve_closure
 from cudalock.lock.pylock import (
     LAST_FILE,
     LOCK_FILE,
     LOCK_FILES,
-    MAX_LOCK_BYTES,
     REQUIREMENTS_FILE,
     UV_SETTINGS_FILE,
     check_routes,
@@ -31,12 +30,12 @@ from cudalock.lock.pylock import (
     lock_record,
     locked_versions,
     parse_lock,
+    read_lock_text,
     requirements_files,
     state_of,
     uv_settings,
 )
 from cudalock.model import Plan, Request
-from cudalock.urls import holds_credentials
 
 
 @dataclass(frozen=True)
@@ -113,8 +112,8 @@ def make_lock(
     previous = None
     if lock_path.exists() and is_ours(lock_path):
         try:
-            previous = read_bounded(lock_path, limit=MAX_LOCK_BYTES, what="lock file").decode()
-        except (InputError, UnicodeDecodeError):
+            previous = read_lock_text(lock_path)
+        except InputError:
             previous = None
     try:
         closure = resolve_closure(plan, request, options, previous=previous, echo=say)
@@ -124,12 +123,9 @@ def make_lock(
     for line in closure.notes:
         say(f"cudalock: {line}")
     files = {paths[name]: text for name, text in texts.items()}
-    # Files follow the umask; one holding an index password is the owner's alone.
-    secret = [path for path, text in files.items() if holds_credentials(text)]
-    write_group(files, force=True, secret=secret)
+    secret = write_outputs(files)
     if secret:
-        names = ", ".join(sorted(path.name for path in secret))
-        say(f"cudalock: {names}: hold(s) credentials from a URL; written readable by you alone")
+        say(f"cudalock: {credentials_note(secret)}")
     versions = locked_versions(closure.lock)
     say(
         f"cudalock: wrote {', '.join(str(paths[name]) for name in texts)} "
@@ -144,11 +140,7 @@ def make_lock(
 
 
 def read_lock_file(path: Path) -> tuple[Any, dict[str, Any]]:
-    try:
-        text = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock file").decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path} is not UTF-8 text") from None
-    return parse_lock(text, source=str(path))
+    return parse_lock(read_lock_text(path), source=str(path))
 
 
 def _significant(text: str) -> list[str]:
@@ -197,10 +189,7 @@ def check_lock(
         path = output_dir / name
         if not path.exists():
             return [f"{path} is missing; run cudalock lock"]
-        try:
-            actual = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock file").decode("utf-8")
-        except UnicodeDecodeError:
-            raise InputError(f"{path} is not UTF-8 text") from None
+        actual = read_lock_text(path)
         if _significant(actual) != _significant(text):
             return [f"{path} does not match {lock_path}; run cudalock lock"]
     return []

@@ -43,10 +43,11 @@ from cudalock.fsutil import read_bounded
 from cudalock.lock.check import LockState
 from cudalock.model import PackagePin, Plan, Request, Target
 from cudalock.platforms import platform_named
-from cudalock.resolve import classify_framework
+from cudalock.resolve import classify_framework, recorded_request
 from cudalock.tomlfile import tomllib
 from cudalock.urls import (
     DEFAULT_PYPI_INDEX,
+    holds_credentials,
     redact,
     redact_json,
     strip_credentials,
@@ -382,12 +383,8 @@ def target_summary(target: Target) -> dict[str, Any]:
 
 
 def request_summary(request: Request) -> dict[str, Any]:
-    """The Request as recorded: index URLs without credentials, None dropped."""
-    data = request.to_json()
-    for key in ("pytorch_index", "pypi_index"):
-        if data.get(key):
-            data[key] = strip_credentials(str(data[key]))
-    summary: dict[str, Any] = _without_none(data)
+    """The Request as recorded: URLs without credentials, None dropped."""
+    summary: dict[str, Any] = _without_none(recorded_request(request).to_json())
     return summary
 
 
@@ -483,7 +480,8 @@ def finalize_lock(
         # A directory or VCS checkout comes from no index.
         from_index = not any(key in entry for key in ("directory", "vcs", "archive"))
         for key, value in entry.items():
-            table[key] = value
+            # uv records a VCS or archive URL as it was given, token and all.
+            table[key] = _without_credentials(value)
             if key == "version" and from_index:
                 table["index"] = strip_credentials(inp.index_for(str(entry["name"])))
         if "index" not in table and from_index:
@@ -494,6 +492,20 @@ def finalize_lock(
     tool["cudalock"] = dict(record)
     doc["tool"] = tool
     return tomlkit.dumps(doc)
+
+
+def _without_credentials(value: Any) -> Any:
+    """``value`` (a TOML item of uv's lock) with the user:password part of every URL in it
+    removed, its layout kept."""
+    if isinstance(value, str):
+        return strip_credentials(value) if holds_credentials(value) else value
+    if isinstance(value, dict):
+        for key in list(value):
+            value[key] = _without_credentials(value[key])
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            value[position] = _without_credentials(item)
+    return value
 
 
 def check_routes(lock: Pylock, inp: LockInput) -> None:
@@ -677,6 +689,16 @@ def locked_versions(lock: Pylock) -> dict[str, str]:
 MAX_LOCK_BYTES = 64 * 2**20
 
 
+def read_lock_text(path: Path) -> str:
+    """The text of the lock file ``path``, read bounded; :class:`InputError` (exit 2) when it is
+    missing, not a regular file, larger than :data:`MAX_LOCK_BYTES` or not UTF-8."""
+    data = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text") from None
+
+
 def is_ours(path: Path) -> bool:
     """Whether ``path`` is a file cudalock wrote (then regenerating it needs no --force).
 
@@ -685,8 +707,8 @@ def is_ours(path: Path) -> bool:
     requirements.last.txt, uv-install.toml) have no such key, only their first line to go by.
     """
     try:
-        text = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock file").decode("utf-8")
-    except (InputError, UnicodeDecodeError):
+        text = read_lock_text(path)
+    except InputError:
         return False
     if path.name == LOCK_FILE:
         try:

@@ -13,6 +13,7 @@ from cudalock.resolve.request import (
     make_request,
     parse_companion,
     parse_torch_spec,
+    recorded_request,
 )
 from cudalock.resolve.search import nearest, resolve
 
@@ -27,5 +28,6 @@ __all__ = [
     "nearest",
     "parse_companion",
     "parse_torch_spec",
+    "recorded_request",
     "resolve",
 ]

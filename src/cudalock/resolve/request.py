@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from packaging.version import InvalidVersion, Version
@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from cudalock.errors import InputError, UsageError
 from cudalock.model import Request
 from cudalock.safetext import has_control
-from cudalock.urls import DEFAULT_PYTORCH_INDEX, validate_index_url
+from cudalock.urls import DEFAULT_PYTORCH_INDEX, strip_credentials, validate_index_url
 from cudalock.versions import format_cuda, parse_cuda_version, parse_python_version
 
 if TYPE_CHECKING:
@@ -256,6 +256,18 @@ def check_framework(text: str) -> str:
             f"choose it with {flag}"
         )
     return cleaned
+
+
+def recorded_request(request: Request) -> Request:
+    """``request`` as files people commit record it (cudalock.toml, pylock.toml): the
+    user:password part of every URL removed, from the indexes and from VCS frameworks
+    (``git+https://user:TOKEN@host/...``) alike."""
+    return replace(
+        request,
+        frameworks=tuple(strip_credentials(framework) for framework in request.frameworks),
+        pytorch_index=strip_credentials(request.pytorch_index),
+        pypi_index=strip_credentials(request.pypi_index) if request.pypi_index else None,
+    )
 
 
 def classify_framework(text: str) -> FrameworkKind:

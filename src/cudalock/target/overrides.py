@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from cudalock.errors import InputError, UsageError
-from cudalock.fsutil import read_bounded
+from cudalock.fsutil import read_bounded, read_stream
 from cudalock.model import (
     TARGET_SCHEMA_VERSION,
     Gpu,
@@ -329,8 +329,8 @@ def _read_stdin() -> bytes:
             hint="pipe them in: srun --ntasks-per-node=1 cudalock probe --json-lines | "
             "cudalock resolve --probe -",
         )
-    data = sys.stdin.buffer.read(MAX_STREAM_BYTES + 1)
-    if len(data) > MAX_STREAM_BYTES:
+    data, cut = read_stream(sys.stdin.buffer, limit=MAX_STREAM_BYTES)
+    if cut:
         raise InputError(
             f"stdin holds more than {MAX_STREAM_BYTES // 2**20} MiB of probe documents; "
             "expected at most that much"
