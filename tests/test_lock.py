@@ -317,7 +317,8 @@ def finalized(p: Plan | None = None, request: Request = REQUEST) -> tuple[str, L
     p = p or plan()
     inp = lock_input(p, request)
     record = lock_record(p, request, inp, cudalock_version="9.9", uv_version="0.13.9")
-    return finalize_lock(UV_OUTPUT, record, inp, cudalock_version="9.9"), inp
+    text, _data = finalize_lock(tomllib.loads(UV_OUTPUT), record, inp, cudalock_version="9.9")
+    return text, inp
 
 
 def test_finalized_lock_is_valid_pep751_and_records_its_inputs() -> None:
@@ -378,7 +379,7 @@ def test_a_token_in_a_vcs_framework_never_reaches_the_lock() -> None:
         'commit-id = "0123456789abcdef0123456789abcdef01234567" }\n'
     )
     record = lock_record(p, request, inp, cudalock_version="9.9", uv_version="0.13.9")
-    text = finalize_lock(uv_text, record, inp, cudalock_version="9.9")
+    text, _data = finalize_lock(tomllib.loads(uv_text), record, inp, cudalock_version="9.9")
     assert "TOKEN" not in text and "alice" not in text
     lock, data = parse_lock(text, source="test")
     vcs = next(package.vcs for package in lock.packages if package.name == "fw")

@@ -104,14 +104,17 @@ class _Reader(threading.Thread):
         self,
         pipe: IO[bytes] | None,
         limit: int,
-        overflowed: threading.Event,
+        wake: threading.Event,
         on_line: Callable[[str], None] | None,
         keep_tail: bool = False,
     ) -> None:
         super().__init__(daemon=True)
         self.pipe = pipe
         self.limit = limit
-        self.overflowed = overflowed
+        #: Set when this reader stops early, so the run stops waiting for the child.
+        self.wake = wake
+        #: Whether it stopped early: past its limit, or on a failing line handler.
+        self.stopped = False
         self.on_line = on_line
         self.keep_tail = keep_tail
         self.cut = False
@@ -142,7 +145,8 @@ class _Reader(threading.Thread):
                     if self.chunks_size > self.limit:
                         self.cut = True
                 elif len(self.data) + len(chunk) > self.limit:
-                    self.overflowed.set()
+                    self.stopped = True
+                    self.wake.set()
                     return
                 else:
                     self.data += chunk
@@ -158,7 +162,8 @@ class _Reader(threading.Thread):
             return  # the pipe was closed under us: the run is being torn down
         except BaseException as err:
             self.error = err
-            self.overflowed.set()
+            self.stopped = True
+            self.wake.set()
 
 
 def run(
@@ -196,19 +201,29 @@ def run(
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         start_new_session=True,
     )
-    overflowed = threading.Event()
-    readers = [_Reader(process.stdout, output_limit, overflowed, on_line, keep_tail)]
+    # Set by whatever ends the wait: the child's exit, or a reader that stops early.
+    wake = threading.Event()
+    readers = [_Reader(process.stdout, output_limit, wake, on_line, keep_tail)]
     if not merge_stderr:
-        readers.append(_Reader(process.stderr, output_limit, overflowed, None))
+        readers.append(_Reader(process.stderr, output_limit, wake, None))
     exited = False
+    ended = threading.Event()
+
+    def wait_for_exit() -> None:
+        with contextlib.suppress(OSError):
+            process.wait()
+        ended.set()
+        wake.set()
+
     try:
         for reader in readers:
             reader.start()
         if stdin is not None:
             threading.Thread(target=_feed, args=(process, stdin), daemon=True).start()
+        threading.Thread(target=wait_for_exit, daemon=True).start()
         deadline = time.monotonic() + timeout
-        while process.poll() is None:
-            if overflowed.is_set():
+        while not ended.is_set():
+            if _overflow(readers):
                 break
             if cancel is not None and cancel.is_set():
                 raise ChildCancelled(f"{what} was stopped before it finished")
@@ -223,9 +238,10 @@ def run(
                     stdout=readers[0].output(),
                     stderr=readers[1].output() if len(readers) > 1 else b"",
                 )
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=min(left, 0.05))
-        exited = process.returncode is not None
+            # No polling: the wait ends the moment the child exits or a reader gives up; a
+            # cancel from another thread is looked at every quarter second.
+            wake.wait(timeout=min(left, 0.25) if cancel is not None else left)
+        exited = ended.is_set()
         # Whatever the child left running holds the pipes open: it goes with the child.
         _kill_group(process)
         for reader in readers:
@@ -233,7 +249,7 @@ def run(
         failed = next((r.error for r in readers if r.error is not None), None)
         if failed is not None:
             raise failed
-        if overflowed.is_set():
+        if _overflow(readers):
             raise ChildOutputTooLarge(
                 f"{what} wrote more than {output_limit // 2**20} MiB of output; it was stopped"
             )
@@ -253,6 +269,11 @@ def run(
         readers[1].output() if len(readers) > 1 else b"",
         stdout_cut=readers[0].cut,
     )
+
+
+def _overflow(readers: Sequence[_Reader]) -> bool:
+    """Whether a reader stopped past its limit (or on a failing line handler)."""
+    return any(reader.stopped for reader in readers)
 
 
 def _feed(process: subprocess.Popen[bytes], data: bytes) -> None:

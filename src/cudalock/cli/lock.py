@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> None:
     import dataclasses
 
     from cudalock.cli.output import echo, emit_json, load_matrix_for
-    from cudalock.env import read_inputs
+    from cudalock.env.spec import read_inputs
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions, absolute_frameworks, check_lock, make_lock

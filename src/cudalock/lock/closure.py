@@ -121,6 +121,8 @@ class Closure:
 
     input: LockInput
     uv_text: str
+    #: ``uv_text`` as read.
+    uv_data: dict[str, Any]
     lock: Pylock
     uv_version: str
     #: Every torch-family package in the closure, routed to the plan's index (torch first).
@@ -455,7 +457,7 @@ def resolve_closure(
                 text = uv.resolve(inp)
             except Unsatisfiable as err:
                 raise _diagnose(fitter, work, err) from None
-            lock, _data = parse_lock(text, source="uv's pylock.toml")
+            lock, data = parse_lock(text, source="uv's pylock.toml")
             if not fitter.review(lock, inp):
                 break
             say("cudalock: resolving again with " + _changes(fitter))
@@ -473,6 +475,7 @@ def resolve_closure(
         return Closure(
             input=inp,
             uv_text=text,
+            uv_data=data,
             lock=lock,
             uv_version=uv.version,
             family=family,

@@ -34,6 +34,7 @@ from cudalock.lock.pylock import (
     requirements_files,
     state_of,
     uv_settings,
+    validate_lock,
 )
 from cudalock.model import Plan, Request
 
@@ -58,9 +59,9 @@ def lock_texts(closure: Closure, plan: Plan, request: Request) -> dict[str, str]
         uv_version=closure.uv_version,
         closure=closure.to_json(),
     )
-    text = finalize_lock(closure.uv_text, record, inp, cudalock_version=__version__)
+    text, data = finalize_lock(closure.uv_data, record, inp, cudalock_version=__version__)
     try:
-        lock, _data = parse_lock(text, source=f"the new {LOCK_FILE}")
+        lock = validate_lock(data, source=f"the new {LOCK_FILE}")
     except InputError as err:
         raise EnvironmentFailure(f"{err.message}; nothing was written") from None
     check_routes(lock, inp)
@@ -106,11 +107,11 @@ def make_lock(
     options = options or UvOptions()
     say = echo or (lambda _line: None)
     paths = {name: output_dir / name for name in LOCK_FILES}
-    foreign = [p for p in paths.values() if p.exists() and not is_ours(p)]
-    refuse_existing(foreign, force=force)
+    ours = {path: is_ours(path) for path in paths.values() if path.exists()}
+    refuse_existing([path for path, own in ours.items() if not own], force=force)
     lock_path = paths[LOCK_FILE]
     previous = None
-    if lock_path.exists() and is_ours(lock_path):
+    if ours.get(lock_path):
         try:
             previous = read_lock_text(lock_path)
         except InputError:

@@ -7,6 +7,7 @@ progress to the user (credentials redacted) and keeps the tail of what it said f
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -43,14 +44,9 @@ _UV_ROUTING_VARIABLES = (
 
 def find_uv() -> str:
     """The uv executable: the ``uv`` Python package's binary first, then ``uv`` on PATH."""
-    try:
-        import uv  # type: ignore[import-not-found,unused-ignore]
-
-        found = str(uv.find_uv_bin())
-        if os.access(found, os.X_OK):
-            return found
-    except (ImportError, FileNotFoundError, AttributeError):
-        pass
+    bundled = _bundled_uv()
+    if bundled is not None:
+        return bundled
     on_path = shutil.which("uv")
     if on_path:
         return on_path
@@ -60,8 +56,25 @@ def find_uv() -> str:
     )
 
 
+def _bundled_uv() -> str | None:
+    """The binary of the ``uv`` Python package installed beside cudalock, if there is one."""
+    try:
+        import uv  # type: ignore[import-not-found,unused-ignore]
+
+        found = str(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError, AttributeError):
+        return None
+    return found if os.access(found, os.X_OK) else None
+
+
 def uv_version(uv: str) -> str:
-    """``uv --version`` as a bare version string ("0.13.9")."""
+    """uv's version ("0.13.9"): the installed ``uv`` package's, when ``uv`` is its binary
+    (it says so without starting a process), else what ``uv --version`` prints."""
+    if uv == _bundled_uv():
+        try:
+            return importlib.metadata.version("uv")
+        except importlib.metadata.PackageNotFoundError:
+            pass
     try:
         done = procs.run([uv, "--version"], what="uv --version", timeout=60)
     except (OSError, EnvironmentFailure) as err:
