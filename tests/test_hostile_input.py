@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cudalock.env.render import OUTPUT_FORMATS, OutputFormat, RenderOptions, render
+from cudalock.env.render import OUTPUT_FORMATS, OutputFormat, RenderOptions, render_files
 from cudalock.matrix import default_matrix_dir
 from cudalock.tomlfile import tomllib
 from tests.support.cli import CUDALOCK, cudalock
@@ -317,7 +317,7 @@ def test_generated_files_parse_whatever_the_target_name_holds(output_format: Out
     plan = make_plan()
     hostile = dataclasses.replace(plan.targets[0], name=f"node{ESCAPES}\u2028\x85end")
     plan = dataclasses.replace(plan, targets=(hostile,))
-    files = render(plan, RenderOptions(name="ft", output_format=output_format))
+    files = render_files(plan, RenderOptions(name="ft", output_format=output_format))
     for name, text in files.items():
         assert "\x1b" not in text and "\x07" not in text, name
         if name.endswith(".yml"):

@@ -87,3 +87,27 @@ def test_every_module_belongs_to_a_known_package_or_the_base() -> None:
         - {"cli", "__main__", "__init__"}
     )
     assert unknown == set()
+
+
+def test_no_package_exports_a_name_its_submodules_use() -> None:
+    # Importing cudalock.X.Y sets attribute Y on package X, so an exported function named Y
+    # would be replaced by the module as soon as anything imported that module.
+    clashes: dict[str, set[str]] = {}
+    for init in SRC.rglob("__init__.py"):
+        package = init.parent
+        submodules = {path.stem for path in package.glob("*.py")} | {
+            path.name for path in package.iterdir() if (path / "__init__.py").is_file()
+        }
+        exported: set[str] = set()
+        for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+            ):
+                exported |= {
+                    element.value
+                    for element in ast.walk(node.value)
+                    if isinstance(element, ast.Constant) and isinstance(element.value, str)
+                }
+        if exported & submodules:
+            clashes[str(package.relative_to(SRC))] = exported & submodules
+    assert clashes == {}

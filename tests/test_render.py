@@ -17,7 +17,7 @@ from cudalock.env.render import (
     RenderOptions,
     check_env_name,
     install_steps,
-    render,
+    render_files,
     torch_family,
     yaml_scalar,
 )
@@ -73,7 +73,7 @@ def make_plan(
 
 
 def test_environment_yml_pins_python_and_routes_the_torch_family() -> None:
-    text = render(make_plan(), RenderOptions(name="ft"))["environment.yml"]
+    text = render_files(make_plan(), RenderOptions(name="ft"))["environment.yml"]
     document = yaml.safe_load(text)
     assert document["name"] == "ft"
     assert document["channels"] == ["conda-forge"]
@@ -92,7 +92,7 @@ def test_environment_yml_pins_python_and_routes_the_torch_family() -> None:
 
 def test_environment_yml_with_a_pypi_mirror_lists_it_after_the_pytorch_index() -> None:
     options = RenderOptions(name="ft", pypi_index="https://mirror.example/simple")
-    deps = yaml.safe_load(render(make_plan(), options)["environment.yml"])["dependencies"]
+    deps = yaml.safe_load(render_files(make_plan(), options)["environment.yml"])["dependencies"]
     assert deps[-1]["pip"][:2] == [
         "--index-url https://download.pytorch.org/whl/cu121",
         "--extra-index-url https://mirror.example/simple",
@@ -100,7 +100,7 @@ def test_environment_yml_with_a_pypi_mirror_lists_it_after_the_pytorch_index() -
 
 
 def test_deepspeed_on_cuda12_brings_conda_forge_nvcc_of_the_same_cuda() -> None:
-    files = render(make_plan(deepspeed="0.15.1"), RenderOptions(name="ft"))
+    files = render_files(make_plan(deepspeed="0.15.1"), RenderOptions(name="ft"))
     deps = yaml.safe_load(files["environment.yml"])["dependencies"]
     assert "cuda-nvcc" in deps and "cuda-version=12.1" in deps
     assert yaml.safe_load(files["environment.yml"])["channels"] == ["conda-forge"]
@@ -108,14 +108,15 @@ def test_deepspeed_on_cuda12_brings_conda_forge_nvcc_of_the_same_cuda() -> None:
 
 def test_deepspeed_on_cuda11_takes_nvcc_from_the_nvidia_channel() -> None:
     plan = make_plan(variant="cu118", cuda=(11, 8), deepspeed="0.15.1")
-    document = yaml.safe_load(render(plan, RenderOptions(name="ft"))["environment.yml"])
+    document = yaml.safe_load(render_files(plan, RenderOptions(name="ft"))["environment.yml"])
     assert document["channels"] == ["conda-forge", "nvidia"]
     assert "nvidia::cuda-nvcc=11.8" in document["dependencies"]
 
 
 def test_cpu_plan_has_no_compilers_even_with_deepspeed() -> None:
     plan = make_plan(variant="cpu", cuda=None, deepspeed="0.15.1")
-    deps = yaml.safe_load(render(plan, RenderOptions(name="ft"))["environment.yml"])["dependencies"]
+    environment_yml = render_files(plan, RenderOptions(name="ft"))["environment.yml"]
+    deps = yaml.safe_load(environment_yml)["dependencies"]
     assert not any("cuda" in str(d) for d in deps if not isinstance(d, dict))
 
 
@@ -128,7 +129,9 @@ def _conda_lock_parse(path: Path, tmp_path: Path) -> object:
 
 
 def test_conda_lock_form_is_accepted_by_conda_lock(tmp_path: Path) -> None:
-    files = render(make_plan(), RenderOptions(name="ft", pypi_index="https://m.example/simple"))
+    files = render_files(
+        make_plan(), RenderOptions(name="ft", pypi_index="https://m.example/simple")
+    )
     path = tmp_path / "environment.conda-lock.yml"
     path.write_text(files["environment.conda-lock.yml"])
     spec = _conda_lock_parse(path, tmp_path)
@@ -150,7 +153,7 @@ def test_plain_environment_yml_is_what_conda_lock_rejects(tmp_path: Path) -> Non
     from packaging.requirements import InvalidRequirement
 
     path = tmp_path / "environment.yml"
-    path.write_text(render(make_plan(), RenderOptions(name="ft"))["environment.yml"])
+    path.write_text(render_files(make_plan(), RenderOptions(name="ft"))["environment.yml"])
     with pytest.raises(InvalidRequirement):
         _conda_lock_parse(path, tmp_path)
 
@@ -192,7 +195,7 @@ def test_install_sh_passes_bash_n_and_shellcheck(
         frameworks=(framework,) if framework else (),
         pypi_index="https://u:tok@m.example/simple",
     )
-    text = render(make_plan(deepspeed=deepspeed), options)["install.sh"]
+    text = render_files(make_plan(deepspeed=deepspeed), options)["install.sh"]
     assert text.startswith("#!/usr/bin/env bash\n")
     assert "set -euo pipefail" in text
     _lint(_write_script(tmp_path, text))
@@ -260,7 +263,7 @@ def test_vcs_frameworks_come_before_the_lock_with_their_credentials() -> None:
 def test_local_framework_path_is_installed_editable_and_quoted(tmp_path: Path) -> None:
     hostile = "/srv/my fw/$(touch pwned); `id` 'q\" x"
     options = RenderOptions(name="ft", output_format="venv", frameworks=(hostile,))
-    text = render(make_plan(), options)["install.sh"]
+    text = render_files(make_plan(), options)["install.sh"]
     quoted = "'/srv/my fw/$(touch pwned); `id` '\"'\"'q\" x'"
     assert f"-e {quoted}" in text
     # bash reads the quoted word back as exactly the path, executing nothing.
@@ -394,7 +397,7 @@ def _install_sh(tmp_path: Path, *, with_lock: bool) -> Path:
     out = tmp_path / "out"
     out.mkdir()
     (out / "install.sh").write_text(
-        render(make_plan(), RenderOptions(name="ft", output_format="venv"))["install.sh"]
+        render_files(make_plan(), RenderOptions(name="ft", output_format="venv"))["install.sh"]
     )
     if with_lock:
         for name in ("pylock.toml", "uv-install.toml", "requirements.last.txt"):
@@ -443,13 +446,13 @@ def test_install_sh_takes_a_relative_python_from_where_it_is_started(tmp_path: P
 
 
 def test_constraints_are_exactly_the_torch_family() -> None:
-    text = render(make_plan(deepspeed="0.15.1"), RenderOptions(name="ft"))["constraints.txt"]
+    text = render_files(make_plan(deepspeed="0.15.1"), RenderOptions(name="ft"))["constraints.txt"]
     pins = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert pins == ["torch==2.1.0+cu121", "torchvision==0.16.0+cu121"]
 
 
 def test_venv_format_writes_requirements_and_install_sh() -> None:
-    files = render(make_plan(), RenderOptions(name="ft", output_format="venv"))
+    files = render_files(make_plan(), RenderOptions(name="ft", output_format="venv"))
     assert set(files) == {"requirements.txt", "install.sh", "constraints.txt"}
     lines = [
         line for line in files["requirements.txt"].splitlines() if line and not line.startswith("#")
@@ -468,7 +471,7 @@ def test_uv_pyproject_routes_the_family_to_an_explicit_index() -> None:
         frameworks=("llamafactory==0.9.5",),
         pypi_index="https://m.example/simple",
     )
-    files = render(make_plan(deepspeed="0.15.1"), options)
+    files = render_files(make_plan(deepspeed="0.15.1"), options)
     assert set(files) == {"pyproject.toml", "constraints.txt"}
     document = tomllib.loads(files["pyproject.toml"])
     assert document["project"]["requires-python"] == "==3.11.*"
@@ -497,7 +500,7 @@ def test_uv_pyproject_routes_the_family_to_an_explicit_index() -> None:
 def test_uv_pyproject_is_accepted_by_uv(tmp_path: Path) -> None:
     # uv itself parses the file: `uv lock` with no network fails resolving, not parsing.
     (tmp_path / "pyproject.toml").write_text(
-        render(make_plan(), RenderOptions(name="ft", output_format="uv"))["pyproject.toml"]
+        render_files(make_plan(), RenderOptions(name="ft", output_format="uv"))["pyproject.toml"]
     )
     uv = Path(sys.executable).with_name("uv")
     from tests.support.index import offline_env
@@ -516,7 +519,7 @@ def test_uv_pyproject_is_accepted_by_uv(tmp_path: Path) -> None:
 
 def test_rendering_is_deterministic() -> None:
     options = RenderOptions(name="ft", frameworks=("x==1", "y"))
-    assert render(make_plan(), options) == render(make_plan(), options)
+    assert render_files(make_plan(), options) == render_files(make_plan(), options)
 
 
 def test_torch_family_puts_torch_first() -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from cudalock.env import RenderOptions, render
+from cudalock.env import RenderOptions, render_files
 from cudalock.errors import UsageError
 from cudalock.urls import (
     holds_credentials,
@@ -93,9 +93,8 @@ def test_redact_never_leaves_the_secret(secret: str) -> None:
 def test_hostile_but_valid_index_url_is_quoted_in_install_sh(tmp_path: Path) -> None:
     url = "https://mirror.example/$(touch$IFS'pwned');(touch$IFS'pwned2')&'q/simple"
     valid = validate_index_url(url, flag="--pypi-index")
-    script = render(make_plan(), RenderOptions(name="ft", output_format="venv", pypi_index=valid))[
-        "install.sh"
-    ]
+    options = RenderOptions(name="ft", output_format="venv", pypi_index=valid)
+    script = render_files(make_plan(), options)["install.sh"]
     # The mirror is the default index: --index-url, before the PyTorch index.
     line = next(ln for ln in script.splitlines() if "--index-url 'https://mirror" in ln)
     quoted = line.split("--index-url ", 1)[1].split(" --extra-index-url", 1)[0].rstrip(" \\")

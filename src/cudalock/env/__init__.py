@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cudalock.env.bootstrap import BootstrapOptions, BootstrapResult, run_bootstrap
-    from cudalock.env.render import RenderOptions, render
+    from cudalock.env.render import RenderOptions, render_files
     from cudalock.env.spec import Inputs, Spec, read_inputs, read_spec
 
 #: Each public name and the module that defines it.
@@ -21,7 +21,7 @@ _MODULES = {
     "BootstrapResult": "bootstrap",
     "run_bootstrap": "bootstrap",
     "RenderOptions": "render",
-    "render": "render",
+    "render_files": "render",
     "Inputs": "spec",
     "Spec": "spec",
     "read_inputs": "spec",
@@ -36,7 +36,7 @@ __all__ = [
     "Spec",
     "read_inputs",
     "read_spec",
-    "render",
+    "render_files",
     "run_bootstrap",
 ]
 

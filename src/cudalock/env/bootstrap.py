@@ -38,7 +38,7 @@ from cudalock.env.render import (
     check_env_name,
     default_env_name,
     install_steps,
-    render,
+    render_files,
 )
 from cudalock.env.spec import (
     SPEC_FILE,
@@ -190,7 +190,7 @@ def run_bootstrap(
         frameworks=request.frameworks,
         pypi_index=request.pypi_index,
     )
-    planned = [out_dir / file for file in render(plan, render_options)]
+    planned = [out_dir / file for file in render_files(plan, render_options)]
     lock_paths = [out_dir / file for file in LOCK_FILES]
     # Refused before the closure is resolved: a clash should not cost a resolution.
     refuse_existing([*planned, *lock_paths], force=options.force)
@@ -216,10 +216,8 @@ def run_bootstrap(
         raise  # the index lacks the planned build: files that cannot be installed help nobody
     except EnvironmentFailure as err:
         unresolved = err
-    files = {
-        out_dir / file: text
-        for file, text in render(plan, dataclasses.replace(render_options, closure=closure)).items()
-    }
+    rendered = render_files(plan, dataclasses.replace(render_options, closure=closure))
+    files = {out_dir / file: text for file, text in rendered.items()}
     if closure is not None:
         files.update(
             {out_dir / file: text for file, text in lock_texts(closure, plan, request).items()}

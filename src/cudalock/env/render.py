@@ -372,7 +372,7 @@ def fill(template: str, values: Mapping[str, str]) -> str:
 # The files
 
 
-def render(plan: Plan, options: RenderOptions) -> dict[str, str]:
+def render_files(plan: Plan, options: RenderOptions) -> dict[str, str]:
     """File name → text for ``options.output_format``."""
     check_env_name(options.name)
     files: dict[str, str] = {}
