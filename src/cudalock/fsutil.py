@@ -491,11 +491,21 @@ def _flock(fd: int, directory: Path, path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+        holder = _read_holder(fd)
         raise EnvironmentFailure(
             f"{directory} is in use by another cudalock run ({holder}); nothing was written",
             hint=f"wait for it to finish, or choose another directory (the lock is {path})",
         ) from None
+
+
+def _read_holder(fd: int) -> str:
+    # The holder writes its name just after it takes the lock: wait a moment for it.
+    for _attempt in range(20):
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        if holder:
+            return holder
+        time.sleep(0.005)
+    return "another process"
 
 
 def _holder(command: str) -> str:
