@@ -61,13 +61,7 @@ def run(args: argparse.Namespace) -> None:
         from cudalock.memory.model_size import read_model_size
 
         size = read_model_size(model)
-        sources.append(
-            SetupHints(
-                params=size.params,
-                params_source=size.source,
-                largest_layer_params=size.largest_layer_params,
-            )
-        )
+        sources.append(SetupHints.from_model_size(size))
     if deepspeed_config is not None:
         sources.append(SetupHints.from_shape(read_deepspeed_config(deepspeed_config)))
     hints = merge_hints(*sources)

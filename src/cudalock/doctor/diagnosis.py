@@ -26,7 +26,10 @@ from __future__ import annotations
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cudalock.memory.model_size import ModelSize
 
 from cudalock.doctor.kernel import (
     HOW_TO_READ,
@@ -138,6 +141,14 @@ class SetupHints:
             offload_optimizer=shape.offload_optimizer,
             offload_param=shape.offload_param,
             gather_16bit_weights=shape.gather_16bit_weights,
+        )
+
+    @classmethod
+    def from_model_size(cls, size: ModelSize) -> SetupHints:
+        return cls(
+            params=size.params,
+            params_source=size.source,
+            largest_layer_params=size.largest_layer_params,
         )
 
 

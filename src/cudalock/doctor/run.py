@@ -331,13 +331,7 @@ def _memory_for_doctor(
         sources.append(SetupHints(gpus_per_node=slurm.gpus_per_node, nodes=slurm.nodes))
     if request.model_path is not None:
         size = read_model_size(request.model_path)
-        sources.append(
-            SetupHints(
-                params=size.params,
-                params_source=size.source,
-                largest_layer_params=size.largest_layer_params,
-            )
-        )
+        sources.append(SetupHints.from_model_size(size))
     config_path = request.deepspeed_config
     if config_path is None and log is not None and log.shape.deepspeed_config:
         candidate = Path(log.shape.deepspeed_config)
@@ -361,13 +355,7 @@ def _memory_for_doctor(
             model_dir = Path(shape.model)
             if model_dir.is_dir():
                 size = read_model_size(model_dir)
-                sources.append(
-                    SetupHints(
-                        params=size.params,
-                        params_source=size.source,
-                        largest_layer_params=size.largest_layer_params,
-                    )
-                )
+                sources.append(SetupHints.from_model_size(size))
         sources.append(SetupHints.from_shape(shape))
     hints = merge_hints(*sources)
     limit = slurm.verdict.memory_limit if slurm is not None else None
