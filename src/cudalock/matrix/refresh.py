@@ -29,14 +29,14 @@ import html.parser
 import re
 import urllib.parse
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import EnvironmentFailure, InputError
@@ -162,16 +162,21 @@ def _major_minor(version: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def torch_pin(metadata: str) -> str | None:
-    """The exact torch version a torchvision/torchaudio wheel requires (``torch==2.1.0``)."""
+def unmarked_torch_requirements(metadata: str) -> Iterator[Requirement]:
+    """Each Requires-Dist of a core-metadata text that names torch with no marker."""
     message = email.parser.Parser().parsestr(metadata, headersonly=True)
     for text in message.get_all("Requires-Dist") or []:
         try:
             requirement = Requirement(text)
         except InvalidRequirement:
             continue
-        if requirement.name != "torch" or requirement.marker is not None:
-            continue
+        if canonicalize_name(requirement.name) == "torch" and requirement.marker is None:
+            yield requirement
+
+
+def torch_pin(metadata: str) -> str | None:
+    """The exact torch version a torchvision/torchaudio wheel requires (``torch==2.1.0``)."""
+    for requirement in unmarked_torch_requirements(metadata):
         pins = [s.version for s in requirement.specifier if s.operator == "=="]
         if len(pins) == 1 and "+" not in pins[0] and "*" not in pins[0]:
             return pins[0]

@@ -15,7 +15,6 @@ nothing from a download is executed.
 from __future__ import annotations
 
 import ast
-import email.parser
 import io
 import re
 import tarfile
@@ -24,12 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
 from cudalock.matrix.fetch import Fetcher
+from cudalock.matrix.refresh import unmarked_torch_requirements
 from cudalock.urls import strip_credentials
 
 #: The largest member read from an sdist (PKG-INFO, builder.py are a few tens of KiB).
@@ -147,15 +146,8 @@ def _facts(
 def torch_requirement(metadata: str) -> str | None:
     """The torch specifier of a Requires-Dist without marker: ``>=2.0.0``, "" for plain torch,
     None when the metadata names no torch."""
-    message = email.parser.Parser().parsestr(metadata, headersonly=True)
-    for text in message.get_all("Requires-Dist") or []:
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if requirement.name.lower() == "torch" and requirement.marker is None:
-            return str(requirement.specifier)
-    return None
+    requirement = next(unmarked_torch_requirements(metadata), None)
+    return None if requirement is None else str(requirement.specifier)
 
 
 @dataclass(frozen=True)
