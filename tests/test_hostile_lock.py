@@ -178,9 +178,11 @@ def test_a_second_lock_exits_3_naming_the_run_that_holds_the_directory(
     silent = silent_server()
     url = f"http://127.0.0.1:{silent.getsockname()[1]}"
     slow = ["--timeout", "30", "--retries", "0", "-o", str(tmp_path)]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
     first = subprocess.Popen(
         lock_argv(f"{url}/whl", f"{url}/simple", *slow),
-        env=offline_env(),
+        env={**offline_env(), "TMPDIR": str(scratch)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -193,10 +195,11 @@ def test_a_second_lock_exits_3_naming_the_run_that_holds_the_directory(
         assert f"in use by another cudalock run (pid {first.pid}, 'cudalock lock'" in second.stderr
         assert "Traceback" not in second.stderr
     finally:
-        first.kill()
+        first.terminate()  # SIGTERM: cudalock stops uv and removes its scratch directory
         first.wait()
         silent.close()
     assert not (tmp_path / "pylock.toml").exists()
+    assert list(scratch.iterdir()) == []
 
 
 def test_sigterm_during_a_lock_leaves_no_temporary_files(
