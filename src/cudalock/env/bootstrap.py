@@ -222,7 +222,8 @@ def run_bootstrap(
         files.update(
             {out_dir / file: text for file, text in lock_texts(closure, plan, request).items()}
         )
-        echo(f"closure: {len(closure.lock.packages)} packages, resolved once by uv and locked")
+        count = len(closure.uv_data.get("packages", []))
+        echo(f"closure: {count} packages, resolved once by uv and locked")
         for line in closure.notes:
             echo(f"  {line}")
     new_spec = Spec(

@@ -21,10 +21,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import tomlkit
-from tomlkit.exceptions import ParseError, TOMLKitError
+from typing import TYPE_CHECKING, Any
 
 from cudalock.errors import InputError
 from cudalock.fsutil import read_bounded
@@ -32,6 +29,9 @@ from cudalock.model import Request, Target
 from cudalock.resolve import RequestOptions, recorded_request
 from cudalock.target import TargetOptions
 from cudalock.versions import format_cc, format_cuda
+
+if TYPE_CHECKING:
+    import tomlkit
 
 SPEC_FILE = "cudalock.toml"
 SPEC_VERSION = 1
@@ -137,6 +137,10 @@ def parse_spec(text: str, where: str = SPEC_FILE) -> Spec:
 
 
 def _parse(text: str, where: str) -> tomlkit.TOMLDocument:
+    # tomlkit only when there is a cudalock.toml: `cudalock lock` usually reads none.
+    import tomlkit
+    from tomlkit.exceptions import ParseError, TOMLKitError
+
     try:
         return tomlkit.parse(text)
     except ParseError as err:
@@ -289,6 +293,8 @@ def update_spec(path: Path, spec: Spec) -> str:
 
 
 def update_spec_text(existing: str | None, spec: Spec, where: str = SPEC_FILE) -> str:
+    import tomlkit
+
     if existing is None:
         document = tomlkit.document()
         for line in _HEADER:
@@ -310,6 +316,8 @@ def update_spec_text(existing: str | None, spec: Spec, where: str = SPEC_FILE) -
 
 def _update_table(table: tomlkit.items.Table, values: Mapping[str, Any]) -> None:
     """Set changed values only, so untouched keys keep their comments and formatting."""
+    from tomlkit.items import Item
+
     for key, value in values.items():
         empty = value is None or (isinstance(value, list) and not value and key != "with")
         if empty:
@@ -317,7 +325,7 @@ def _update_table(table: tomlkit.items.Table, values: Mapping[str, Any]) -> None
                 del table[key]
             continue
         current = table.get(key)
-        plain = current.unwrap() if isinstance(current, tomlkit.items.Item) else current
+        plain = current.unwrap() if isinstance(current, Item) else current
         if plain != value:
             table[key] = value
 

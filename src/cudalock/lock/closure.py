@@ -29,6 +29,7 @@ import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,10 @@ from cudalock.lock.pylock import (
     lock_input,
     locked_versions,
     missing_from_index,
-    parse_lock,
+    read_toml_lock,
     target_glibc,
     uv_compile_args,
+    validate_lock,
 )
 from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
 from cudalock.model import PackagePin, Plan, Request
@@ -123,7 +125,6 @@ class Closure:
     uv_text: str
     #: ``uv_text`` as read.
     uv_data: dict[str, Any]
-    lock: Pylock
     uv_version: str
     #: Every torch-family package in the closure, routed to the plan's index (torch first).
     family: tuple[PackagePin, ...]
@@ -135,7 +136,13 @@ class Closure:
 
     @property
     def versions(self) -> dict[str, str]:
-        return locked_versions(self.lock)
+        return locked_versions(self.uv_data)
+
+    @cached_property
+    def lock(self) -> Pylock:
+        """uv's lock as packaging reads it, validated when first asked for: ``cudalock lock``
+        validates only the lock it writes (:func:`cudalock.lock.files.lock_texts`)."""
+        return validate_lock(self.uv_data, source="uv's pylock.toml")
 
     @property
     def built_last(self) -> tuple[str, ...]:
@@ -236,9 +243,16 @@ def describe(requirement: Requirement) -> str:
     return text
 
 
-def _package(lock: Pylock, name: str) -> Package | None:
+def _package(uv_data: Mapping[str, Any], name: str) -> Package | None:
+    """The package ``name`` of uv's lock (as read), validated alone: the rounds look at a
+    framework or two, and only the lock that is written is validated whole."""
     wanted = canonicalize_name(name)
-    return next((p for p in lock.packages if canonicalize_name(p.name) == wanted), None)
+    entries = uv_data.get("packages")
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, Mapping) and canonicalize_name(str(entry.get("name"))) == wanted:
+            alone = {"lock-version": "1.0", "created-by": "uv", "packages": [dict(entry)]}
+            return validate_lock(alone, source="uv's pylock.toml").packages[0]
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,8 +301,10 @@ class _Fitter:
             if classify_framework(text) == "requirement"
         ]
 
-    def read_metadata(self, lock: Pylock, name: str, indexes: Sequence[str]) -> Metadata | None:
-        package = _package(lock, name)
+    def read_metadata(
+        self, uv_lock: Mapping[str, Any], name: str, indexes: Sequence[str]
+    ) -> Metadata | None:
+        package = _package(uv_lock, name)
         if package is None or package.version is None:
             return None
         key = (canonicalize_name(name), str(package.version))
@@ -313,9 +329,9 @@ class _Fitter:
                 )
         return self.metadata[key]
 
-    def review(self, lock: Pylock, inp: LockInput) -> bool:
+    def review(self, uv_lock: Mapping[str, Any], inp: LockInput) -> bool:
         """Look at one resolution; True when something was added and uv must resolve again."""
-        versions = locked_versions(lock)
+        versions = locked_versions(uv_lock)
         changed = False
         for name in map(str, TORCH_FAMILY):
             if name not in versions or name in self.planned or name in self.family:
@@ -323,7 +339,7 @@ class _Fitter:
             pin = self.available.get(name)
             if pin is None:
                 raise Unsatisfiable(
-                    f"the closure needs {name} ({self._who_requires(lock, name, inp)}), and "
+                    f"the closure needs {name} ({self._who_requires(uv_lock, name, inp)}), and "
                     f"the matrix pairs no {name} release with torch {self.plan.torch_version}",
                     hint=f"choose a torch that has a paired {name} (--torch), or drop the "
                     "framework that requires it",
@@ -331,12 +347,12 @@ class _Fitter:
             self.family[name] = pin
             where = redact(pin.index_url or "the default index")
             self.notes.append(
-                f"{pin.requirement} from {where}: {self._who_requires(lock, name, inp)}; "
+                f"{pin.requirement} from {where}: {self._who_requires(uv_lock, name, inp)}; "
                 "pinned and routed, so no other build of it can be installed"
             )
             changed = True
         for text, requirement in self.requirement_frameworks():
-            metadata = self.read_metadata(lock, requirement.name, inp.indexes)
+            metadata = self.read_metadata(uv_lock, requirement.name, inp.indexes)
             if metadata is None:
                 continue
             have = {*requirement.extras, *self.extras.get(text, ())}
@@ -354,9 +370,9 @@ class _Fitter:
                     changed = True
         return changed
 
-    def _who_requires(self, lock: Pylock, name: str, inp: LockInput) -> str:
+    def _who_requires(self, uv_lock: Mapping[str, Any], name: str, inp: LockInput) -> str:
         for text, requirement in self.requirement_frameworks():
-            metadata = self.read_metadata(lock, requirement.name, inp.indexes)
+            metadata = self.read_metadata(uv_lock, requirement.name, inp.indexes)
             if metadata is None:
                 continue
             extras = (*requirement.extras, *self.extras.get(text, ()))
@@ -365,7 +381,7 @@ class _Fitter:
                     return f"{requirement.name} requires {describe(found)}"
         return f"a package of the closure requires {name}"
 
-    def fits(self, lock: Pylock, inp: LockInput) -> tuple[FrameworkFit, ...]:
+    def fits(self, uv_lock: Mapping[str, Any], inp: LockInput) -> tuple[FrameworkFit, ...]:
         result = []
         for text in self.request.frameworks:
             if classify_framework(text) != "requirement":
@@ -375,8 +391,8 @@ class _Fitter:
             added = self.extras.get(text, ())
             requested = Requirement(text)
             requested.extras = {*requested.extras, *added}
-            package = _package(lock, requirement.name)
-            metadata = self.read_metadata(lock, requirement.name, inp.indexes)
+            package = _package(uv_lock, requirement.name)
+            metadata = self.read_metadata(uv_lock, requirement.name, inp.indexes)
             torch: tuple[str, ...] = ()
             if metadata is not None:
                 extras = (*requirement.extras, *added)
@@ -457,7 +473,7 @@ def resolve_closure(
                 text = uv.resolve(inp)
             except Unsatisfiable as err:
                 raise _diagnose(fitter, work, err) from None
-            lock, data = parse_lock(text, source="uv's pylock.toml")
+            lock = read_toml_lock(text, source="uv's pylock.toml")
             if not fitter.review(lock, inp):
                 break
             say("cudalock: resolving again with " + _changes(fitter))
@@ -475,8 +491,7 @@ def resolve_closure(
         return Closure(
             input=inp,
             uv_text=text,
-            uv_data=data,
-            lock=lock,
+            uv_data=lock,
             uv_version=uv.version,
             family=family,
             frameworks=fits,
@@ -530,7 +545,7 @@ def _misfit(
         platform=inp.platform,
         python_platform=inp.python_platform,
     )
-    lock, _ = parse_lock(
+    lock = read_toml_lock(
         fitter.uv.resolve(probe, directory=where / "newest", no_deps=True, quiet=True),
         source="uv's pylock.toml",
     )
@@ -594,8 +609,7 @@ def _newest_fit(fitter: _Fitter, where: Path, name: str, extras: Sequence[str]) 
         text = fitter.uv.resolve(inp, directory=where, quiet=True)
     except Unsatisfiable:
         return None
-    lock, _ = parse_lock(text, source="uv's pylock.toml")
-    package = _package(lock, name)
+    package = _package(read_toml_lock(text, source="uv's pylock.toml"), name)
     return str(package.version) if package is not None and package.version else None
 
 

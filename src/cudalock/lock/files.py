@@ -127,7 +127,7 @@ def make_lock(
     secret = write_outputs(files)
     if secret:
         say(f"cudalock: {credentials_note(secret)}")
-    versions = locked_versions(closure.lock)
+    versions = closure.versions
     say(
         f"cudalock: wrote {', '.join(str(paths[name]) for name in texts)} "
         f"({len(versions)} packages)"
