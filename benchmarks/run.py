@@ -1127,7 +1127,7 @@ CASES: dict[str, tuple[str, str, str, Callable[[Context, Figure], None]]] = {
         case_audit,
     ),
     "lock": (
-        "`cudalock lock` of a real fine-tuning stack (llamafactory + DeepSpeed, 150+ packages), "
+        "`cudalock lock` of a real fine-tuning stack (llamafactory + DeepSpeed, 100+ packages), "
         "second run, warm cache",
         "`uv pip compile` of the same stack with the same index routing",
         "≤ 1.5× its time",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cudalock.errors import InputError
-from cudalock.fsutil import read_bounded, read_tail
+from cudalock.fsutil import read_bounded, read_head, read_tail
 
 
 def test_a_regular_file_within_the_limit_is_read_whole(tmp_path: Path) -> None:
@@ -22,6 +22,23 @@ def test_a_larger_file_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"x" * 2049)
     with pytest.raises(InputError, match="larger than 2 KiB"):
         read_bounded(path, limit=2048, what="probe file")
+
+
+def test_a_file_whose_size_says_nothing_is_read_whole() -> None:
+    # /proc files report size 0: the read goes on past the size until the end or the limit.
+    status = Path("/proc/self/status")
+    whole = read_bounded(status, limit=1 << 20, what="status")
+    assert whole.startswith(b"Name:") and b"VmRSS:" in whole
+    head, more = read_head(Path("/proc/self/status"), limit=10, what="status")
+    assert head == whole[:10] and more
+
+
+def test_a_file_at_and_past_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "probe.json"
+    path.write_bytes(b"x" * 4096)
+    assert read_bounded(path, limit=4096, what="probe file") == b"x" * 4096
+    assert read_head(path, limit=4095, what="probe file") == (b"x" * 4095, True)
+    assert read_head(path, limit=4096, what="probe file") == (b"x" * 4096, False)
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "/dev/null"])

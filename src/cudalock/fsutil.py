@@ -37,8 +37,7 @@ def read_bounded(path: Path, *, limit: int, what: str) -> bytes:
     """The bytes of the regular file ``path``; :class:`InputError` (exit 2) when it is missing,
     unreadable, not a regular file, or larger than ``limit`` bytes (``what`` names it: "probe
     file")."""
-    with _open_regular(path, what) as handle:
-        data = handle.read(limit + 1)
+    data = _read_regular(path, limit + 1, what)
     if len(data) > limit:
         raise InputError(
             f"{what} {str(path)!r} is larger than {_size(limit)}; expected a "
@@ -50,9 +49,31 @@ def read_bounded(path: Path, *, limit: int, what: str) -> bytes:
 def read_head(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
     """The first ``limit`` bytes of the regular file ``path`` and whether it held more; errors
     as :func:`read_bounded`."""
-    with _open_regular(path, what) as handle:
-        data = handle.read(limit + 1)
+    data = _read_regular(path, limit + 1, what)
     return data[:limit], len(data) > limit
+
+
+def _read_regular(path: Path, most: int, what: str) -> bytes:
+    """At most ``most`` bytes of the regular file ``path``, read with plain system calls: a
+    fleet reads thousands of small probe files. Each read is sized by the file (a read of n
+    bytes allocates n bytes first, and the limit is far larger than the usual file); what a
+    file that grew, or one whose size says nothing (/proc), holds beyond that is read after."""
+    fd, size = _open_fd(path, what)
+    try:
+        first = min(size + 1, most)
+        chunks = [os.read(fd, first)]
+        got = len(chunks[0])
+        while got >= first and got < most:  # the file held more than its size said
+            chunk = os.read(fd, min(_CHUNK, most - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    except OSError as err:
+        raise InputError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def read_stream(stream: BinaryIO, *, limit: int) -> tuple[bytes, bool]:
@@ -93,6 +114,21 @@ def open_regular(path: Path, *, what: str) -> Iterator[BinaryIO]:
 
 @contextlib.contextmanager
 def _open_regular(path: Path, what: str) -> Iterator[BinaryIO]:
+    fd, _size = _open_fd(path, what)
+    try:
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with handle:
+        try:
+            yield handle
+        except OSError as err:
+            raise InputError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
+
+
+def _open_fd(path: Path, what: str) -> tuple[int, int]:
+    """A blocking descriptor of the regular file ``path``, and its size."""
     shown = str(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused.
@@ -102,21 +138,16 @@ def _open_regular(path: Path, what: str) -> Iterator[BinaryIO]:
     except OSError as err:
         raise InputError(f"cannot read {what} {shown!r}: {err.strerror or err}") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            kind = "a directory" if stat.S_ISDIR(status.st_mode) else "not a regular file"
             raise InputError(f"{what} {shown!r} is {kind}; expected a file")
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
-        handle = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
-    with handle:
-        try:
-            yield handle
-        except OSError as err:
-            raise InputError(f"cannot read {what} {shown!r}: {err.strerror or err}") from None
+    return fd, status.st_size
 
 
 def _size(limit: int) -> str:

@@ -36,4 +36,6 @@ def printable(text: str, *, keep_lines: bool = True) -> str:
 
 def has_control(text: str) -> bool:
     """Whether ``text`` holds a control character (newline and tab included)."""
-    return _UNPRINTABLE_RE.search(text) is not None
+    # Every character the pattern matches is one str.isprintable() rejects (categories Cc,
+    # Cf, Cs, Zl, Zp, Cn), and the usual value is printable: answered without the pattern.
+    return not text.isprintable() and _UNPRINTABLE_RE.search(text) is not None
