@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cudalock.cli.args import request_options, target_options
-from cudalock.cli.main import COMMANDS, build_parser, run
+from cudalock.cli.main import COMMANDS, build_parser, run, terminal_columns
 from cudalock.cli.training import memory_options
 from cudalock.resolve.request import RequestOptions
 from cudalock.target.overrides import TargetOptions
@@ -614,3 +614,14 @@ def test_audit_and_doctor_look_for_the_spec_file_bootstrap_writes() -> None:
     from cudalock.env.spec import SPEC_FILE as WRITTEN
 
     assert SPEC_FILE == WRITTEN
+
+
+@pytest.mark.parametrize("columns", [None, "120", "0", "wide", "-5"])
+def test_help_is_as_wide_as_shutil_says_the_terminal_is(
+    columns: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert terminal_columns() == shutil.get_terminal_size().columns

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import ctypes.util
 import json
+import platform
 import re
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +25,7 @@ from cudalock.matrix import Matrix, default_matrix_dir, load_matrix
 from cudalock.model import Gpu, Target
 from cudalock.platforms import platform_for
 from cudalock.target.driver import (
+    _on_path,
     parse_nvidia_smi_csv,
     parse_proc_driver_version,
     parse_proc_gpu_information,
@@ -29,11 +33,13 @@ from cudalock.target.driver import (
 )
 from cudalock.target.host import (
     glibc_version,
+    hostname,
     parse_cgroup_limit,
     parse_meminfo_total,
     parse_proc_self_cgroup,
     probe_host,
     read_cgroup_memory,
+    system_and_machine,
 )
 from cudalock.target.probe import cuda_visible_devices, probe_machine
 from cudalock.versions import DriverVersion
@@ -532,6 +538,32 @@ def test_parsers_small() -> None:
 def test_glibc_version_on_this_machine() -> None:
     version = glibc_version()
     assert version is None or re.fullmatch(r"\d+\.\d+(\.\d+)?", version)
+    library, libc = platform.libc_ver()
+    assert version == (libc if library == "glibc" else None)
+
+
+def test_the_machine_is_named_as_the_platform_and_socket_modules_name_it() -> None:
+    assert system_and_machine() == (platform.system(), platform.machine())
+    assert hostname() == (socket.gethostname() or None)
+
+
+def test_on_path_finds_what_shutil_which_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "nvidia-smi").write_text("not executable\n")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "nvidia-smi").mkdir()  # a directory by that name is no program
+    (tmp_path / "bin").mkdir()
+    program = tmp_path / "bin" / "nvidia-smi"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    for path in ("plain:dir:bin", "plain:dir", "", f"{tmp_path}/missing"):
+        full = ":".join(str(tmp_path / part) if part else "" for part in path.split(":"))
+        monkeypatch.setenv("PATH", full)
+        assert _on_path("nvidia-smi") == shutil.which("nvidia-smi"), path
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert _on_path("nvidia-smi") == str(program)
 
 
 @pytest.mark.parametrize(

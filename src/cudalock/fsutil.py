@@ -20,10 +20,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import signal
 import stat
-import threading
 import time
 from collections.abc import Collection, Iterator, Mapping, MutableMapping
 from pathlib import Path
@@ -304,7 +302,7 @@ def _create_temp(path: Path, names: MutableMapping[Path, str] | None) -> tuple[i
     """A new file ``.NAME.XXXXXXXX.tmp`` beside ``path``, readable by its owner only, and its
     name (recorded in ``names`` first)."""
     for _attempt in range(100):
-        temp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+        temp = str(path.parent / f".{path.name}.{os.urandom(4).hex()}.tmp")
         if names is not None:
             names[path] = temp
         try:
@@ -365,6 +363,8 @@ def _fsync_directory(directory: Path) -> None:
 def _signals_deferred() -> Iterator[None]:
     """SIGINT and SIGTERM arriving inside are handled when it ends (main thread only: Python
     runs signal handlers there, and only there can they be replaced)."""
+    import threading  # only for commands that write
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return

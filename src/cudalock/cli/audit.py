@@ -103,7 +103,6 @@ def run(args: argparse.Namespace) -> None:
     prefix: Path | None = args.prefix
     report: str | None = args.report
     deep: bool = args.deep
-    target_opts = target_options(args)
     if report is not None and (python is not None or prefix is not None or deep):
         raise UsageError(
             "--report audits pasted text: it cannot be combined with --python, --prefix or --deep"
@@ -111,9 +110,10 @@ def run(args: argparse.Namespace) -> None:
     if python is not None and prefix is not None:
         raise UsageError("give either --python or --prefix, not both")
     compat, policy_source = compat_policy(args)
-    if report == "-" and any(str(path) == "-" for path in target_opts.probe_files):
-        raise UsageError("--report - and --probe - both read stdin; give one of them a file")
     if report is not None:
+        target_opts = target_options(args)
+        if report == "-" and any(str(path) == "-" for path in target_opts.probe_files):
+            raise UsageError("--report - and --probe - both read stdin; give one of them a file")
         matrix = load_matrix_for(target_opts)
         from cudalock.audit.reports import parse_report
         from cudalock.audit.runner import audit_report
@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> None:
             from cudalock.audit.runner import audit_live
             from cudalock.target.overrides import targets_from_options
 
+            target_opts = target_options(args)
             matrix = load_matrix_for(target_opts)
             targets = targets_from_options(target_opts, matrix)
             outcome = audit_live(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -85,6 +86,34 @@ Handler = Callable[[argparse.Namespace], None]
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions and epilogs printed as written: they hold examples and exit-code tables."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        # argparse makes a formatter for every flag declared and reads the width through
+        # shutil, whose import (with the compression modules) every command would pay.
+        if width is None:
+            width = terminal_columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def terminal_columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size().columns`` says it: $COLUMNS, else
+    the terminal on standard output, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 class Parser(argparse.ArgumentParser):
@@ -257,15 +286,14 @@ def _terminate_like_ctrl_c() -> signal.Handlers | Callable[[int, Any], Any] | in
     """SIGTERM raises :class:`Terminated` in the main thread, so it unwinds like Ctrl-C: child
     processes are killed and temporary files removed on the way out (the default action would
     end cudalock at once and leave both behind). Returns the handler it replaced."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
 
     def terminate(signum: int, frame: Any) -> None:
         raise Terminated
 
-    return signal.signal(signal.SIGTERM, terminate)
+    try:
+        return signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread (cudalock run as a library): leave it be
+        return None
 
 
 def unknown_command(word: str) -> str:

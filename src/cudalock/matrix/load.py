@@ -17,13 +17,12 @@ the file and the entry; ``cudalock matrix check`` adds the cross-file rules.
 
 from __future__ import annotations
 
+import binascii
 import builtins
-import hashlib
 import os
 import pickle
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -52,7 +51,6 @@ from cudalock.matrix.model import (
 from cudalock.platforms import PLATFORMS
 from cudalock.safetext import has_control, printable
 from cudalock.shipped import shipped_dir
-from cudalock.tomlfile import tomllib
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
@@ -145,8 +143,9 @@ def _settled(key: tuple[Any, ...]) -> bool:
 
 
 def _cache_file(path: Path) -> Path:
-    # A name collision only costs a cache miss: the stored key names the directory.
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    # A name collision only costs a cache miss: the stored key names the directory. (crc32:
+    # hashlib would add its OpenSSL import to every command's start-up.)
+    digest = f"{binascii.crc32(str(path.resolve()).encode()):08x}"
     python = f"py{sys.version_info[0]}{sys.version_info[1]}"  # interpreters do not share
     return matrix_cache_dir() / f"matrix-{digest}-{python}.pickle"
 
@@ -171,6 +170,8 @@ def _cache_write(path: Path, key: tuple[Any, ...], matrix: Matrix) -> None:
     try:
         target = _cache_file(path)
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        import tempfile  # only when the cache is written
+
         fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".matrix-", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -191,6 +192,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     if not os.path.lexists(path):
         raise InputError(f"matrix file {str(path)!r} is missing")
     data = read_bounded(path, limit=MAX_MATRIX_FILE_BYTES, what="matrix file")
+    from cudalock.tomlfile import tomllib  # only when the cache cannot answer
+
     try:
         document: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:

@@ -5,14 +5,13 @@ The parsers are pure functions; the readers add what they learn to a :class:`Dri
 
 from __future__ import annotations
 
+import os
 import re
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cudalock import procs
 from cudalock.errors import CudalockError
 from cudalock.matrix import load_matrix
 from cudalock.model import Gpu
@@ -235,11 +234,30 @@ def _proc_gpus(proc_root: Path, matrix: MatrixOnDemand) -> list[Gpu]:
     return gpus
 
 
+def _on_path(name: str) -> str | None:
+    """``shutil.which(name)`` for a plain name on POSIX, without importing shutil (and the
+    compression modules it brings) into every command that probes."""
+    if os.name != "posix":
+        import shutil
+
+        return shutil.which(name)
+    path = os.environ.get("PATH", os.defpath)
+    if not path:
+        return None  # an empty PATH names no directory, as for shutil.which
+    for directory in path.split(os.pathsep):
+        candidate = os.path.join(directory, name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return None
+
+
 def default_nvidia_smi() -> str | None:
     """nvidia-smi's CSV query output, or None when it is missing or fails."""
-    executable = shutil.which("nvidia-smi")
+    executable = _on_path("nvidia-smi")
     if executable is None:
         return None
+    from cudalock import procs  # subprocess, only when there is something to run
+
     fields = list(NVIDIA_SMI_QUERY_FIELDS)
     for attempt in (fields, [f for f in fields if f != "compute_cap"]):
         # Old nvidia-smi (e.g. 470.x) rejects compute_cap; ask again without it.

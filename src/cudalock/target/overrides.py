@@ -11,7 +11,6 @@ probe's Target, or of each file's Target. No flags: the live probe.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import sys
@@ -167,6 +166,8 @@ def nearest_gpu_names(name: str, matrix: Matrix, limit: int = 3) -> list[str]:
     for display in known:
         by_short.setdefault(_without_vendor(display.lower()), display)
     wanted = _without_vendor(name.strip().lower())
+    import difflib  # only to suggest a GPU name
+
     close = difflib.get_close_matches(wanted, list(by_short), n=limit, cutoff=0.5)
     if not close:
         close = [short for short in by_short if wanted and wanted in short][:limit]

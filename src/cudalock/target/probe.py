@@ -13,7 +13,6 @@ The I/O boundaries are parameters so tests can replace them: ``nvml`` (anything 
 from __future__ import annotations
 
 import os
-import platform as host_platform
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from cudalock.target.driver import (
     read_kernel_module,
     read_nvidia_smi,
 )
-from cudalock.target.host import probe_host
+from cudalock.target.host import probe_host, system_and_machine
 from cudalock.target.nvml import NVML_ERROR_LIB_RM_VERSION_MISMATCH, NvmlLike, read_nvml
 from cudalock.versions import (
     format_cc,
@@ -99,7 +98,7 @@ def probe_machine(
 ) -> Target:
     """Describe this machine. Never raises for machine problems: they become ``notes``."""
     env = os.environ if environ is None else environ
-    platform = platform_for(host_platform.system(), host_platform.machine())
+    platform = platform_for(*system_and_machine())
     matrix_source = MatrixOnDemand(matrix)
     found = DriverFindings()
 
