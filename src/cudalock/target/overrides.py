@@ -11,10 +11,12 @@ probe's Target, or of each file's Target. No flags: the live probe.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -306,14 +308,15 @@ def read_probe_files(paths: tuple[Path, ...] | list[Path]) -> list[Target]:
     parsed = _Parsed()
     targets: list[Target] = []
     labels: list[str] = []
-    for path in paths:
-        if str(path) == STDIN:
-            stream = read_probe_stream(_read_stdin(), parsed=parsed)
-            targets.extend(stream)
-            labels.extend(f"stdin document {n}" for n in range(1, len(stream) + 1))
-        else:
-            targets.append(_read_probe_file(path, parsed))
-            labels.append(path.name)
+    with _without_cyclic_gc():
+        for path in paths:
+            if str(path) == STDIN:
+                stream = read_probe_stream(_read_stdin(), parsed=parsed)
+                targets.extend(stream)
+                labels.extend(f"stdin document {n}" for n in range(1, len(stream) + 1))
+            else:
+                targets.append(_read_probe_file(path, parsed))
+                labels.append(path.name)
     counts: dict[str, int] = {}
     for target in targets:
         counts[target.name] = counts.get(target.name, 0) + 1
@@ -321,6 +324,20 @@ def read_probe_files(paths: tuple[Path, ...] | list[Path]) -> list[Target]:
         replace(t, name=f"{t.name} ({label})") if counts[t.name] > 1 else t
         for t, label in zip(targets, labels, strict=True)
     ]
+
+
+@contextlib.contextmanager
+def _without_cyclic_gc() -> Iterator[None]:
+    """A fleet's probe documents make a hundred objects each and no reference cycles: the
+    cyclic collector would walk the growing heap hundreds of times for nothing (half the time
+    of reading 10,000 files). Reference counting still frees what is dropped."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _read_stdin() -> bytes:
@@ -605,14 +622,14 @@ def _fields(data: Any, fields: dict[str, type], where: str) -> dict[str, Any]:
     checks, as a fleet is thousands of documents; :func:`_field_problem` words what fails."""
     if type(data) is not dict:
         raise InputError(f"{where} must be a JSON object, got {_kind(data)}")
-    if not data.keys() <= fields.keys():
-        unknown = sorted(str(k) for k in data if k not in fields)
-        raise InputError(
-            f"{where} has unknown field(s) {', '.join(map(repr, unknown))}; "
-            f"expected {', '.join(fields)}"
-        )
     for key, value in data.items():
-        kind = fields[key]
+        kind = fields.get(key)
+        if kind is None:
+            unknown = sorted(str(k) for k in data if k not in fields)
+            raise InputError(
+                f"{where} has unknown field(s) {', '.join(map(repr, unknown))}; "
+                f"expected {', '.join(fields)}"
+            )
         if value is None or kind is object:
             continue
         if kind is str:
