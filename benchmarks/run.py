@@ -282,9 +282,17 @@ from types import SimpleNamespace
 from cudalock.matrix.load import load_matrix
 from cudalock.resolve import make_request, resolve
 from cudalock.target.overrides import targets_from_options
-flags = SimpleNamespace(probe_files=(), driver_version="535.104.05", driver_cuda=None,
-                        no_gpu=False, compute_capabilities=(), gpu_names=(), platform=None,
-                        matrix_dir=None)
+
+flags = SimpleNamespace(
+    probe_files=(),
+    driver_version="535.104.05",
+    driver_cuda=None,
+    no_gpu=False,
+    compute_capabilities=(),
+    gpu_names=(),
+    platform=None,
+    matrix_dir=None,
+)
 matrix = load_matrix()
 plan = resolve(matrix, targets_from_options(flags, matrix), make_request(python="3.11"))
 sys.stdout.write(json.dumps(plan.to_json(), indent=2) + "\\n")
