@@ -68,7 +68,7 @@ def _read_regular(path: Path, most: int, what: str) -> bytes:
             chunks.append(chunk)
             got += len(chunk)
     except OSError as err:
-        raise InputError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
+        raise _unreadable(what, path, err) from None
     finally:
         os.close(fd)
     return b"".join(chunks)
@@ -122,7 +122,11 @@ def _open_regular(path: Path, what: str) -> Iterator[BinaryIO]:
         try:
             yield handle
         except OSError as err:
-            raise InputError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
+            raise _unreadable(what, path, err) from None
+
+
+def _unreadable(what: str, path: Path, err: OSError) -> InputError:
+    return InputError(f"cannot read {what} {str(path)!r}: {err.strerror or err}")
 
 
 def _open_fd(path: Path, what: str) -> tuple[int, int]:
@@ -134,7 +138,7 @@ def _open_fd(path: Path, what: str) -> tuple[int, int]:
     except FileNotFoundError:
         raise InputError(f"{what} {shown!r} does not exist") from None
     except OSError as err:
-        raise InputError(f"cannot read {what} {shown!r}: {err.strerror or err}") from None
+        raise _unreadable(what, path, err) from None
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):

@@ -243,9 +243,14 @@ def describe(requirement: Requirement) -> str:
     return text
 
 
+def _version(uv_data: Mapping[str, Any], name: str) -> str | None:
+    """The version of package ``name`` in uv's lock (as read); None when it is not there."""
+    return locked_versions(uv_data).get(canonicalize_name(name))
+
+
 def _package(uv_data: Mapping[str, Any], name: str) -> Package | None:
-    """The package ``name`` of uv's lock (as read), validated alone: the rounds look at a
-    framework or two, and only the lock that is written is validated whole."""
+    """The package ``name`` of uv's lock (as read), validated alone to fetch its metadata:
+    only the lock that is written is validated whole."""
     wanted = canonicalize_name(name)
     entries = uv_data.get("packages")
     for entry in entries if isinstance(entries, list) else ():
@@ -304,27 +309,32 @@ class _Fitter:
     def read_metadata(
         self, uv_lock: Mapping[str, Any], name: str, indexes: Sequence[str]
     ) -> Metadata | None:
-        package = _package(uv_lock, name)
-        if package is None or package.version is None:
+        version = _version(uv_lock, name)
+        if version is None:
             return None
-        key = (canonicalize_name(name), str(package.version))
+        key = (canonicalize_name(name), version)
         if key not in self.metadata and self.options.offline:
             raise EnvironmentFailure(
-                f"offline, the metadata of {name} {package.version} cannot be read, and without "
+                f"offline, the metadata of {name} {version} cannot be read, and without "
                 "it the framework cannot be fitted to the planned torch (its extras that name "
                 "torch are unknown)",
                 hint="run it again where the indexes can be reached",
             )
         if key not in self.metadata:
-            self.metadata[key] = fetch_metadata(
-                package,
-                indexes=indexes,
-                timeout_s=self.options.timeout_s,
-                retries=self.options.retries,
+            package = _package(uv_lock, name)
+            self.metadata[key] = (
+                None
+                if package is None
+                else fetch_metadata(
+                    package,
+                    indexes=indexes,
+                    timeout_s=self.options.timeout_s,
+                    retries=self.options.retries,
+                )
             )
             if self.metadata[key] is None:
                 self.notes.append(
-                    f"{name} {package.version} has no wheel, so its extras were not read; "
+                    f"{name} {version} has no wheel, so its extras were not read; "
                     "its torch requirement is what uv resolved without them"
                 )
         return self.metadata[key]
@@ -391,7 +401,6 @@ class _Fitter:
             added = self.extras.get(text, ())
             requested = Requirement(text)
             requested.extras = {*requested.extras, *added}
-            package = _package(uv_lock, requirement.name)
             metadata = self.read_metadata(uv_lock, requirement.name, inp.indexes)
             torch: tuple[str, ...] = ()
             if metadata is not None:
@@ -404,7 +413,7 @@ class _Fitter:
                     given=text,
                     requested=str(requested),
                     name=requirement.name,
-                    version=str(package.version) if package and package.version else None,
+                    version=_version(uv_lock, requirement.name),
                     extras_added=added,
                     torch_requirements=torch,
                 )
@@ -550,8 +559,8 @@ def _misfit(
         source="uv's pylock.toml",
     )
     metadata = fitter.read_metadata(lock, requirement.name, inp.indexes)
-    package = _package(lock, requirement.name)
-    if metadata is None or package is None:
+    version = _version(lock, requirement.name)
+    if metadata is None or version is None:
         return None
     extras = (*requirement.extras, *torch_extras(metadata, fitter.environment))
     rejected = [
@@ -570,7 +579,7 @@ def _misfit(
         describe(found) + ("" if pin.name == "torch" else f", the plan pairs {pin.requirement}")
         for found, pin in rejected
     )
-    problem = f"{text} does not fit torch {torch}: {name} {package.version} requires {needs}"
+    problem = f"{text} does not fit torch {torch}: {name} {version} requires {needs}"
     newest = _newest_fit(fitter, where / "fit", name, extras)
     if newest is not None:
         problem += f"; the newest {name} that accepts torch {torch} is {newest}"
@@ -580,7 +589,7 @@ def _misfit(
         hint = f"drop {name}"
     torch_spec = next((str(f.specifier) for f, pin in rejected if pin.name == "torch"), None)
     if torch_spec:
-        hint += f", or a torch {name} {package.version} accepts: --torch '{torch_spec}'"
+        hint += f", or a torch {name} {version} accepts: --torch '{torch_spec}'"
     return problem, hint
 
 
@@ -609,8 +618,7 @@ def _newest_fit(fitter: _Fitter, where: Path, name: str, extras: Sequence[str]) 
         text = fitter.uv.resolve(inp, directory=where, quiet=True)
     except Unsatisfiable:
         return None
-    package = _package(read_toml_lock(text, source="uv's pylock.toml"), name)
-    return str(package.version) if package is not None and package.version else None
+    return _version(read_toml_lock(text, source="uv's pylock.toml"), name)
 
 
 def _with_packages(plan: Plan, packages: Sequence[PackagePin]) -> Plan:

@@ -78,9 +78,10 @@ def probe_host(*, proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")
     """OS, architecture, glibc, RAM and the cgroup memory limit of this machine."""
     meminfo = read_text_or_none(proc_root / "meminfo")
     cgroup = read_cgroup_memory(sys_root / "fs" / "cgroup", proc_root)
+    system, machine = system_and_machine()
     return Host(
-        os=os_name(system_and_machine()[0]),
-        arch=normalise_arch(system_and_machine()[1]),
+        os=os_name(system),
+        arch=normalise_arch(machine),
         glibc=glibc_version(),
         memory_total_bytes=parse_meminfo_total(meminfo) if meminfo else None,
         cgroup_memory_limit_bytes=cgroup.limit_bytes,

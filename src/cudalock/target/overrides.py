@@ -633,8 +633,7 @@ def _fields(data: Any, fields: dict[str, type], where: str) -> dict[str, Any]:
         if value is None or kind is object:
             continue
         if kind is str:
-            # isprintable() is the quick yes; has_control decides for the rest.
-            if type(value) is str and (value.isprintable() or not has_control(value)):
+            if type(value) is str and not has_control(value):
                 continue
         elif kind is int:
             if type(value) is int and 0 <= value <= _MAX_INT:
