@@ -258,14 +258,14 @@ STARTUP_STEPS = (
         "import cudalock.cli.main, cudalock.cli.resolve",
     ),
     (
-        "+ `cudalock.resolve`, `cudalock.resolve.explain`, `cudalock.target.overrides` (packaging, "
-        "the model, the matrix types)",
-        "import cudalock.resolve, cudalock.resolve.explain, cudalock.target.overrides",
+        "+ `cudalock.resolve`, `cudalock.resolve.explain`, `cudalock.machine.overrides` "
+        "(packaging, the model, the matrix types)",
+        "import cudalock.resolve, cudalock.resolve.explain, cudalock.machine.overrides",
     ),
     (
-        "+ `cudalock.target.probe` (the live probe that the overrides apply to; pynvml only where "
+        "+ `cudalock.machine.probe` (the live probe that the overrides apply to; pynvml only where "
         "libnvidia-ml loads)",
-        "import cudalock.target.probe",
+        "import cudalock.machine.probe",
     ),
     (
         "+ `load_matrix()` (from its precompiled cache)",
@@ -281,7 +281,7 @@ import json, sys
 from types import SimpleNamespace
 from cudalock.matrix.load import load_matrix
 from cudalock.resolve import make_request, resolve
-from cudalock.target.overrides import targets_from_options
+from cudalock.machine.overrides import targets_from_options
 
 flags = SimpleNamespace(
     probe_files=(),
@@ -605,10 +605,10 @@ LOCK_PARTS = (
 LOCK_MODULES = (
     "cudalock.cli.lock",
     "cudalock.cli.output",
-    "cudalock.env.spec",
+    "cudalock.envfiles.spec",
     "cudalock.lock",
     "cudalock.resolve",
-    "cudalock.target",
+    "cudalock.machine",
 )
 
 
@@ -1097,9 +1097,9 @@ def child_fleet_floor(directory: Path) -> dict[str, Any]:
 
 def child_fleet(directory: Path) -> dict[str, Any]:
     """Read every probe file of the fleet and resolve one Plan for all of them."""
+    from cudalock.machine import read_probe_files
     from cudalock.matrix import load_matrix
     from cudalock.resolve import make_request, resolve
-    from cudalock.target import read_probe_files
 
     paths = sorted(directory.glob("*.json"))
     started = time.perf_counter()

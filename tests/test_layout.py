@@ -26,13 +26,13 @@ BASE = frozenset(
 #: What each package may import besides the base (and itself); "cli" may import anything.
 ALLOWED: dict[str, frozenset[str]] = {
     "matrix": frozenset(),
-    "target": frozenset({"matrix"}),
+    "machine": frozenset({"matrix"}),
     "resolve": frozenset({"matrix"}),
     "memory": frozenset(),
     "lock": frozenset({"matrix", "resolve"}),
-    "audit": frozenset({"matrix", "target", "resolve"}),
-    "env": frozenset({"matrix", "target", "resolve", "lock", "audit"}),
-    "doctor": frozenset({"matrix", "target", "resolve", "audit", "memory"}),
+    "audit": frozenset({"matrix", "machine", "resolve"}),
+    "envfiles": frozenset({"matrix", "machine", "resolve", "lock", "audit"}),
+    "doctor": frozenset({"matrix", "machine", "resolve", "audit", "memory"}),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from cudalock.env import RenderOptions, render_files
+from cudalock.envfiles import RenderOptions, render_files
 from cudalock.errors import UsageError
 from cudalock.urls import (
     holds_credentials,
@@ -19,7 +19,7 @@ from cudalock.urls import (
     strip_credentials_in,
     validate_index_url,
 )
-from tests.test_render import make_plan
+from tests.envfiles.test_render import make_plan
 
 
 @pytest.mark.parametrize(

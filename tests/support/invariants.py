@@ -1,8 +1,8 @@
 """Rules every compatibility matrix must keep, however many releases it holds.
 
 Each invariant takes a :class:`Matrix` and returns its violations in words (an empty list: the
-rule holds). ``tests/test_matrix_invariants.py`` applies them to the shipped matrix, and
-``tests/test_matrix_refresh.py`` to a copy refreshed with one more torch and DeepSpeed release:
+rule holds). ``tests/matrix/test_invariants.py`` applies them to the shipped matrix, and
+``tests/matrix/test_refresh.py`` to a copy refreshed with one more torch and DeepSpeed release:
 they check what must stay true as the data grows, never counts or the newest version.
 """
 

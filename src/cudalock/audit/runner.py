@@ -18,15 +18,15 @@ from cudalock.audit.deep import deep_inspect
 from cudalock.audit.inspection import start_inspection
 from cudalock.audit.installed import Installed
 from cudalock.audit.reports import report_target
+from cudalock.machine import probe_machine
+from cudalock.machine.overrides import apply_overrides, overrides_from_options, read_probe_files
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Compat, Finding, Target
-from cudalock.target import probe_machine
-from cudalock.target.overrides import apply_overrides, overrides_from_options, read_probe_files
 
 if TYPE_CHECKING:
     from cudalock.audit.inspection import RunningInspection
     from cudalock.audit.reports import ParsedReport
-    from cudalock.target import TargetOptions
+    from cudalock.machine import TargetOptions
 
 
 @dataclass(frozen=True)

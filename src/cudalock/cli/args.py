@@ -2,7 +2,7 @@
 
 The Target flags (which machine) and the Request flags (what to install) are added to a command's
 parser as one argument group each, and read back into the core's value types,
-:class:`~cudalock.target.overrides.TargetOptions` and
+:class:`~cudalock.machine.overrides.TargetOptions` and
 :class:`~cudalock.resolve.request.RequestOptions`. Standard library only at the top: every
 command imports this module, and ``cudalock resolve`` must start fast.
 """
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from cudalock.platforms import PLATFORMS
 
 if TYPE_CHECKING:
+    from cudalock.machine.overrides import TargetOptions
     from cudalock.model import Compat
     from cudalock.resolve.request import RequestOptions
-    from cudalock.target.overrides import TargetOptions
 
 #: The platform names, for help texts.
 PLATFORM_HELP = "One of " + ", ".join(platform.name for platform in PLATFORMS) + "."
@@ -147,7 +147,7 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     add_matrix_argument(group)
 
 
-#: The spec file's name (cudalock.env.spec.SPEC_FILE; spelled here so that reading the
+#: The spec file's name (cudalock.envfiles.spec.SPEC_FILE; spelled here so that reading the
 #: command line needs the standard library only).
 SPEC_FILE = "cudalock.toml"
 
@@ -158,7 +158,7 @@ SPEC_HELP = (
 
 
 def add_spec_argument(parser: argparse._ActionsContainer, help: str = SPEC_HELP) -> None:
-    """``--spec FILE``: bootstrap and lock read it as one (:func:`cudalock.env.read_inputs`);
+    """``--spec FILE``: bootstrap and lock read it as one (:func:`cudalock.envfiles.read_inputs`);
     audit and doctor read its policy (:func:`compat_policy`)."""
     parser.add_argument("--spec", type=Path, metavar="FILE", help=help)
 
@@ -179,7 +179,7 @@ def add_matrix_argument(parser: argparse._ActionsContainer) -> None:
 
 def target_options(args: argparse.Namespace) -> TargetOptions:
     """The Target flags of a command line parsed with :func:`add_target_arguments`."""
-    from cudalock.target.overrides import TargetOptions
+    from cudalock.machine.overrides import TargetOptions
 
     return TargetOptions(
         probe_files=tuple(args.probe_files or ()),
@@ -301,7 +301,7 @@ def compat_policy(args: argparse.Namespace) -> tuple[Compat, str]:
     path = spec_file if spec_file is not None else Path(SPEC_FILE)
     if spec_file is None and not path.is_file():
         return "strict", "the default"
-    from cudalock.env.spec import read_spec
+    from cudalock.envfiles.spec import read_spec
 
     spec = read_spec(path)
     if spec is None:

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> None:
         # probes the machine: on two cores the audit then takes about as long as the slower.
         with start_inspection(python=python, prefix=prefix) as inspection:
             from cudalock.audit.runner import audit_live
-            from cudalock.target.overrides import targets_from_options
+            from cudalock.machine.overrides import targets_from_options
 
             target_opts = target_options(args)
             matrix = load_matrix_for(target_opts)

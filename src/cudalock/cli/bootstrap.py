@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> None:
     import sys
 
     from cudalock.cli.output import echo, emit_json
-    from cudalock.env.bootstrap import BootstrapOptions, run_bootstrap
+    from cudalock.envfiles.bootstrap import BootstrapOptions, run_bootstrap
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions
 

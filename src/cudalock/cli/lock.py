@@ -120,12 +120,12 @@ def run(args: argparse.Namespace) -> None:
     import dataclasses
 
     from cudalock.cli.output import echo, emit_json, load_matrix_for
-    from cudalock.env.spec import read_inputs
+    from cudalock.envfiles.spec import read_inputs
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions, absolute_frameworks, check_lock, make_lock
+    from cudalock.machine import targets_from_options
     from cudalock.resolve import resolve as resolve_plan
-    from cudalock.target import targets_from_options
 
     out: Path = args.output_dir
     if out.exists() and not out.is_dir():  # before any work: uv would run for nothing

@@ -182,11 +182,11 @@ def check(args: argparse.Namespace) -> None:
 def show(args: argparse.Namespace) -> None:
     from cudalock.cli.output import echo, emit_json
     from cudalock.errors import UsageError
+    from cudalock.machine.overrides import gpu_model_named
     from cudalock.matrix.load import load_matrix
     from cudalock.matrix.show import render_table, rows_as_json, select_rows
     from cudalock.platforms import platform_named
     from cudalock.resolve.request import parse_torch_spec
-    from cudalock.target.overrides import gpu_model_named
     from cudalock.versions import format_cc, parse_cuda_version
 
     torch: str | None = args.torch

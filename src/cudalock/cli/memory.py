@@ -70,11 +70,11 @@ def run(args: argparse.Namespace) -> None:
     host_override = memory_opts.host_memory_bytes()
     target = None
     if probe_file is not None:
-        from cudalock.target.overrides import read_probe_file
+        from cudalock.machine.overrides import read_probe_file
 
         target = read_probe_file(probe_file)
     elif host_override is None or hints.gpus_per_node is None:
-        from cudalock.target.probe import probe_machine
+        from cudalock.machine.probe import probe_machine
 
         target = probe_machine()
     default_gpus = len(target.gpus) if target is not None and target.gpus else 1

@@ -7,8 +7,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cudalock.machine.overrides import TargetOptions
     from cudalock.matrix import Matrix
-    from cudalock.target.overrides import TargetOptions
 
 
 def echo(text: str, *, err: bool = False) -> None:

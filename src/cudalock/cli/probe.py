@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from cudalock.cli.output import echo, emit_json, load_matrix_for
-    from cudalock.target.overrides import targets_from_options
+    from cudalock.machine.overrides import targets_from_options
 
     target_opts = target_options(args)
     matrix = load_matrix_for(target_opts)
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> None:
 
 def summary(target: Target) -> str:
     """The Target for people, one fact per line."""
-    from cudalock.target.probe import describe_memory, format_gpu
+    from cudalock.machine.probe import describe_memory, format_gpu
     from cudalock.versions import format_cuda
 
     lines = [

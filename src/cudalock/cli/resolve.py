@@ -20,8 +20,8 @@ from cudalock.cli.args import (
 )
 
 if TYPE_CHECKING:
+    from cudalock.machine.overrides import TargetOptions
     from cudalock.resolve.request import RequestOptions
-    from cudalock.target.overrides import TargetOptions
 
 DESCRIPTION = """\
 Choose torch, its CUDA build, torchvision and friends for the target, and say why.
@@ -58,9 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from cudalock.cli.output import echo, emit_json, load_matrix_for
     from cudalock.errors import Unsatisfiable
+    from cudalock.machine.overrides import targets_from_options
     from cudalock.resolve.explain import render_plan, render_unsatisfiable, unsatisfiable_json
     from cudalock.resolve.search import resolve as resolve_plan
-    from cudalock.target.overrides import targets_from_options
     from cudalock.urls import redact
 
     target_opts, request_opts = target_options(args), request_options(args)

@@ -59,10 +59,10 @@ from cudalock.doctor.slurm_findings import (
     memory_request_finding,
     signal_finding,
 )
+from cudalock.machine.host import CgroupMemory, ShmInfo
 from cudalock.memory import MemoryVerdict, TrainingSetup, format_gib
 from cudalock.model import Finding
 from cudalock.procs import signal_name
-from cudalock.target.host import CgroupMemory, ShmInfo
 
 #: Every code doctor (and the memory check it runs) can report; the audit's codes come on top.
 FINDING_CODES = (

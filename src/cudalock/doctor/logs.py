@@ -253,7 +253,7 @@ _EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 #: Words every line of a kind contains. A log is searched for these from its end, and only the
 #: lines holding one are matched against the patterns: a 10-million-line log then takes seconds,
-#: not minutes. (tests/test_doctor_log_bounds.py checks every kind has its words.)
+#: not minutes. (tests/doctor/test_log_search.py checks every kind has its words.)
 _EVENT_KEYWORDS: dict[str, tuple[str, ...]] = {
     "launcher-exit": ("exitcode", "exits with return code"),
     "launcher-signal": ("received by PID",),

@@ -58,6 +58,14 @@ from cudalock.doctor.slurm import (
 from cudalock.doctor.slurm_findings import SlurmEvidence
 from cudalock.errors import InputError, UsageError
 from cudalock.fsutil import read_bounded, read_tail
+from cudalock.machine import probe_machine
+from cudalock.machine.host import (
+    CgroupMemory,
+    ShmInfo,
+    read_boot_time,
+    read_cgroup_memory,
+    read_shm,
+)
 from cudalock.memory import (
     HostMemory,
     MemoryVerdict,
@@ -66,14 +74,6 @@ from cudalock.memory import (
     read_model_size,
 )
 from cudalock.model import Compat, Finding, Host, Target
-from cudalock.target import probe_machine
-from cudalock.target.host import (
-    CgroupMemory,
-    ShmInfo,
-    read_boot_time,
-    read_cgroup_memory,
-    read_shm,
-)
 
 #: How much of a training log is read: its newest part, where a run ends (as for kernel logs).
 MAX_LOG_BYTES = 64 * 2**20

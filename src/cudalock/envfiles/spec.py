@@ -1,0 +1,388 @@
+"""``cudalock.toml``: the Request, a Target summary and the output choices, kept with comments.
+
+``cudalock bootstrap`` writes it next to its outputs and ``cudalock lock`` regenerates lockfiles
+from it. Both read it the same way (:func:`read_inputs`: flags override its values) and bootstrap
+updates it in place with tomlkit, so the user's comments and layout survive. Credentials in
+index URLs are not recorded here (the file is meant to be committed): pass them again with the
+flag or its environment variable.
+
+Layout::
+
+    spec_version = 1
+    [request]   torch, python, cuda, compat, with, frameworks, pytorch_index, pypi_index
+    [target]    driver_version, driver_cuda, compute_capabilities, platform, gpu
+    [output]    format, name
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cudalock.errors import InputError
+from cudalock.fsutil import read_bounded
+from cudalock.machine import TargetOptions
+from cudalock.model import Request, Target
+from cudalock.resolve import RequestOptions, recorded_request
+from cudalock.versions import format_cc, format_cuda
+
+if TYPE_CHECKING:
+    import tomlkit
+
+SPEC_FILE = "cudalock.toml"
+SPEC_VERSION = 1
+OUTPUT_FORMATS = ("conda", "venv", "uv")
+
+_HEADER = (
+    "cudalock.toml: what `cudalock bootstrap` and `cudalock lock` regenerate their files from.",
+    "Edit it freely: cudalock keeps your comments. Flags on the command line override it.",
+)
+
+
+@dataclass(frozen=True)
+class TargetSummary:
+    """The machine(s) the files were made for, as flags could describe it again.
+
+    ``gpu`` False records a CPU-only target (no driver).
+    """
+
+    driver_version: str | None = None
+    driver_cuda: str | None = None
+    compute_capabilities: tuple[str, ...] = ()
+    platform: str | None = None
+    gpu: bool = True
+
+    @classmethod
+    def of(cls, targets: Sequence[Target]) -> TargetSummary | None:
+        """One summary for a fleet: the lowest driver, every GPU architecture."""
+        if not targets:
+            return None
+        drivers = [t.driver_version for t in targets if t.driver_version is not None]
+        cudas = [t.driver_cuda for t in targets if t.driver_cuda is not None]
+        ccs = sorted({cc for t in targets for cc in t.compute_capabilities})
+        return cls(
+            driver_version=str(min(drivers)) if drivers else None,
+            driver_cuda=format_cuda(min(cudas)) if cudas else None,
+            compute_capabilities=tuple(format_cc(cc) for cc in ccs),
+            platform=targets[0].platform,
+            gpu=any(t.has_driver for t in targets),
+        )
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    format: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Spec:
+    request: Request = field(default_factory=Request)
+    target: TargetSummary | None = None
+    output: OutputSpec = field(default_factory=OutputSpec)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+#: A spec is a few dozen lines; anything far larger is not one.
+MAX_SPEC_BYTES = 1 * 2**20
+
+
+def read_spec(path: Path) -> Spec | None:
+    """The spec in ``path``, or None if there is no such file. Bad content: :class:`InputError`."""
+    text = _read_spec_text(path)
+    return None if text is None else parse_spec(text, str(path))
+
+
+def _read_spec_text(path: Path) -> str | None:
+    """The text of a regular file (never a FIFO or a device), None when there is none."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_bounded(path, limit=MAX_SPEC_BYTES, what="spec file").decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"cannot read {path}: it is not UTF-8 text") from None
+
+
+def parse_spec(text: str, where: str = SPEC_FILE) -> Spec:
+    """Parse spec text; ``where`` names the file in error messages."""
+    document = _parse(text, where)
+    data = document.unwrap()
+    version = data.get("spec_version", SPEC_VERSION)
+    if version != SPEC_VERSION:
+        raise InputError(
+            f"{where}: spec_version {version!r} is not supported "
+            f"(this cudalock reads {SPEC_VERSION})"
+        )
+    unknown = set(data) - {"spec_version", "request", "target", "output"}
+    if unknown:
+        raise InputError(
+            f"{where}: unknown key {sorted(unknown)[0]!r}; expected [request], "
+            "[target] and [output] tables"
+        )
+    request_table = _Table(where, "request", data.get("request", {}))
+    target_table = _Table(where, "target", data.get("target")) if "target" in data else None
+    output_table = _Table(where, "output", data.get("output", {}))
+    return Spec(
+        request=_request(request_table),
+        target=_target(target_table) if target_table is not None else None,
+        output=_output(output_table),
+    )
+
+
+def _parse(text: str, where: str) -> tomlkit.TOMLDocument:
+    # tomlkit only when there is a cudalock.toml: `cudalock lock` usually reads none.
+    import tomlkit
+    from tomlkit.exceptions import ParseError, TOMLKitError
+
+    try:
+        return tomlkit.parse(text)
+    except ParseError as err:
+        # tomlkit's message ends with "at line L col C"; say it the compiler way.
+        message = str(err).rsplit(" at line ", 1)[0]
+        raise InputError(f"{where}:{err.line}:{err.col}: invalid TOML: {message}") from None
+    except TOMLKitError as err:
+        raise InputError(f"{where}: invalid TOML: {err}") from None
+
+
+class _Table:
+    """Typed access to one table, errors naming the file, the table and the key."""
+
+    def __init__(self, where: str, name: str, table: Any) -> None:
+        if not isinstance(table, Mapping):
+            raise InputError(f"{where}: [{name}] must be a table")
+        self.where, self.name, self.table = where, name, table
+
+    def check_keys(self, known: Sequence[str]) -> None:
+        for key in self.table:
+            if key not in known:
+                raise InputError(
+                    f"{self.where}: [{self.name}] unknown key {key!r}; "
+                    f"expected one of {', '.join(known)}"
+                )
+
+    def _value(self, key: str, fits: Callable[[Any], bool], expected: str) -> Any:
+        """The key's value (None if absent), or an error saying it must be ``expected``."""
+        value = self.table.get(key)
+        if value is not None and not fits(value):
+            raise InputError(f"{self.where}: [{self.name}] {key} must be {expected}, got {value!r}")
+        return value
+
+    def text(self, key: str) -> str | None:
+        value: str | None = self._value(key, lambda v: isinstance(v, str), "a string")
+        return value
+
+    def texts(self, key: str) -> tuple[str, ...] | None:
+        value = self._value(
+            key,
+            lambda v: isinstance(v, list) and all(isinstance(item, str) for item in v),
+            "a list of strings",
+        )
+        return None if value is None else tuple(value)
+
+    def flag(self, key: str) -> bool | None:
+        value: bool | None = self._value(key, lambda v: isinstance(v, bool), "true or false")
+        return value
+
+
+_REQUEST_KEYS = (
+    "torch",
+    "python",
+    "cuda",
+    "compat",
+    "with",
+    "frameworks",
+    "framework",
+    "pytorch_index",
+    "pypi_index",
+)
+_TARGET_KEYS = ("driver_version", "driver_cuda", "compute_capabilities", "platform", "gpu")
+_OUTPUT_KEYS = ("format", "name")
+
+
+def _request(table: _Table) -> Request:
+    table.check_keys(_REQUEST_KEYS)
+    default = Request()
+    compat = table.text("compat") or default.compat
+    if compat not in ("strict", "minor"):
+        raise InputError(f"{table.where}: [request] compat must be strict or minor, got {compat!r}")
+    with_packages = table.texts("with")
+    frameworks = table.texts("frameworks")
+    if frameworks is None:
+        # Written before --framework could be repeated: one string.
+        single = table.text("framework")
+        frameworks = (single,) if single else ()
+    return Request(
+        torch=table.text("torch") or "",
+        python=table.text("python"),
+        cuda=table.text("cuda"),
+        compat="minor" if compat == "minor" else "strict",
+        with_packages=with_packages if with_packages is not None else default.with_packages,
+        frameworks=frameworks,
+        pytorch_index=table.text("pytorch_index") or default.pytorch_index,
+        pypi_index=table.text("pypi_index"),
+    )
+
+
+def _target(table: _Table) -> TargetSummary:
+    table.check_keys(_TARGET_KEYS)
+    gpu = table.flag("gpu")
+    return TargetSummary(
+        driver_version=table.text("driver_version"),
+        driver_cuda=table.text("driver_cuda"),
+        compute_capabilities=table.texts("compute_capabilities") or (),
+        platform=table.text("platform"),
+        gpu=True if gpu is None else gpu,
+    )
+
+
+def _output(table: _Table) -> OutputSpec:
+    table.check_keys(_OUTPUT_KEYS)
+    output_format = table.text("format")
+    if output_format is not None and output_format not in OUTPUT_FORMATS:
+        raise InputError(
+            f"{table.where}: [output] format must be one of "
+            f"{', '.join(OUTPUT_FORMATS)}, got {output_format!r}"
+        )
+    return OutputSpec(format=output_format, name=table.text("name"))
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def spec_values(spec: Spec) -> dict[str, dict[str, Any]]:
+    """The tables as they are recorded (None: the key is left out)."""
+    # Index and VCS URLs may carry a password or token: never recorded.
+    request = recorded_request(spec.request)
+    tables: dict[str, dict[str, Any]] = {
+        "request": {
+            "torch": request.torch or None,
+            "python": request.python,
+            "cuda": request.cuda,
+            "compat": request.compat,
+            "with": list(request.with_packages),
+            "frameworks": list(request.frameworks),
+            "framework": None,  # the single-framework key of older files gives way to the list
+            "pytorch_index": request.pytorch_index,
+            "pypi_index": request.pypi_index,
+        },
+    }
+    if spec.target is not None:
+        target = spec.target
+        tables["target"] = {
+            "driver_version": target.driver_version,
+            "driver_cuda": target.driver_cuda,
+            "compute_capabilities": list(target.compute_capabilities),
+            "platform": target.platform,
+            "gpu": None if target.gpu else False,
+        }
+    tables["output"] = {"format": spec.output.format, "name": spec.output.name}
+    return tables
+
+
+def update_spec(path: Path, spec: Spec) -> str:
+    """The new text of ``path`` holding ``spec``: its comments and layout kept where it exists."""
+    return update_spec_text(_read_spec_text(path), spec, str(path))
+
+
+def update_spec_text(existing: str | None, spec: Spec, where: str = SPEC_FILE) -> str:
+    import tomlkit
+
+    if existing is None:
+        document = tomlkit.document()
+        for line in _HEADER:
+            document.add(tomlkit.comment(line))
+        document.add(tomlkit.nl())
+        document["spec_version"] = SPEC_VERSION
+    else:
+        document = _parse(existing, where)
+    for name, values in spec_values(spec).items():
+        if name not in document:
+            document[name] = tomlkit.table()
+        table = document[name]
+        assert isinstance(table, tomlkit.items.Table)
+        _update_table(table, values)
+    if "target" in document and spec.target is None:
+        del document["target"]
+    return tomlkit.dumps(document)
+
+
+def _update_table(table: tomlkit.items.Table, values: Mapping[str, Any]) -> None:
+    """Set changed values only, so untouched keys keep their comments and formatting."""
+    from tomlkit.items import Item
+
+    for key, value in values.items():
+        empty = value is None or (isinstance(value, list) and not value and key != "with")
+        if empty:
+            if key in table:
+                del table[key]
+            continue
+        current = table.get(key)
+        plain = current.unwrap() if isinstance(current, Item) else current
+        if plain != value:
+            table[key] = value
+
+
+# --------------------------------------------------------------------------------------------
+# Flags over the spec: the one rule bootstrap and lock share
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The Request and Target flags after the spec file has filled in what they leave out."""
+
+    spec_path: Path
+    spec: Spec | None
+    request: Request
+    target_options: TargetOptions
+    #: Whether the spec's ``[target]`` describes (part of) the target.
+    recorded_target: bool
+
+
+def read_inputs(
+    request_options: RequestOptions,
+    target_options: TargetOptions,
+    *,
+    spec_file: Path | None,
+    output_dir: Path,
+) -> Inputs:
+    """Read ``spec_file`` (``--spec``), else ``output_dir/cudalock.toml`` if it exists, and lay
+    the flags over it: each Request flag replaces its value; the Target flags replace the
+    recorded target by part (the driver, the GPUs, the platform), and ``--probe`` replaces it
+    whole. A ``--spec`` that does not exist is an :class:`InputError`."""
+    path = spec_file if spec_file is not None else output_dir / SPEC_FILE
+    spec = read_spec(path)
+    if spec is None and spec_file is not None:
+        raise InputError(f"spec file {spec_file} does not exist")
+    request = request_options.to_request(spec.request if spec else None)
+    recorded = spec.target if spec is not None else None
+    if recorded is None or target_options.probe_files:
+        return Inputs(path, spec, request, target_options, recorded_target=False)
+    return Inputs(
+        path, spec, request, _over_recorded(target_options, recorded), recorded_target=True
+    )
+
+
+def _over_recorded(options: TargetOptions, recorded: TargetSummary) -> TargetOptions:
+    """The recorded target with each part the flags give replaced: so a lock made for another
+    machine is regenerated, and checked in CI, for that machine, and ``--driver-version
+    550.54.14`` alone asks "and if its driver were upgraded?"."""
+    driver_given = bool(options.driver_version or options.driver_cuda or options.no_gpu)
+    gpus_given = bool(options.compute_capabilities or options.gpu_names)
+    return dataclasses.replace(
+        options,
+        driver_version=options.driver_version if driver_given else recorded.driver_version,
+        driver_cuda=options.driver_cuda if driver_given else recorded.driver_cuda,
+        no_gpu=options.no_gpu if driver_given else not recorded.gpu,
+        compute_capabilities=(
+            options.compute_capabilities if gpus_given else tuple(recorded.compute_capabilities)
+        ),
+        platform=options.platform or recorded.platform,
+    )

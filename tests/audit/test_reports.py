@@ -1,0 +1,301 @@
+"""Parsing pasted reports: collect_env of several eras, ds_report, llamafactory-cli env."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cudalock.audit.reports import (
+    MAX_REPORT_CHARS,
+    ParsedReport,
+    decode_report,
+    parse_report,
+    report_target,
+)
+from cudalock.errors import InputError
+from cudalock.matrix import Matrix, load_matrix
+from cudalock.versions import DriverVersion
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "reports"
+
+
+def _parse(name: str) -> ParsedReport:
+    return parse_report((FIXTURES / name).read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def matrix() -> Matrix:
+    return load_matrix()
+
+
+def test_collect_env_2_1_multi_gpu_with_nvcc_on_path() -> None:
+    report = _parse("collect_env_2_1_mixed.txt")
+    assert report.formats == ("collect_env",)
+    torch = report.installed.active_torch
+    assert torch is not None and torch.version == "2.1.0+cu121" and torch.cuda == "12.1"
+    assert report.driver_version == "535.104.05"
+    assert report.cuda_available is True
+    # "CUDA runtime version" is the nvcc on PATH, not what torch loads.
+    assert report.cuda_runtime == "11.8"
+    assert report.installed.nvcc[0].version == "11.8" and report.installed.nvcc[0].origin == "PATH"
+    assert [g.index for g in report.gpus] == [0, 1, 2, 3]
+    assert {g.name for g in report.gpus} == {"NVIDIA A100-SXM4-80GB"}
+    assert report.installed.python_version == "3.10.12"
+    assert report.installed.platform == "linux-x86_64"
+    dists = {d.name: d.version for d in report.installed.distributions}
+    assert dists["torchvision"] == "0.16.0+cu118"
+    assert dists["triton"] == "2.1.0"
+    # The cuDNN paths and the CPU block are not mistaken for anything.
+    assert "cudnn" not in " ".join(dists)
+    assert "collect_env: Nvidia driver version" in report.recognised
+
+
+def test_collect_env_1_13_with_conda_pypi_lines_is_one_torch() -> None:
+    report = _parse("collect_env_1_13.txt")
+    assert len(report.installed.torch) == 1
+    assert report.installed.torch[0].version == "1.13.1+cu117"
+    assert report.driver_version == "470.82.01"
+    assert report.cuda_runtime is None  # "Could not collect"
+    assert report.installed.python_version == "3.9.16"
+    # pip packages listed twice ([pip3] and [conda] ... pypi) are kept once.
+    assert [d.name for d in report.installed.distributions].count("torch") == 1
+
+
+def test_collect_env_1_5_hand_edited_yes_no_and_no_colons() -> None:
+    report = _parse("collect_env_1_5_hand_edited.txt")
+    torch = report.installed.active_torch
+    assert torch is not None and torch.version == "1.5.0" and torch.cuda == "10.2"
+    assert report.cuda_available is True  # "Yes"
+    assert report.driver_version == "418.87.01"
+    assert [g.name for g in report.gpus] == ["Tesla V100-SXM2-16GB"]
+    assert report.installed.platform is None  # "Os: Ubuntu 18.04.4 LTS" names no architecture
+    assert {d.name for d in report.installed.distributions} == {"numpy", "torch", "torchvision"}
+
+
+def test_collect_env_quoted_and_indented_cpu_build() -> None:
+    report = _parse("collect_env_indented_cpu_build.txt")
+    torch = report.installed.active_torch
+    assert torch is not None and torch.version == "2.3.1+cpu"
+    assert torch.cuda is None and torch.cuda_known  # "CUDA used to build PyTorch: None"
+    assert report.cuda_available is False
+    assert report.driver_version == "550.54.14"
+    assert [g.name for g in report.gpus] == ["NVIDIA GeForce RTX 4090"]
+    assert report.installed.python_version == "3.11.9"
+
+
+def test_collect_env_warnings_give_arch_list_and_compute_capability() -> None:
+    report = _parse("collect_env_2_5_rtx5090.txt")
+    assert report.installed.arch_list == (
+        "sm_50",
+        "sm_60",
+        "sm_70",
+        "sm_75",
+        "sm_80",
+        "sm_86",
+        "sm_90",
+    )
+    assert [(g.name, g.compute_capability, g.index) for g in report.gpus] == [
+        ("NVIDIA GeForce RTX 5090", (12, 0), 0)
+    ]
+    assert report.cuda_runtime is None  # "No CUDA"
+    # pip lists "torch==2.5.1" (no label) for the same install collect_env describes.
+    assert len(report.installed.torch) == 1
+
+
+def test_collect_env_driver_too_old_warning_gives_the_driver_cuda() -> None:
+    report = _parse("collect_env_2_11_driver_too_old.txt")
+    assert report.driver_cuda == "12.2"  # "found version 12020"
+    assert report.cuda_available is False
+    assert report.installed.active_torch is not None
+    assert report.installed.active_torch.version == "2.11.0+cu130"
+    assert report.installed.dist("cuda-toolkit") is not None
+
+
+def test_conda_pytorch_beside_pip_torch_is_two_installs() -> None:
+    report = _parse("collect_env_conda_duplicate.txt")
+    versions = [(t.version, t.cuda) for t in report.installed.torch]
+    assert versions == [("2.1.2+cu121", "12.1"), ("2.0.1", "11.7")]
+
+
+def test_ds_report_built_without_torch() -> None:
+    report = _parse("ds_report_built_without_torch.txt")
+    assert report.formats == ("ds_report",)
+    ds = report.installed.deepspeed
+    assert ds is not None
+    assert ds.version == "0.12.3"
+    assert ds.torch_version == "0.0" and ds.torch_cuda == "0.0" and ds.built_without_torch
+    assert ds.installed_ops == ()
+    assert report.installed.active_torch is not None
+    assert report.installed.active_torch.cuda == "12.1"
+    # ds_report's nvcc is the one DeepSpeed's op builder uses: CUDA_HOME's.
+    assert report.installed.nvcc[0].origin == "CUDA_HOME"
+    assert report.installed.nvcc[0].version == "12.1"
+    assert not report.driver_known
+
+
+def test_ds_report_with_precompiled_ops() -> None:
+    ds = _parse("ds_report_cuda_mismatch.txt").installed.deepspeed
+    assert ds is not None
+    assert ds.installed_ops == ("fused_adam", "cpu_adam", "transformer")
+    assert ds.torch_version == "2.1" and ds.torch_cuda == "11.8"
+
+
+def test_llamafactory_env_names_no_driver() -> None:
+    report = _parse("llamafactory_env.txt")
+    assert report.formats == ("llamafactory-cli env",)
+    torch = report.installed.active_torch
+    assert torch is not None and torch.version == "2.6.0+cu124" and torch.cuda == "12.4"
+    assert report.cuda_available is True  # "(GPU)"
+    assert report.driver_version is None and not report.driver_known
+    assert [g.name for g in report.gpus] == ["NVIDIA A100-SXM4-80GB"]
+    dists = {d.name: d.version for d in report.installed.distributions}
+    assert dists["deepspeed"] == "0.16.4" and dists["transformers"] == "4.49.0"
+    assert dists["llamafactory"] == "0.9.2"
+    assert report.installed.deepspeed is not None
+    assert not report.installed.deepspeed.has_build_info
+
+
+def test_llamafactory_with_pasted_nvidia_smi() -> None:
+    report = _parse("llamafactory_with_nvidia_smi.txt")
+    assert report.formats == ("llamafactory-cli env", "nvidia-smi")
+    assert report.driver_version == "530.30.02" and report.driver_cuda == "12.1"
+    # "GPU type" and the table's GPU 0 are the same card; GPU 1 is the second.
+    assert [(g.name, g.index) for g in report.gpus] == [
+        ("NVIDIA GeForce RTX 3090", 0),
+        ("NVIDIA GeForce RTX 3090", 1),
+    ]
+    dists = {d.name: d.version for d in report.installed.distributions}
+    assert dists["llamafactory"] == "0.9.4.dev0"
+
+
+def test_report_target_takes_driver_and_gpus_from_the_report(matrix: Matrix) -> None:
+    target = report_target(_parse("collect_env_2_1_mixed.txt"), matrix)
+    assert target.driver_version == DriverVersion("535.104.05")
+    assert target.driver_cuda == (12, 2)  # 535.54.03 is CUDA 12.2's minimum driver
+    assert target.compute_capabilities == ((8, 0),)  # A100, from the matrix's GPU table
+    assert len(target.gpus) == 4
+    assert target.source == "report"
+    smi = report_target(_parse("llamafactory_with_nvidia_smi.txt"), matrix)
+    assert smi.driver_cuda == (12, 1)  # nvidia-smi said so
+    assert smi.compute_capabilities == ((8, 6),)
+
+
+def test_unrecognised_text_is_not_an_error() -> None:
+    report = parse_report("hello world\nnothing to see: here\n")
+    assert report.formats == ()
+    assert report.installed.torch == ()
+    assert "no collect_env, ds_report or llamafactory-cli env fields recognised" in report.notes
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t\n"])
+def test_empty_report_is_an_input_error(text: str) -> None:
+    with pytest.raises(InputError, match="empty"):
+        parse_report(text)
+
+
+def test_binary_input_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="binary"):
+        decode_report(b"\x7fELF\x02\x01\x01\x00\x00\x00" * 100)
+    with pytest.raises(InputError, match="binary"):
+        parse_report("\x01\x02\x03\x04" * 100)
+
+
+def test_decode_report_reads_utf16_and_replaces_bad_bytes() -> None:
+    text = (FIXTURES / "llamafactory_env.txt").read_text(encoding="utf-8")
+    assert decode_report(text.encode("utf-16")) == text
+    assert "PyTorch version" in decode_report(b"- PyTorch version: 2.1.0 \xff\xfe\xfa\n")
+
+
+def test_parsing_is_bounded() -> None:
+    line = "[pip3] numpy==1.26.1\n"
+    huge = "PyTorch version: 2.1.0+cu121\n" + line * (MAX_REPORT_CHARS // len(line) + 1000)
+    report = parse_report(huge + "Nvidia driver version: 535.104.05\n")
+    # Only the first MAX_REPORT_CHARS characters are read: the last line is not reached.
+    assert report.driver_version is None
+    assert report.installed.active_torch is not None
+
+
+_REPORT_WORDS = st.sampled_from(
+    [
+        "PyTorch version:",
+        "CUDA used to build PyTorch:",
+        "Is CUDA available:",
+        "Yes",
+        "True",
+        "GPU models and configuration:",
+        "GPU 0:",
+        "Nvidia driver version:",
+        "[pip3]",
+        "[conda]",
+        "torch==",
+        "deepspeed wheel compiled w. ......",
+        "torch",
+        "cuda",
+        "nvcc version .....",
+        "- PyTorch version:",
+        "- GPU type:",
+        "(GPU)",
+        "Driver Version:",
+        "CUDA Version:",
+        "|",
+        "with CUDA capability sm_",
+        "is not compatible with the current PyTorch",
+        "supports CUDA capabilities sm_",
+        "found version",
+        "12020",
+        "99999999999",
+        "535.104.05",
+        "2.1.0+cu121",
+        "+cu",
+        "0.0",
+        "..........",
+        "[YES]",
+        "[NO]",
+        "[OKAY]",
+        ":",
+        ">",
+        "`",
+        "\n",
+        " ",
+        "\t",
+        "12.1",
+        "cu9999",
+        "sm_9999",
+        "NVIDIA-SMI",
+        "On",
+        "Off",
+        "pytorch",
+        "py3.10_cuda",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(
+        st.text(max_size=400),
+        st.lists(st.one_of(_REPORT_WORDS, st.text(max_size=12)), max_size=80).map("".join),
+    )
+)
+def test_no_input_makes_the_parser_raise_anything_but_input_error(text: str) -> None:
+    try:
+        report = parse_report(text)
+    except InputError:
+        return
+    report.to_json()
+    report.installed.to_json()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=300))
+def test_no_bytes_make_decoding_raise_anything_but_input_error(data: bytes) -> None:
+    try:
+        text = decode_report(data)
+    except InputError:
+        return
+    with contextlib.suppress(InputError):
+        parse_report(text)

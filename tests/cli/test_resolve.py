@@ -1,0 +1,202 @@
+"""`cudalock resolve` through the real console script: exit codes 0/1/2, JSON shape, output.
+
+Expected plans are derived in tests/resolve/test_shipped_matrix.py; here they check the
+command's wiring:
+RTX 5090 (12.0) on 570.86.15 (CUDA 12.8) → torch 2.11.0+cu128 with torchvision 0.26.0+cu128.
+Commands whose answer depends on which releases exist run with ``--matrix`` on the shipped
+matrix up to the releases those expectations know (tests/support/known_matrix.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudalock.model import Gpu, Target
+from cudalock.versions import DriverVersion
+from tests.support.cli import cudalock
+from tests.support.index import offline_env
+
+BLACKWELL = ("--driver-version", "570.86.15", "--gpu", "RTX 5090")
+
+
+def test_json_plan(known_matrix_dir: Path) -> None:
+    result = cudalock("resolve", "--matrix", known_matrix_dir, *BLACKWELL, "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert list(plan)[:6] == ["matrix_version", "python", "platform", "compat", "torch", "packages"]
+    assert plan["python"] == "3.14"
+    assert plan["torch"]["version"] == "2.11.0"
+    assert plan["torch"]["variant"] == "cu128"
+    assert plan["torch"]["cuda"] == "12.8"
+    assert plan["torch"]["index_url"] == "https://download.pytorch.org/whl/cu128"
+    assert plan["packages"] == [
+        {
+            "name": "torch",
+            "version": "2.11.0+cu128",
+            "index_url": "https://download.pytorch.org/whl/cu128",
+        },
+        {
+            "name": "torchvision",
+            "version": "0.26.0+cu128",
+            "index_url": "https://download.pytorch.org/whl/cu128",
+        },
+    ]
+    assert plan["target"]["driver_version"] == "570.86.15"
+    assert plan["target"]["gpus"][0]["compute_capability"] == "12.0"
+    assert plan["rejected"][0] == {
+        "torch": "2.15.0",
+        "variant": "cu132",
+        "reason": "torch 2.15.0+cu132: CUDA 13.2 needs driver ≥ 595.45.04; "
+        "driver 570.86.15 supports CUDA 12.8",
+        "fix": "upgrade to driver ≥ 595.45.04",
+        "fixes": [
+            {
+                "changes": [{"kind": "driver", "value": "595.45.04"}],
+                "torch": "2.15.0",
+                "variant": "cu132",
+                "text": "upgrade to driver ≥ 595.45.04",
+            }
+        ],
+    }
+
+
+def test_text_summary_says_what_where_why_and_how_to_bootstrap(known_matrix_dir: Path) -> None:
+    result = cudalock("resolve", "--matrix", known_matrix_dir, *BLACKWELL, "--with", "deepspeed")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("torch 2.11.0+cu128  (CUDA 12.8")
+    assert "torch==2.11.0+cu128" in out and "from https://download.pytorch.org/whl/cu128" in out
+    assert "deepspeed==" in out and "from PyPI" in out
+    assert "Driver 570.86.15 limits CUDA to 12.8." in out
+    assert "Not chosen (newest first):" in out
+    assert (
+        "cudalock bootstrap --driver-version 570.86.15 --gpu 'RTX 5090' "
+        f"--matrix {known_matrix_dir} --with deepspeed"
+    ) in out
+
+
+def test_nothing_fits_json_exits_1(known_matrix_dir: Path) -> None:
+    # torch ≥ 2.15 has only CUDA 13.x builds; 535.104.05 is below 13.0's 580.65.06.
+    result = cudalock(
+        "resolve",
+        "--matrix",
+        known_matrix_dir,
+        "--driver-version",
+        "535.104.05",
+        "--compute-capability",
+        "8.0",
+        "--torch",
+        ">=2.15",
+        "--json",
+    )
+    assert result.returncode == 1
+    document = json.loads(result.stdout)
+    assert document["error"].startswith("nothing fits torch >=2.15")
+    assert [(r["torch"], r["variant"]) for r in document["rejected"]] == [
+        ("2.15.0", "cu132"),
+        ("2.15.0", "cu130"),
+    ]
+    assert "580.65.06" in document["hint"]
+    assert "Traceback" not in result.stderr
+
+
+def test_nothing_fits_text_exits_1_with_candidates(known_matrix_dir: Path) -> None:
+    result = cudalock(
+        "resolve",
+        "--matrix",
+        known_matrix_dir,
+        "--driver-version",
+        "535.104.05",
+        "--compute-capability",
+        "8.0",
+        "--torch",
+        ">=2.15",
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "Nearest candidates (newest first):" in result.stderr
+    assert "cudalock: error: nothing fits torch >=2.15" in result.stderr
+    assert "hint: upgrade to driver ≥ 580.65.06" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--torch", ">=x"), "'>=x'"),
+        (("--python", "three"), "'three'"),
+        (("--cuda", "twelve"), "'twelve'"),
+        (("--compat", "loose"), "'loose'"),
+        (("--with", "numpy"), "'numpy'"),
+        (("--pytorch-index", "ftp://mirror/whl"), "ftp://mirror/whl"),
+    ],
+)
+def test_bad_values_exit_2_with_one_line(flags: tuple[str, ...], named: str) -> None:
+    result = cudalock("resolve", "--no-gpu", *flags)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("cudalock: error: ")
+    assert named in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_pytorch_index_from_the_environment(known_matrix_dir: Path) -> None:
+    result = cudalock(
+        "resolve",
+        "--matrix",
+        known_matrix_dir,
+        *BLACKWELL,
+        "--json",
+        env=offline_env() | {"CUDALOCK_PYTORCH_INDEX": "https://mirror.example.org/whl"},
+    )
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["torch"]["index_url"] == "https://mirror.example.org/whl/cu128"
+
+
+def test_no_driver_is_said_loudly() -> None:
+    result = cudalock("resolve", "--no-gpu")
+    assert result.returncode == 0, result.stderr
+    assert "NO NVIDIA DRIVER" in result.stdout
+    assert "+cpu" in result.stdout
+
+
+def test_fleet_from_probe_files(tmp_path: Path, known_matrix_dir: Path) -> None:
+    # node-b's 535.104.05 (CUDA 12.2) and Volta, node-a's Ada: 2.7.1+cu118 (see test_resolve).
+    files = []
+    for name, driver, gpu, cc in (
+        ("node-a", "570.86.15", "NVIDIA GeForce RTX 4090", (8, 9)),
+        ("node-b", "535.104.05", "Tesla V100-SXM2-32GB", (7, 0)),
+    ):
+        target = Target("linux-x86_64", DriverVersion(driver), None, (Gpu(gpu, cc),), name=name)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(target.to_json()), encoding="utf-8")
+        files += ["--probe", str(path)]
+    result = cudalock("resolve", "--matrix", known_matrix_dir, *files, "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["packages"][0]["version"] == "2.7.1+cu118"
+    assert plan["target"] is None and len(plan["targets"]) == 2
+    assert any("535.104.05 on node-b limits CUDA to 12.2" in s for s in plan["explanation"])
+
+
+def test_resolve_stays_import_light() -> None:
+    # The resolve path must not pay for the network, TOML writing or rich rendering.
+    script = (
+        "import sys\n"
+        "from cudalock.cli.main import run\n"
+        "try:\n"
+        "    run(['resolve', '--driver-version', '570.86.15', '--gpu', 'RTX 5090', '--json'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ['requests', 'tomlkit', 'rich', 'torch', 'urllib3', 'packaging.requirements']\n"
+        "print([m for m in heavy if m in sys.modules], file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr
