@@ -29,7 +29,8 @@ from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
 from cudalock.doctor.kernel import CommandResult, read_kernel_log
 from cudalock.machine.host import CgroupMemory
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Compat, Finding, Gpu, Target
+from cudalock.model import Finding, Gpu, Target
+from cudalock.request import Compat
 from cudalock.versions import DriverVersion
 from tests.support.venvs import hide_cuda_toolkit, standin_env
 
