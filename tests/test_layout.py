@@ -21,6 +21,7 @@ BASE = frozenset(
         "shipped",
         "tomlfile",
         "safetext",
+        "sharedlibs",
     }
 )
 #: What each package may import besides the base (and itself); "cli" may import anything.
