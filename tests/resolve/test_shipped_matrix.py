@@ -162,6 +162,21 @@ CASES = {
     "windows": Case(
         (node("537.13", A100, platform="windows-x86_64"),), make_request(), "2.7.1+cu118", "3.13"
     ),
+    # GH200 (9.0) on linux-aarch64, driver 570.86.15 (12.8), torch < 2.9: 2.8.0's only aarch64
+    # CUDA build is cu129 (needs 575.51.03); 2.7.1 has a cu128 aarch64 build with sm_90.
+    "gh200-aarch64-2.7": Case(
+        (node("570.86.15", ("NVIDIA GH200 480GB", "9.0"), platform="linux-aarch64"),),
+        make_request(torch="<2.9"),
+        "2.7.1+cu128",
+        "3.13",
+    ),
+    # The same GPU on 575.51.03 (12.9's minimum) with torch 2.8.0: its aarch64 cu129 build.
+    "gh200-aarch64-2.8": Case(
+        (node("575.51.03", ("NVIDIA GH200 480GB", "9.0"), platform="linux-aarch64"),),
+        make_request(torch="==2.8.0"),
+        "2.8.0+cu129",
+        "3.13",
+    ),
     # A fleet: node-b's 535.104.05 limits CUDA to 12.2 and brings Volta; node-a brings 8.9.
     # Newest build ≤ 12.2 with sm_70 and sm_86: 2.7.1+cu118.
     "fleet": Case(
