@@ -19,9 +19,11 @@ BASE = frozenset(
         "fsutil",
         "procs",
         "shipped",
+        "httpget",
         "tomlfile",
         "safetext",
         "request",
+        "sharedlibs",
     }
 )
 #: What each package may import besides the base (and itself); "cli" may import anything.
