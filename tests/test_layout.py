@@ -19,6 +19,7 @@ BASE = frozenset(
         "fsutil",
         "procs",
         "shipped",
+        "httpget",
         "tomlfile",
         "safetext",
     }

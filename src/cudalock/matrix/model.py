@@ -176,6 +176,22 @@ class Matrix:
         return self._releases_by_version.get(version)
 
     @cached_property
+    def torch_span(self) -> str:
+        """The torch releases the matrix knows, as people say them: ``1.13–2.15``."""
+        from packaging.version import InvalidVersion, Version
+
+        versions = []
+        for release in self.torch_releases:
+            try:
+                versions.append(Version(release.version))
+            except InvalidVersion:
+                continue
+        if not versions:
+            return "no torch releases"
+        low, high = min(versions), max(versions)
+        return f"{low.major}.{low.minor}–{high.major}.{high.minor}"
+
+    @cached_property
     def _toolkits_by_cuda(self) -> tuple[tuple[CudaVersion, CudaToolkit], ...]:
         """Each toolkit with its CUDA version parsed once: the resolver asks for driver minimums
         many times per plan."""
