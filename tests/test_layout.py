@@ -22,6 +22,7 @@ BASE = frozenset(
         "httpget",
         "tomlfile",
         "safetext",
+        "sharedlibs",
     }
 )
 #: What each package may import besides the base (and itself); "cli" may import anything.
