@@ -29,7 +29,8 @@ from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
 from cudalock.doctor.kernel import CommandResult, read_kernel_log
 from cudalock.machine.host import CgroupMemory
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Compat, Finding, Gpu, Target
+from cudalock.model import Finding, Gpu, Target
+from cudalock.request import Compat
 from cudalock.versions import DriverVersion
 from tests.support.venvs import EnvSpec, hide_cuda_toolkit, make_env, standin_env, torch_with
 from tests.support.wheels import cuda_extension_standin, xformers_cpp_lib

@@ -32,7 +32,8 @@ from cudalock.audit.installed import (
 from cudalock.errors import CudalockError, Unsatisfiable
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.matrix.model import arch_covers
-from cudalock.model import Compat, Finding, Plan, Rejection, Severity, Target
+from cudalock.model import Finding, Plan, Rejection, Severity, Target
+from cudalock.request import Compat
 from cudalock.resolve import make_request, resolve
 from cudalock.resolve.compat import (
     DriverVerdict,
