@@ -76,16 +76,17 @@ from cudalock.lock import (
     Closure,
     NotOnIndex,
     UvOptions,
-    absolute_frameworks,
+    check_framework_paths,
     find_uv,
     lock_texts,
     resolve_closure,
 )
 from cudalock.machine import TargetOptions, targets_from_options
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Plan, Request
+from cudalock.model import Plan
 from cudalock.platforms import platform_named
-from cudalock.resolve import RequestOptions, resolve
+from cudalock.request import Request, RequestOptions
+from cudalock.resolve import resolve
 from cudalock.urls import redact
 
 LOG_FILE = "cudalock-bootstrap.log"
@@ -180,9 +181,7 @@ def run_bootstrap(
         raise UsageError(f"-o {str(out_dir)!r} is not a directory")
     inputs = read_inputs(request_opts, target_opts, spec_file=options.spec_file, output_dir=out_dir)
     spec_path, spec, request = inputs.spec_path, inputs.spec, inputs.request
-    request = dataclasses.replace(
-        request, frameworks=absolute_frameworks(request.frameworks, Path.cwd())
-    )
+    check_framework_paths(request.frameworks)
     output_format = choose_format(options.output_format, spec)
     if options.create and output_format == "venv" and request.python is None:
         # The venv is made from this interpreter unless asked otherwise: choosing the newest
@@ -254,7 +253,7 @@ def run_bootstrap(
         for line in closure.notes:
             echo(f"  {line}")
     new_spec = Spec(
-        request=request,
+        request=RequestOptions.of(request),
         target=TargetSummary.of(targets),
         output=OutputSpec(
             format=output_format, name=options.name or (spec.output.name if spec else None)

@@ -34,7 +34,7 @@ from cudalock.lock import (
 )
 from cudalock.model import PackagePin, Plan
 from cudalock.platforms import platform_named
-from cudalock.resolve import classify_framework
+from cudalock.request import Framework
 from cudalock.safetext import printable
 from cudalock.shipped import shipped_dir
 from cudalock.urls import DEFAULT_PYPI_INDEX, redact
@@ -75,7 +75,7 @@ class RenderOptions:
     name: str
     output_format: OutputFormat = "conda"
     #: As the install command should see them: requirements, absolute paths, or URLs.
-    frameworks: tuple[str, ...] = ()
+    frameworks: tuple[Framework, ...] = ()
     #: Replaces pip's default index for everything not routed to the PyTorch index.
     pypi_index: str | None = None
     #: The resolved closure (None: it could not be resolved, e.g. offline).
@@ -130,9 +130,9 @@ def default_env_name(plan: Plan) -> str:
     return f"torch-{plan.torch_version}-{plan.variant}"
 
 
-def framework_args(framework: str) -> tuple[str, ...]:
+def framework_args(framework: Framework) -> tuple[str, ...]:
     """How pip is given the framework: a local path is installed editable."""
-    return ("-e", framework) if classify_framework(framework) == "path" else (framework,)
+    return ("-e", framework.text) if framework.kind == "path" else (framework.text,)
 
 
 def torch_family(plan: Plan, closure: Closure | None = None) -> tuple[PackagePin, ...]:
@@ -259,16 +259,16 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
     where = redact(plan.index_url or "the default index")
     steps = []
     for framework in options.frameworks:
-        kind = classify_framework(framework)
-        if kind == "requirement" and not _names_a_url(framework):
-            continue
+        requirement = framework.requirement
+        if requirement is not None and requirement.url is None:
+            continue  # from the lock; a "name @ URL" is installed from the URL, as a bare URL
         args = framework_args(framework)
         # uv reads a path on its command line as a requirement: a file URL keeps every
         # character a directory name may hold.
-        uv_args = ("-e", Path(framework).as_uri()) if kind == "path" else args
+        uv_args = ("-e", framework.path.as_uri()) if framework.path is not None else args
         steps.append(
             Step(
-                f"the framework {redact(framework)}, without its dependencies "
+                f"the framework {redact(framework.text)}, without its dependencies "
                 "(the lock holds them)",
                 (*pip, "--no-deps", *default_index, *args),
                 (*uv_install, "--no-deps", *default_index, *uv_args),
@@ -334,14 +334,6 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
         )
     )
     return tuple(steps)
-
-
-def _names_a_url(requirement: str) -> bool:
-    """``name @ git+https://...``: a requirement the lock holds as a VCS checkout or archive,
-    installed from the URL as given like a framework given as a bare URL."""
-    from packaging.requirements import Requirement
-
-    return Requirement(requirement).url is not None
 
 
 def install_indexes(plan: Plan, options: RenderOptions) -> tuple[str, ...]:
@@ -683,15 +675,15 @@ def render_uv_pyproject(plan: Plan, options: RenderOptions) -> str:
     local_sources: list[str] = []
     fits = {fit.given: fit for fit in closure.frameworks} if closure else {}
     for framework in options.frameworks:
-        kind = classify_framework(framework)
-        if kind == "requirement":
-            fit = fits.get(framework)
-            dependencies.append(fit.requested if fit else framework)
+        text = framework.text
+        if framework.kind == "requirement":
+            fit = fits.get(text)
+            dependencies.append(fit.requested if fit else text)
             continue
-        found = _locked_local(closure, framework) if closure else None
+        found = _locked_local(closure, text) if closure else None
         if found is None:
-            flag = "--editable " if kind == "path" else ""
-            notes.append(f"Add the framework with: uv add {flag}{shlex.quote(framework)}")
+            flag = "--editable " if framework.kind == "path" else ""
+            notes.append(f"Add the framework with: uv add {flag}{shlex.quote(text)}")
             continue
         name, dependency, source = found
         dependencies.append(dependency)
