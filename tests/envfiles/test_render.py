@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cudalock.envfiles.render import (
     RenderOptions,
+    build_script,
     check_env_name,
     install_steps,
     render_files,
@@ -227,11 +228,24 @@ def test_install_steps_order_and_guard_rails() -> None:
     assert uv[1][:5] == ("$UV", "pip", "install", "--python", "$PYTHON")
     assert uv[1][-2:] == ("-r", "pylock.toml")
     assert uv[1][uv[1].index("--config-file") + 1] == "uv-install.toml"
-    # 3. DeepSpeed last, against the installed torch: no build isolation, no cached wheel.
+    # 3. DeepSpeed last, against the installed torch, by the build script (no build isolation;
+    #    wheels kept by the exact torch build): tests/e2e/test_bootstrap_wheel_cache.py.
     assert steps[2].only_if == "grep -q '^[A-Za-z0-9]' requirements.last.txt"
-    assert {"--no-build-isolation", "--no-cache-dir", "--force-reinstall"} <= set(pip[2])
-    assert {"--no-build-isolation", "--no-cache", "--reinstall"} <= set(uv[2])
-    assert pip[2][-2:] == uv[2][-2:] == ("-r", "requirements.last.txt")
+    assert pip[2][:3] == uv[2][:3] == ("$PYTHON", "-c", build_script())
+    assert pip[2][3:] == (
+        "pip",
+        "",
+        "requirements.last.txt",
+        "--index-url",
+        "https://m.example/simple",
+    )
+    assert uv[2][3:] == (
+        "uv",
+        "$UV",
+        "requirements.last.txt",
+        "--index-url",
+        "https://m.example/simple",
+    )
     # 4. the check, then the verification (torch's version file, not an import).
     assert pip[3][1:] == ("-m", "pip", "check") and uv[3][1:3] == ("pip", "check")
     assert pip[-1][1] == "-c" and pip[-1][3:] == (

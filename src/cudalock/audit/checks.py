@@ -20,6 +20,7 @@ from functools import cached_property
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from cudalock.audit.cudabuilt import check_cuda_builds
 from cudalock.audit.installed import (
     Distribution,
     Installed,
@@ -78,6 +79,7 @@ CODES = (
     "rocm-build-on-nvidia",
     "broken-torch-install",
     "cuda-unavailable",
+    "cuda-build-mismatch",
 )
 
 _ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -141,6 +143,7 @@ def audit(
         _check_library_shadowing,
     ):
         findings.extend(check(context))
+    findings.extend(check_cuda_builds(installed, target, matrix, compat))
     return sort_findings(findings)
 
 

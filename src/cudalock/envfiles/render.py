@@ -293,32 +293,14 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
             )
         )
     last_index = ("--index-url", options.pypi_index) if options.pypi_index else ()
+    build = (LAST_FILE, *last_index)
     steps.append(
         Step(
             f"DeepSpeed and anything else built against the installed torch ({LAST_FILE}), "
-            "without build isolation or a cached wheel",
-            (
-                *pip,
-                "--no-deps",
-                "--no-build-isolation",
-                "--no-cache-dir",
-                "--force-reinstall",
-                "--require-hashes",
-                *last_index,
-                "-r",
-                LAST_FILE,
-            ),
-            (
-                *uv_install,
-                "--no-deps",
-                "--no-build-isolation",
-                "--no-cache",
-                "--reinstall",
-                "--require-hashes",
-                *last_index,
-                "-r",
-                LAST_FILE,
-            ),
+            "without build isolation; wheels built earlier against this exact torch build, "
+            "CUDA and Python are reused (CUDALOCK_NO_CACHE=1 builds anew)",
+            (PYTHON, "-c", build_script(), "pip", "", *build),
+            (PYTHON, "-c", build_script(), "uv", UV, *build),
             only_if=f"grep -q '^[A-Za-z0-9]' {LAST_FILE}",
             otherwise="nothing in the closure is built against torch",
         )
@@ -378,6 +360,10 @@ def _template(name: str) -> str:
 
 def verify_script() -> str:
     return _template("verify_torch.py")
+
+
+def build_script() -> str:
+    return _template("build_against_torch.py")
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
@@ -449,7 +435,17 @@ def _step_shell(step: Step) -> str:
 
 
 def _indent(text: str) -> str:
-    return "\n".join(f"    {line}" if line else line for line in text.splitlines())
+    """``text`` indented one level, except the body and end of a here-document: bash ends it
+    only at a line that is exactly its word."""
+    lines, in_heredoc = [], False
+    for line in text.splitlines():
+        if in_heredoc:
+            lines.append(line)
+            in_heredoc = line != HEREDOC_END
+            continue
+        lines.append(f"    {line}" if line else line)
+        in_heredoc = line.endswith(f"<<'{HEREDOC_END}'")
+    return "\n".join(lines)
 
 
 def _shell_word(arg: str) -> str:
@@ -464,7 +460,7 @@ def _wrap_shell(argv: tuple[str, ...]) -> str:
     """
     if argv[1] == "-c":
         script, args = argv[2], argv[3:]
-        quoted = " ".join(shlex.quote(a) for a in args)
+        quoted = " ".join(_shell_word(a) for a in args)
         return f"\"$PYTHON\" - {quoted} <<'{HEREDOC_END}'\n{script.rstrip()}\n{HEREDOC_END}"
     words = [_shell_word(a) for a in argv]
     head_length = 3 if argv[0] == UV else 4
