@@ -82,10 +82,18 @@ def test_every_fix_printed_applied_to_the_case_audits_clean(case: Case, tmp_path
 
 
 @dataclass
+class _Package:
+    name: str
+    version: str
+    #: The conda build string for a conda package, None for pip's.
+    conda_build: str | None = None
+
+
+@dataclass
 class _Environment:
     """The environment a paste describes, as the fix commands change it."""
 
-    dists: dict[str, str]
+    packages: list[_Package]
     torch: str | None
     torch_cuda: str | None
     nvcc: str | None
@@ -99,18 +107,44 @@ class _Environment:
         ds = installed["deepspeed"]
         built = (ds["torch_version"], ds["torch_cuda"]) if ds and ds["has_build_info"] else None
         nvcc = installed["nvcc"][0]["version"] if installed["nvcc"] else None
-        dists = {d["name"]: d["version"] for d in installed["distributions"] if d["version"]}
-        for extra in installed["torch"][1:]:
-            dists.setdefault("torch#" + str(extra["location"]), extra["version"])
+        packages = []
+        for dist in installed["distributions"]:
+            location = dist["location"] or ""
+            conda = location.startswith("report:[conda]") and not location.endswith("pypi")
+            if dist["version"]:
+                build = location.split("] ", 1)[1] if conda else None
+                packages.append(_Package(dist["name"], dist["version"], build))
         return cls(
-            dists=dists,
+            packages=packages,
             torch=torch["version"] if torch else None,
             torch_cuda=torch["cuda"] if torch else None,
             nvcc=nvcc,
-            deepspeed=ds["version"] if ds else dists.get("deepspeed"),
+            deepspeed=ds["version"] if ds else None,
             deepspeed_built=built,
             ops=list(ds["installed_ops"]) if ds else [],
         )
+
+    def _remove(self, name: str, *, conda: bool) -> None:
+        for package in self.packages:
+            if package.name == name and (package.conda_build is not None) == conda:
+                self.packages.remove(package)
+                return
+        if not conda:  # pip also removes what conda installed
+            for package in self.packages:
+                if package.name == name:
+                    self.packages.remove(package)
+                    return
+
+    def _torch_after(self) -> None:
+        """The torch import finds: pip's, else conda's, else none."""
+        for conda in (False, True):
+            for package in self.packages:
+                if package.name == "torch" and (package.conda_build is not None) == conda:
+                    if package.version != self.torch:
+                        self.torch = package.version
+                        self.torch_cuda = _label_cuda(package.version)
+                    return
+        self.torch = self.torch_cuda = None
 
     def apply(self, line: str) -> bool:
         """Make the change ``line`` makes (True: it is a command, not advice)."""
@@ -129,8 +163,9 @@ class _Environment:
                 self.nvcc = self.torch_cuda
             return True
         if words[:2] == ["conda", "remove"]:
-            for key in [k for k in self.dists if k.startswith("torch#report:[conda]")]:
-                del self.dists[key]
+            for name in (w for w in words[2:] if not w.startswith("-")):
+                self._remove({"pytorch": "torch"}.get(name, name), conda=True)
+            self._torch_after()
             return True
         if "pip" not in words:
             raise AssertionError(f"a fix line that is neither advice nor a command: {line!r}")
@@ -140,11 +175,8 @@ class _Environment:
             names.remove(words[words.index("--index-url") + 1])
         if verb == "uninstall":
             for name in names:
-                self.dists.pop(name, None)
-                if name == "torch":
-                    extras = [k for k in self.dists if k.startswith("torch#")]
-                    if extras:
-                        self.dists.pop(extras[0])
+                self._remove(name, conda=False)
+            self._torch_after()
             return True
         assert verb == "install", line
         for requirement in names:
@@ -156,16 +188,16 @@ class _Environment:
             assert "+" not in version or "--index-url" in words, (
                 f"a local label from PyPI: {line!r}"
             )
-            self.dists[name] = version
+            self._remove(name, conda=False)
+            self.packages.append(_Package(name, version))
             if name == "torch":
-                self.torch = version
-                label = version.partition("+")[2]
-                self.torch_cuda = f"{label[2:-1]}.{label[-1]}" if label.startswith("cu") else None
+                self.torch, self.torch_cuda = version, _label_cuda(version)
         return True
 
     def _rebuilt(self, name: str, version: str) -> None:
         if version:
-            self.dists[name] = version
+            self._remove(name, conda=False)
+            self.packages.append(_Package(name, version))
         if name == "deepspeed" and self.torch:
             self.deepspeed = version or self.deepspeed
             if self.deepspeed_built is not None:
@@ -179,13 +211,14 @@ class _Environment:
             lines.append(f"PyTorch version: {self.torch}")
             lines.append(f"CUDA used to build PyTorch: {self.torch_cuda or 'None'}")
         lines.append("Versions of relevant libraries:")
-        for name, version in self.dists.items():
-            if name.startswith("torch#"):
-                lines.append(f"[conda] pytorch                   {version}    pypi_0    pypi")
-            elif name != "torch" or not self.torch:
-                lines.append(f"[pip3] {name}=={version}")
-        if self.torch:
-            lines.append(f"[pip3] torch=={self.torch}")
+        for package in self.packages:
+            if package.conda_build is not None:
+                name = {"torch": "pytorch", "torch-nightly": "pytorch-nightly"}.get(
+                    package.name, package.name
+                )
+                lines.append(f"[conda] {name}    {package.version}    {package.conda_build}    x")
+            else:
+                lines.append(f"[pip3] {package.name}=={package.version}")
         if self.deepspeed_built is not None or self.nvcc:
             lines.append("DeepSpeed general environment info:")
             if self.nvcc:
@@ -196,3 +229,11 @@ class _Environment:
             lines.append(f"deepspeed wheel compiled w. ...... torch {torch_mm}, cuda {cuda}")
             lines += [f"{op} ............ [YES] ...... [OKAY]" for op in self.ops]
         return "\n".join(lines) + "\n"
+
+
+def _label_cuda(version: str) -> str | None:
+    """ "2.5.1+cu121" → "12.1"; no CUDA label → None."""
+    label = version.partition("+")[2]
+    if not (label.startswith("cu") and label[2:].isdigit()):
+        return None
+    return f"{label[2:-1]}.{label[-1]}"

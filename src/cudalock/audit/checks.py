@@ -408,11 +408,11 @@ def apply_plan(context: _Context, plan: Plan) -> tuple[Installed, tuple[str, ...
     installed = context.installed
     pins = {pin.name: pin.version for pin in plan.packages}
     commands: list[str] = []
-    others = [t for t in installed.torch[1:] if t.location]
-    if any("[conda]" in (t.location or "") and "pypi" not in (t.location or "") for t in others):
-        commands.append("conda remove -y --force pytorch   # conda's pytorch beside pip's torch")
-    if installed.dist("torch-nightly"):
-        commands.append(f"{context.pip} uninstall -y torch-nightly")
+    if len(installed.torch) > 1:
+        # The pinned torch replaces the first; every other install goes.
+        commands += _torch_removals(
+            context, [t for t in installed.torch if (t.location or "").startswith("report:")]
+        )
     major = plan.cuda[0] if plan.cuda else None
     leftovers = sorted(
         {
@@ -428,8 +428,8 @@ def apply_plan(context: _Context, plan: Plan) -> tuple[Installed, tuple[str, ...
         )
     dists: list[Distribution] = []
     for dist in installed.distributions:
-        if dist.name in leftovers or dist.name in ("torch-nightly", "pytorch"):
-            continue
+        if dist.name in leftovers or dist.name in ("torch", "torch-nightly", "pytorch"):
+            continue  # the torch installs are replaced by the pinned one
         pinned = pins.get(dist.name)
         dists.append(Distribution(dist.name, pinned, "fix") if pinned else dist)
     for name, version in pins.items():
@@ -700,6 +700,12 @@ def _check_duplicates(context: _Context) -> list[Finding]:
         + "; mixed files crash at import (-11 or undefined symbols)"
     )
     replacement = context.replacement()
+    if report_installs and not dists and len(live_dirs) <= 1:
+        # Keep the torch the report ran with; remove each other install by what installed it.
+        keep = installed.torch[0]
+        fix = _torch_removals(context, [t for t in installed.torch if t is not keep])
+        fix += _fix_lines(replacement, "then, for the build this machine needs")
+        return [_finding("duplicate-torch", "error", message, evidence, list(dict.fromkeys(fix)))]
     fix = [f"{context.pip} uninstall -y torch"] * max(count, 1)
     # A torch directory with no dist-info beside it is outside pip's reach (PYTHONPATH, a copy).
     for install in live_dirs:
@@ -713,6 +719,32 @@ def _check_duplicates(context: _Context) -> list[Finding]:
         fix.append("conda remove -y --force pytorch   # conda's pytorch beside pip's torch")
     fix += _fix_lines(replacement, "then install one build")
     return [_finding("duplicate-torch", "error", message, evidence, fix)]
+
+
+def _torch_removals(context: _Context, installs: Sequence[TorchInstall]) -> list[str]:
+    """The commands that remove these torch installs of a report: conda's by conda, pip's
+    torch-nightly by pip (pip's torch itself is replaced by the install that follows)."""
+    commands: list[str] = []
+    for install in installs:
+        dist = next(
+            (
+                d
+                for d in context.installed.distributions
+                if d.location == install.location and d.version == install.version
+            ),
+            None,
+        )
+        location = install.location or ""
+        conda = location.startswith("report:[conda]") and not location.endswith("pypi")
+        name = dist.name if dist else "torch"
+        if conda:
+            conda_name = "pytorch-nightly" if name == "torch-nightly" else "pytorch"
+            commands.append(f"conda remove -y --force {conda_name}   # conda's {conda_name}")
+        elif name != "torch":
+            commands.append(f"{context.pip} uninstall -y {shlex.quote(name)}")
+        elif install is not context.installed.torch[0]:
+            commands.append(f"{context.pip} uninstall -y torch")
+    return list(dict.fromkeys(commands))
 
 
 def _where(location: str | None) -> str:
@@ -1110,10 +1142,10 @@ def _deepspeed_fix(context: _Context, version: str | None) -> list[str]:
     return _rebuild_commands(context, "deepspeed", version)
 
 
-def _installable_spec(context: _Context, name: str, version: str | None) -> str:
-    """``name==version`` when PyPI serves that version, else ``name``: a local label
-    (``0.15.5+46d7d0d1``, a source build) or a development version is never pinned, and a
-    DeepSpeed release the matrix does not list is not either."""
+def _installable_spec(name: str, version: str | None) -> str:
+    """``name==version`` for a release as PyPI serves it, else ``name``: a local label
+    (``0.15.5+46d7d0d1``, a source build) or a development version names a build no index
+    serves, so it is never pinned."""
     if not version:
         return name
     public = public_version(version)
@@ -1121,11 +1153,7 @@ def _installable_spec(context: _Context, name: str, version: str | None) -> str:
         parsed = Version(public)
     except InvalidVersion:
         return name
-    if parsed.is_prerelease or parsed.is_devrelease or parsed.local:
-        return name
-    if name == "deepspeed" and not any(
-        release.version == public for release in context.matrix.deepspeed
-    ):
+    if parsed.is_prerelease or parsed.is_devrelease or parsed.local or version != public:
         return name
     return f"{name}=={public}"
 
@@ -1133,7 +1161,7 @@ def _installable_spec(context: _Context, name: str, version: str | None) -> str:
 def _rebuild_commands(context: _Context, name: str, version: str | None) -> list[str]:
     """Rebuild ``name`` against the installed torch: no build isolation (torch importable),
     no cached wheel built against another torch."""
-    spec = _installable_spec(context, name, version)
+    spec = _installable_spec(name, version)
     return [
         f"# rebuild {name} against the installed torch (no build isolation, torch importable):",
         f"{context.pip} install --force-reinstall --no-deps --no-build-isolation "

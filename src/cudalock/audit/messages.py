@@ -30,8 +30,12 @@ DEEPSPEED_OPS_MISMATCH = "deepspeed-ops-mismatch"
 _MAX_TEXT = 300
 
 _TOO_OLD = re.compile(r"driver on your system is too old \(found version (\d{4,5})\)")
+_TOO_OLD_BARE = re.compile(r"NVIDIA driver on your system is too old")
 _INSUFFICIENT = re.compile(
     r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"
+    # The CUDA forward-compatibility package cannot help a non-datacenter GPU: the container's
+    # CUDA is newer than the host driver.
+    r"|Error 804: forward compatibility was attempted on non supported HW"
 )
 _NO_KERNEL = re.compile(r"no kernel image is available for execution on the device")
 _ARCH = re.compile(r"with CUDA capability sm_(\d+)\s+is not compatible with the current PyTorch")
@@ -65,6 +69,7 @@ _DS_OPS = re.compile(
 _SUBSTRINGS = (
     "DeepSpeed ops were compiled",
     "too old",
+    "Error 804",
     "insufficient",
     "cudaErrorInsufficientDriver",
     "no kernel image",
@@ -99,6 +104,8 @@ def read_message(line: str, *, after_xformers_header: bool = False) -> ReportedM
     match = _TOO_OLD.search(line)
     if match:
         return ReportedMessage(DRIVER_TOO_OLD, text, (("found", match.group(1)),))
+    if _TOO_OLD_BARE.search(line):
+        return ReportedMessage(DRIVER_TOO_OLD, text)
     if _INSUFFICIENT.search(line):
         return ReportedMessage(DRIVER_INSUFFICIENT, text)
     if _NO_KERNEL.search(line):

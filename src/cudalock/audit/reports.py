@@ -67,6 +67,8 @@ READABLE = (
 
 #: Distribution names that install the ``torch`` module.
 TORCH_DISTRIBUTIONS = ("torch", "torch-nightly", "pytorch")
+#: conda's names for them.
+_CONDA_TORCH_NAMES = {"pytorch": "torch", "pytorch-nightly": "torch-nightly"}
 
 _UNKNOWN = {
     "",
@@ -243,7 +245,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _QUOTE_PREFIX = re.compile(r"^(?:\s*>)+")  # markdown / email quoting
 #: What log collectors put before each line: docker compose ("vllm-1  | "), kubectl logs
 #: --prefix ("[pod/name/container] "), srun --label ("0: ", "12: ").
-_LOG_PREFIX = re.compile(r"^(?:[A-Za-z0-9][\w.-]*-\d+\s+\|\s?|\[pod/[^\]\s]+\]\s?|\d{1,4}:\s)")
+_LOG_PREFIX = re.compile(r"^(?:[A-Za-z0-9][\w.-]*[-_]\d+\s+\|\s?|\[pod/[^\]\s]+\]\s?|\d{1,4}:\s)")
 _BULLET = re.compile(r"^[*•]\s+")
 
 
@@ -431,7 +433,7 @@ _DS_OP = re.compile(
     r"^([A-Za-z0-9_]+)\s*\.{2,}\s*\[(YES|NO)\]\s*\.{2,}\s*\[(OKAY|NO)\]", re.IGNORECASE
 )
 _PIP_LINE = re.compile(r"^\[(pip3?|conda)\]\s+(.*)$")
-_GPU_LINE = re.compile(r"^GPU\s+(\d{1,4})\s*:\s*(.+)$")
+_GPU_LINE = re.compile(r"^GPU\s+(\d{1,4})\s*[:：]\s*(.+)$")
 _SMI_HEADER = re.compile(r"Driver Version:\s*([\d.]+)(?:.*?CUDA Version:\s*([\d.]+))?")
 _SMI_GPU = re.compile(
     r"^\|?\s*(\d{1,4})\s+((?:NVIDIA|Tesla|Quadro|GeForce|TITAN)[^|]*?)\s+(?:On|Off)\s*\|"
@@ -637,7 +639,10 @@ def _scan_message(state: _State, line: str) -> None:
         return
     if len(state.messages) < _MAX_MESSAGES and message not in state.messages:
         state.messages.append(message)
-    state.saw(MESSAGES, message.kind)
+    # Evidence, not a report format: the formats stay those of the report the lines sit in.
+    entry = f"{MESSAGES}: {message.kind}"
+    if entry not in state.recognised:
+        state.recognised.append(entry)
     if message.kind == messages.NVCC_MISMATCH:
         nvcc, torch_cuda = message.get("nvcc"), message.get("torch_cuda")
         if nvcc and not state.nvcc:
@@ -660,7 +665,7 @@ _PIP_LIST_HEADER = re.compile(r"^Package\s+Version(?:\s+.*)?$")
 _CONDA_LIST_HEADER = re.compile(r"^#?\s*Name\s+Version\s+Build(?:\s+Channel)?\s*$")
 #: Outside a pip list / conda list table a "name version" row counts only for these packages.
 _RELEVANT = re.compile(
-    r"^(?:torch|torch-nightly|pytorch|torchvision|torchaudio|deepspeed|flash-attn|flash_attn|"
+    r"^(?:torch|torch-nightly|pytorch|pytorch-nightly|torchvision|torchaudio|deepspeed|flash-attn|flash_attn|"
     r"xformers|vllm|triton|bitsandbytes|nvidia-[a-z0-9-]+|cuda-toolkit|pytorch-cuda|"
     r"cudatoolkit)$",
     re.IGNORECASE,
@@ -694,8 +699,7 @@ def _package_line(state: _State, line: str) -> bool:
         return False
     if state.table == CONDA_LIST or (state.table is None and build and channel):
         location = _conda_location(build or "", channel or "")
-        if canonical_name(name) == "pytorch":
-            name = "torch"
+        name = _CONDA_TORCH_NAMES.get(canonical_name(name), name)
         state.add_dist(name, version, location)
         state.saw(CONDA_LIST, "packages")
         return True
@@ -885,7 +889,8 @@ def _finish(state: _State) -> ParsedReport:
             has_build_info=state.ds_torch is not None,
         )
     installed = Installed(
-        source="report:" + "+".join(state.formats or ["unrecognised"]),
+        source="report:"
+        + "+".join(state.formats or ([MESSAGES] if state.messages else ["unrecognised"])),
         python_version=state.python_version,
         platform=state.platform,
         distributions=tuple(_dedupe(state.dists)),
