@@ -907,7 +907,8 @@ def uv_procedure(
 
 #: The size of the log doctor reads whole (its limit: the last 256 MiB of a log).
 BIG_LOG_BYTES = 256 * 2**20
-#: Memory doctor may use on any input (the bound README promises for unbounded inputs).
+#: Memory doctor may use on any input (the bound docs/security-and-limits.md promises for
+#: unbounded inputs).
 MEMORY_BOUND = 2**30
 DOCTOR_ARGS = ("--host-memory", "256GiB", "--params", "7B", "--zero", "2", "--gpus-per-node", "8")
 

@@ -19,8 +19,10 @@ BASE = frozenset(
         "fsutil",
         "procs",
         "shipped",
+        "httpget",
         "tomlfile",
         "safetext",
+        "sharedlibs",
     }
 )
 #: What each package may import besides the base (and itself); "cli" may import anything.

@@ -5,8 +5,8 @@ request exits 1 with the explanation; faults of the machine exit 3 and leave the
 as they were; hostile values are refused or quoted, never executed. Every case runs the CLI in a
 subprocess and checks the exit status, the message and that no traceback reached the user.
 
-Cases other test modules already prove are not repeated here; the README's "Exit codes and
-errors" section maps each bullet of the issue to its test.
+Cases other test modules already prove are not repeated here; docs/exit-codes-and-errors.md and
+docs/security-and-limits.md state the rules these cases check.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The fleet recipe through a real Slurm: srun runs ``cudalock probe --json-lines`` on every node
 of the partition and ``cudalock resolve --probe -`` plans for them, in one pipeline.
 
-The cluster has one node, so the fleet has one member; the pipeline is the one the README gives
-for a whole partition. Without Slurm's packages this is skipped, except under CI=true.
+The cluster has one node, so the fleet has one member; the pipeline is the one docs/commands.md
+gives for a whole partition. Without Slurm's packages this is skipped, except under CI=true.
 """
 
 from __future__ import annotations

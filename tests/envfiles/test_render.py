@@ -72,45 +72,41 @@ def make_plan(
 # environment.yml and the conda-lock form
 
 
-def test_environment_yml_pins_python_and_routes_the_torch_family() -> None:
+def test_environment_yml_pins_python_and_its_pip_section_is_the_hashed_lock() -> None:
     text = render_files(make_plan(), RenderOptions(name="ft"))["environment.yml"]
     document = yaml.safe_load(text)
     assert document["name"] == "ft"
     assert document["channels"] == ["conda-forge"]
     deps = document["dependencies"]
     assert deps[:2] == ["python=3.11", "pip"]
-    assert {
-        "pip": [
-            "--index-url https://download.pytorch.org/whl/cu121",
-            "torch==2.1.0+cu121",
-            "torchvision==0.16.0+cu121",
-        ]
-    } in deps
+    # pip checks every file against the lock's hashes: nothing outside the closure comes in.
+    assert {"pip": ["-r requirements.lock.txt"]} in deps
     # No compilers unless DeepSpeed ops are built.
     assert not any("nvcc" in str(d) for d in deps)
+    assert "--override-channels" in text
 
 
-def test_environment_yml_with_a_pypi_mirror_lists_it_after_the_pytorch_index() -> None:
-    options = RenderOptions(name="ft", pypi_index="https://mirror.example/simple")
-    deps = yaml.safe_load(render_files(make_plan(), options)["environment.yml"])["dependencies"]
-    assert deps[-1]["pip"][:2] == [
-        "--index-url https://download.pytorch.org/whl/cu121",
-        "--extra-index-url https://mirror.example/simple",
-    ]
-
-
-def test_deepspeed_on_cuda12_brings_conda_forge_nvcc_of_the_same_cuda() -> None:
+def test_deepspeed_on_cuda12_brings_conda_forges_toolkit_of_the_same_cuda() -> None:
     files = render_files(make_plan(deepspeed="0.15.1"), RenderOptions(name="ft"))
-    deps = yaml.safe_load(files["environment.yml"])["dependencies"]
-    assert "cuda-nvcc" in deps and "cuda-version=12.1" in deps
-    assert yaml.safe_load(files["environment.yml"])["channels"] == ["conda-forge"]
+    document = yaml.safe_load(files["environment.yml"])
+    deps = document["dependencies"]
+    assert document["channels"] == ["conda-forge"]
+    # conda-forge's own DeepSpeed recipe builds against these -dev packages.
+    for package in ("cuda-nvcc", "libcublas-dev", "libcurand-dev", "libcusolver-dev"):
+        assert package in deps
+    assert "libcusparse-dev" in deps and "cuda-profiler-api" in deps
+    assert "cuda-version=12.1" in deps
+    # __cuda matters: the file says how to solve on a machine without the target's driver.
+    assert "CONDA_OVERRIDE_CUDA=12.2 conda env create" in files["environment.yml"]
 
 
-def test_deepspeed_on_cuda11_takes_nvcc_from_the_nvidia_channel() -> None:
+def test_deepspeed_on_cuda11_needs_a_system_toolkit_and_brings_no_compiler() -> None:
     plan = make_plan(variant="cu118", cuda=(11, 8), deepspeed="0.15.1")
-    document = yaml.safe_load(render_files(plan, RenderOptions(name="ft"))["environment.yml"])
-    assert document["channels"] == ["conda-forge", "nvidia"]
-    assert "nvidia::cuda-nvcc=11.8" in document["dependencies"]
+    text = render_files(plan, RenderOptions(name="ft"))["environment.yml"]
+    document = yaml.safe_load(text)
+    assert document["channels"] == ["conda-forge"]
+    assert not any("cuda" in str(d) for d in document["dependencies"] if isinstance(d, str))
+    assert "a system toolkit of CUDA 11.8 is needed" in text
 
 
 def test_cpu_plan_has_no_compilers_even_with_deepspeed() -> None:
@@ -205,6 +201,7 @@ def test_install_steps_order_and_guard_rails() -> None:
     local = "/srv/LLaMA-Factory"
     options = RenderOptions(
         name="ft",
+        output_format="venv",  # conda adds the CUDA activation step (tested below)
         frameworks=("transformers[torch]", local),
         pypi_index="https://m.example/simple",
     )
@@ -591,3 +588,38 @@ def test_yaml_scalar_keeps_ordinary_values_plain() -> None:
     assert yaml_scalar("torch==2.1.0+cu121") == "torch==2.1.0+cu121"
     assert yaml_scalar("yes") == json.dumps("yes")
     assert yaml_scalar("3.10") == json.dumps("3.10")
+
+
+def test_install_sh_points_torchs_extension_builder_at_conda_forges_cuda(
+    tmp_path: Path,
+) -> None:
+    plan = make_plan(deepspeed="0.15.1")
+    steps = install_steps(plan, RenderOptions(name="ft"))
+    (step,) = [s for s in steps if "conda-forge's CUDA layout" in s.title]
+    assert steps.index(step) == 1  # after the locked closure, before DeepSpeed
+    assert not [
+        s
+        for s in install_steps(plan, RenderOptions(name="ft", output_format="venv"))
+        if "conda-forge" in s.title
+    ]
+    prefix = tmp_path / "env"
+    (prefix / "targets" / "x86_64-linux" / "include").mkdir(parents=True)
+    script = [sys.executable, "-c", step.argv[2], *step.argv[3:]]
+    subprocess.run(script, check=True, env={"CONDA_PREFIX": str(prefix)}, capture_output=True)
+    shell = (
+        'export CPATH=/opt/include; . "$P/etc/conda/activate.d/cudalock-cuda.sh"; '
+        'echo "$CUDA_HOME|$CUDA_INC_PATH|$CPATH|$LIBRARY_PATH"; '
+        '. "$P/etc/conda/deactivate.d/cudalock-cuda.sh"; echo "$CPATH|${CUDA_HOME-unset}"'
+    )
+    shown = subprocess.run(
+        ["bash", "-c", shell],
+        env={"P": str(prefix), "CONDA_PREFIX": str(prefix), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    include = f"{prefix}/targets/x86_64-linux/include"
+    assert shown == [
+        f"{prefix}|{include}|{include}:/opt/include|{prefix}/targets/x86_64-linux/lib",
+        "/opt/include|unset",
+    ]

@@ -247,7 +247,10 @@ def test_no_python_fix_for_a_release_the_driver_cannot_run() -> None:
     fifteen = next(r for r in rejected if r.torch == "2.15.0")
     assert "with Python 3.15 it would not fit either" in fifteen.reason
     assert "needs driver ≥ 595.45.04" in fifteen.reason or "580.65.06" in fifteen.reason
-    assert hint is not None and "upgrade to driver ≥ 520.61.05" in hint
+    # The upgrade that opens the newest build, and the smallest one that opens any.
+    assert hint is not None
+    assert "upgrade the driver to ≥ 550.54.14 for torch 2.4.1+cu124" in hint
+    assert "≥ 520.61.05, the smallest upgrade that opens a build, gives torch 2.4.1+cu118" in hint
 
 
 def test_a_python_fix_is_offered_when_it_gives_a_plan() -> None:

@@ -343,6 +343,18 @@ class IndexServer:
         return 200, "text/html", page.encode()
 
 
+def _byte_range(header: str, size: int) -> tuple[int, int] | None:
+    """(first, last) byte of a ``Range: bytes=a-b`` (or ``bytes=-n``) header; None: none."""
+    match = re.fullmatch(r"bytes=(\d*)-(\d*)", header.strip())
+    if not match or not (match.group(1) or match.group(2)) or size == 0:
+        return None
+    if not match.group(1):
+        return max(0, size - int(match.group(2))), size - 1
+    start = int(match.group(1))
+    end = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
+    return (start, end) if start <= end else None
+
+
 def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -401,6 +413,15 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
                         self.wfile.flush()
                     self.close_connection = True
                     return
+            wanted = _byte_range(self.headers.get("Range", ""), len(body))
+            if status == 200 and ctype == "binary/octet-stream" and wanted is not None:
+                # Like files.pythonhosted.org: a file is served in parts (HTTP Range), so a
+                # wheel's table of contents can be read without the wheel.
+                start, end = wanted
+                self._record(path, 206)
+                extra = {"Content-Range": f"bytes {start}-{end}/{len(body)}"}
+                self._send(206, ctype, body[start : end + 1], head=head, extra=extra)
+                return
             self._record(path, status)
             # Like PyPI: files never change, project pages may be reused for ten minutes, so
             # uv's cache behaves here as it does against the real indexes.

@@ -6,7 +6,7 @@ report) with the policy predicates of :mod:`cudalock.resolve.compat` under the s
 compatibility policy ``resolve`` takes (``strict`` or ``minor``) and the facts of the matrix,
 and names the replacement build the resolver would choose under that policy. Findings come
 errors first, then warnings, then notes; their ``code`` values are part of the interface
-(README "Finding codes").
+(docs/finding-codes.md).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from cudalock.versions import (
     variant_for_cuda,
 )
 
-#: Every code audit can emit (README "Finding codes"). doctor adds its own.
+#: Every code audit can emit (docs/finding-codes.md). doctor adds its own.
 CODES = (
     "no-driver",
     "driver-too-old",

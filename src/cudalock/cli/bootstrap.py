@@ -60,13 +60,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output.add_argument(
         "--create",
         action="store_true",
-        help="Also build the environment (conda/mamba/micromamba, or a venv).",
+        help="Also build the environment: with micromamba, mamba or conda (the first on "
+        "PATH), else py-rattler (pip install 'cudalock[conda]'); or a venv.",
     )
     output.add_argument(
         "--venv",
         type=Path,
         metavar="DIR",
-        help="Where --format venv --create puts the environment (default DIR/.venv).",
+        help="Where --create puts the environment: the venv (default DIR/.venv), or the conda "
+        "prefix (default: the --name environment of conda/mamba/micromamba, DIR/.conda-env "
+        "with py-rattler).",
     )
     output.add_argument("--force", action="store_true", help="Overwrite existing output files.")
     output.add_argument(

@@ -16,7 +16,6 @@ need it are still written, and the message says how to finish (``cudalock lock``
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shlex
 import shutil
@@ -29,13 +28,26 @@ from pathlib import Path
 from cudalock import procs
 from cudalock.audit import audit_live
 from cudalock.audit.inspection import python_for_prefix, start_inspection
+from cudalock.envfiles.conda import (
+    Client,
+    configured_channel_alias,
+    configured_defaults,
+    create_command,
+    env_prefix,
+    find_client,
+    mark_prefix,
+    reuse_problem,
+)
+from cudalock.envfiles.rattler import DEFAULT_CHANNEL_ALIAS, create_prefix, rattler_available
 from cudalock.envfiles.render import (
     OUTPUT_FORMATS,
+    CondaPart,
     Installer,
     OutputFormat,
     RenderOptions,
     Step,
     check_env_name,
+    conda_part,
     default_env_name,
     install_steps,
     render_files,
@@ -69,10 +81,13 @@ from cudalock.lock import (
 from cudalock.machine import TargetOptions, targets_from_options
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Plan, Request
+from cudalock.platforms import platform_named
 from cudalock.resolve import RequestOptions, resolve
 from cudalock.urls import redact
 
 LOG_FILE = "cudalock-bootstrap.log"
+#: Where py-rattler puts the conda environment when no --venv is given (inside -o).
+RATTLER_PREFIX = ".conda-env"
 STEP_MARKER = "==> cudalock step "
 Echo = Callable[[str], None]
 #: How long install.sh may run in all (DeepSpeed builds its ops for a while when asked to).
@@ -172,7 +187,7 @@ def run_bootstrap(
         )
 
     if options.create and output_format == "conda":
-        conda_tool()  # known before anything is resolved or written
+        find_client(rattler_available=rattler_available())  # known before anything is resolved
 
     target_opts = inputs.target_options
     if inputs.recorded_target:
@@ -265,7 +280,16 @@ def run_bootstrap(
                 plan, options.venv or out_dir / ".venv", out_dir, steps, echo, uv=uv
             )
         else:
-            environment = create_conda(name, out_dir, steps, echo, uv=uv)
+            environment = create_conda(
+                name,
+                out_dir,
+                steps,
+                conda_part(plan, closure),
+                plan,
+                echo,
+                uv=uv,
+                prefix=options.venv,
+            )
         echo(f"installed with {installer}")
         audit_new_environment(environment, plan, matrix, echo)
     else:
@@ -407,73 +431,142 @@ def _python_version(python: Path) -> str:
 
 
 def create_conda(
-    name: str, out_dir: Path, steps: tuple[Step, ...], echo: Echo, *, uv: str | None = None
+    name: str,
+    out_dir: Path,
+    steps: tuple[Step, ...],
+    part: CondaPart,
+    plan: Plan,
+    echo: Echo,
+    *,
+    uv: str | None = None,
+    prefix: Path | None = None,
 ) -> Path:
-    """Create the conda environment from environment.yml with conda/mamba/micromamba."""
-    tool, executable = conda_tool()
+    """Create (or reuse, when it was made from this conda part) the conda environment, then
+    run install.sh in it.
+
+    micromamba, mamba or conda create it by name (or at ``prefix``); without them py-rattler
+    creates the prefix (default ``out_dir/.conda-env``). Every path handed on is absolute.
+    """
+    out_dir = out_dir.absolute()
+    client = find_client(rattler_available=rattler_available())
     log = _start_log(out_dir)
-    removal = f"{tool} env remove -n {shlex.quote(name)}"
-    prefix = _conda_prefix(executable, name)
-    if prefix is None:
-        yml = str(out_dir / "environment.yml")
-        command = (
-            [executable, "create", "-y", "-n", name, "-f", yml]
-            if tool == "micromamba"
-            else [executable, "env", "create", "-n", name, "-f", yml]
+    if prefix is None and client.name == "py-rattler":
+        prefix = out_dir / RATTLER_PREFIX
+    where = prefix.absolute() if prefix is not None else None
+    if where is not None:
+        removal = f"rm -rf {shlex.quote(str(where))}"
+        found = where if (where / "conda-meta").is_dir() else None
+        described = "the conda environment"
+    else:
+        removal = f"{client.name} env remove -y -n {shlex.quote(name)}"
+        found = env_prefix(client, name)
+        described = f"conda environment {name}"
+    if client.name != "py-rattler":
+        for path in configured_defaults(os.environ):
+            echo(
+                f"  note: {path} adds the 'defaults' channel; --create solves from "
+                f"{', '.join(part.channels)} alone (--override-channels)"
+            )
+    if found is not None:
+        problem = reuse_problem(
+            found, part, _python_version_or_none(python_for(found)), plan.python
         )
-        echo(f"environment: creating conda environment {name} with {tool}")
+        if problem:
+            raise UsageError(
+                f"{described} at {found} cannot be reused: {problem}",
+                hint=f"remove it ({removal}), or choose another "
+                + ("--venv" if where is not None else "--name"),
+            )
+        echo(f"environment: reusing {described} at {found} (made from this plan)")
+        environment = found
+    else:
+        environment = _create_conda_prefix(
+            client, name, where, part, plan, log, echo, out_dir=out_dir, removal=removal
+        )
+        mark_prefix(environment, part)
+    python = python_for(environment)
+    env = dict(os.environ)
+    env.update(
+        {
+            "PYTHON": str(python),
+            "CONDA_PREFIX": str(environment),
+            "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    env.pop("PYTHONHOME", None)
+    run_install_script(out_dir, steps, log, env, echo, removal=removal, uv=uv)
+    return environment
+
+
+def _create_conda_prefix(
+    client: Client,
+    name: str,
+    where: Path | None,
+    part: CondaPart,
+    plan: Plan,
+    log: Path,
+    echo: Echo,
+    *,
+    out_dir: Path,
+    removal: str,
+) -> Path:
+    """Create the environment of the conda part with ``client``; its prefix."""
+    if client.name == "py-rattler":
+        assert where is not None
+        echo(f"environment: creating {where} with py-rattler ({' '.join(part.specs)})")
+        subdir = platform_named(plan.platform).conda_subdir
+        installed = create_prefix(
+            where,
+            part,
+            subdir=subdir,
+            channel_alias=configured_channel_alias(os.environ, DEFAULT_CHANNEL_ALIAS),
+            environ=os.environ,
+            echo=echo,
+        )
+        with append_log(log) as handle:
+            handle.write(f"\n### py-rattler created {where}: {' '.join(installed)}\n")
+        return where
+    command = create_command(client, name, part)
+    if where is not None:
+        command[command.index("-n") : command.index("-n") + 2] = ["-p", str(where)]
+    echo(f"environment: creating {where or f'conda environment {name}'} with {client.name}")
+    try:
         _run_logged(
-            f"{tool} creates the environment",
+            f"{client.name} creates the environment",
             command,
             log,
             echo,
             cwd=out_dir,
             env=dict(os.environ),
-            removal=removal,
+            removal=None,
         )
-        prefix = _conda_prefix(executable, name)
-        if prefix is None:
-            raise EnvironmentFailure(
-                f"{tool} reported success but environment {name} is not listed by '{tool} env list'"
-            )
-    else:
-        echo(f"environment: reusing conda environment {name} at {prefix}")
-    python = prefix / ("python.exe" if os.name == "nt" else "bin/python")
-    env = dict(os.environ)
-    env.update(
-        {
-            "PYTHON": str(python),
-            "CONDA_PREFIX": str(prefix),
-            "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
-        }
-    )
-    run_install_script(out_dir, steps, log, env, echo, removal=removal, uv=uv)
-    return prefix
-
-
-def conda_tool() -> tuple[str, str]:
-    """micromamba, mamba or conda (the first on PATH) and its path; exit 3 when none is."""
-    tool = next((t for t in ("micromamba", "mamba", "conda") if shutil.which(t)), None)
-    if tool is None:
+    except EnvironmentFailure as err:
+        left = where if where is not None and where.exists() else env_prefix(client, name)
+        if left is None:
+            raise
         raise EnvironmentFailure(
-            "--create needs conda, mamba or micromamba on PATH to build a conda environment",
-            hint="install one of them, or use --format venv --create",
+            err.message, hint=f"the environment is left for inspection; remove it with: {removal}"
+        ) from None
+    created = where if where is not None else env_prefix(client, name)
+    if created is None or not (created / "conda-meta").is_dir():
+        raise EnvironmentFailure(
+            f"{client.name} reported success but environment {name} is not listed by "
+            f"'{client.name} env list'"
         )
-    return tool, shutil.which(tool) or tool
+    return created
 
 
-def _conda_prefix(executable: str, name: str) -> Path | None:
-    try:
-        result = procs.run(
-            [executable, "env", "list", "--json"], what=f"{executable} env list", timeout=120
-        )
-        prefixes = json.loads(result.stdout_text()).get("envs", [])
-    except (OSError, EnvironmentFailure, ValueError, AttributeError):
+def python_for(prefix: Path) -> Path:
+    return prefix / ("python.exe" if os.name == "nt" else "bin/python")
+
+
+def _python_version_or_none(python: Path) -> str | None:
+    if not python.exists():
         return None
-    for prefix in prefixes:
-        if Path(prefix).name == name:
-            return Path(prefix)
-    return None
+    try:
+        return _python_version(python)
+    except EnvironmentFailure:
+        return None
 
 
 def run_install_script(
@@ -524,7 +617,7 @@ def _run_logged(
     *,
     cwd: Path,
     env: Mapping[str, str],
-    removal: str,
+    removal: str | None,
     steps: tuple[Step, ...] = (),
     python: str = "python",
     installer: Installer = "pip",
@@ -576,10 +669,8 @@ def _run_logged(
                 f"cannot run {what} ({command[0]}): {err.strerror or err}; log: {log}"
             ) from None
         except EnvironmentFailure as err:
-            raise EnvironmentFailure(
-                f"{err.message}; full output in {log}",
-                hint=f"the environment is left for inspection; remove it with: {removal}",
-            ) from None
+            message = f"{err.message}; full output in {log}"
+            raise EnvironmentFailure(message, hint=_left(removal)) from None
     if returncode == 0:
         return
     if current is not None and 1 <= current[0] <= len(steps):
@@ -596,11 +687,18 @@ def _run_logged(
         else f"exit status {returncode}"
     )
     message = f"{step_text} failed ({status}){detail}; command: {shown}; full output in {log}"
-    hint = f"the environment is left for inspection; remove it with: {removal}"
+    hint = _left(removal)
     if network:
         message += f"; the network failed: {network[-1].strip()}"
         hint = f"check the index URLs and the network, then run again; {hint}"
     raise EnvironmentFailure(message, hint=hint)
+
+
+def _left(removal: str | None) -> str:
+    """What is left behind and how to remove it (None: nothing was made)."""
+    if removal is None:
+        return "no environment was created"
+    return f"the environment is left for inspection; remove it with: {removal}"
 
 
 def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: Echo) -> None:

@@ -48,6 +48,21 @@ OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv")
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 #: conda-forge ships cuda-nvcc / cuda-version from CUDA 12.0; older compilers are NVIDIA's.
 CONDA_FORGE_FIRST_NVCC_MAJOR = 12
+#: The CUDA toolkit for ops built just in time: conda-forge's compiler (its ``compiler('cuda')``)
+#: and the development packages its own DeepSpeed recipe builds against
+#: (conda-forge/deepspeed-feedstock@09ea9375e0c87f29ea84c0422b68f51806995689:recipe/recipe.yaml,
+#: requirements build and host when cuda_compiler_version != "None").
+CUDA_DEV_PACKAGES = (
+    "cuda-nvcc",
+    "cuda-profiler-api",
+    "libcublas-dev",
+    "libcurand-dev",
+    "libcusolver-dev",
+    "libcusparse-dev",
+)
+#: conda-forge's CUDA 12+ packages keep headers and libraries in ``$PREFIX/targets/<dir>``,
+#: as NVIDIA's toolkit does under /usr/local/cuda (the directory by platform).
+CUDA_TARGETS_DIRS = {"linux-x86_64": "x86_64-linux", "linux-aarch64": "sbsa-linux"}
 # fullmatch: "$" would also accept a name followed by a newline, which then ends up in YAML.
 _ENV_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _RESERVED_ENV_NAMES = ("base", "root")
@@ -267,6 +282,19 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
             (*uv_install, "--config-file", UV_SETTINGS_FILE, *index_args, "-r", LOCK_FILE),
         )
     )
+    targets = cuda_targets_dir(plan)
+    if (
+        options.output_format == "conda"
+        and targets
+        and conda_part(plan, options.closure).has_toolkit
+    ):
+        steps.append(
+            Step(
+                "point torch's extension builder at conda-forge's CUDA layout (an activation "
+                "script in $CONDA_PREFIX/etc/conda/activate.d)",
+                (PYTHON, "-c", _template("cuda_activation.py"), targets),
+            )
+        )
     last_index = ("--index-url", options.pypi_index) if options.pypi_index else ()
     steps.append(
         Step(
@@ -486,52 +514,125 @@ def _conda_python(plan: Plan) -> list[str]:
     return [f"python={plan.python}"]
 
 
-def _conda_channels_and_compilers(
-    plan: Plan, closure: Closure | None
-) -> tuple[list[str], list[str]]:
-    channels = ["conda-forge"]
-    packages: list[str] = []
+@dataclass(frozen=True)
+class CondaPart:
+    """What conda installs: the channels, and the specs (Python, pip, a CUDA toolkit when
+    ops are built just in time); the pip part is the lock's."""
+
+    channels: tuple[str, ...]
+    specs: tuple[str, ...]
+    #: Why a CUDA toolkit is needed that conda does not bring (None: none is, or it does).
+    system_toolkit: str | None = None
+
+    @property
+    def cuda_version(self) -> str | None:
+        """The ``cuda-version`` pin, which constrains the driver (``__cuda``)."""
+        for spec in self.specs:
+            if spec.startswith("cuda-version="):
+                return spec.removeprefix("cuda-version=")
+        return None
+
+    @property
+    def has_toolkit(self) -> bool:
+        return "cuda-nvcc" in self.specs
+
+    def fingerprint(self) -> str:
+        """One line naming the channels and specs, recorded in an environment made from them."""
+        return " ".join([*(f"-c {c}" for c in self.channels), *self.specs])
+
+
+def conda_part(plan: Plan, closure: Closure | None = None) -> CondaPart:
+    """The conda part of the environment (what environment.yml lists outside ``pip:``).
+
+    When DeepSpeed's ops are built just in time against a CUDA torch, a CUDA 12+ toolkit comes
+    from conda-forge: its compiler and the development libraries conda-forge's own DeepSpeed
+    recipe builds against (:data:`CUDA_DEV_PACKAGES`), of torch's CUDA (``cuda-version``).
+    conda-forge has no CUDA 11 compiler, so there the toolkit must be the system's.
+    """
+    specs = [*_conda_python(plan), "pip"]
+    toolkit = None
     if builds_deepspeed_ops(plan, closure) and plan.cuda is not None:
         cuda = format_cuda(plan.cuda)
         if plan.cuda[0] >= CONDA_FORGE_FIRST_NVCC_MAJOR:
-            packages += ["cuda-nvcc", f"cuda-version={cuda}"]
+            specs += [*CUDA_DEV_PACKAGES, f"cuda-version={cuda}"]
         else:
-            channels.append("nvidia")
-            packages += [f"nvidia::cuda-nvcc={cuda}"]
-    return channels, packages
+            toolkit = (
+                f"DeepSpeed builds its ops just in time against a CUDA {cuda} toolkit, which "
+                f"conda-forge does not have: a system toolkit of CUDA {cuda} is needed "
+                f"(nvcc and headers; point CUDA_HOME at it, e.g. CUDA_HOME=/usr/local/cuda-{cuda})"
+            )
+    return CondaPart(("conda-forge",), tuple(specs), toolkit)
+
+
+def cuda_targets_dir(plan: Plan) -> str | None:
+    """Where conda-forge's CUDA 12+ keeps headers and libraries under the prefix
+    (``targets/<dir>/include``), for the plan's platform; None where it has none."""
+    return CUDA_TARGETS_DIRS.get(plan.platform)
 
 
 def render_environment_yml(plan: Plan, options: RenderOptions) -> str:
-    channels, compilers = _conda_channels_and_compilers(plan, options.closure)
-    conda_deps = [*_conda_python(plan), "pip", *compilers]
-    dependencies = [f"  - {yaml_scalar(dep)}" for dep in conda_deps]
+    part = conda_part(plan, options.closure)
+    dependencies = [f"  - {yaml_scalar(dep)}" for dep in part.specs]
     dependencies.append("  - pip:")
-    dependencies += [f"      - {yaml_scalar(line)}" for line in _pip_section(plan, options)]
+    # The hashed lock: pip checks every file against it, so nothing outside the locked
+    # closure can be installed (conda writes these lines to a requirements file beside this
+    # one, so the relative path holds).
+    dependencies.append(f"      - {yaml_scalar(f'-r {REQUIREMENTS_FILE}')}")
     after = [
+        f"The pip: section installs {REQUIREMENTS_FILE}, the locked closure, every file "
+        "hash-checked (index credentials come from netrc or keyring, as for the lock files).",
         f"Then:    conda activate {options.name} && bash install.sh",
-        "(it installs the locked closure, hash-checked and without a resolver, and builds "
-        "DeepSpeed last: pip options environment.yml cannot carry)",
+        "(it installs what the pip: section installs, then the frameworks from local paths or "
+        "VCS and DeepSpeed, built against the installed torch, and checks the result)",
+        *_conda_notes(plan, part),
     ]
     return fill(
         _template("environment.yml.tmpl"),
         {
             "header": _header(plan, options, "environment.yml"),
-            "next_steps": _comment(after) if after else "#",
+            "next_steps": _comment(after),
             "name": yaml_scalar(options.name),
-            "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in channels),
+            "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in part.channels),
             "dependencies": "\n".join(dependencies),
         },
     )
 
 
+def _conda_notes(plan: Plan, part: CondaPart) -> list[str]:
+    """What a person creating the conda part should know: the driver pin and the toolkit."""
+    notes: list[str] = []
+    if part.system_toolkit:
+        notes.append(part.system_toolkit + ".")
+    if part.cuda_version:
+        target_cuda = min(
+            (t.driver_cuda for t in plan.targets if t.driver_cuda is not None), default=None
+        )
+        override = format_cuda(target_cuda) if target_cuda else part.cuda_version
+        notes += [
+            f"cuda-version={part.cuda_version} needs a driver of CUDA >= "
+            f"{part.cuda_version.split('.')[0]} (the __cuda virtual package). On a machine "
+            "without the target's driver (a login node), solve as on the target with: "
+            f"CONDA_OVERRIDE_CUDA={override} conda env create -f environment.yml",
+            "install.sh adds an activation script that points torch's extension builder "
+            "(CUDA_HOME, CPATH, LIBRARY_PATH) at conda-forge's CUDA layout "
+            "(targets/<arch>-linux/include and lib), so DeepSpeed's ops can be built just "
+            "in time.",
+        ]
+    notes.append(
+        "Channels: conda-forge only; if your conda configuration adds 'defaults', create with "
+        "--override-channels (bootstrap --create does)."
+    )
+    return notes
+
+
 def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
-    channels, compilers = _conda_channels_and_compilers(plan, options.closure)
+    part = conda_part(plan, options.closure)
     repositories = []
     if plan.index_url and plan.index_url != options.pypi_index:
         repositories.append(plan.index_url)
     if options.pypi_index:
         repositories.append(options.pypi_index)
-    dependencies = [f"  - {yaml_scalar(dep)}" for dep in [*_conda_python(plan), "pip", *compilers]]
+    dependencies = [f"  - {yaml_scalar(dep)}" for dep in part.specs]
     dependencies.append("  - pip:")
     dependencies += [
         f"      - {yaml_scalar(pin.requirement)}" for pin in torch_family(plan, options.closure)
@@ -542,7 +643,7 @@ def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
         {
             "header": _header(plan, options, "environment.conda-lock.yml"),
             "name": yaml_scalar(options.name),
-            "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in channels),
+            "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in part.channels),
             "platforms": f"  - {yaml_scalar(subdir)}",
             "pip_repositories": "\n".join(f"  - {yaml_scalar(url)}" for url in repositories)
             or "  []",

@@ -13,14 +13,10 @@ take parsed metadata; :func:`fetch_metadata` is the edge that downloads it.
 
 from __future__ import annotations
 
-import base64
 import email.message
 import email.parser
 import hashlib
 import io
-import urllib.error
-import urllib.parse
-import urllib.request
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,9 +25,10 @@ from packaging.pylock import Package
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from cudalock.errors import EnvironmentFailure
+from cudalock import httpget
+from cudalock.errors import EnvironmentFailure, UsageError
 from cudalock.platforms import platform_named
-from cudalock.urls import redact, strip_credentials
+from cudalock.urls import redact
 
 #: The packages built together against one torch ABI, served under one CUDA label.
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -147,49 +144,31 @@ def torch_extras(metadata: Metadata, environment: Mapping[str, str]) -> tuple[st
 # Fetching
 
 
-def _credentials_for(url: str, indexes: Sequence[str]) -> str | None:
-    """A Basic authorisation header for ``url`` from the index URL on the same host, if any."""
-    target = urllib.parse.urlsplit(url)
+def _credentials(indexes: Sequence[str]) -> dict[tuple[str, str | None, int | None], str]:
+    """Basic authorisation per origin, from the index URLs that carry credentials: a wheel on the
+    same host as an index is read with that index's credentials, any other host with none."""
+    found: dict[tuple[str, str | None, int | None], str] = {}
     for index in indexes:
-        parts = urllib.parse.urlsplit(index)
-        same = (parts.scheme, parts.hostname, parts.port) == (
-            target.scheme,
-            target.hostname,
-            target.port,
-        )
-        if same and parts.username is not None:
-            user = urllib.parse.unquote(parts.username)
-            password = urllib.parse.unquote(parts.password or "")
-            token = base64.b64encode(f"{user}:{password}".encode()).decode()
-            return f"Basic {token}"
-    return None
+        authorization = httpget.basic_authorization(index)
+        if authorization is not None:
+            found.setdefault(httpget.origin(index), authorization)
+    return found
 
 
 def _get(url: str, *, indexes: Sequence[str], timeout_s: float, retries: int, limit: int) -> bytes:
-    """GET ``url``; None-free: a 404 raises ``FileNotFoundError``, anything else exit 3."""
-    request = urllib.request.Request(strip_credentials(url))
-    authorisation = _credentials_for(url, indexes)
-    if authorisation:
-        request.add_header("Authorization", authorisation)
-    last: Exception | None = None
-    for _attempt in range(retries + 1):
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as answer:
-                data: bytes = answer.read(limit + 1)
-        except urllib.error.HTTPError as err:
-            if err.code == 404:
-                raise FileNotFoundError(url) from None
-            last = err
-            if err.code < 500:
-                break
-            continue
-        except (urllib.error.URLError, OSError) as err:
-            last = err
-            continue
-        if len(data) > limit:
-            raise EnvironmentFailure(f"{redact(url)} is larger than {limit // 2**20} MiB")
-        return data
-    raise EnvironmentFailure(f"cannot read {redact(url)}: {last}")
+    """GET ``url``; a 404 raises ``FileNotFoundError``, anything else exit 3."""
+    try:
+        return httpget.get(
+            url,
+            timeout=timeout_s,
+            limit=limit,
+            retries=retries,
+            credentials=_credentials(indexes),
+        ).body
+    except httpget.NotFound:
+        raise FileNotFoundError(url) from None
+    except UsageError as err:
+        raise EnvironmentFailure(f"uv locked {err.message}; cudalock reads only http(s)") from None
 
 
 def fetch_metadata(

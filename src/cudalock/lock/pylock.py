@@ -66,7 +66,7 @@ LOCK_FILES = (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
 BUILT_AGAINST_TORCH = ("deepspeed",)
 #: The uv input file for frameworks given as a local path or a URL without a name.
 LOCAL_INPUT = "requirements.in"
-#: How each installer installs the lock (the header of pylock.toml and the README).
+#: How each installer installs the lock (the header of pylock.toml and docs/commands.md).
 PIP_FIRST = f"pip install --no-deps --require-hashes -r {REQUIREMENTS_FILE}"
 PIP_LAST = (
     "pip install --no-deps --no-build-isolation --no-cache-dir --force-reinstall "

@@ -1,6 +1,6 @@
 """Pure compatibility predicates: can this build run on this driver and on these GPUs?
 
-The rules are the README's "Compatibility policy". Nothing here does I/O; the facts (driver
+The rules are docs/compatibility-policy.md. Nothing here does I/O; the facts (driver
 minimums, minor-version-compatibility floors, arch lists) come from the :class:`Matrix` and the
 :class:`TorchBuild` passed in. ``resolve`` and ``audit`` both decide with these functions, so a
 plan cudalock resolves is never one its own audit flags.

@@ -807,17 +807,7 @@ def resolve(matrix: Matrix, targets: Sequence[Target], request: Request) -> Plan
     search = _Search(matrix, fleet, request, _known(matrix))
     choice = search.run()
     if choice is None:
-        error = _unsatisfiable(matrix, search, fleet, targets, request)
-        if request.compat == "strict" and fleet.has_driver:
-            # Say whether --compat minor would really give a plan, and which.
-            trial = search._trial(replace(request, compat="minor"), None).choice
-            if trial is not None:
-                minor = (
-                    f"--compat minor would give torch {trial.release.version}"
-                    f"+{trial.build.variant}, at a cost: {MINOR_COMPAT_COST}"
-                )
-                error.hint = f"{error.hint}; or {minor}" if error.hint else minor
-        raise error
+        raise _unsatisfiable(matrix, search, fleet, targets, request)
     return _plan(matrix, targets, fleet, request, search, choice)
 
 
@@ -849,36 +839,77 @@ def _unsatisfiable(
     request: Request,
 ) -> Unsatisfiable:
     rejected = nearest(search.rejected)
-    wanted = f"torch {request.torch}" if request.torch else "any torch release"
-    parts = [wanted]
+    asked = []
+    if request.torch:
+        asked.append(f"torch {request.torch}")
     if request.cuda:
-        parts.append(f"CUDA {request.cuda}")
+        asked.append(f"CUDA {request.cuda}")
     if search.python:
-        parts.append(f"Python {search.python}")
+        asked.append(f"Python {search.python}")
     subject = "this target" if fleet.size == 1 else f"all {fleet.size} targets"
     count = len(search.rejected)
+    # "Nothing fits" is a statement about the matrix, not about every torch there is.
     message = (
-        f"nothing fits {', '.join(parts)} on {subject} ({fleet.platform}, "
+        f"nothing in the matrix ({matrix.torch_span}) fits {subject}"
+        f"{' with ' + ', '.join(asked) if asked else ''} ({fleet.platform}, "
         f"compat {request.compat}): {count} candidate{'s' if count != 1 else ''} rejected"
     )
     split = _generations(matrix, fleet, targets)
     if split is not None:
         reason, generations = split
         return Unsatisfiable(f"{message}; {reason}", rejected=rejected, hint=generations)
-    # The nearest: the oldest candidate with one change to make (else the oldest with a fix).
-    with_fix = [r for r in rejected if r.fixes]
-    single = [r for r in with_fix if any(len(f.changes) == 1 for f in r.fixes)]
-    hint: str | None = None
-    if with_fix:
+    return Unsatisfiable(message, rejected=rejected, hint=_next_step(search, rejected))
+
+
+def _next_step(search: _Search, rejected: Sequence[Rejection]) -> str | None:
+    """What to do when nothing fits, as one sentence: what ``--compat minor`` would give on this
+    driver and at what cost, then the driver upgrade that opens the newest build (and the
+    smallest one, when it is another); else the fix of the nearest candidate."""
+    steps: list[str] = []
+    request = search.request
+    if request.compat == "strict" and search.fleet.has_driver:
+        # Said only when a search with --compat minor really finds a plan.
+        trial = search._trial(replace(request, compat="minor"), None).choice
+        if trial is not None:
+            steps.append(
+                f"--compat minor would give torch {trial.release.version}+{trial.build.variant} "
+                f"on this driver, at a cost: {MINOR_COMPAT_COST}"
+            )
+    upgrades = [
+        (fix, DriverVersion(fix.changes[0].value))
+        for r in rejected
+        for fix in r.fixes
+        if len(fix.changes) == 1 and fix.changes[0].kind == "driver"
+    ]
+    if upgrades:
+        newest_fix, newest_driver = upgrades[0]  # rejections come newest first
+        smallest_fix, smallest_driver = min(upgrades, key=lambda item: item[1])
+        nodes = search._nodes_below(newest_driver)
+        upgrade = (
+            f"upgrade {nodes + ' ' if nodes else 'the driver '}to ≥ {newest_driver} "
+            f"for torch {newest_fix.torch}+{newest_fix.variant}, the newest build that then fits"
+        )
+        if smallest_driver < newest_driver:
+            upgrade += (
+                f" (≥ {smallest_driver}, the smallest upgrade that opens a build, gives "
+                f"torch {smallest_fix.torch}+{smallest_fix.variant})"
+            )
+        steps.append(upgrade)
+    if not steps:
+        # The nearest: the oldest candidate with one change to make (else the oldest with a fix).
+        with_fix = [r for r in rejected if r.fixes]
+        single = [r for r in with_fix if any(len(f.changes) == 1 for f in r.fixes)]
+        if not with_fix:
+            return None
         closest = (single or with_fix)[-1]
         fix = min(closest.fixes, key=lambda f: len(f.changes))
         candidate = f"torch {fix.torch}+{fix.variant}"
-        hint = (
+        return (
             fix.text
             if candidate in fix.text
             else f"{fix.text} (for {candidate}, the nearest candidate)"
         )
-    return Unsatisfiable(message, rejected=rejected, hint=hint)
+    return "; or ".join(steps) + "."
 
 
 def _generations(matrix: Matrix, fleet: Fleet, targets: Sequence[Target]) -> tuple[str, str] | None:
