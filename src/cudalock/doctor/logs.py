@@ -518,7 +518,7 @@ def _world_info(text: str) -> tuple[int | None, int | None]:
 
 _QUANTITY = r"(?P<q>[0-9.]{1,20}[A-Za-z]{0,3})"
 _LIMITS_HEAD = re.compile(r"^[\"']?limits[\"']?\s{0,4}:\s{0,4}\{?\s*$", re.IGNORECASE)
-_MEMORY_ENTRY = re.compile(rf"^[\"']?memory[\"']?\s{{0,4}}:\s{{0,4}}[\"']?{_QUANTITY}[\"']?,?$")
+_MEMORY_ENTRY = re.compile(rf"^[\"']?memory[\"']?\s{{0,40}}:\s{{0,40}}[\"']?{_QUANTITY}[\"']?,?$")
 _INLINE_LIMITS = re.compile(
     rf"\"limits\"\s{{0,4}}:\s{{0,4}}\{{[^{{}}]{{0,200}}?\"memory\"\s{{0,4}}:\s{{0,4}}\"{_QUANTITY}\""
 )
