@@ -22,6 +22,7 @@ BASE = frozenset(
         "httpget",
         "tomlfile",
         "safetext",
+        "request",
         "sharedlibs",
     }
 )

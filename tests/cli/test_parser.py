@@ -22,7 +22,7 @@ from cudalock.cli.args import request_options, target_options
 from cudalock.cli.main import COMMANDS, build_parser, run, terminal_columns
 from cudalock.cli.training import memory_options
 from cudalock.machine.overrides import TargetOptions
-from cudalock.resolve.request import RequestOptions
+from cudalock.request import RequestOptions
 from tests.support.cli import CUDALOCK, cudalock
 from tests.support.index import offline_env
 

@@ -14,7 +14,8 @@ from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
 from cudalock.doctor.logs import container_memory_limit, scan_training_log
 from cudalock.machine.host import CgroupLevel, CgroupMemory, ShmInfo
 from cudalock.machine.overrides import TargetOptions
-from cudalock.model import Compat, Finding, Gpu, Host, Target
+from cudalock.model import Finding, Gpu, Host, Target
+from cudalock.request import Compat
 from tests.support.cli import cudalock
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

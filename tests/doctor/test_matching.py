@@ -29,7 +29,8 @@ from cudalock.doctor.kernel import (
 from cudalock.doctor.logs import scan_training_log
 from cudalock.doctor.matching import RunScope, match_kill, run_scope, same_program
 from cudalock.machine.host import CgroupLevel, CgroupMemory, parse_boot_time, read_boot_time
-from cudalock.model import Compat, Finding, Gpu, Host, Target
+from cudalock.model import Finding, Gpu, Host, Target
+from cudalock.request import Compat
 from tests.support.cli import cudalock
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"

@@ -18,7 +18,8 @@ from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
 from cudalock.doctor.slurm import JobAccounting, expand_hostlist
 from cudalock.errors import InputError
 from cudalock.machine.host import CgroupMemory
-from cudalock.model import Compat, Finding
+from cudalock.model import Finding
+from cudalock.request import Compat
 from tests.support.cli import cudalock
 from tests.support.index import offline_env
 from tests.support.slurm_records import recorded

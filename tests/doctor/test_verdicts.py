@@ -15,7 +15,8 @@ from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
 from cudalock.doctor.diagnosis import SetupHints, build_setup, explain_audit_finding, merge_hints
 from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
 from cudalock.machine.host import CgroupLevel, CgroupMemory, ShmInfo, read_cgroup_memory
-from cudalock.model import Compat, Finding, Gpu, Host, Target
+from cudalock.model import Finding, Gpu, Host, Target
+from cudalock.request import Compat
 from tests.support.cli import cudalock
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"

@@ -21,7 +21,8 @@ from cudalock.audit.reports import report_target
 from cudalock.machine import probe_machine
 from cudalock.machine.overrides import apply_overrides, overrides_from_options, read_probe_files
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Compat, Finding, Target
+from cudalock.model import Finding, Target
+from cudalock.request import Compat
 
 if TYPE_CHECKING:
     from cudalock.audit.inspection import RunningInspection

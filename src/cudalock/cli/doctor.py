@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.doctor.render import render_report
     from cudalock.doctor.run import DoctorRequest, default_readers, run_doctor
     from cudalock.errors import UsageError
-    from cudalock.model import Compat
+    from cudalock.request import Compat
 
     if args.since is not None and args.until is not None and args.since > args.until:
         raise UsageError(f"--since {args.since} is after --until {args.until}")

@@ -186,7 +186,7 @@ def show(args: argparse.Namespace) -> None:
     from cudalock.matrix.load import load_matrix
     from cudalock.matrix.show import render_table, rows_as_json, select_rows
     from cudalock.platforms import platform_named
-    from cudalock.resolve.request import parse_torch_spec
+    from cudalock.request import parse_torch_spec
     from cudalock.versions import format_cc, parse_cuda_version
 
     torch: str | None = args.torch

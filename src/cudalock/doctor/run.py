@@ -76,7 +76,8 @@ from cudalock.memory import (
     read_model_size,
 )
 from cudalock.memory.finetuning import FineTuning, finetuning_from_text
-from cudalock.model import Compat, Finding, Host, Target
+from cudalock.model import Finding, Host, Target
+from cudalock.request import Compat
 
 #: How much of a training log is read: its newest part, where a run ends (as for kernel logs).
 MAX_LOG_BYTES = 64 * 2**20
