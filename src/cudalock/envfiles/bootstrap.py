@@ -30,6 +30,7 @@ from pathlib import Path
 from cudalock import procs
 from cudalock.audit import audit_live
 from cudalock.audit.inspection import python_for_prefix, start_inspection
+from cudalock.defaults import OUTPUT_FORMATS, SPEC_FILE, OutputFormat
 from cudalock.envfiles.conda import (
     Client,
     configured_channel_alias,
@@ -43,10 +44,8 @@ from cudalock.envfiles.conda import (
 from cudalock.envfiles.progress import Heartbeat, Progress, requirement_count
 from cudalock.envfiles.rattler import DEFAULT_CHANNEL_ALIAS, create_prefix, rattler_available
 from cudalock.envfiles.render import (
-    OUTPUT_FORMATS,
     CondaPart,
     Installer,
-    OutputFormat,
     RenderOptions,
     Step,
     check_env_name,
@@ -56,7 +55,6 @@ from cudalock.envfiles.render import (
     render_files,
 )
 from cudalock.envfiles.spec import (
-    SPEC_FILE,
     OutputSpec,
     Spec,
     TargetSummary,

@@ -23,6 +23,7 @@ from typing import Literal
 import yaml
 from packaging.utils import canonicalize_name
 
+from cudalock.defaults import DEFAULT_PYPI_INDEX, OUTPUT_FORMATS, OutputFormat
 from cudalock.errors import UsageError
 from cudalock.lock import (
     BUILT_AGAINST_TORCH,
@@ -34,18 +35,14 @@ from cudalock.lock import (
 )
 from cudalock.model import PackagePin, Plan
 from cudalock.platforms import platform_named
-from cudalock.request import Framework
+from cudalock.request import TORCH_FAMILY, Framework
 from cudalock.safetext import printable
 from cudalock.shipped import shipped_dir
-from cudalock.urls import DEFAULT_PYPI_INDEX, redact
+from cudalock.urls import redact
 from cudalock.versions import format_cuda
 
-OutputFormat = Literal["conda", "venv", "uv"]
 Installer = Literal["uv", "pip"]
-OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv")
 
-#: Packages that must come from the PyTorch index together, under one label.
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 #: conda-forge ships cuda-nvcc / cuda-version from CUDA 12.0; older compilers are NVIDIA's.
 CONDA_FORGE_FIRST_NVCC_MAJOR = 12
 #: The CUDA toolkit for ops built just in time: conda-forge's compiler (its ``compiler('cuda')``)
