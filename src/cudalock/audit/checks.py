@@ -21,6 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from cudalock.audit import messages as msg
+from cudalock.audit.cudabuilt import check_cuda_builds
 from cudalock.audit.installed import (
     DeepSpeedBuild,
     Distribution,
@@ -34,7 +35,8 @@ from cudalock.audit.installed import (
 from cudalock.errors import CudalockError, Unsatisfiable
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.matrix.model import arch_covers
-from cudalock.model import Compat, Finding, Fix, Plan, Rejection, Request, Severity, Target
+from cudalock.model import Finding, Fix, Plan, Rejection, Severity, Target
+from cudalock.request import Compat, Request
 from cudalock.resolve import make_request, resolve
 from cudalock.resolve.compat import (
     DriverVerdict,
@@ -81,6 +83,7 @@ CODES = (
     "rocm-build-on-nvidia",
     "broken-torch-install",
     "cuda-unavailable",
+    "cuda-build-mismatch",
     "extension-abi-mismatch",
     "cuda-library-missing",
     "cudnn-mismatch",
@@ -154,6 +157,7 @@ def audit(
         _check_skipped,
     ):
         findings.extend(check(context))
+    findings.extend(check_cuda_builds(installed, target, matrix, compat))
     findings = _with_reported_messages(context, findings)
     return sort_findings(findings)
 
@@ -471,6 +475,7 @@ def apply_plan(context: _Context, plan: Plan) -> tuple[Installed, tuple[str, ...
         nvcc=installed.nvcc,
         ld_library_path=installed.ld_library_path,
         cuda_libraries=installed.cuda_libraries,
+        cuda_builds=installed.cuda_builds,
         # The runtime errors were this environment's; the arch list was the old torch's.
         arch_list=None,
         notes=installed.notes,

@@ -11,15 +11,14 @@ with the whole body) is read whole, up to the wheel limit.
 from __future__ import annotations
 
 import io
-import urllib.error
-import urllib.request
 import zipfile
 import zlib
 from collections.abc import Sequence
 
+from cudalock import httpget
 from cudalock.errors import EnvironmentFailure
-from cudalock.lock.metadata import WHEEL_LIMIT, _credentials_for
-from cudalock.urls import redact, strip_credentials
+from cudalock.lock.metadata import WHEEL_LIMIT, _credentials
+from cudalock.urls import redact
 
 #: Bytes asked for at a time: a zip's end record and a central directory of a few thousand
 #: entries fit in one or two; member data comes in blocks of this size.
@@ -46,35 +45,25 @@ class RemoteZip(io.RawIOBase):
 
     # -- HTTP ---------------------------------------------------------------------------------
 
-    def _request(self, start: int, end: int) -> tuple[int, bytes, str | None]:
-        request = urllib.request.Request(strip_credentials(self.url))
-        request.add_header("Range", f"bytes={start}-{end}")
-        authorisation = _credentials_for(self.url, self._indexes)
-        if authorisation:
-            request.add_header("Authorization", authorisation)
-        last: Exception | None = None
-        for _attempt in range(self._retries + 1):
-            try:
-                with urllib.request.urlopen(request, timeout=self._timeout_s) as answer:
-                    status = answer.status
-                    limit = WHEEL_LIMIT if status == 200 else end - start + 1
-                    data: bytes = answer.read(limit + 1)
-                    return status, data, answer.headers.get("Content-Range")
-            except urllib.error.HTTPError as err:
-                if err.code == 404:
-                    raise FileNotFoundError(self.url) from None
-                last = err
-                if err.code < 500:
-                    break
-            except (urllib.error.URLError, OSError) as err:
-                last = err
-        raise EnvironmentFailure(f"cannot read {redact(self.url)}: {last}")
+    def _request(self, start: int, end: int, limit: int) -> httpget.Answer:
+        try:
+            return httpget.get(
+                self.url,
+                timeout=self._timeout_s,
+                limit=limit,
+                retries=self._retries,
+                credentials=_credentials(self._indexes),
+                headers={"Range": f"bytes={start}-{end}"},
+            )
+        except httpget.NotFound:
+            raise FileNotFoundError(self.url) from None
 
     def _probe_size(self) -> int:
         """The file's size, from the answer to a request for its last byte."""
-        status, data, content_range = self._request(0, 0)
+        answer = self._request(0, 0, WHEEL_LIMIT)
+        data = answer.body
         self.fetched += len(data)
-        if status == 200:  # no range support: the whole file came back
+        if answer.status == 200:  # no range support: the whole file came back
             if len(data) > WHEEL_LIMIT:
                 raise EnvironmentFailure(
                     f"{redact(self.url)} is larger than {WHEEL_LIMIT // 2**20} MiB and its "
@@ -82,7 +71,7 @@ class RemoteZip(io.RawIOBase):
                 )
             self._whole = data
             return len(data)
-        total = (content_range or "").rpartition("/")[2]
+        total = (answer.content_range or "").rpartition("/")[2]
         if not total.isdigit():
             raise EnvironmentFailure(f"{redact(self.url)} answered a range without its size")
         return int(total)
@@ -91,11 +80,12 @@ class RemoteZip(io.RawIOBase):
         if number not in self._blocks:
             start = number * BLOCK
             end = min(self.size, start + BLOCK) - 1
-            status, data, _range = self._request(start, end)
-            if status != 206 or len(data) != end - start + 1:
+            answer = self._request(start, end, end - start + 1)
+            data = answer.body
+            if answer.status != 206 or len(data) != end - start + 1:
                 raise EnvironmentFailure(
-                    f"{redact(self.url)} answered bytes {start}-{end} with HTTP {status} and "
-                    f"{len(data)} bytes"
+                    f"{redact(self.url)} answered bytes {start}-{end} with HTTP {answer.status} "
+                    f"and {len(data)} bytes"
                 )
             self.fetched += len(data)
             self._blocks[number] = data
