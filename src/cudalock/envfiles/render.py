@@ -40,9 +40,9 @@ from cudalock.shipped import shipped_dir
 from cudalock.urls import DEFAULT_PYPI_INDEX, redact
 from cudalock.versions import format_cuda
 
-OutputFormat = Literal["conda", "venv", "uv"]
+OutputFormat = Literal["conda", "venv", "uv", "pixi"]
 Installer = Literal["uv", "pip"]
-OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv")
+OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv", "pixi")
 
 #: Packages that must come from the PyTorch index together, under one label.
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -413,6 +413,11 @@ def render_files(plan: Plan, options: RenderOptions) -> dict[str, str]:
         files["install.sh"] = render_install_sh(plan, options)
     elif options.output_format == "uv":
         files["pyproject.toml"] = render_uv_pyproject(plan, options)
+    elif options.output_format == "pixi":
+        from cudalock.envfiles.pixi import render_pixi_toml
+        from cudalock.lock.pixi import PIXI_FILE
+
+        files[PIXI_FILE] = render_pixi_toml(plan, options)
     else:
         raise UsageError(
             f"invalid --format {options.output_format!r}: expected {', '.join(OUTPUT_FORMATS)}"

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 SPEC_FILE = "cudalock.toml"
 SPEC_VERSION = 1
-OUTPUT_FORMATS = ("conda", "venv", "uv")
+OUTPUT_FORMATS = ("conda", "venv", "uv", "pixi")
 
 _HEADER = (
     "cudalock.toml: what `cudalock bootstrap` and `cudalock lock` regenerate their files from.",
