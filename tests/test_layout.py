@@ -22,6 +22,8 @@ BASE = frozenset(
         "httpget",
         "tomlfile",
         "safetext",
+        "request",
+        "defaults",
         "sharedlibs",
     }
 )

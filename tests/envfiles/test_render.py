@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cudalock.envfiles.render import (
     RenderOptions,
+    build_script,
     check_env_name,
     install_steps,
     render_files,
@@ -23,12 +24,17 @@ from cudalock.envfiles.render import (
 )
 from cudalock.errors import UsageError
 from cudalock.model import Gpu, PackagePin, Plan, Target
-from cudalock.resolve import classify_framework
+from cudalock.request import Framework, parse_framework
 from cudalock.tomlfile import tomllib
 from cudalock.versions import DriverVersion
 
 PT = "https://download.pytorch.org/whl"
 SHELLCHECK = Path(sys.executable).with_name("shellcheck")
+
+
+def frameworks(*texts: str) -> tuple[Framework, ...]:
+    """Frameworks as ``--framework`` gives them."""
+    return tuple(parse_framework(text) for text in texts)
 
 
 def make_plan(
@@ -188,7 +194,7 @@ def test_install_sh_passes_bash_n_and_shellcheck(
     options = RenderOptions(
         name="ft",
         output_format="venv",
-        frameworks=(framework,) if framework else (),
+        frameworks=frameworks(framework) if framework else (),
         pypi_index="https://u:tok@m.example/simple",
     )
     text = render_files(make_plan(deepspeed=deepspeed), options)["install.sh"]
@@ -202,7 +208,7 @@ def test_install_steps_order_and_guard_rails() -> None:
     options = RenderOptions(
         name="ft",
         output_format="venv",  # conda adds the CUDA activation step (tested below)
-        frameworks=("transformers[torch]", local),
+        frameworks=frameworks("transformers[torch]", local),
         pypi_index="https://m.example/simple",
     )
     steps = install_steps(make_plan(deepspeed="0.15.1"), options)
@@ -222,11 +228,24 @@ def test_install_steps_order_and_guard_rails() -> None:
     assert uv[1][:5] == ("$UV", "pip", "install", "--python", "$PYTHON")
     assert uv[1][-2:] == ("-r", "pylock.toml")
     assert uv[1][uv[1].index("--config-file") + 1] == "uv-install.toml"
-    # 3. DeepSpeed last, against the installed torch: no build isolation, no cached wheel.
+    # 3. DeepSpeed last, against the installed torch, by the build script (no build isolation;
+    #    wheels kept by the exact torch build): tests/e2e/test_bootstrap_wheel_cache.py.
     assert steps[2].only_if == "grep -q '^[A-Za-z0-9]' requirements.last.txt"
-    assert {"--no-build-isolation", "--no-cache-dir", "--force-reinstall"} <= set(pip[2])
-    assert {"--no-build-isolation", "--no-cache", "--reinstall"} <= set(uv[2])
-    assert pip[2][-2:] == uv[2][-2:] == ("-r", "requirements.last.txt")
+    assert pip[2][:3] == uv[2][:3] == ("$PYTHON", "-c", build_script())
+    assert pip[2][3:] == (
+        "pip",
+        "",
+        "requirements.last.txt",
+        "--index-url",
+        "https://m.example/simple",
+    )
+    assert uv[2][3:] == (
+        "uv",
+        "$UV",
+        "requirements.last.txt",
+        "--index-url",
+        "https://m.example/simple",
+    )
     # 4. the check, then the verification (torch's version file, not an import).
     assert pip[3][1:] == ("-m", "pip", "check") and uv[3][1:3] == ("pip", "check")
     assert pip[-1][1] == "-c" and pip[-1][3:] == (
@@ -245,7 +264,7 @@ def test_vcs_frameworks_come_before_the_lock_with_their_credentials() -> None:
     # the locked commit is there before uv reads the lock.
     bare = "git+https://alice:TOKEN@git.example/org/fw.git@v1"
     named = "otherkit @ git+https://alice:TOKEN@git.example/org/other.git@v2"
-    options = RenderOptions(name="ft", frameworks=(bare, "peft", named))
+    options = RenderOptions(name="ft", frameworks=frameworks(bare, "peft", named))
     steps = install_steps(make_plan(), options)
     for installer in ("pip", "uv"):
         commands = [step.command(installer) for step in steps]
@@ -259,7 +278,7 @@ def test_vcs_frameworks_come_before_the_lock_with_their_credentials() -> None:
 
 def test_local_framework_path_is_installed_editable_and_quoted(tmp_path: Path) -> None:
     hostile = "/srv/my fw/$(touch pwned); `id` 'q\" x"
-    options = RenderOptions(name="ft", output_format="venv", frameworks=(hostile,))
+    options = RenderOptions(name="ft", output_format="venv", frameworks=frameworks(hostile))
     text = render_files(make_plan(), options)["install.sh"]
     quoted = "'/srv/my fw/$(touch pwned); `id` '\"'\"'q\" x'"
     assert f"-e {quoted}" in text
@@ -465,7 +484,7 @@ def test_uv_pyproject_routes_the_family_to_an_explicit_index() -> None:
     options = RenderOptions(
         name="ft",
         output_format="uv",
-        frameworks=("llamafactory==0.9.5",),
+        frameworks=frameworks("llamafactory==0.9.5"),
         pypi_index="https://m.example/simple",
     )
     files = render_files(make_plan(deepspeed="0.15.1"), options)
@@ -515,7 +534,7 @@ def test_uv_pyproject_is_accepted_by_uv(tmp_path: Path) -> None:
 
 
 def test_rendering_is_deterministic() -> None:
-    options = RenderOptions(name="ft", frameworks=("x==1", "y"))
+    options = RenderOptions(name="ft", frameworks=frameworks("x==1", "y"))
     assert render_files(make_plan(), options) == render_files(make_plan(), options)
 
 
@@ -553,25 +572,6 @@ def test_valid_env_names(name: str) -> None:
 def test_invalid_env_names_are_refused(name: str) -> None:
     with pytest.raises(UsageError, match="invalid environment name"):
         check_env_name(name)
-
-
-@pytest.mark.parametrize(
-    ("text", "kind"),
-    [
-        ("llamafactory==0.9.5", "requirement"),
-        ("finetunekit", "requirement"),
-        ("llamafactory[torch,metrics]>=0.9", "requirement"),
-        ("name @ https://example.com/x.whl", "requirement"),
-        ("git+https://github.com/hiyouga/LlamaFactory@v0.9.5", "url"),
-        ("https://example.com/pkg.tar.gz", "url"),
-        ("./LlamaFactory", "path"),
-        ("/srv/my fw/$(x)", "path"),
-        ("~/src/fw", "path"),
-        ("../fw", "path"),
-    ],
-)
-def test_classify_framework(text: str, kind: str) -> None:
-    assert classify_framework(text) == kind
 
 
 @given(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40))

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from cudalock.errors import Unsatisfiable
 from cudalock.matrix import Matrix
-from cudalock.model import Fix, Gpu, Plan, Rejection, Request, Target
+from cudalock.model import Fix, Gpu, Plan, Rejection, Target
+from cudalock.request import Request, parse_cuda_pin
 from cudalock.resolve import apply_fix, make_request, parse_torch_spec, resolve
 from cudalock.versions import ComputeCapability, DriverVersion, cuda_from_variant, format_cuda
 from tests.support.known_matrix import known_matrix
@@ -73,13 +74,12 @@ def check_fix(matrix: Matrix, targets: list[Target], request: Request, fix: Fix)
     """The fix, applied, admits its candidate, the candidate fits, and the request resolves."""
     assert fix.changes, fix
     changed_targets, changed = apply_fix(matrix, targets, request, fix)
-    spec = parse_torch_spec(changed.torch)
-    assert spec is None or spec.contains(fix.torch, prereleases=True), (fix, changed.torch)
+    assert changed.torch.admits(fix.torch), (fix, changed.torch)
     cuda = cuda_from_variant(fix.variant)
-    pinned_cuda = format_cuda(cuda) if cuda else "cpu"
+    pinned_cuda = parse_cuda_pin(format_cuda(cuda) if cuda else "cpu")
     if changed.cuda is not None:
         assert changed.cuda == pinned_cuda, (fix, changed.cuda)
-    exactly = replace(changed, torch=f"=={fix.torch}", cuda=pinned_cuda)
+    exactly = replace(changed, torch=parse_torch_spec(f"=={fix.torch}"), cuda=pinned_cuda)
     plan = resolve(matrix, list(changed_targets), exactly)
     assert (plan.torch_version, plan.variant) == (fix.torch, fix.variant), fix
     resolve(matrix, list(changed_targets), changed)

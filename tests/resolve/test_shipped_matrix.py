@@ -23,7 +23,8 @@ import pytest
 
 from cudalock.errors import Unsatisfiable
 from cudalock.matrix import Matrix
-from cudalock.model import Gpu, Request, Target
+from cudalock.model import Gpu, Target
+from cudalock.request import Request
 from cudalock.resolve import make_request, resolve
 from cudalock.versions import DriverVersion, parse_compute_capability
 from tests.support.known_matrix import known_matrix

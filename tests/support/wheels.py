@@ -190,7 +190,8 @@ def _package_files(spec: StandIn) -> dict[str, bytes]:
 #: The in-tree PEP 517 backend of every stand-in sdist. It needs no build requirements, so a
 #: build works with or without isolation and with no index; a ``setup.py`` in the tree runs first,
 #: in the source directory and the building interpreter, as setuptools runs it, and may set
-#: ``requires_dist`` (the Requires-Dist of the wheel it builds).
+#: ``requires_dist`` (the Requires-Dist of the wheel it builds), and sees which hook runs it in
+#: ``STANDIN_BACKEND_HOOK``.
 SDIST_BACKEND = '''"""Build backend of a stand-in sdist (cudalock tests): PKG-INFO + files."""
 import base64
 import email.parser
@@ -203,7 +204,9 @@ import zipfile
 _OWN = {"PKG-INFO", "pyproject.toml", "standin_backend.py", "setup.py"}
 
 
-def _metadata():
+def _metadata(hook):
+    # setup.py can tell a build of the wheel from a read of the metadata, as a test may ask.
+    os.environ["STANDIN_BACKEND_HOOK"] = hook
     with open("PKG-INFO", encoding="utf-8") as handle:
         info = email.parser.HeaderParser().parsestr(handle.read())
     requires = info.get_all("Requires-Dist") or []
@@ -223,7 +226,7 @@ def get_requires_for_build_wheel(config_settings=None):
 
 
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
-    dist, metadata = _metadata()
+    dist, metadata = _metadata("prepare_metadata_for_build_wheel")
     os.makedirs(os.path.join(metadata_directory, dist + ".dist-info"))
     with open(os.path.join(metadata_directory, dist + ".dist-info", "METADATA"), "w") as out:
         out.write(metadata)
@@ -231,7 +234,7 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    dist, metadata = _metadata()
+    dist, metadata = _metadata("build_wheel")
     files = {}
     for root, dirs, names in os.walk("."):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")

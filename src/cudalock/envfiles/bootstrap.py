@@ -16,11 +16,13 @@ need it are still written, and the message says how to finish (``cudalock lock``
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shlex
 import shutil
 import sys
 import sysconfig
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,7 @@ from pathlib import Path
 from cudalock import procs
 from cudalock.audit import audit_live
 from cudalock.audit.inspection import python_for_prefix, start_inspection
+from cudalock.defaults import OUTPUT_FORMATS, SPEC_FILE, OutputFormat
 from cudalock.envfiles.conda import (
     Client,
     configured_channel_alias,
@@ -38,12 +41,11 @@ from cudalock.envfiles.conda import (
     mark_prefix,
     reuse_problem,
 )
+from cudalock.envfiles.progress import Heartbeat, Progress, requirement_count
 from cudalock.envfiles.rattler import DEFAULT_CHANNEL_ALIAS, create_prefix, rattler_available
 from cudalock.envfiles.render import (
-    OUTPUT_FORMATS,
     CondaPart,
     Installer,
-    OutputFormat,
     RenderOptions,
     Step,
     check_env_name,
@@ -53,7 +55,6 @@ from cudalock.envfiles.render import (
     render_files,
 )
 from cudalock.envfiles.spec import (
-    SPEC_FILE,
     OutputSpec,
     Spec,
     TargetSummary,
@@ -73,7 +74,7 @@ from cudalock.lock import (
     Closure,
     NotOnIndex,
     UvOptions,
-    absolute_frameworks,
+    check_framework_paths,
     find_uv,
     lock_texts,
     resolve_closure,
@@ -81,9 +82,10 @@ from cudalock.lock import (
 from cudalock.lock.pixi import PIXI_FILE
 from cudalock.machine import TargetOptions, targets_from_options
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Plan, Request
+from cudalock.model import Plan
 from cudalock.platforms import platform_named
-from cudalock.resolve import RequestOptions, resolve
+from cudalock.request import Request, RequestOptions
+from cudalock.resolve import resolve
 from cudalock.urls import redact
 
 LOG_FILE = "cudalock-bootstrap.log"
@@ -91,6 +93,8 @@ LOG_FILE = "cudalock-bootstrap.log"
 RATTLER_PREFIX = ".conda-env"
 STEP_MARKER = "==> cudalock step "
 Echo = Callable[[str], None]
+#: Redraws one status line in place (a terminal); called with "" to clear it.
+Live = Callable[[str], None]
 #: How long install.sh may run in all (DeepSpeed builds its ops for a while when asked to).
 INSTALL_TIMEOUT_S = 4 * 60 * 60
 #: The output of install.sh kept in memory (all of it is in the log).
@@ -123,6 +127,8 @@ class BootstrapOptions:
     name: str | None = None
     output_format: str | None = None
     create: bool = False
+    #: ``--no-cache``: build what is built against torch anew (no wheel cache).
+    no_cache: bool = False
     venv: Path | None = None
     force: bool = False
     #: ``--spec``: the spec file to read (default: ``output_dir/cudalock.toml``).
@@ -157,9 +163,14 @@ def choose_format(given: str | None, spec: Spec | None) -> OutputFormat:
 
 
 def run_bootstrap(
-    target_opts: TargetOptions, request_opts: RequestOptions, options: BootstrapOptions, show: Echo
+    target_opts: TargetOptions,
+    request_opts: RequestOptions,
+    options: BootstrapOptions,
+    show: Echo,
+    live: Live | None = None,
 ) -> BootstrapResult:
-    """Everything ``cudalock bootstrap`` does; ``show`` prints progress to the user."""
+    """Everything ``cudalock bootstrap`` does; ``show`` prints progress to the user, ``live``
+    (given on a terminal) keeps a status line of a long install step up to date."""
 
     def echo(line: str) -> None:
         show(redact(line))  # the plan's explanation names index URLs, credentials and all
@@ -169,9 +180,7 @@ def run_bootstrap(
         raise UsageError(f"-o {str(out_dir)!r} is not a directory")
     inputs = read_inputs(request_opts, target_opts, spec_file=options.spec_file, output_dir=out_dir)
     spec_path, spec, request = inputs.spec_path, inputs.spec, inputs.request
-    request = dataclasses.replace(
-        request, frameworks=absolute_frameworks(request.frameworks, Path.cwd())
-    )
+    check_framework_paths(request.frameworks)
     output_format = choose_format(options.output_format, spec)
     if options.create and output_format == "venv" and request.python is None:
         # The venv is made from this interpreter unless asked otherwise: choosing the newest
@@ -245,7 +254,7 @@ def run_bootstrap(
         for line in closure.notes:
             echo(f"  {line}")
     new_spec = Spec(
-        request=request,
+        request=RequestOptions.of(request),
         target=TargetSummary.of(targets),
         output=OutputSpec(
             format=output_format, name=options.name or (spec.output.name if spec else None)
@@ -283,7 +292,14 @@ def run_bootstrap(
         steps = install_steps(plan, render_options)
         if output_format == "venv":
             environment = create_venv(
-                plan, options.venv or out_dir / ".venv", out_dir, steps, echo, uv=uv
+                plan,
+                options.venv or out_dir / ".venv",
+                out_dir,
+                steps,
+                echo,
+                uv=uv,
+                live=live,
+                no_cache=options.no_cache,
             )
         else:
             environment = create_conda(
@@ -295,6 +311,8 @@ def run_bootstrap(
                 echo,
                 uv=uv,
                 prefix=options.venv,
+                live=live,
+                no_cache=options.no_cache,
             )
         echo(f"installed with {installer}")
         audit_new_environment(environment, plan, matrix, echo)
@@ -365,6 +383,8 @@ def create_venv(
     echo: Echo,
     *,
     uv: str | None = None,
+    live: Live | None = None,
+    no_cache: bool = False,
 ) -> Path:
     """Create (or reuse) a virtual environment with the plan's Python, then run install.sh
     (with ``uv`` when given, else pip)."""
@@ -385,6 +405,7 @@ def create_venv(
                 cwd=out_dir,
                 env=dict(os.environ),
                 removal=removal,
+                live=live,
             )
     found = _python_version(python)
     if found != plan.python.rstrip("t"):
@@ -401,7 +422,9 @@ def create_venv(
         }
     )
     env.pop("PYTHONHOME", None)
-    run_install_script(out_dir, steps, log, env, echo, removal=removal, uv=uv)
+    run_install_script(
+        out_dir, steps, log, env, echo, removal=removal, uv=uv, live=live, no_cache=no_cache
+    )
     return venv
 
 
@@ -478,6 +501,8 @@ def create_conda(
     *,
     uv: str | None = None,
     prefix: Path | None = None,
+    live: Live | None = None,
+    no_cache: bool = False,
 ) -> Path:
     """Create (or reuse, when it was made from this conda part) the conda environment, then
     run install.sh in it.
@@ -519,7 +544,7 @@ def create_conda(
         environment = found
     else:
         environment = _create_conda_prefix(
-            client, name, where, part, plan, log, echo, out_dir=out_dir, removal=removal
+            client, name, where, part, plan, log, echo, out_dir=out_dir, removal=removal, live=live
         )
         mark_prefix(environment, part)
     python = python_for(environment)
@@ -532,7 +557,9 @@ def create_conda(
         }
     )
     env.pop("PYTHONHOME", None)
-    run_install_script(out_dir, steps, log, env, echo, removal=removal, uv=uv)
+    run_install_script(
+        out_dir, steps, log, env, echo, removal=removal, uv=uv, live=live, no_cache=no_cache
+    )
     return environment
 
 
@@ -547,6 +574,7 @@ def _create_conda_prefix(
     *,
     out_dir: Path,
     removal: str,
+    live: Live | None = None,
 ) -> Path:
     """Create the environment of the conda part with ``client``; its prefix."""
     if client.name == "py-rattler":
@@ -577,6 +605,7 @@ def _create_conda_prefix(
             cwd=out_dir,
             env=dict(os.environ),
             removal=None,
+            live=live,
         )
     except EnvironmentFailure as err:
         left = where if where is not None and where.exists() else env_prefix(client, name)
@@ -616,15 +645,19 @@ def run_install_script(
     *,
     removal: str,
     uv: str | None = None,
+    live: Live | None = None,
+    no_cache: bool = False,
 ) -> None:
-    """Run install.sh (with ``uv`` when given, else pip), showing each step as it starts; a
-    failed step raises, naming it."""
+    """Run install.sh (with ``uv`` when given, else pip), showing each step as it starts and
+    how far it is (see :mod:`cudalock.envfiles.progress`); a failed step raises, naming it."""
     python = env.get("PYTHON", "python")
     run_env = dict(env)
     installer: Installer = "uv" if uv else "pip"
     run_env["CUDALOCK_INSTALLER"] = installer
     if uv:
         run_env["UV"] = uv
+    if no_cache:
+        run_env["CUDALOCK_NO_CACHE"] = "1"  # its build step then builds anew
     _run_logged(
         "install.sh",
         ["bash", str((out_dir / "install.sh").absolute())],
@@ -637,7 +670,17 @@ def run_install_script(
         python=python,
         installer=installer,
         uv=uv or "uv",
+        live=live,
     )
+
+
+def _step_total(directory: Path, step: Step, installer: Installer) -> int | None:
+    """How many packages ``step`` installs, from the requirements file or lock it names."""
+    argv = step.command(installer)
+    for option, value in itertools.pairwise(argv):
+        if option == "-r":
+            return requirement_count(directory / value)
+    return None
 
 
 def _start_log(out_dir: Path) -> Path:
@@ -660,16 +703,26 @@ def _run_logged(
     python: str = "python",
     installer: Installer = "pip",
     uv: str = "uv",
+    live: Live | None = None,
 ) -> None:
     """Run ``command``, its output (redacted) appended to ``log``; raise if it fails.
 
-    The child's output is read as it comes (stdout and stderr together), and a run past
-    :data:`INSTALL_TIMEOUT_S` is stopped with everything it started (exit 3).
+    The child's output is read as it comes (stdout and stderr together) and shown as the
+    progress of the step it belongs to; a run past :data:`INSTALL_TIMEOUT_S` is stopped with
+    everything it started (exit 3).
     """
     current: tuple[int, str] | None = None
     errors: list[str] = []
     network: list[str] = []
-    with append_log(log) as handle:
+    progress = Progress(step=what, started=time.monotonic())
+    with append_log(log) as handle, Heartbeat(progress, echo, live) as beat:
+
+        def say(text: str) -> None:
+            with beat.lock:
+                if live is not None:
+                    live("")
+                echo(text)
+                beat.printed()
 
         def take(raw: str) -> None:
             nonlocal current
@@ -681,8 +734,17 @@ def _run_logged(
                 label = line[len(STEP_MARKER) :]
                 number = label.split("/", 1)[0]
                 current = (int(number) if number.isdigit() and len(number) < 5 else 0, label)
-                echo(f"  step {label}")
-            elif line.startswith(("ERROR:", "error:")) or "verification failed" in line:
+                index = current[0] - 1
+                step = steps[index] if 0 <= index < len(steps) else None
+                total = _step_total(cwd, step, installer) if step is not None else None
+                with beat.lock:
+                    # "2/3": the step's title was just shown in full.
+                    progress.start_step(label.split(":", 1)[0], time.monotonic(), total)
+                say(f"  step {label}")
+                return
+            with beat.lock:
+                progress.feed(line)
+            if line.startswith(("ERROR:", "error:")) or "verification failed" in line:
                 errors.append(line)
             if any(word in line for word in _NETWORK_WORDS):
                 network.append(line)

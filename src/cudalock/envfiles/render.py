@@ -23,6 +23,7 @@ from typing import Literal
 import yaml
 from packaging.utils import canonicalize_name
 
+from cudalock.defaults import DEFAULT_PYPI_INDEX, OUTPUT_FORMATS, OutputFormat
 from cudalock.errors import UsageError
 from cudalock.lock import (
     BUILT_AGAINST_TORCH,
@@ -34,18 +35,14 @@ from cudalock.lock import (
 )
 from cudalock.model import PackagePin, Plan
 from cudalock.platforms import platform_named
-from cudalock.resolve import classify_framework
+from cudalock.request import TORCH_FAMILY, Framework
 from cudalock.safetext import printable
 from cudalock.shipped import shipped_dir
-from cudalock.urls import DEFAULT_PYPI_INDEX, redact
+from cudalock.urls import redact
 from cudalock.versions import format_cuda
 
-OutputFormat = Literal["conda", "venv", "uv", "pixi"]
 Installer = Literal["uv", "pip"]
-OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv", "pixi")
 
-#: Packages that must come from the PyTorch index together, under one label.
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 #: conda-forge ships cuda-nvcc / cuda-version from CUDA 12.0; older compilers are NVIDIA's.
 CONDA_FORGE_FIRST_NVCC_MAJOR = 12
 #: The CUDA toolkit for ops built just in time: conda-forge's compiler (its ``compiler('cuda')``)
@@ -75,7 +72,7 @@ class RenderOptions:
     name: str
     output_format: OutputFormat = "conda"
     #: As the install command should see them: requirements, absolute paths, or URLs.
-    frameworks: tuple[str, ...] = ()
+    frameworks: tuple[Framework, ...] = ()
     #: Replaces pip's default index for everything not routed to the PyTorch index.
     pypi_index: str | None = None
     #: The resolved closure (None: it could not be resolved, e.g. offline).
@@ -130,9 +127,9 @@ def default_env_name(plan: Plan) -> str:
     return f"torch-{plan.torch_version}-{plan.variant}"
 
 
-def framework_args(framework: str) -> tuple[str, ...]:
+def framework_args(framework: Framework) -> tuple[str, ...]:
     """How pip is given the framework: a local path is installed editable."""
-    return ("-e", framework) if classify_framework(framework) == "path" else (framework,)
+    return ("-e", framework.text) if framework.kind == "path" else (framework.text,)
 
 
 def torch_family(plan: Plan, closure: Closure | None = None) -> tuple[PackagePin, ...]:
@@ -259,16 +256,16 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
     where = redact(plan.index_url or "the default index")
     steps = []
     for framework in options.frameworks:
-        kind = classify_framework(framework)
-        if kind == "requirement" and not _names_a_url(framework):
-            continue
+        requirement = framework.requirement
+        if requirement is not None and requirement.url is None:
+            continue  # from the lock; a "name @ URL" is installed from the URL, as a bare URL
         args = framework_args(framework)
         # uv reads a path on its command line as a requirement: a file URL keeps every
         # character a directory name may hold.
-        uv_args = ("-e", Path(framework).as_uri()) if kind == "path" else args
+        uv_args = ("-e", framework.path.as_uri()) if framework.path is not None else args
         steps.append(
             Step(
-                f"the framework {redact(framework)}, without its dependencies "
+                f"the framework {redact(framework.text)}, without its dependencies "
                 "(the lock holds them)",
                 (*pip, "--no-deps", *default_index, *args),
                 (*uv_install, "--no-deps", *default_index, *uv_args),
@@ -296,32 +293,14 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
             )
         )
     last_index = ("--index-url", options.pypi_index) if options.pypi_index else ()
+    build = (LAST_FILE, *last_index)
     steps.append(
         Step(
             f"DeepSpeed and anything else built against the installed torch ({LAST_FILE}), "
-            "without build isolation or a cached wheel",
-            (
-                *pip,
-                "--no-deps",
-                "--no-build-isolation",
-                "--no-cache-dir",
-                "--force-reinstall",
-                "--require-hashes",
-                *last_index,
-                "-r",
-                LAST_FILE,
-            ),
-            (
-                *uv_install,
-                "--no-deps",
-                "--no-build-isolation",
-                "--no-cache",
-                "--reinstall",
-                "--require-hashes",
-                *last_index,
-                "-r",
-                LAST_FILE,
-            ),
+            "without build isolation; wheels built earlier against this exact torch build, "
+            "CUDA and Python are reused (CUDALOCK_NO_CACHE=1 builds anew)",
+            (PYTHON, "-c", build_script(), "pip", "", *build),
+            (PYTHON, "-c", build_script(), "uv", UV, *build),
             only_if=f"grep -q '^[A-Za-z0-9]' {LAST_FILE}",
             otherwise="nothing in the closure is built against torch",
         )
@@ -354,14 +333,6 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
     return tuple(steps)
 
 
-def _names_a_url(requirement: str) -> bool:
-    """``name @ git+https://...``: a requirement the lock holds as a VCS checkout or archive,
-    installed from the URL as given like a framework given as a bare URL."""
-    from packaging.requirements import Requirement
-
-    return Requirement(requirement).url is not None
-
-
 def install_indexes(plan: Plan, options: RenderOptions) -> tuple[str, ...]:
     """The index URLs the installers are given, credentials and all (the lock files carry
     none): the default index first, then the PyTorch index."""
@@ -389,6 +360,10 @@ def _template(name: str) -> str:
 
 def verify_script() -> str:
     return _template("verify_torch.py")
+
+
+def build_script() -> str:
+    return _template("build_against_torch.py")
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
@@ -465,7 +440,17 @@ def _step_shell(step: Step) -> str:
 
 
 def _indent(text: str) -> str:
-    return "\n".join(f"    {line}" if line else line for line in text.splitlines())
+    """``text`` indented one level, except the body and end of a here-document: bash ends it
+    only at a line that is exactly its word."""
+    lines, in_heredoc = [], False
+    for line in text.splitlines():
+        if in_heredoc:
+            lines.append(line)
+            in_heredoc = line != HEREDOC_END
+            continue
+        lines.append(f"    {line}" if line else line)
+        in_heredoc = line.endswith(f"<<'{HEREDOC_END}'")
+    return "\n".join(lines)
 
 
 def _shell_word(arg: str) -> str:
@@ -480,7 +465,7 @@ def _wrap_shell(argv: tuple[str, ...]) -> str:
     """
     if argv[1] == "-c":
         script, args = argv[2], argv[3:]
-        quoted = " ".join(shlex.quote(a) for a in args)
+        quoted = " ".join(_shell_word(a) for a in args)
         return f"\"$PYTHON\" - {quoted} <<'{HEREDOC_END}'\n{script.rstrip()}\n{HEREDOC_END}"
     words = [_shell_word(a) for a in argv]
     head_length = 3 if argv[0] == UV else 4
@@ -692,15 +677,15 @@ def render_uv_pyproject(plan: Plan, options: RenderOptions) -> str:
     local_sources: list[str] = []
     fits = {fit.given: fit for fit in closure.frameworks} if closure else {}
     for framework in options.frameworks:
-        kind = classify_framework(framework)
-        if kind == "requirement":
-            fit = fits.get(framework)
-            dependencies.append(fit.requested if fit else framework)
+        text = framework.text
+        if framework.kind == "requirement":
+            fit = fits.get(text)
+            dependencies.append(fit.requested if fit else text)
             continue
-        found = _locked_local(closure, framework) if closure else None
+        found = _locked_local(closure, text) if closure else None
         if found is None:
-            flag = "--editable " if kind == "path" else ""
-            notes.append(f"Add the framework with: uv add {flag}{shlex.quote(framework)}")
+            flag = "--editable " if framework.kind == "path" else ""
+            notes.append(f"Add the framework with: uv add {flag}{shlex.quote(text)}")
             continue
         name, dependency, source = found
         dependencies.append(dependency)
