@@ -22,6 +22,9 @@ BASE = frozenset(
         "httpget",
         "tomlfile",
         "safetext",
+        "request",
+        "defaults",
+        "sharedlibs",
     }
 )
 #: What each package may import besides the base (and itself); "cli" may import anything.

@@ -52,6 +52,10 @@ class NotFound(Exception):
 class Answer:
     url: str
     body: bytes
+    #: 200, or 206 for a part of a file asked for with ``Range``.
+    status: int = 200
+    #: The answer's ``Content-Range`` header (None: none).
+    content_range: str | None = None
 
 
 def origin(url: str) -> tuple[str, str | None, int | None]:
@@ -264,7 +268,9 @@ def _read(
         left = getattr(response, "length", None)
         if isinstance(left, int) and left > 0:
             raise http.client.IncompleteRead(bytes(body), left)
-        return Answer(response.geturl(), bytes(body))
+        return Answer(
+            response.geturl(), bytes(body), response.status, response.headers.get("Content-Range")
+        )
 
 
 def _reason(err: BaseException) -> str:

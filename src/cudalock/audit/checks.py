@@ -20,6 +20,7 @@ from functools import cached_property
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from cudalock.audit.cudabuilt import check_cuda_builds
 from cudalock.audit.installed import (
     Distribution,
     Installed,
@@ -31,7 +32,8 @@ from cudalock.audit.installed import (
 from cudalock.errors import CudalockError, Unsatisfiable
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.matrix.model import arch_covers
-from cudalock.model import Compat, Finding, Plan, Rejection, Severity, Target
+from cudalock.model import Finding, Plan, Rejection, Severity, Target
+from cudalock.request import Compat
 from cudalock.resolve import make_request, resolve
 from cudalock.resolve.compat import (
     DriverVerdict,
@@ -77,6 +79,7 @@ CODES = (
     "rocm-build-on-nvidia",
     "broken-torch-install",
     "cuda-unavailable",
+    "cuda-build-mismatch",
 )
 
 _ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -140,6 +143,7 @@ def audit(
         _check_library_shadowing,
     ):
         findings.extend(check(context))
+    findings.extend(check_cuda_builds(installed, target, matrix, compat))
     return sort_findings(findings)
 
 

@@ -39,7 +39,6 @@ from packaging.utils import canonicalize_name
 
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.lock.metadata import (
-    TORCH_FAMILY,
     Metadata,
     family_requirements,
     fetch_metadata,
@@ -63,8 +62,8 @@ from cudalock.lock.pylock import (
     validate_lock,
 )
 from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
-from cudalock.model import PackagePin, Plan, Request
-from cudalock.resolve import classify_framework
+from cudalock.model import PackagePin, Plan
+from cudalock.request import TORCH_FAMILY, Framework, Request, parse_framework
 from cudalock.urls import redact
 
 Echo = Callable[[str], None]
@@ -158,23 +157,15 @@ class Closure:
         }
 
 
-def absolute_frameworks(frameworks: Sequence[str], cwd: Path) -> tuple[str, ...]:
-    """Local framework paths made absolute (and checked); requirements and URLs unchanged."""
-    result = []
+def check_framework_paths(frameworks: Sequence[Framework]) -> None:
+    """Every local framework path is a directory (before anything is resolved)."""
     for framework in frameworks:
-        if classify_framework(framework) != "path":
-            result.append(framework)
-            continue
-        path = Path(os.path.expanduser(framework))
-        path = path if path.is_absolute() else cwd / path
-        if not path.is_dir():
+        if framework.path is not None and not framework.path.is_dir():
             raise UsageError(
-                f"--framework {framework!r} looks like a local path, but no such "
+                f"--framework {framework.text!r} looks like a local path, but no such "
                 "directory exists; expected a requirement (name==version), a VCS URL "
                 "or a project directory"
             )
-        result.append(str(Path(os.path.normpath(path))))
-    return tuple(result)
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,9 +292,9 @@ class _Fitter:
 
     def requirement_frameworks(self) -> list[tuple[str, Requirement]]:
         return [
-            (text, Requirement(text))
-            for text in self.request.frameworks
-            if classify_framework(text) == "requirement"
+            (framework.text, framework.requirement)
+            for framework in self.request.frameworks
+            if framework.requirement is not None
         ]
 
     def read_metadata(
@@ -393,11 +384,11 @@ class _Fitter:
 
     def fits(self, uv_lock: Mapping[str, Any], inp: LockInput) -> tuple[FrameworkFit, ...]:
         result = []
-        for text in self.request.frameworks:
-            if classify_framework(text) != "requirement":
+        for framework in self.request.frameworks:
+            text, requirement = framework.text, framework.requirement
+            if requirement is None:
                 result.append(FrameworkFit(given=text, requested=text))
                 continue
-            requirement = Requirement(text)
             added = self.extras.get(text, ())
             requested = Requirement(text)
             requested.extras = {*requested.extras, *added}
@@ -601,7 +592,7 @@ def _newest_fit(fitter: _Fitter, where: Path, name: str, extras: Sequence[str]) 
         torch=fitter.request.torch,
         python=fitter.request.python,
         with_packages=(),
-        frameworks=(str(asked),),
+        frameworks=(parse_framework(str(asked)),),
         pytorch_index=fitter.request.pytorch_index,
         pypi_index=fitter.request.pypi_index,
     )
@@ -629,6 +620,6 @@ __all__ = [
     "Closure",
     "FrameworkFit",
     "UvOptions",
-    "absolute_frameworks",
+    "check_framework_paths",
     "resolve_closure",
 ]

@@ -36,7 +36,8 @@ from cudalock.lock.pylock import (
     uv_settings,
     validate_lock,
 )
-from cudalock.model import Plan, Request
+from cudalock.model import Plan
+from cudalock.request import Request
 
 
 @dataclass(frozen=True)
