@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from cudalock.audit.installed import Distribution, ExtensionBuild, Installed
 from cudalock.matrix import Matrix
-from cudalock.model import Compat, Finding, Target
+from cudalock.model import Finding, Target
+from cudalock.request import Compat
 from cudalock.resolve.cudabuilt import (
     FINDING_CODE,
     BuiltFor,
