@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cudalock.defaults import OUTPUT_FORMATS, SPEC_FILE
 from cudalock.errors import InputError, UsageError
 from cudalock.fsutil import read_bounded
 from cudalock.machine import TargetOptions
@@ -34,9 +35,7 @@ from cudalock.versions import format_cc, format_cuda
 if TYPE_CHECKING:
     import tomlkit
 
-SPEC_FILE = "cudalock.toml"
 SPEC_VERSION = 1
-OUTPUT_FORMATS = ("conda", "venv", "uv")
 
 _HEADER = (
     "cudalock.toml: what `cudalock bootstrap` and `cudalock lock` regenerate their files from.",
