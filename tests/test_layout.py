@@ -23,6 +23,7 @@ BASE = frozenset(
         "tomlfile",
         "safetext",
         "request",
+        "defaults",
         "sharedlibs",
     }
 )

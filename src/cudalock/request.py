@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from cudalock.defaults import DEFAULT_PYTORCH_INDEX
 from cudalock.errors import InputError, UsageError
 from cudalock.safetext import has_control
-from cudalock.urls import DEFAULT_PYTORCH_INDEX, strip_credentials, validate_index_url
+from cudalock.urls import strip_credentials, validate_index_url
 from cudalock.versions import CudaVersion, format_cuda, parse_cuda_version, parse_python_version
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ __all__ = [
     "COMPANIONS",
     "COMPATS",
     "CPU_VARIANT",
+    "TORCH_FAMILY",
     "Companion",
     "Compat",
     "CudaPin",
@@ -64,6 +66,9 @@ _VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
 
 #: The packages cudalock pairs with torch; anything else belongs to a framework's own install.
 COMPANIONS = ("torchvision", "torchaudio", "deepspeed")
+#: The packages the PyTorch index publishes under one local label (``+cu128``), installed
+#: together from it.
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 CPU_VARIANT = "cpu"
 #: ``--cuda``: a CUDA version, or the CPU build.
 CudaPin = CudaVersion | Literal["cpu"]

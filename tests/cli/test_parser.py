@@ -609,13 +609,6 @@ def test_completion_offers_commands_flags_and_files(
     ]
 
 
-def test_audit_and_doctor_look_for_the_spec_file_bootstrap_writes() -> None:
-    from cudalock.cli.args import SPEC_FILE
-    from cudalock.envfiles.spec import SPEC_FILE as WRITTEN
-
-    assert SPEC_FILE == WRITTEN
-
-
 @pytest.mark.parametrize("columns", [None, "120", "0", "wide", "-5"])
 def test_help_is_as_wide_as_shutil_says_the_terminal_is(
     columns: str | None, monkeypatch: pytest.MonkeyPatch

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cudalock.defaults import SPEC_FILE
 from cudalock.platforms import PLATFORMS
 
 if TYPE_CHECKING:
@@ -145,10 +146,6 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--platform", metavar="PLATFORM", help=PLATFORM_HELP)
     add_matrix_argument(group)
 
-
-#: The spec file's name (cudalock.envfiles.spec.SPEC_FILE; spelled here so that reading the
-#: command line needs the standard library only).
-SPEC_FILE = "cudalock.toml"
 
 SPEC_HELP = (
     f"The spec with the Request and Target to start from (default: {SPEC_FILE} in the output "

@@ -23,6 +23,7 @@ from typing import Literal
 import yaml
 from packaging.utils import canonicalize_name
 
+from cudalock.defaults import DEFAULT_PYPI_INDEX, OUTPUT_FORMATS, OutputFormat
 from cudalock.errors import UsageError
 from cudalock.lock import (
     BUILT_AGAINST_TORCH,
@@ -34,18 +35,14 @@ from cudalock.lock import (
 )
 from cudalock.model import PackagePin, Plan
 from cudalock.platforms import platform_named
-from cudalock.request import Framework
+from cudalock.request import TORCH_FAMILY, Framework
 from cudalock.safetext import printable
 from cudalock.shipped import shipped_dir
-from cudalock.urls import DEFAULT_PYPI_INDEX, redact
+from cudalock.urls import redact
 from cudalock.versions import format_cuda
 
-OutputFormat = Literal["conda", "venv", "uv"]
 Installer = Literal["uv", "pip"]
-OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv")
 
-#: Packages that must come from the PyTorch index together, under one label.
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 #: conda-forge ships cuda-nvcc / cuda-version from CUDA 12.0; older compilers are NVIDIA's.
 CONDA_FORGE_FIRST_NVCC_MAJOR = 12
 #: The CUDA toolkit for ops built just in time: conda-forge's compiler (its ``compiler('cuda')``)
@@ -391,6 +388,11 @@ def render_files(plan: Plan, options: RenderOptions) -> dict[str, str]:
         files["install.sh"] = render_install_sh(plan, options)
     elif options.output_format == "uv":
         files["pyproject.toml"] = render_uv_pyproject(plan, options)
+    elif options.output_format == "pixi":
+        from cudalock.envfiles.pixi import render_pixi_toml
+        from cudalock.lock.pixi import PIXI_FILE
+
+        files[PIXI_FILE] = render_pixi_toml(plan, options)
     else:
         raise UsageError(
             f"invalid --format {options.output_format!r}: expected {', '.join(OUTPUT_FORMATS)}"

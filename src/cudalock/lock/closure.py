@@ -40,7 +40,6 @@ from packaging.utils import canonicalize_name
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.lock.cudabuilt import BuildCheck
 from cudalock.lock.metadata import (
-    TORCH_FAMILY,
     Metadata,
     family_requirements,
     fetch_metadata,
@@ -66,7 +65,7 @@ from cudalock.lock.pylock import (
 from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import PackagePin, Plan
-from cudalock.request import Framework, Request, parse_framework
+from cudalock.request import TORCH_FAMILY, Framework, Request, parse_framework
 from cudalock.urls import redact
 
 Echo = Callable[[str], None]

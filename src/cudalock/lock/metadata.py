@@ -28,10 +28,9 @@ from packaging.utils import canonicalize_name
 from cudalock import httpget
 from cudalock.errors import EnvironmentFailure, UsageError
 from cudalock.platforms import platform_named
+from cudalock.request import TORCH_FAMILY
 from cudalock.urls import redact
 
-#: The packages built together against one torch ABI, served under one CUDA label.
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 #: Core metadata is a few KiB; a framework wheel a few MiB. More is not what was asked for.
 METADATA_LIMIT = 4 * 2**20
 WHEEL_LIMIT = 256 * 2**20

@@ -38,6 +38,7 @@ from packaging.pylock import Package, Pylock, PylockValidationError
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from cudalock.defaults import DEFAULT_PYPI_INDEX
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
 from cudalock.fsutil import read_bounded
 from cudalock.lock.check import LockState
@@ -46,7 +47,6 @@ from cudalock.platforms import platform_named
 from cudalock.request import Request, recorded_request
 from cudalock.tomlfile import dumps, tomllib
 from cudalock.urls import (
-    DEFAULT_PYPI_INDEX,
     holds_credentials,
     redact,
     redact_json,
