@@ -29,11 +29,12 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from cudalock.errors import CudalockError, EnvironmentFailure, InputError
 from cudalock.fsutil import read_bounded, write_atomic
-from cudalock.lock.metadata import TORCH_FAMILY, Metadata, fetch_metadata
+from cudalock.lock.metadata import Metadata, fetch_metadata
 from cudalock.lock.wheelzip import MemberReader, open_wheel
 from cudalock.matrix import Matrix
 from cudalock.matrix.load import matrix_cache_dir
 from cudalock.model import Plan
+from cudalock.request import TORCH_FAMILY
 from cudalock.resolve.cudabuilt import (
     BuiltFor,
     first_known,
