@@ -244,7 +244,7 @@ def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:
     for args, expected in [
         (["--python", "three"], "invalid Python version 'three'"),
         (["--torch", "~=banana"], "invalid torch version spec"),
-        (["--format", "pixi"], "invalid --format 'pixi'"),
+        (["--format", "spack"], "invalid --format 'spack'"),
         (["--framework", "./does-not-exist"], "no such directory exists"),
     ]:
         done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, *args, cwd=tmp_path)

@@ -454,9 +454,12 @@ _STAGE = (
     re.compile(r"ZeRO stage (?P<n>[0-3])\b", re.IGNORECASE),
     re.compile(r"zero_optimization_stage\W*(?P<n>[0-3])\b"),
     re.compile(r"zero_optimization\.stage\W*(?P<n>[0-3])\b"),
-    re.compile(r""""zero_optimization"\s*:\s*\{[^{}]*?"stage"\s*:\s*(?P<n>[0-3])"""),
-    re.compile(r"""['"]zero_optimization['"]\s*:\s*\{[^{}]*?['"]stage['"]\s*:\s*(?P<n>[0-3])"""),
-    re.compile(r"zero_config\W.*?\bstage=(?P<n>[0-3])\b"),
+    # The spans are bounded: unbounded, each of many unclosed openings scans to the text's end.
+    re.compile(r""""zero_optimization"\s*:\s*\{[^{}]{0,4000}?"stage"\s*:\s*(?P<n>[0-3])"""),
+    re.compile(
+        r"""['"]zero_optimization['"]\s*:\s*\{[^{}]{0,4000}?['"]stage['"]\s*:\s*(?P<n>[0-3])"""
+    ),
+    re.compile(r"zero_config\W(?:(?!zero_config).){0,1000}?\bstage=(?P<n>[0-3])\b"),
 )
 # "offload_param": {"device": "cpu"} in JSON, offload_param=…Config(device='cpu') in DeepSpeed's
 # config dump, offload_param=None when unset; never reading across into the other offload key.

@@ -388,6 +388,11 @@ def render_files(plan: Plan, options: RenderOptions) -> dict[str, str]:
         files["install.sh"] = render_install_sh(plan, options)
     elif options.output_format == "uv":
         files["pyproject.toml"] = render_uv_pyproject(plan, options)
+    elif options.output_format == "pixi":
+        from cudalock.envfiles.pixi import render_pixi_toml
+        from cudalock.lock.pixi import PIXI_FILE
+
+        files[PIXI_FILE] = render_pixi_toml(plan, options)
     else:
         raise UsageError(
             f"invalid --format {options.output_format!r}: expected {', '.join(OUTPUT_FORMATS)}"

@@ -18,6 +18,7 @@ from cudalock.errors import CudalockError, EnvironmentFailure, InputError
 from cudalock.fsutil import credentials_note, refuse_existing, write_outputs
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
 from cudalock.lock.closure import Closure, Echo, UvOptions, resolve_closure
+from cudalock.lock.pixi import PIXI_FILE, expected_pins, pixi_changes
 from cudalock.lock.pylock import (
     LAST_FILE,
     LOCK_FILE,
@@ -36,6 +37,7 @@ from cudalock.lock.pylock import (
     uv_settings,
     validate_lock,
 )
+from cudalock.matrix import Matrix
 from cudalock.model import Plan
 from cudalock.request import Request
 
@@ -100,6 +102,7 @@ def make_lock(
     options: UvOptions | None = None,
     force: bool = False,
     echo: Echo | None = None,
+    matrix: Matrix | None = None,
 ) -> LockResult:
     """Resolve the closure of ``plan`` with uv and write the lock files into ``output_dir``.
 
@@ -118,7 +121,9 @@ def make_lock(
         except InputError:
             previous = None
     try:
-        closure = resolve_closure(plan, request, options, previous=previous, echo=say)
+        closure = resolve_closure(
+            plan, request, options, previous=previous, echo=say, matrix=matrix
+        )
         texts = lock_texts(closure, plan, request)
     except CudalockError as err:
         raise _untouched(err) from None
@@ -194,7 +199,8 @@ def check_lock(
         actual = read_lock_text(path)
         if _significant(actual) != _significant(text):
             return [f"{path} does not match {lock_path}; run cudalock lock"]
-    return []
+    expected_pixi = expected_pins(lock, recorded.python, recorded.platform)
+    return pixi_changes(output_dir / PIXI_FILE, expected_pixi)
 
 
 __all__ = [
