@@ -21,8 +21,8 @@ __all__ = [
 SPEC_FILE = "cudalock.toml"
 #: What ``bootstrap --format`` writes: conda's environment.yml, a venv's requirements, a uv
 #: project.
-OutputFormat = Literal["conda", "venv", "uv"]
-OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv")
+OutputFormat = Literal["conda", "venv", "uv", "pixi"]
+OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv", "pixi")
 #: Where torch's CUDA and CPU builds are published; a build's index is ``BASE/<variant>``.
 DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"
 #: The Python Package Index's simple API.

@@ -58,7 +58,7 @@ def command_modules(modules: set[str]) -> set[str]:
 
 
 #: The commands that read Target flags (through cudalock.cli.inputs).
-TAKES_A_TARGET = ("probe", "resolve", "bootstrap", "lock", "audit")
+TAKES_A_TARGET = ("probe", "resolve", "bootstrap", "lock", "audit", "doctor")
 
 
 def nvml_loads() -> bool:

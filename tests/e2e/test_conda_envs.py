@@ -285,3 +285,78 @@ def test_create_through_a_conda_client_on_this_machine(
     assert done.returncode == 0, done.stderr + done.stdout
     assert f"with {client}" in done.stdout
     assert _installed(tmp_path / "envs" / "ft" / "bin" / "python")["torch"] == PLANNED_TORCH
+
+
+# --------------------------------------------------------------------------------------------
+# --format pixi
+
+PIXI_SCHEMA = Path(__file__).parents[1] / "fixtures" / "pixi" / "schema.json"
+
+
+def test_pixi_manifest_validates_pins_the_closure_and_its_conda_part_solves(
+    scene: Scene, tmp_path: Path
+) -> None:
+    import jsonschema
+    import rattler
+
+    from cudalock.tomlfile import tomllib
+
+    args = scene.bootstrap_args("out", "--framework", "finetunekit")
+    args[args.index("conda")] = "pixi"
+    done = cudalock(*args, cwd=tmp_path, env=scene.env())
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "pixi install" in done.stdout
+    text = (tmp_path / "out" / "pixi.toml").read_text()
+    manifest = tomllib.loads(text)
+    schema = json.loads(PIXI_SCHEMA.read_text())
+    jsonschema.Draft7Validator(schema).validate(manifest)
+
+    # The target driver's CUDA (535.104.05: 12.2), declared on the platform as pixi documents.
+    assert manifest["workspace"]["platforms"] == [{"platform": "linux-64", "cuda": "12.2"}]
+    assert manifest["workspace"]["channels"] == ["conda-forge"]
+    assert manifest["dependencies"] == {"python": f"{PYTHON}.*", "pip": "*"}
+    pypi = manifest["pypi-dependencies"]
+    cu121 = f"{scene.server.pytorch_url}/cu121"
+    assert pypi["torch"] == {"version": f"=={PLANNED_TORCH}", "index": cu121}
+    assert pypi["torchvision"] == {"version": "==0.16.0+cu121", "index": cu121}
+    assert pypi["finetunekit"] == "==1.0" and pypi["helperlib"] == "==1.2"
+    assert manifest["pypi-options"] == {"index-url": scene.server.pypi_url}
+
+    # Its conda part, solved by py-rattler for the platform it declares.
+    config = rattler.ChannelConfig(channel_alias=scene.channel.alias)
+    cuda = rattler.GenericVirtualPackage(
+        rattler.PackageName("__cuda"), rattler.Version("12.2"), rattler.BuildString("0")
+    )
+    specs = [f"{name} {version}" for name, version in manifest["dependencies"].items()]
+
+    async def solve() -> list[str]:
+        records = await rattler.solve(
+            [rattler.Channel(c, config) for c in manifest["workspace"]["channels"]],
+            [*specs, "cuda-version 12.1.*"],  # and the CUDA pin the toolkit would bring
+            platforms=[rattler.Subdir("linux-64"), rattler.Subdir("noarch")],
+            virtual_packages=[cuda],
+        )
+        return sorted(r.name.normalized for r in records)
+
+    assert asyncio.run(solve()) == ["cuda-version", "pip", "python"]
+
+    # lock --check reads the pixi.toml beside the lock: current, then stale once edited.
+    check = ["lock", "--check", "-o", "out"]
+    assert cudalock(*check, cwd=tmp_path, env=scene.env()).returncode == 0
+    (tmp_path / "out" / "pixi.toml").write_text(
+        text.replace('helperlib = "==1.2"', 'helperlib = "==1.1"')
+    )
+    stale = cudalock(*check, cwd=tmp_path, env=scene.env())
+    assert stale.returncode == 1, stale.stderr + stale.stdout
+    assert "pixi.toml pins helperlib==1.1, the lock has 1.2" in stale.stdout + stale.stderr
+
+
+def test_pixi_create_needs_pixi_on_path(scene: Scene, tmp_path: Path) -> None:
+    args = scene.bootstrap_args("out", "--create")
+    args[args.index("conda")] = "pixi"
+    done = cudalock(*args, cwd=tmp_path, env=scene.env())
+    if shutil.which("pixi", path=scene.env()["PATH"]):
+        pytest.skip("pixi is on PATH")
+    assert done.returncode == 3, done.stderr + done.stdout
+    assert "pixi is not on PATH" in done.stderr
+    assert not (tmp_path / "out").exists()  # known before anything was resolved or written

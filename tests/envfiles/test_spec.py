@@ -129,7 +129,7 @@ def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
         ('[request]\nwith = "torchvision"\n', r"\[request\] with must be a list of strings"),
         ('[request]\ntorhc = "2.1"\n', r"\[request\] unknown key 'torhc'"),
         ('[request]\ncompat = "loose"\n', r"compat must be strict or minor"),
-        ('[output]\nformat = "pixi"\n', r"\[output\] format must be one of conda, venv, uv"),
+        ('[output]\nformat = "spack"\n', r"\[output\] format must be one of conda, venv, uv, pixi"),
         ("spec_version = 2\n", r"spec_version 2 is not supported"),
         ('request = "x"\n', r"\[request\] must be a table"),
         ("[extras]\n", r"unknown key 'extras'"),

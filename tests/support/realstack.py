@@ -291,8 +291,19 @@ def deepspeed_sdist(release: Release, filename: str) -> StandIn:
     return _standin(release, filename, files=files)
 
 
-def pypi_standins(recording: Recording) -> list[StandIn]:
-    """Every recorded file of every recorded version, as the PyPI-like index serves them."""
+#: Bytes of incompressible payload per (package, version without its local label).
+Payloads = Mapping[tuple[str, str], int]
+
+
+def _sized(standin: StandIn, payloads: Payloads) -> StandIn:
+    """``standin`` carrying the payload ``payloads`` gives its package and version, if any."""
+    size = payloads.get((canonicalize_name(standin.name), standin.version.split("+", 1)[0]), 0)
+    return dataclasses.replace(standin, payload_bytes=size) if size else standin
+
+
+def pypi_standins(recording: Recording, payloads: Payloads | None = None) -> list[StandIn]:
+    """Every recorded file of every recorded version, as the PyPI-like index serves them;
+    ``payloads`` makes the wheels it names that large."""
     cuda_of = {b.torch: (b.variant, b.cuda) for b in recording.torch_builds}
     standins: list[StandIn] = []
     for key, releases in sorted(recording.releases.items()):
@@ -307,7 +318,7 @@ def pypi_standins(recording: Recording) -> list[StandIn]:
                     standins.append(_standin(release, filename, files=files))
                 else:
                     standins.append(_standin(release, filename))
-    return standins
+    return [_sized(standin, payloads or {}) for standin in standins]
 
 
 def _family_closure(recording: Recording, roots: Sequence[Release]) -> list[Release]:
@@ -334,9 +345,10 @@ def _family_closure(recording: Recording, roots: Sequence[Release]) -> list[Rele
 
 
 def pytorch_standins(
-    recording: Recording, torch_payload_bytes: int = 0
+    recording: Recording, payloads: Payloads | None = None
 ) -> dict[str, list[StandIn]]:
-    """Per CUDA variant, what its ``/whl/cuXYZ/`` pages serve."""
+    """Per CUDA variant, what its ``/whl/cuXYZ/`` pages serve; ``payloads`` makes the wheels it
+    names that large."""
     pages: dict[str, list[StandIn]] = {variant: [] for variant in recording.variants}
     roots: dict[str, list[Release]] = {variant: [] for variant in recording.variants}
     for build in recording.torch_builds:
@@ -357,10 +369,7 @@ def pytorch_standins(
             for python in pythons:
                 tag = f"{python}-{python}-{build.platform_tag}"
                 filename = f"{package}-{version}-{tag}.whl"
-                standin = _standin(release, filename, version=version, files=files)
-                if package == "torch" and torch_payload_bytes:
-                    standin = dataclasses.replace(standin, payload_bytes=torch_payload_bytes)
-                page.append(standin)
+                page.append(_standin(release, filename, version=version, files=files))
     for variant, page in pages.items():
         for release in _family_closure(recording, roots[variant]):
             page += [
@@ -368,23 +377,26 @@ def pytorch_standins(
                 for filename in release.files
                 if filename.endswith(".whl")
             ]
-    return pages
+    return {
+        variant: [_sized(standin, payloads or {}) for standin in page]
+        for variant, page in pages.items()
+    }
 
 
 @contextmanager
 def serve_real_stack(
-    directory: Path, recording: Recording | None = None, *, torch_payload_bytes: int = 0
+    directory: Path, recording: Recording | None = None, *, payloads: Payloads | None = None
 ) -> Iterator[IndexServer]:
     """Serve the recording (stand-ins built under ``directory``) until the block ends.
 
-    ``torch_payload_bytes`` makes each torch wheel on the PyTorch index that large (random,
-    incompressible bytes), for measurements where the download size matters.
+    ``payloads`` makes the wheels of the packages and versions it names that large (random,
+    incompressible bytes, on both indexes), for measurements where the download size matters.
     """
     recording = recording or load_recording()
     with serve_indexes(
         directory,
-        pytorch=pytorch_standins(recording, torch_payload_bytes),
-        pypi=pypi_standins(recording),
+        pytorch=pytorch_standins(recording, payloads),
+        pypi=pypi_standins(recording, payloads),
         hashed_paths=True,
     ) as server:
         yield server

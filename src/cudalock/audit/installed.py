@@ -143,6 +143,22 @@ class SharedLibrary:
 
 
 @dataclass(frozen=True)
+class ReportedMessage:
+    """An error or warning line a report carries (see ``audit.messages``): its kind, the line
+    as pasted, and what it states (``("found", "12010")``, ``("library", "libcudart.so.11.0")``)."""
+
+    kind: str
+    text: str
+    fields: tuple[tuple[str, str], ...] = ()
+
+    def get(self, name: str) -> str | None:
+        return next((value for key, value in self.fields if key == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "text": self.text, "fields": dict(self.fields)}
+
+
+@dataclass(frozen=True)
 class ExtensionBuild:
     """What an installed distribution's own files say about the CUDA it was built for."""
 
@@ -186,6 +202,8 @@ class Installed:
     arch_list: tuple[str, ...] | None = None
     #: What could not be read, in words.
     notes: tuple[str, ...] = ()
+    #: Error and warning lines a pasted report carries (evidence of this environment's state).
+    messages: tuple[ReportedMessage, ...] = ()
 
     @property
     def active_torch(self) -> TorchInstall | None:
@@ -220,4 +238,5 @@ class Installed:
             "cuda_builds": [build.to_json() for build in self.cuda_builds],
             "arch_list": list(self.arch_list) if self.arch_list is not None else None,
             "notes": list(self.notes),
+            "messages": [m.to_json() for m in self.messages],
         }

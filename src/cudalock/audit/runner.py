@@ -135,11 +135,20 @@ def audit_report(
     return AuditOutcome(findings, report.installed, targets, report, compat=compat)
 
 
-def audit_findings(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
+def audit_findings(
+    python: Path | None, deep: bool, compat: Compat, options: TargetOptions | None = None
+) -> Sequence[Finding]:
     """doctor's ``AuditRunner``: audit ``python``'s environment (default: the active one) on
-    this machine as probed now, under policy ``compat``."""
+    this machine as probed now (or the machine the Target flags ``options`` describe), under
+    policy ``compat``."""
 
     with start_inspection(python=python) as inspection:  # runs while we probe
-        matrix = load_matrix()
-        target = probe_machine(matrix=matrix)
-        return audit_live([target], matrix, inspection, deep=deep, compat=compat).findings
+        if options is None:
+            matrix = load_matrix()
+            targets = [probe_machine(matrix=matrix)]
+        else:
+            from cudalock.machine.overrides import targets_from_options
+
+            matrix = load_matrix(options.matrix_dir)
+            targets = targets_from_options(options, matrix)
+        return audit_live(targets, matrix, inspection, deep=deep, compat=compat).findings

@@ -91,7 +91,7 @@ def add_json_flag(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    """The Target flags, read back with :func:`target_options`."""
+    """The Target flags, read back with :func:`cudalock.cli.inputs.target_options`."""
     group = parser.add_argument_group(
         TARGET_GROUP, "No flag: this machine. Flags given replace the probed values field by field."
     )
@@ -167,7 +167,7 @@ def add_matrix_argument(parser: argparse._ActionsContainer) -> None:
 
 
 def add_request_arguments(parser: argparse.ArgumentParser) -> None:
-    """The Request flags, read back with :func:`request_options`.
+    """The Request flags, read back with :func:`cudalock.cli.inputs.request_options`.
 
     Values not given stay None, so a spec file (``cudalock.toml``) can fill them.
     """

@@ -30,7 +30,8 @@ EXAMPLES = """\
   cudalock bootstrap -o env/ --framework 'llamafactory==0.9.5' --with deepspeed
   cudalock bootstrap -o env/ --framework transformers --framework peft --framework trl
   cudalock bootstrap -o env/ --format venv --create --torch 2.1.0 --python 3.11
-  cudalock bootstrap -o env/ --format uv"""
+  cudalock bootstrap -o env/ --format uv
+  cudalock bootstrap -o env/ --format pixi --create"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="output_format",
         metavar="FORMAT",
         help="conda (environment.yml, default), venv (requirements.txt + "
-        "install.sh) or uv (pyproject.toml).",
+        "install.sh), uv (pyproject.toml) or pixi (pixi.toml).",
     )
     output.add_argument(
         "--create",

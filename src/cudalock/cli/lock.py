@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> None:
             options=options,
             force=args.force,
             echo=progress,
+            matrix=inputs.matrix,
             also=_remembered(inputs, out),
         )
     if json_output:

@@ -77,6 +77,7 @@ from cudalock.lock import (
     lock_texts,
     resolve_closure,
 )
+from cudalock.lock.pixi import PIXI_FILE
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Target
 from cudalock.platforms import platform_named
@@ -188,12 +189,14 @@ def run_bootstrap(
         )
     if options.create and output_format == "uv":
         raise UsageError(
-            "--create builds conda or venv environments; with --format uv, run "
+            "--create builds conda, pixi or venv environments; with --format uv, run "
             "'uv sync' in the output directory instead"
         )
 
     if options.create and output_format == "conda":
         find_client(rattler_available=rattler_available())  # known before anything is resolved
+    if options.create and output_format == "pixi":
+        find_pixi()
 
     if inputs.recorded_target:
         echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
@@ -229,6 +232,7 @@ def run_bootstrap(
             request,
             dataclasses.replace(options.uv, pypi_index=request.pypi_index),
             echo=echo,
+            matrix=matrix,
         )
     except NotOnIndex:
         raise  # the index lacks the planned build: files that cannot be installed help nobody
@@ -274,7 +278,10 @@ def run_bootstrap(
         )
 
     environment = None
-    if options.create:
+    if options.create and output_format == "pixi":
+        environment = create_pixi(out_dir, echo)
+        audit_new_environment(environment, plan, matrix, echo)
+    elif options.create:
         uv = _uv_or_none()
         installer: Installer = "uv" if uv else "pip"
         steps = install_steps(plan, render_options)
@@ -324,7 +331,39 @@ def next_steps(output_format: OutputFormat, out_dir: Path, name: str) -> str:
             f"next: python -m venv {where}/.venv && PYTHON={where}/.venv/bin/python "
             f"bash {where}/install.sh   (or rerun with --create)"
         )
+    if output_format == "pixi":
+        return f"next: cd {where} && pixi install   (or rerun with --create)"
     return f"next: cd {where} && uv sync"
+
+
+def find_pixi() -> str:
+    """pixi on PATH; exit 3 when it is not."""
+    pixi = shutil.which("pixi")
+    if pixi is None:
+        raise EnvironmentFailure(
+            "--format pixi --create runs 'pixi install', and pixi is not on PATH",
+            hint="install pixi (https://pixi.sh), or leave out --create and run "
+            "'pixi install' where pixi is",
+        )
+    return pixi
+
+
+def create_pixi(out_dir: Path, echo: Echo) -> Path:
+    """``pixi install`` of the written pixi.toml; the environment it made."""
+    out_dir = out_dir.absolute()
+    manifest = out_dir / PIXI_FILE
+    log = _start_log(out_dir)
+    echo(f"environment: pixi install --manifest-path {manifest}")
+    _run_logged(
+        "pixi install",
+        [find_pixi(), "install", "--manifest-path", str(manifest)],
+        log,
+        echo,
+        cwd=out_dir,
+        env=dict(os.environ),
+        removal=f"rm -rf {shlex.quote(str(out_dir / '.pixi'))}",
+    )
+    return out_dir / ".pixi" / "envs" / "default"
 
 
 # --------------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ import yaml
 
 from cudalock import procs
 from cudalock.envfiles.render import CondaPart
-from cudalock.errors import EnvironmentFailure
+from cudalock.errors import EnvironmentFailure, InputError
+from cudalock.fsutil import read_bounded, write_atomic
 
 CondaClient = Literal["micromamba", "mamba", "conda", "py-rattler"]
 #: The command-line clients, in the order they are preferred.
@@ -192,7 +193,7 @@ def mark_prefix(prefix: Path, part: CondaPart) -> None:
     """Record in the prefix the conda part it was made from."""
     marker = prefix / PLAN_MARKER
     marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(part.fingerprint() + "\n", encoding="utf-8")
+    write_atomic(marker, part.fingerprint() + "\n")
 
 
 def reuse_problem(prefix: Path, part: CondaPart, found_python: str | None, python: str) -> str:
@@ -202,10 +203,15 @@ def reuse_problem(prefix: Path, part: CondaPart, found_python: str | None, pytho
     if found_python != python.rstrip("t"):
         return f"it has Python {found_python}, the plan needs {python}"
     marker = prefix / PLAN_MARKER
-    try:
-        recorded = marker.read_text(encoding="utf-8").strip()
-    except OSError:
+    if not marker.is_file():
         return "it was not made by cudalock bootstrap --create"
+    try:
+        recorded = read_bounded(marker, limit=64 * 1024, what="the environment's record").decode(
+            "utf-8", "replace"
+        )
+    except InputError as err:
+        return err.message
+    recorded = recorded.strip()
     if recorded != part.fingerprint():
         return (
             f"it was made from other conda packages ({recorded}; this plan: {part.fingerprint()})"

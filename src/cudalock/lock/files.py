@@ -19,6 +19,7 @@ from cudalock.errors import CudalockError, EnvironmentFailure, InputError
 from cudalock.fsutil import credentials_note, refuse_existing, write_outputs
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
 from cudalock.lock.closure import Closure, Echo, UvOptions, resolve_closure
+from cudalock.lock.pixi import PIXI_FILE, expected_pins, pixi_changes
 from cudalock.lock.pylock import (
     LAST_FILE,
     LOCK_FILE,
@@ -37,6 +38,7 @@ from cudalock.lock.pylock import (
     uv_settings,
     validate_lock,
 )
+from cudalock.matrix import Matrix
 from cudalock.model import Plan
 from cudalock.request import Request
 
@@ -101,6 +103,7 @@ def make_lock(
     options: UvOptions | None = None,
     force: bool = False,
     echo: Echo | None = None,
+    matrix: Matrix | None = None,
     also: Mapping[Path, str] | None = None,
 ) -> LockResult:
     """Resolve the closure of ``plan`` with uv and write the lock files into ``output_dir``,
@@ -121,7 +124,9 @@ def make_lock(
         except InputError:
             previous = None
     try:
-        closure = resolve_closure(plan, request, options, previous=previous, echo=say)
+        closure = resolve_closure(
+            plan, request, options, previous=previous, echo=say, matrix=matrix
+        )
         texts = lock_texts(closure, plan, request)
     except CudalockError as err:
         raise _untouched(err) from None
@@ -195,7 +200,8 @@ def check_lock(
         actual = read_lock_text(path)
         if _significant(actual) != _significant(text):
             return [f"{path} does not match {lock_path}; run cudalock lock"]
-    return []
+    expected_pixi = expected_pins(lock, recorded.python, recorded.platform)
+    return pixi_changes(output_dir / PIXI_FILE, expected_pixi)
 
 
 __all__ = [
