@@ -650,6 +650,10 @@ def _line_time(line: str) -> tuple[datetime | None, tuple[int, int, str] | None]
     return None, None
 
 
+#: Names that say "this machine" without naming it.
+_NO_HOST_NAMES = ("localhost", "127.0.0.1")
+
+
 def _world_hosts(text: str) -> list[str]:
     matches = list(_WORLD_INFO.finditer(text))
     if not matches:
@@ -660,7 +664,7 @@ def _world_hosts(text: str) -> list[str]:
         return []
     if not isinstance(info, dict):
         return []
-    return [str(name) for name in info if str(name) not in ("localhost", "127.0.0.1")]
+    return [str(name) for name in info if str(name) not in _NO_HOST_NAMES]
 
 
 def _trace(text: str, reference: datetime | None) -> RunTrace:
@@ -684,7 +688,9 @@ def _trace(text: str, reference: datetime | None) -> RunTrace:
             year_less.append(partial)
         for pattern in _HOST_PATTERNS:
             if (match := pattern.search(line)) is not None:
-                hosts.append(match.group("host"))
+                # torchrun's summary says "host : localhost" for a single-node run: no name.
+                if match.group("host") not in _NO_HOST_NAMES:
+                    hosts.append(match.group("host"))
                 break
         for pattern in _COMMAND_PATTERNS:
             if (match := pattern.search(line)) is not None:

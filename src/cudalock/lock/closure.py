@@ -40,6 +40,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
+from cudalock.lock.cudabuilt import BuildCheck
 from cudalock.lock.metadata import (
     Metadata,
     family_requirements,
@@ -64,14 +65,16 @@ from cudalock.lock.pylock import (
     validate_lock,
 )
 from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
+from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import PackagePin, Plan
 from cudalock.request import TORCH_FAMILY, Framework, Request, parse_framework
 from cudalock.urls import redact
 
 Echo = Callable[[str], None]
 #: Resolutions before the closure must have settled: one to see what it holds, one with the
-#: family routed and the extras asked for, one more if those brought in new family members.
-MAX_ROUNDS = 4
+#: family routed and the extras asked for, one more if those brought in new family members, and
+#: one or two after versions built for another CUDA were excluded.
+MAX_ROUNDS = 6
 #: Locked with DeepSpeed, which is built without build isolation against the torch: pip then
 #: needs the build backend (setuptools, which has built wheels by itself since 70.1) installed.
 DEEPSPEED_BUILD_TOOLS = ("setuptools",)
@@ -276,7 +279,9 @@ def _package(uv_data: Mapping[str, Any], name: str) -> Package | None:
 class _Fitter:
     """The state of one closure resolution: what was found and added, round by round."""
 
-    def __init__(self, plan: Plan, request: Request, options: UvOptions, uv: _Uv) -> None:
+    def __init__(
+        self, plan: Plan, request: Request, options: UvOptions, uv: _Uv, matrix: Matrix
+    ) -> None:
         self.plan = plan
         self.request = request
         self.options = options
@@ -295,6 +300,17 @@ class _Fitter:
         self.notes: list[str] = []
         self.metadata: dict[tuple[str, str], Metadata | None] = {}
         self.glibc = target_glibc(plan.targets)
+        #: What the closure's CUDA-built packages were built for; versions that do not fit.
+        self.builds = BuildCheck(
+            plan=plan,
+            matrix=matrix,
+            environment=self.environment,
+            indexes=(),
+            timeout_s=options.timeout_s,
+            retries=options.retries,
+            offline=options.offline,
+            metadata=self.metadata,
+        )
 
     def input(self) -> LockInput:
         return lock_input(
@@ -305,7 +321,7 @@ class _Fitter:
             allow_insecure=self.options.allow_insecure,
             family=tuple(self.family.values()),
             extras=self.extras,
-            additions=tuple(self.additions),
+            additions=(*self.additions, *self.builds.exclusions),
         )
 
     def requirement_frameworks(self) -> list[tuple[str, Requirement]]:
@@ -387,6 +403,11 @@ class _Fitter:
                 if name not in versions and name not in self.additions:
                     self.additions.append(name)
                     changed = True
+        if not changed:
+            # The closure fits the torch family; now what its CUDA-built packages were built for.
+            self.builds.indexes = inp.indexes
+            packages = [p for p in map(lambda n: _package(uv_lock, n), versions) if p is not None]
+            changed = self.builds.review(packages)
         return changed
 
     def _who_requires(self, uv_lock: Mapping[str, Any], name: str, inp: LockInput) -> str:
@@ -449,7 +470,7 @@ class _Fitter:
                     "built against a CUDA torch"
                 )
             lines.append(f"{', '.join(self.additions)} locked too: {why}")
-        return lines + self.notes
+        return lines + self.notes + self.builds.notes
 
 
 def resolve_closure(
@@ -459,8 +480,12 @@ def resolve_closure(
     *,
     previous: str | None = None,
     echo: Echo | None = None,
+    matrix: Matrix | None = None,
 ) -> Closure:
     """Resolve the whole closure of ``plan`` and ``request`` with uv, fitted to the torch.
+
+    ``matrix`` (default: the shipped one or ``CUDALOCK_MATRIX``) judges the CUDA its CUDA-built
+    packages were built for against the targets' drivers.
 
     ``previous``: the pylock.toml already there, whose versions uv keeps where the new
     inputs still allow them (unless ``options.upgrade``). Raises :class:`Unsatisfiable`
@@ -477,7 +502,7 @@ def resolve_closure(
             # uv reads an existing output file as preferences: locked versions are kept
             # where the new plan still allows them.
             (work / "closure" / LOCK_FILE).write_text(previous, encoding="utf-8")
-        fitter = _Fitter(plan, request, options, uv)
+        fitter = _Fitter(plan, request, options, uv, matrix or load_matrix())
         inp = fitter.input()
         routes = ", ".join(f"{', '.join(r.packages)} only from {redact(r.url)}" for r in inp.routes)
         say(
@@ -524,6 +549,7 @@ def _changes(fitter: _Fitter) -> str:
         f"{Requirement(text).name}[{','.join(extras)}]" for text, extras in fitter.extras.items()
     ]
     parts += fitter.additions
+    parts += fitter.builds.exclusions
     return ", ".join(parts) or "nothing new"
 
 
@@ -533,7 +559,11 @@ def _changes(fitter: _Fitter) -> str:
 
 def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockError:
     """The framework whose newest matching release needs another torch, by name; else uv's own
-    explanation."""
+    explanation. Versions excluded for the CUDA they were built for come first: without them
+    uv had a solution."""
+    refusal = fitter.builds.refusal()
+    if refusal is not None:
+        return Unsatisfiable(refusal[0], hint=refusal[1])
     problems: list[str] = []
     hints: list[str] = []
     for index, (text, requirement) in enumerate(fitter.requirement_frameworks()):

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.pylock import Package, Pylock, PylockValidationError
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from cudalock.defaults import DEFAULT_PYPI_INDEX
@@ -119,6 +119,18 @@ def target_glibc(targets: Sequence[Target]) -> str | None:
         if re.fullmatch(r"\d{1,4}(\.\d{1,4})+", glibc):
             known.append(tuple(int(part) for part in glibc.split(".")))
     return ".".join(str(part) for part in min(known)) if known else None
+
+
+def _narrowed(text: str, name: str, addition: Requirement) -> str:
+    """``text`` with ``addition``'s specifier added when it names ``name`` by version."""
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        return text  # a local path: not narrowed by version
+    if canonicalize_name(requirement.name) != name or requirement.url:
+        return text
+    requirement.specifier &= addition.specifier
+    return str(requirement)
 
 
 def environment_marker(platform: str) -> str:
@@ -245,9 +257,14 @@ def lock_input(
         requirements.append(str(requirement))
         pinned.add(name)
     for text in additions:
-        if canonicalize_name(Requirement(text).name) not in pinned:
+        addition = Requirement(text)
+        name = canonicalize_name(addition.name)
+        if name not in pinned:
             requirements.append(text)
-            pinned.add(canonicalize_name(Requirement(text).name))
+            pinned.add(name)
+        elif addition.specifier:
+            # A version excluded for the CUDA it was built for narrows what was asked for.
+            requirements[:] = [_narrowed(r, name, addition) for r in requirements]
     taken: set[str] = set()
     routes = tuple(
         IndexRoute(name=_index_name(url, taken), url=url, packages=tuple(names))

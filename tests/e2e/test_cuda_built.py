@@ -1,0 +1,137 @@
+"""CUDA-built packages from PyPI in the closure, end to end: real cudalock, uv, venvs, and a
+127.0.0.1 index whose xformers stand-ins carry the real wheels' build facts (cpp_lib.json, an
+extension needing libcudart.so.12) and Requires-Dist (compat_matrix/cuda_builds.toml).
+
+Expected plans, from the shipped matrix: driver 525.125.06 runs CUDA 12.0, so torch 2.5.1
+(cu118/cu121/cu124) is the cu118 build; driver 530.30.02 runs CUDA 12.1: the cu121 build.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cudalock.lock.pylock import parse_lock
+from tests.support.cli import cudalock
+from tests.support.index import IndexServer, offline_env, serve_indexes
+from tests.support.wheels import StandIn, cuda_extension_standin, torch_standin, xformers_cpp_lib
+
+pytestmark = pytest.mark.slow
+
+PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+CP = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+
+
+def pytorch_index() -> dict[str, list[StandIn]]:
+    return {
+        variant: [
+            torch_standin(f"2.5.1+{variant}", cuda),
+            StandIn("torchvision", f"0.20.1+{variant}", requires_dist=["torch==2.5.1"]),
+        ]
+        for variant, cuda in (("cu118", "11.8"), ("cu121", "12.1"))
+    }
+
+
+def xformers(version: str, torch_pin: str, cuda: int, built_against: str, tag: str) -> StandIn:
+    # Requires-Dist as the real wheels declare them (numpy, torch==X).
+    return cuda_extension_standin(
+        "xformers",
+        version,
+        requires_dist=["numpy", f"torch=={torch_pin}"],
+        cpp_lib=xformers_cpp_lib(cuda, built_against),
+        tag=tag,
+    )
+
+
+PYPI = [
+    xformers("0.0.28.post3", "2.5.1", 1201, "2.5.1+cu121", f"{CP}-{CP}-manylinux_2_28_x86_64"),
+    xformers("0.0.29.post1", "2.5.1", 1201, "2.5.1+cu121", f"{CP}-{CP}-manylinux_2_28_x86_64"),
+    xformers("0.0.31", "2.7.1", 1208, "2.7.1+cu126", "cp39-abi3-manylinux_2_28_x86_64"),
+    StandIn("numpy", "2.1.3"),
+    torch_standin("2.7.1", "12.6"),
+]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    with serve_indexes(
+        tmp_path_factory.mktemp("index"), pytorch=pytorch_index(), pypi=PYPI
+    ) as server:
+        yield server
+
+
+def args(index: IndexServer, driver: str) -> list[str]:
+    pytorch, pypi = index
+    return [
+        "--driver-version",
+        driver,
+        "--compute-capability",
+        "8.0",
+        "--torch",
+        "2.5.1",
+        "--python",
+        PY,
+        "--framework",
+        "xformers",
+        "--pytorch-index",
+        pytorch,
+        "--pypi-index",
+        pypi,
+    ]
+
+
+def test_a_cuda_12_1_xformers_is_never_created_beside_a_cu118_torch(
+    index: IndexServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "env"
+    env = offline_env() | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = cudalock(
+        "bootstrap",
+        "-o",
+        str(out),
+        "--format",
+        "venv",
+        *args(index, "525.125.06"),
+        "--create",
+        env=env,
+        timeout=600,
+    )
+    text = done.stdout + done.stderr
+    assert done.returncode == 1, text
+    assert "audit: no errors" not in text
+    assert (
+        "xformers 0.0.29.post1 is built for CUDA 12.1 against torch 2.5.1+cu121; "
+        "this torch is 2.5.1+cu118" in text
+    )
+    assert "no other xformers release fits the plan (excluded: 0.0.29.post1, 0.0.28.post3)" in text
+    # The next step is what the CUDA 12.1 build needs: a driver that runs CUDA 12.1.
+    assert "drop xformers, or run it on a driver ≥ 530.30.02" in text
+    assert not (out / ".venv").exists()
+
+
+def test_on_a_cuda_12_1_driver_the_cuda_12_1_xformers_is_locked(
+    index: IndexServer, tmp_path: Path
+) -> None:
+    # A cache of its own: what a wheel said is kept by its sha256 (the stand-ins' bytes are
+    # the same from run to run).
+    env = offline_env() | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = tmp_path / "out"
+    done = cudalock("lock", "-o", str(out), *args(index, "530.30.02"), env=env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lock, _data = parse_lock((out / "pylock.toml").read_text(), source="pylock.toml")
+    versions = {str(p.name): str(p.version) for p in lock.packages}
+    assert versions["torch"] == "2.5.1+cu121"
+    assert versions["xformers"] == "0.0.29.post1"
+    assert "is built for CUDA" not in done.stderr
+    # Read by range requests: the extension's dynamic section and cpp_lib.json, not the wheel.
+    wheel = index.file_path(PYPI[1].filename)
+    statuses = {status for _m, path, status in index.requests if path == wheel}
+    assert statuses == {206}, statuses
+    # A second lock reads what the first one read, not the wheel.
+    asked = len(index.requests)
+    again = cudalock("lock", "-o", str(out), *args(index, "530.30.02"), env=env, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [r for r in index.requests[asked:] if r[1] == wheel] == []
