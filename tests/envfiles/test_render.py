@@ -690,3 +690,35 @@ def test_install_sh_points_torchs_extension_builder_at_conda_forges_cuda(
         f"{prefix}|{include}|{include}:/opt/include|{prefix}/targets/x86_64-linux/lib",
         "/opt/include|unset",
     ]
+
+
+def test_install_sh_installs_without_the_callers_uv_and_pip_sources(tmp_path: Path) -> None:
+    _install_sh(tmp_path, with_lock=True)
+    seen = tmp_path / "seen"
+    fake = tmp_path / "env" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(f"#!/bin/sh\nenv >> {seen}\n")
+    fake.chmod(0o755)
+    sources = {
+        "UV_FIND_LINKS": "https://elsewhere.example/wheels",
+        "UV_EXTRA_INDEX_URL": "https://elsewhere.example/simple",
+        "PIP_INDEX_URL": "https://elsewhere.example/simple",
+        "PIP_FIND_LINKS": "/tmp/planted",
+    }
+    done = subprocess.run(
+        ["bash", "out/install.sh"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHON": "env/bin/python",
+            "CUDALOCK_INSTALLER": "pip",
+            **sources,
+        },
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    recorded = seen.read_text()
+    assert "PYTHON" not in sources and "PATH=" in recorded
+    assert [name for name in sources if f"{name}=" in recorded] == []

@@ -29,6 +29,7 @@ from cudalock.defaults import DEFAULT_PYPI_INDEX, OUTPUT_FORMATS, OutputFormat
 from cudalock.errors import UsageError
 from cudalock.lock import (
     BUILT_AGAINST_TORCH,
+    INSTALL_ROUTING_VARIABLES,
     LAST_FILE,
     LOCK_FILE,
     REQUIREMENTS_FILE,
@@ -419,6 +420,7 @@ def render_install_sh(plan: Plan, options: RenderOptions) -> str:
                 for name in (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
             ),
             "steps": "\n\n".join(blocks),
+            "routing_variables": " ".join(INSTALL_ROUTING_VARIABLES),
         },
     )
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -160,14 +162,30 @@ class Closure:
         }
 
 
+#: What makes a directory a Python project uv can build.
+_PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
 def check_framework_paths(frameworks: Sequence[Framework]) -> None:
-    """Every local framework path is a directory (before anything is resolved)."""
+    """Every local framework path (or ``file://`` URL) is a Python project directory, before
+    anything is resolved: ``/etc`` or ``file:///etc/passwd`` is a usage error, not a failed
+    download."""
     for framework in frameworks:
-        if framework.path is not None and not framework.path.is_dir():
+        path = framework.path
+        if path is None and framework.text.lower().startswith("file:"):
+            path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(framework.text).path))
+        if path is None:
+            continue
+        if not path.is_dir():
             raise UsageError(
                 f"--framework {framework.text!r} looks like a local path, but no such "
                 "directory exists; expected a requirement (name==version), a VCS URL "
                 "or a project directory"
+            )
+        if not any((path / name).is_file() for name in _PROJECT_FILES):
+            raise UsageError(
+                f"--framework {framework.text!r} is a directory but not a Python project "
+                f"(no {', '.join(_PROJECT_FILES)} in it)"
             )
 
 
