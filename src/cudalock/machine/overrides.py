@@ -211,6 +211,10 @@ def gpu_model_named(name: str, matrix: Matrix) -> GpuModel:
     return model
 
 
+#: The name of a live probe once the Target flags replace its driver: it describes another machine.
+GIVEN_BY_FLAGS = "given by flags"
+
+
 def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Target:
     """``target`` with the given fields replaced; the rest stays as probed."""
     if not overrides.given:
@@ -225,7 +229,7 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
         notes.append(f"platform {platform} given; host details of {target.name} dropped")
 
     if overrides.no_gpu:
-        name = "given by flags" if target.name == "this machine" else target.name
+        name = GIVEN_BY_FLAGS if target.name == "this machine" else target.name
         return replace(
             target,
             name=name,
@@ -287,7 +291,7 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
     fully_replaced = driver_given and bool(overrides.gpus)
     kept = () if fully_replaced else target.notes
     # A live probe's "this machine" is no longer this machine once its driver is replaced.
-    name = "given by flags" if driver_given and target.name == "this machine" else target.name
+    name = GIVEN_BY_FLAGS if driver_given and target.name == "this machine" else target.name
     return replace(
         target,
         name=name,
@@ -579,6 +583,19 @@ def _target(
     )
     host_entry = get("host")
     host = Host() if host_entry is None else _host_from_json(host_entry)
+    if (
+        get("source") == "override"
+        and get("name") == GIVEN_BY_FLAGS
+        and (host.memory_total_bytes is not None or host.hostname is not None)
+    ):
+        # Written with the Target flags for another machine by an older cudalock: the RAM and
+        # name recorded are the writing machine's, not the target's.
+        host = replace(host, memory_total_bytes=None, cgroup_memory_limit_bytes=None, hostname=None)
+        notes = (
+            *notes,
+            "RAM, cgroup limit and hostname left out: this probe was written with the Target "
+            "flags for another machine, so they were the writing machine's",
+        )
     if file is not None:
         name = (host.hostname.strip() if host.hostname is not None else "") or file.stem
     source = get("source") or "file"
