@@ -88,6 +88,10 @@ class Overrides:
             self.driver_version or self.driver_cuda or self.no_gpu or self.gpus or self.platform
         )
 
+    @property
+    def driver_given(self) -> bool:
+        return self.driver_version is not None or self.driver_cuda is not None
+
 
 def targets_from_options(
     options: TargetOptions,
@@ -100,13 +104,11 @@ def targets_from_options(
     if options.probe_files:
         targets = read_probe_files(options.probe_files)
         return [apply_overrides(t, overrides, matrix) for t in targets]
-    live = probe() if probe is not None else _default_probe(matrix)
+    # The driver and the GPUs given (or --no-gpu): the live values would all be replaced, so
+    # neither is probed.
+    hardware = not (overrides.no_gpu or (overrides.driver_given and overrides.gpus))
+    live = probe() if probe is not None else probe_machine(matrix=matrix, hardware=hardware)
     return [apply_overrides(live, overrides, matrix)]
-
-
-def _default_probe(matrix: Matrix) -> Target:
-
-    return probe_machine(matrix=matrix)
 
 
 def overrides_from_options(options: TargetOptions, matrix: Matrix) -> Overrides:
@@ -243,7 +245,7 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
     driver_version, driver_cuda = target.driver_version, target.driver_cuda
     # The driver's two fields are replaced together: a probed version next to a given CUDA
     # version (or the reverse) would describe neither machine.
-    driver_given = overrides.driver_version is not None or overrides.driver_cuda is not None
+    driver_given = overrides.driver_given
     if (driver_given or overrides.gpus) and target.name == "this machine":
         # The flags describe another machine: this one's RAM, cgroup limit and name are not
         # the target's, and a memory check must not judge that machine by them.
