@@ -321,7 +321,7 @@ def test_cudalock_toml_syntax_error_names_the_line(tmp_path: Path) -> None:
     (out / "cudalock.toml").write_text('[request]\ntorch = "2.1.0"\npython = = "3.11"\n')
     done = cudalock("bootstrap", "-o", "out", *TARGET, cwd=tmp_path)
     assert done.returncode == 2
-    assert "out/cudalock.toml:3:9: invalid TOML" in done.stderr
+    assert "out/cudalock.toml:3:10: invalid TOML" in done.stderr  # the second "="
     assert "Traceback" not in done.stderr
 
 

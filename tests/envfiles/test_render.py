@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,22 @@ def test_deepspeed_on_cuda11_needs_a_system_toolkit_and_brings_no_compiler() -> 
     assert document["channels"] == ["conda-forge"]
     assert not any("cuda" in str(d) for d in document["dependencies"] if isinstance(d, str))
     assert "a system toolkit of CUDA 11.8 is needed" in text
+
+
+def test_flash_attn_brings_the_toolkit_and_says_when_it_compiles() -> None:
+    plan = make_plan(variant="cu118", cuda=(11, 8))
+    with_flash_attn = replace(
+        plan, packages=(*plan.packages, PackagePin("flash-attn", "2.8.3", None))
+    )
+    text = render_files(with_flash_attn, RenderOptions(name="ft"))["environment.yml"]
+    assert (
+        "flash-attn compiles its kernels when no prebuilt wheel fits against a CUDA 11.8 "
+        "toolkit, which conda-forge does not have: a system toolkit of CUDA 11.8 is needed"
+    ) in text
+    cuda12 = make_plan()
+    cuda12 = replace(cuda12, packages=(*cuda12.packages, PackagePin("flash-attn", "2.8.3", None)))
+    deps = yaml.safe_load(render_files(cuda12, RenderOptions(name="ft"))["environment.yml"])
+    assert "cuda-nvcc" in deps["dependencies"] and "cuda-version=12.1" in deps["dependencies"]
 
 
 def test_cpu_plan_has_no_compilers_even_with_deepspeed() -> None:
@@ -690,3 +707,35 @@ def test_install_sh_points_torchs_extension_builder_at_conda_forges_cuda(
         f"{prefix}|{include}|{include}:/opt/include|{prefix}/targets/x86_64-linux/lib",
         "/opt/include|unset",
     ]
+
+
+def test_install_sh_installs_without_the_callers_uv_and_pip_sources(tmp_path: Path) -> None:
+    _install_sh(tmp_path, with_lock=True)
+    seen = tmp_path / "seen"
+    fake = tmp_path / "env" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(f"#!/bin/sh\nenv >> {seen}\n")
+    fake.chmod(0o755)
+    sources = {
+        "UV_FIND_LINKS": "https://elsewhere.example/wheels",
+        "UV_EXTRA_INDEX_URL": "https://elsewhere.example/simple",
+        "PIP_INDEX_URL": "https://elsewhere.example/simple",
+        "PIP_FIND_LINKS": "/tmp/planted",
+    }
+    done = subprocess.run(
+        ["bash", "out/install.sh"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHON": "env/bin/python",
+            "CUDALOCK_INSTALLER": "pip",
+            **sources,
+        },
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    recorded = seen.read_text()
+    assert "PYTHON" not in sources and "PATH=" in recorded
+    assert [name for name in sources if f"{name}=" in recorded] == []
