@@ -165,7 +165,7 @@ def test_no_torch_spec_is_no_constraint_and_costs_no_specifier_import() -> None:
         ("python", "3"),
         ("cuda", "twelve"),
         ("compat", "loose"),
-        ("with_packages", ["numpy"]),
+        ("with_packages", ["numpy>>1"]),
         ("with_packages", ["torch"]),
         ("with_packages", ["x[["]),
         ("pytorch_index", "download.pytorch.org/whl"),
@@ -184,6 +184,8 @@ def test_make_request_companions() -> None:
         "deepspeed>=0.15",
     )
     assert make_request(with_packages=["torchvision<0.20"]).with_packages == ("torchvision<0.20",)
+    # A package of the variant index (checked against its project list when locking).
+    assert make_request(with_packages=["xformers"]).with_packages == ("torchvision", "xformers")
     with pytest.raises(InputError):
         make_request(torch="2.x")
 

@@ -124,8 +124,10 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions, absolute_frameworks, check_lock, make_lock
+    from cudalock.lock.frameworks import plan_with_frameworks
+    from cudalock.lock.http import cache_disabled
+    from cudalock.lock.pylock import default_index_of
     from cudalock.machine import targets_from_options
-    from cudalock.resolve import resolve as resolve_plan
 
     out: Path = args.output_dir
     if out.exists() and not out.is_dir():  # before any work: uv would run for nothing
@@ -140,7 +142,20 @@ def run(args: argparse.Namespace) -> None:
     )
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
-    plan = resolve_plan(matrix, targets, request)
+    plan, _frameworks = plan_with_frameworks(
+        matrix,
+        targets,
+        request,
+        default_index=default_index_of(
+            request,
+            pypi_index=request.pypi_index,
+            allow_insecure=request_opts.allow_insecure_index,
+        ),
+        timeout_s=args.timeout,
+        retries=args.retries,
+        offline=args.offline,
+        use_cache=not cache_disabled(),
+    )
     if args.check:
         changes = check_lock(out, plan, request, allow_insecure=request_opts.allow_insecure_index)
         if json_output:

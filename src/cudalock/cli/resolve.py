@@ -70,7 +70,23 @@ def run(args: argparse.Namespace) -> None:
     # The plan keeps index credentials (bootstrap writes them into the files that need them);
     # what resolve prints never shows them.
     try:
-        plan = resolve_plan(matrix, targets, request)
+        if request.frameworks:
+            # Frameworks take part in choosing torch: their releases are read from the index.
+            from cudalock.lock.frameworks import plan_with_frameworks
+            from cudalock.lock.http import cache_disabled
+            from cudalock.lock.pylock import default_index_of
+
+            plan, _frameworks = plan_with_frameworks(
+                matrix,
+                targets,
+                request,
+                default_index=default_index_of(
+                    request, allow_insecure=request_opts.allow_insecure_index
+                ),
+                use_cache=not cache_disabled(),
+            )
+        else:
+            plan = resolve_plan(matrix, targets, request)
     except Unsatisfiable as err:
         if args.json_output:
             emit_json(_redacted(unsatisfiable_json(err)))

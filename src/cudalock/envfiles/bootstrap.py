@@ -66,10 +66,13 @@ from cudalock.lock import (
     lock_texts,
     resolve_closure,
 )
+from cudalock.lock.frameworks import plan_with_frameworks
+from cudalock.lock.http import cache_disabled
+from cudalock.lock.pylock import default_index_of
 from cudalock.machine import TargetOptions, targets_from_options
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Plan, Request
-from cudalock.resolve import RequestOptions, resolve
+from cudalock.resolve import RequestOptions
 from cudalock.urls import redact
 
 LOG_FILE = "cudalock-bootstrap.log"
@@ -179,7 +182,18 @@ def run_bootstrap(
         echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
     matrix = load_matrix(target_opts.matrix_dir)
     targets = targets_from_options(target_opts, matrix)
-    plan = resolve(matrix, targets, request)
+    plan, _frameworks = plan_with_frameworks(
+        matrix,
+        targets,
+        request,
+        default_index=default_index_of(
+            request, pypi_index=request.pypi_index, allow_insecure=options.uv.allow_insecure
+        ),
+        timeout_s=options.uv.timeout_s,
+        retries=options.uv.retries,
+        offline=options.uv.offline,
+        use_cache=not cache_disabled(options.uv.environ),
+    )
 
     name = check_env_name(
         options.name or (spec.output.name if spec else None) or default_env_name(plan)

@@ -192,6 +192,7 @@ def lock_input(
     family: Sequence[PackagePin] = (),
     extras: Mapping[str, Sequence[str]] | None = None,
     additions: Sequence[str] = (),
+    variant_packages: Sequence[str] = (),
 ) -> LockInput:
     """uv's input for ``plan``: its pins, routed, plus requested packages it does not pin.
 
@@ -200,6 +201,9 @@ def lock_input(
     ``extras`` adds extras to a framework (by the text the user gave). ``family`` are further
     torch-family pins the closure was found to need, routed like the Plan's; ``additions`` are
     further requirements (DeepSpeed's build tools), from the default index.
+    ``variant_packages`` are packages the plan's variant index builds (xformers, torchao, ...):
+    required (unpinned, so uv takes the framework's constraint on them) and routed to that
+    index, direct requirements or not: uv honours an index route on direct requirements only.
     """
     default_index = default_index_of(request, pypi_index=pypi_index, allow_insecure=allow_insecure)
     requirements: list[str] = []
@@ -248,6 +252,17 @@ def lock_input(
         if canonicalize_name(Requirement(text).name) not in pinned:
             requirements.append(text)
             pinned.add(canonicalize_name(Requirement(text).name))
+    if variant_packages and plan.index_url:
+        url = validate_index_url(
+            plan.index_url, flag="--pytorch-index", allow_insecure=allow_insecure
+        )
+        for name in map(canonicalize_name, variant_packages):
+            if name not in pinned:
+                requirements.append(name)
+                pinned.add(name)
+            names = routed.setdefault(url, [])
+            if name not in names and url != default_index:
+                names.append(name)
     taken: set[str] = set()
     routes = tuple(
         IndexRoute(name=_index_name(url, taken), url=url, packages=tuple(names))
