@@ -19,8 +19,12 @@ BASE = frozenset(
         "fsutil",
         "procs",
         "shipped",
+        "httpget",
         "tomlfile",
         "safetext",
+        "request",
+        "defaults",
+        "sharedlibs",
     }
 )
 #: What each package may import besides the base (and itself); "cli" may import anything.

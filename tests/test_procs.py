@@ -156,3 +156,46 @@ def test_a_cancelled_run_kills_the_child(tmp_path: Path) -> None:
     with pytest.raises(ChildCancelled):
         run([PYTHON, "-c", code], what="x", timeout=60, cancel=cancel)
     assert not alive(int(pid_file.read_text()))
+
+
+def wait_gone(pid: int, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def test_a_grandchild_in_a_session_of_its_own_cannot_hold_the_pipes(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    # setsid leaves the child's process group; the grandchild keeps stdout and stderr open.
+    done_by = time.monotonic() + 10
+    done = run(
+        ["sh", "-c", f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 1000' & sleep 0.3; echo up"],
+        what="the launcher",
+        timeout=60,
+    )
+    assert time.monotonic() < done_by
+    assert done.returncode == 0 and "up" in done.stdout_text()
+    assert wait_gone(int(pid_file.read_text()))
+
+
+def test_a_timeout_kills_a_daemon_that_left_the_session_and_cleared_its_environment(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "pid"
+    # A double fork with setsid and an empty environment: re-parented to cudalock, unmarked.
+    daemon = f"echo $$ > {pid_file}; exec sleep 1000"
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execve('/bin/sh', ['sh', '-c', {daemon!r}], {{}})\n"
+        "    os._exit(0)\n"
+        "time.sleep(1000)\n"
+    )
+    started = time.monotonic()
+    with pytest.raises(ChildTimedOut):
+        run([PYTHON, "-c", code], what="the forker", timeout=1.5)
+    assert time.monotonic() - started < 10
+    assert wait_gone(int(pid_file.read_text()))

@@ -1,7 +1,8 @@
-"""The value types that flow between cudalock's parts: Target, Request, Plan, Finding.
+"""The value types that flow between cudalock's parts: Target, Plan, Finding.
 
-Target (the machine), Request (what the user asked for), Plan (what resolve chose, and why) and
-Finding (what audit and doctor report). Plain frozen dataclasses, serialisable to JSON.
+Target (the machine), Plan (what resolve chose, and why) and Finding (what audit and doctor
+report). Plain frozen dataclasses, serialisable to JSON. The Request (what the user asked for)
+is :mod:`cudalock.request`.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cudalock.request import Compat
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
@@ -18,7 +20,6 @@ from cudalock.versions import (
 )
 
 PlatformName = str
-Compat = Literal["strict", "minor"]
 Severity = Literal["error", "warning", "info"]
 
 #: Version of the probe/target JSON schema written by ``cudalock probe --json``.
@@ -112,34 +113,6 @@ class Target:
             "host": self.host.to_json(),
             "source": self.source,
             "notes": list(self.notes),
-        }
-
-
-@dataclass(frozen=True)
-class Request:
-    """What the user asked for. Empty ``torch`` means "any release"."""
-
-    torch: str = ""
-    python: str | None = None
-    cuda: str | None = None
-    compat: Compat = "strict"
-    #: Companion packages, as requirement strings: "torchvision", "deepspeed>=0.15".
-    with_packages: tuple[str, ...] = ("torchvision",)
-    #: Fine-tuning frameworks, as given: requirements, local paths or VCS URLs.
-    frameworks: tuple[str, ...] = ()
-    pytorch_index: str = "https://download.pytorch.org/whl"
-    pypi_index: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "torch": self.torch,
-            "python": self.python,
-            "cuda": self.cuda,
-            "compat": self.compat,
-            "with": list(self.with_packages),
-            "frameworks": list(self.frameworks),
-            "pytorch_index": self.pytorch_index,
-            "pypi_index": self.pypi_index,
         }
 
 

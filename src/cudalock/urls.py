@@ -16,11 +16,6 @@ from typing import Any
 
 from cudalock.errors import UsageError
 
-#: Where torch's CUDA and CPU builds are published; a build's index is ``BASE/<variant>``.
-DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"
-#: The Python Package Index's simple API.
-DEFAULT_PYPI_INDEX = "https://pypi.org/simple"
-
 #: A URL in free text: a scheme, then everything up to whitespace (a password may hold any
 #: other character, so nothing else may end it early). The scheme's length is bounded:
 #: unbounded, every letter of a long run of letters (a line of uv's or pip's output) would start

@@ -21,7 +21,8 @@ from cudalock.audit.installed import (
     TorchInstall,
 )
 from cudalock.matrix import Matrix
-from cudalock.model import Compat, Finding, Gpu, Target
+from cudalock.model import Finding, Gpu, Target
+from cudalock.request import Compat
 from cudalock.resolve.compat import driver_verdict
 from cudalock.versions import DriverVersion, parse_cuda_version
 from tests.support.known_matrix import known_matrix

@@ -8,7 +8,7 @@ cannot be resolved, which shows what bootstrap writes without it.
 
 from __future__ import annotations
 
-import os
+import re
 import stat
 import subprocess
 import sys
@@ -63,14 +63,7 @@ def test_conda_format_writes_the_files(tmp_path: Path, index: IndexServer) -> No
     )
     document = yaml.safe_load((out / "environment.yml").read_text())
     assert document["name"] == "ft"
-    assert {
-        "pip": [
-            f"--index-url {index.pytorch_url}/cu121",
-            f"--extra-index-url {index.pypi_url}",
-            "torch==2.1.0+cu121",
-            "torchvision==0.16.0+cu121",
-        ]
-    } in document["dependencies"]
+    assert {"pip": ["-r requirements.lock.txt"]} in document["dependencies"]
     assert stat.S_IMODE((out / "install.sh").stat().st_mode) == 0o755
     assert stat.S_IMODE((out / "environment.yml").stat().st_mode) == 0o644
     spec = (out / "cudalock.toml").read_text()
@@ -251,7 +244,7 @@ def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:
     for args, expected in [
         (["--python", "three"], "invalid Python version 'three'"),
         (["--torch", "~=banana"], "invalid torch version spec"),
-        (["--format", "pixi"], "invalid --format 'pixi'"),
+        (["--format", "spack"], "invalid --format 'spack'"),
         (["--framework", "./does-not-exist"], "no such directory exists"),
     ]:
         done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, *args, cwd=tmp_path)
@@ -274,7 +267,7 @@ def test_nothing_fits_is_exit_1_and_writes_nothing(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert done.returncode == 1, done.stderr
-    assert "nothing fits" in done.stderr
+    assert re.search(r"nothing in the matrix \(1\.13–\d+\.\d+\) fits", done.stderr)
     assert not (tmp_path / "out").exists()
 
 
@@ -284,14 +277,6 @@ def test_create_with_uv_format_is_refused(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "uv sync" in done.stderr
-
-
-def test_create_conda_without_conda_on_path_is_an_environment_failure(tmp_path: Path) -> None:
-    env = offline_env() | {"PATH": os.path.dirname(sys.executable)}
-    assert all(not (Path(env["PATH"]) / tool).exists() for tool in ("conda", "mamba", "micromamba"))
-    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, "--create", cwd=tmp_path, env=env)
-    assert done.returncode == 3
-    assert "needs conda, mamba or micromamba" in done.stderr
 
 
 def test_cudalock_toml_is_read_flags_override_and_comments_survive(

@@ -126,7 +126,14 @@ def test_command_modules_import_only_the_standard_library_at_the_top(module: str
         m
         for m in imported
         if m.split(".")[0] not in sys.stdlib_module_names
-        and m not in ("cudalock", "cudalock.cli", "cudalock.errors", "cudalock.platforms")
+        and m
+        not in (
+            "cudalock",
+            "cudalock.cli",
+            "cudalock.defaults",
+            "cudalock.errors",
+            "cudalock.platforms",
+        )
         and not m.startswith("cudalock.cli.")
     }
     assert outside == set(), module

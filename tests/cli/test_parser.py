@@ -22,7 +22,7 @@ from cudalock.cli.args import request_options, target_options
 from cudalock.cli.main import COMMANDS, build_parser, run, terminal_columns
 from cudalock.cli.training import memory_options
 from cudalock.machine.overrides import TargetOptions
-from cudalock.resolve.request import RequestOptions
+from cudalock.request import RequestOptions
 from tests.support.cli import CUDALOCK, cudalock
 from tests.support.index import offline_env
 
@@ -607,13 +607,6 @@ def test_completion_offers_commands_flags_and_files(
     assert complete(completion_script, ["cudalock", "matrix", "check", "no"], cwd=tmp_path) == [
         "node.json"
     ]
-
-
-def test_audit_and_doctor_look_for_the_spec_file_bootstrap_writes() -> None:
-    from cudalock.cli.args import SPEC_FILE
-    from cudalock.envfiles.spec import SPEC_FILE as WRITTEN
-
-    assert SPEC_FILE == WRITTEN
 
 
 @pytest.mark.parametrize("columns", [None, "120", "0", "wide", "-5"])

@@ -96,7 +96,9 @@ def test_nothing_fits_json_exits_1(known_matrix_dir: Path) -> None:
     )
     assert result.returncode == 1
     document = json.loads(result.stdout)
-    assert document["error"].startswith("nothing fits torch >=2.15")
+    assert document["error"].startswith(
+        "nothing in the matrix (1.13–2.15) fits this target with torch >=2.15"
+    )
     assert [(r["torch"], r["variant"]) for r in document["rejected"]] == [
         ("2.15.0", "cu132"),
         ("2.15.0", "cu130"),
@@ -120,8 +122,12 @@ def test_nothing_fits_text_exits_1_with_candidates(known_matrix_dir: Path) -> No
     assert result.returncode == 1
     assert result.stdout == ""
     assert "Nearest candidates (newest first):" in result.stderr
-    assert "cudalock: error: nothing fits torch >=2.15" in result.stderr
-    assert "hint: upgrade to driver ≥ 580.65.06" in result.stderr
+    assert (
+        "cudalock: error: nothing in the matrix (1.13–2.15) fits this target with torch >=2.15"
+        in result.stderr
+    )
+    assert "hint: upgrade the driver to ≥ 595.45.04 for torch 2.15.0+cu132" in result.stderr
+    assert "≥ 580.65.06, the smallest upgrade that opens a build" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -200,3 +206,20 @@ def test_resolve_stays_import_light() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr
+
+
+def test_v100_on_470_gives_the_practical_next_step(known_matrix_dir: Path) -> None:
+    result = cudalock(
+        "resolve",
+        "--matrix",
+        known_matrix_dir,
+        "--driver-version",
+        "470.82.01",
+        "--gpu",
+        "V100",
+    )
+    assert result.returncode == 1
+    assert "cudalock: error: nothing in the matrix (1.13–2.15) fits this target" in result.stderr
+    assert "hint: --compat minor would give torch 2.7.1+cu118 on this driver" in result.stderr
+    assert "upgrade the driver to ≥ 560.28.03 for torch 2.14.1+cu126" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cudalock.envfiles.render import OUTPUT_FORMATS, OutputFormat, RenderOptions, render_files
+from cudalock.defaults import OUTPUT_FORMATS, OutputFormat
+from cudalock.envfiles.render import RenderOptions, render_files
 from cudalock.matrix import default_matrix_dir
 from cudalock.tomlfile import tomllib
 from tests.cli.test_errors import GPU_TARGET, assert_usage_error

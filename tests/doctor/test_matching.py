@@ -29,7 +29,8 @@ from cudalock.doctor.kernel import (
 from cudalock.doctor.logs import scan_training_log
 from cudalock.doctor.matching import RunScope, match_kill, run_scope, same_program
 from cudalock.machine.host import CgroupLevel, CgroupMemory, parse_boot_time, read_boot_time
-from cudalock.model import Compat, Finding, Gpu, Host, Target
+from cudalock.model import Finding, Gpu, Host, Target
+from cudalock.request import Compat
 from tests.support.cli import cudalock
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"
@@ -108,19 +109,13 @@ def test_a_log_from_another_host_and_year_is_judged_by_the_memory_check_alone() 
     assert "cgroup-oom-kill" not in codes(with_kills.findings)
     only = finding(with_kills.findings, "oom-from-memory-check-only")
     # DeepSpeed's ZeRO-2 CPU figure: 4 × 6,738,415,616 × 8 ranks × 1.5 = 301.23 GiB; 64 GiB here.
-    assert "no kernel record of this run was found" in only.message
+    assert "this machine's kernel log was not read (the run ran on gpu-node-12" in only.message
     assert "the host was 237.23GiB short" in only.message
     assert "which a ZeRO-2 checkpoint save would hit" in only.message
-    other = finding(with_kills.findings, "other-oom-kills")
-    assert other.message.startswith("Other OOM kills on this machine, not matched to this run (3)")
-    assert all(
-        "after the run" in item and "logged on vm; the run ran on gpu-node-12" in item
-        for item in other.evidence
-    )
+    # vm's own kills are not read at all: the run ran on gpu-node-12.
+    assert "other-oom-kills" not in codes(with_kills.findings)
     elsewhere = finding(with_kills.findings, "kernel-log-not-this-run")
-    assert any(
-        "the kernel log of vm, and the run ran on gpu-node-12" in e for e in elsewhere.evidence
-    )
+    assert "the run ran on gpu-node-12 (the hosts the log names), not on vm" in elsewhere.message
     assert "run cudalock doctor on gpu-node-12" in elsewhere.fix[0]
     # The verdict is the same before the unrelated kills happened.
     before = run_doctor(
@@ -262,7 +257,7 @@ def test_this_machines_cgroup_counters_do_not_count_for_a_run_elsewhere() -> Non
     )
     assert report.verdict != "cgroup-oom"
     elsewhere = finding(report.findings, "kernel-log-not-this-run")
-    assert "cgroup counters were left out" in elsewhere.message
+    assert "kernel log, cgroup counters and /dev/shm were not read" in elsewhere.message
 
 
 # --- dating kernel lines -------------------------------------------------------------------------
@@ -358,7 +353,7 @@ def test_doctor_command_on_this_machine_sets_its_kernel_lines_apart() -> None:
     found = {f["code"]: f for f in document["findings"]}
     assert "cgroup-oom-kill" not in found and "host-oom-kill" not in found
     only = found["oom-from-memory-check-only"]["message"]
-    assert "no kernel record of this run was found" in only
+    assert "this machine's kernel log was not read (the run ran on gpu-node-12" in only
     assert document["evidence"]["run"]["hosts"] == ["gpu-node-12"]
     text = cudalock(
         "doctor",
@@ -407,8 +402,22 @@ def test_flags_are_the_memory_check_too() -> None:
         readers(live_kernel("clean_dmesg.txt", hostname="vm"), hostname="vm"),
         audit=no_audit,
     )
-    # Nothing is known of the run's time or host: the clean log here counts as covering it.
-    assert report.verdict == "not-oom"
+    # Nothing says the run ran here: vm's clean kernel log is not read, and the verdict rests
+    # on the arithmetic (never "not an OOM" without evidence).
+    assert report.verdict == "likely-host-oom"
+    assert "kernel-log-not-read" in codes(report.findings)
+    # Said to have run here, the clean kernel log covering it rules an OOM kill out.
+    here = run_doctor(
+        DoctorRequest(
+            exit_code="-9",
+            flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=8),
+            host_memory_bytes=64 * GIB,
+            hosts=("vm",),
+        ),
+        readers(live_kernel("clean_dmesg.txt", hostname="vm"), hostname="vm"),
+        audit=no_audit,
+    )
+    assert here.verdict == "not-oom"
 
 
 def test_segfault_lines_of_another_time_do_not_explain_a_minus_11() -> None:
@@ -437,9 +446,9 @@ def test_kills_nothing_ties_to_the_run_do_not_decide_it() -> None:
     # out, so they are listed as such; given the run's window, the ones inside it count.
     kernel = live_kernel("slurm_jobs_memcg_dmesg.txt", hostname="vm")
     unknown = run_doctor(
-        DoctorRequest(exit_code="-9"), readers(kernel, hostname="vm"), audit=no_audit
+        DoctorRequest(exit_code="-9", hosts=("vm",)), readers(kernel, hostname="vm"), audit=no_audit
     )
-    assert unknown.verdict == "unknown"
+    assert unknown.verdict == "undetermined"
     assert "sigkill-not-oom" not in codes(unknown.findings)
     unchecked = finding(unknown.findings, "kernel-events-unchecked")
     assert unchecked.message.startswith("3 OOM kill(s) in the kernel log could be neither tied")
@@ -449,6 +458,7 @@ def test_kills_nothing_ties_to_the_run_do_not_decide_it() -> None:
             exit_code="-9",
             since=datetime(2026, 11, 30, 19, 46, 20),
             until=datetime(2026, 11, 30, 19, 46, 26),
+            hosts=("vm",),
         ),
         readers(kernel, hostname="vm"),
         audit=no_audit,
@@ -456,6 +466,6 @@ def test_kills_nothing_ties_to_the_run_do_not_decide_it() -> None:
     assert windowed.verdict == "cgroup-oom"
     cgroup = finding(windowed.findings, "cgroup-oom-kill")
     assert "Killed process 24573" in " ".join(cgroup.evidence)
-    assert "Matched to the run by time 2026-11-30 19:46:26." in cgroup.message
+    assert "Matched to the run by time 2026-11-30 19:46:26, host vm." in cgroup.message
     later = finding(windowed.findings, "other-oom-kills")
     assert len(later.evidence) == 2

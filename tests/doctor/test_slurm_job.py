@@ -18,7 +18,8 @@ from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
 from cudalock.doctor.slurm import JobAccounting, expand_hostlist
 from cudalock.errors import InputError
 from cudalock.machine.host import CgroupMemory
-from cudalock.model import Compat, Finding
+from cudalock.model import Finding
+from cudalock.request import Compat
 from tests.support.cli import cudalock
 from tests.support.index import offline_env
 from tests.support.slurm_records import recorded
@@ -214,7 +215,7 @@ def test_a_login_node_kernel_log_is_not_the_jobs() -> None:
     )
     assert report.verdict == "slurm-oom"
     elsewhere = finding(report.findings, "kernel-log-not-this-run")
-    assert "the kernel log of login1, and the run ran on vm" in elsewhere.evidence[0]
+    assert "the run ran on vm (Slurm job 3's nodes), not on login1" in elsewhere.message
 
 
 def test_accounting_problems_are_shown() -> None:

@@ -15,12 +15,15 @@ from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
 from cudalock.doctor.diagnosis import SetupHints, build_setup, explain_audit_finding, merge_hints
 from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
 from cudalock.machine.host import CgroupLevel, CgroupMemory, ShmInfo, read_cgroup_memory
-from cudalock.model import Compat, Finding, Gpu, Host, Target
+from cudalock.model import Finding, Gpu, Host, Target
+from cudalock.request import Compat
 from tests.support.cli import cudalock
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"
 KERNEL, LOGS = FIXTURES / "kernel", FIXTURES / "logs"
 GIB = 2**30
+#: The machine the tests' runs ran on: its kernel log and counters speak only for a run there.
+HOST = "gpu-node-03"
 
 
 def recorded_kernel(*names: str, dmesg_denied: bool = False) -> KernelLog:
@@ -46,6 +49,7 @@ def machine(
     memory: int = 512 * GIB,
     gpus: int = 8,
     environ: dict[str, str] | None = None,
+    hostname: str = HOST,
 ) -> MachineReaders:
     target = Target(
         platform="linux-x86_64",
@@ -62,6 +66,7 @@ def machine(
         probe=lambda: target,
         environ=environ or {},
         root=Path("/nonexistent-root"),
+        hostname=hostname,
     )
 
 
@@ -111,6 +116,7 @@ def test_cgroup_oom_with_counters_and_limit(tmp_path: Path) -> None:
         recorded_kernel("cgroup_oom_journal.txt"),
         cgroup=read_cgroup_memory(cgroup_root, proc),
         environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1"},
+        hostname="gpu-node-07",
     )
     report = run_doctor(
         DoctorRequest(
@@ -119,6 +125,7 @@ def test_cgroup_oom_with_counters_and_limit(tmp_path: Path) -> None:
             # The kills are logged at 14:31:05; the window ties them to this run.
             since=datetime(2026, 11, 29, 14, 0),
             until=datetime(2026, 11, 29, 14, 45),
+            hosts=("gpu-node-07",),
         ),
         readers,
         audit=no_audit,
@@ -142,6 +149,7 @@ def test_unreadable_kernel_log_with_short_host_is_a_likely_host_oom() -> None:
         DoctorRequest(
             exit_code="exitcode: -9",
             flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=4),
+            hosts=(HOST,),
         ),
         readers,
         audit=no_audit,
@@ -154,7 +162,9 @@ def test_unreadable_kernel_log_with_short_host_is_a_likely_host_oom() -> None:
 
 def test_clean_kernel_log_means_not_an_oom() -> None:
     report = run_doctor(
-        DoctorRequest(exit_code="-9"), machine(recorded_kernel("clean_dmesg.txt")), audit=no_audit
+        DoctorRequest(exit_code="-9", hosts=(HOST,)),
+        machine(recorded_kernel("clean_dmesg.txt")),
+        audit=no_audit,
     )
     assert report.verdict == "not-oom"
     assert codes(report.findings) == ["sigkill-not-oom", "memory-check-skipped"]
@@ -212,6 +222,7 @@ def test_sigsegv_runs_the_audit_and_reads_the_kernel(tmp_path: Path) -> None:
             exit_code="-11",
             log_path=LOGS / "deepspeed_segv.log",
             python=Path("/envs/ft/bin/python"),
+            hosts=(HOST,),
         ),
         machine(recorded_kernel("segfault_xid.txt"), shm=shm),
         audit=audit,
@@ -259,7 +270,7 @@ def test_a_driver_mismatch_the_policy_accepts_is_not_named_the_cause() -> None:
         return [Finding("minor-compat-only", "warning", "runs through minor-version compatibility")]
 
     report = run_doctor(
-        DoctorRequest(exit_code="-11", compat="minor"),
+        DoctorRequest(exit_code="-11", compat="minor", hosts=(HOST,)),
         machine(recorded_kernel("segfault_xid.txt")),
         audit=audit,
     )
@@ -295,7 +306,7 @@ def test_sigsegv_audit_failure_is_a_finding_not_a_crash() -> None:
 def test_bus_error_names_shm_size() -> None:
     shm = ShmInfo("/dev/shm", 64 * 2**20, 0)
     report = run_doctor(
-        DoctorRequest(exit_code="-7", log_path=LOGS / "dataloader_bus_error.log"),
+        DoctorRequest(exit_code="-7", log_path=LOGS / "dataloader_bus_error.log", hosts=(HOST,)),
         machine(recorded_kernel("clean_dmesg.txt"), shm=shm),
         audit=no_audit,
     )
@@ -305,7 +316,7 @@ def test_bus_error_names_shm_size() -> None:
     # A roomy /dev/shm here: the size is named, and the container's own /dev/shm suspected.
     roomy = ShmInfo("/dev/shm", 32 * GIB, 32 * GIB)
     report = run_doctor(
-        DoctorRequest(exit_code="135", log_path=LOGS / "dataloader_bus_error.log"),
+        DoctorRequest(exit_code="135", log_path=LOGS / "dataloader_bus_error.log", hosts=(HOST,)),
         machine(recorded_kernel("clean_dmesg.txt"), shm=roomy),
         audit=no_audit,
     )
@@ -537,6 +548,7 @@ def test_default_readers_take_every_root_and_command(tmp_path: Path) -> None:
         runner=runner,
         log_commands=[("dmesg",)],
         environ={},
+        hostname="node-1",
     )
     report = run_doctor(
         DoctorRequest(
@@ -544,6 +556,7 @@ def test_default_readers_take_every_root_and_command(tmp_path: Path) -> None:
             flags=SetupHints(params=7 * 10**9, zero_stage=2, gpus_per_node=2),
             since=datetime(2026, 11, 29, 13, 30),
             until=datetime(2026, 11, 29, 14, 30),
+            hosts=("node-1",),
         ),
         readers,
         audit=no_audit,
@@ -583,7 +596,7 @@ def test_kills_on_another_host_after_the_run_are_set_apart() -> None:
         machine(recorded_kernel("cgroup_oom_journal.txt")),
         audit=no_audit,
     )
-    assert report.verdict == "unknown"
+    assert report.verdict == "undetermined"
     assert "cgroup-oom-kill" not in codes(report.findings)
     other = next(f for f in report.findings if f.code == "other-oom-kills")
     assert "not matched to this run (2)" in other.message

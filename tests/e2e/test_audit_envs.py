@@ -29,9 +29,11 @@ from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
 from cudalock.doctor.kernel import CommandResult, read_kernel_log
 from cudalock.machine.host import CgroupMemory
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Compat, Finding, Gpu, Target
+from cudalock.model import Finding, Gpu, Target
+from cudalock.request import Compat
 from cudalock.versions import DriverVersion
-from tests.support.venvs import hide_cuda_toolkit, standin_env
+from tests.support.venvs import EnvSpec, hide_cuda_toolkit, make_env, standin_env, torch_with
+from tests.support.wheels import cuda_extension_standin, xformers_cpp_lib
 
 A100 = Gpu(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), index=0)
 DRIVER_535 = Target(
@@ -406,3 +408,34 @@ def test_cli_bad_interpreter_is_exit_2_without_traceback(tmp_path: Path) -> None
     result = _cli("--python", str(tmp_path / "missing"), "--no-gpu")
     assert result.returncode == 2
     assert "does not exist" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_cuda_12_xformers_beside_a_cu118_torch_is_read_from_its_files(
+    tmp_path_factory: pytest.TempPathFactory, matrix: Matrix
+) -> None:
+    # No cuda_builds.toml entry decides it: the version is not a PyPI one, so only the
+    # installed files (cpp_lib.json, the DT_NEEDED of xformers/_C.so) can say.
+    xformers = cuda_extension_standin(
+        "xformers",
+        "0.0.99",
+        requires_dist=["torch==2.5.1"],
+        cpp_lib=xformers_cpp_lib(1201, "2.5.1+cu121"),
+    )
+    vllm = cuda_extension_standin("vllm", "0.99.0", extension="vllm/_moe_C.abi3.so")
+    python = make_env(
+        tmp_path_factory.mktemp("cudabuilt"),
+        "cu118-xformers-cu121",
+        EnvSpec(wheels=[torch_with("2.5.1+cu118", "11.8"), xformers, vllm]),
+    )
+    target = replace(DRIVER_530, driver_version=DriverVersion("525.125.06"), driver_cuda=None)
+    with start_inspection(python=python) as inspection:
+        findings = audit_live([target], matrix, inspection).findings
+    found = {f.message.split(";")[0]: f for f in findings if f.code == "cuda-build-mismatch"}
+    assert set(found) == {
+        "xformers 0.0.99 is built for CUDA 12.1 against torch 2.5.1+cu121",
+        "vllm 0.99.0 is built for CUDA 12",
+    }
+    assert found["vllm 0.99.0 is built for CUDA 12"].evidence[0] == (
+        "vllm 0.99.0: vllm/_moe_C.abi3.so needs libcudart.so.12"
+    )
+    assert all("this torch is 2.5.1+cu118" in f.message for f in found.values())

@@ -190,5 +190,5 @@ def test_a_framework_pin_that_conflicts_with_torch_names_the_newest_release_that
     done = run(kernels, env, "lock", "--torch", "2.5.1", "--framework", "vllm==0.10.1.1")
     assert done.returncode == 1, done.stderr
     assert "vllm 0.10.1.1 requires torch==2.7.1" in done.stderr
-    assert "the newest vllm that fits this target is 0.6.6.post1" in done.stderr
+    assert "the newest vllm that accepts torch 2.5.1+cu121 is 0.6.6.post1" in done.stderr
     assert "hint: --framework 'vllm==0.6.6.post1'" in done.stderr

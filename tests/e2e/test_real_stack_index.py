@@ -23,9 +23,9 @@ from packaging.requirements import Requirement
 from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from cudalock.request import TORCH_FAMILY
 from tests.support.index import PEP691_JSON, IndexServer, offline_env
 from tests.support.realstack import (
-    TORCH_FAMILY,
     Recording,
     TorchBuild,
     load_recording,

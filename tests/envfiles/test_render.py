@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cudalock.envfiles.render import (
     RenderOptions,
+    build_script,
     check_env_name,
     install_steps,
     render_files,
@@ -23,12 +24,17 @@ from cudalock.envfiles.render import (
 )
 from cudalock.errors import UsageError
 from cudalock.model import Gpu, PackagePin, Plan, Target
-from cudalock.resolve import classify_framework
+from cudalock.request import Framework, parse_framework
 from cudalock.tomlfile import tomllib
 from cudalock.versions import DriverVersion
 
 PT = "https://download.pytorch.org/whl"
 SHELLCHECK = Path(sys.executable).with_name("shellcheck")
+
+
+def frameworks(*texts: str) -> tuple[Framework, ...]:
+    """Frameworks as ``--framework`` gives them."""
+    return tuple(parse_framework(text) for text in texts)
 
 
 def make_plan(
@@ -72,45 +78,41 @@ def make_plan(
 # environment.yml and the conda-lock form
 
 
-def test_environment_yml_pins_python_and_routes_the_torch_family() -> None:
+def test_environment_yml_pins_python_and_its_pip_section_is_the_hashed_lock() -> None:
     text = render_files(make_plan(), RenderOptions(name="ft"))["environment.yml"]
     document = yaml.safe_load(text)
     assert document["name"] == "ft"
     assert document["channels"] == ["conda-forge"]
     deps = document["dependencies"]
     assert deps[:2] == ["python=3.11", "pip"]
-    assert {
-        "pip": [
-            "--index-url https://download.pytorch.org/whl/cu121",
-            "torch==2.1.0+cu121",
-            "torchvision==0.16.0+cu121",
-        ]
-    } in deps
+    # pip checks every file against the lock's hashes: nothing outside the closure comes in.
+    assert {"pip": ["-r requirements.lock.txt"]} in deps
     # No compilers unless DeepSpeed ops are built.
     assert not any("nvcc" in str(d) for d in deps)
+    assert "--override-channels" in text
 
 
-def test_environment_yml_with_a_pypi_mirror_lists_it_after_the_pytorch_index() -> None:
-    options = RenderOptions(name="ft", pypi_index="https://mirror.example/simple")
-    deps = yaml.safe_load(render_files(make_plan(), options)["environment.yml"])["dependencies"]
-    assert deps[-1]["pip"][:2] == [
-        "--index-url https://download.pytorch.org/whl/cu121",
-        "--extra-index-url https://mirror.example/simple",
-    ]
-
-
-def test_deepspeed_on_cuda12_brings_conda_forge_nvcc_of_the_same_cuda() -> None:
+def test_deepspeed_on_cuda12_brings_conda_forges_toolkit_of_the_same_cuda() -> None:
     files = render_files(make_plan(deepspeed="0.15.1"), RenderOptions(name="ft"))
-    deps = yaml.safe_load(files["environment.yml"])["dependencies"]
-    assert "cuda-nvcc" in deps and "cuda-version=12.1" in deps
-    assert yaml.safe_load(files["environment.yml"])["channels"] == ["conda-forge"]
+    document = yaml.safe_load(files["environment.yml"])
+    deps = document["dependencies"]
+    assert document["channels"] == ["conda-forge"]
+    # conda-forge's own DeepSpeed recipe builds against these -dev packages.
+    for package in ("cuda-nvcc", "libcublas-dev", "libcurand-dev", "libcusolver-dev"):
+        assert package in deps
+    assert "libcusparse-dev" in deps and "cuda-profiler-api" in deps
+    assert "cuda-version=12.1" in deps
+    # __cuda matters: the file says how to solve on a machine without the target's driver.
+    assert "CONDA_OVERRIDE_CUDA=12.2 conda env create" in files["environment.yml"]
 
 
-def test_deepspeed_on_cuda11_takes_nvcc_from_the_nvidia_channel() -> None:
+def test_deepspeed_on_cuda11_needs_a_system_toolkit_and_brings_no_compiler() -> None:
     plan = make_plan(variant="cu118", cuda=(11, 8), deepspeed="0.15.1")
-    document = yaml.safe_load(render_files(plan, RenderOptions(name="ft"))["environment.yml"])
-    assert document["channels"] == ["conda-forge", "nvidia"]
-    assert "nvidia::cuda-nvcc=11.8" in document["dependencies"]
+    text = render_files(plan, RenderOptions(name="ft"))["environment.yml"]
+    document = yaml.safe_load(text)
+    assert document["channels"] == ["conda-forge"]
+    assert not any("cuda" in str(d) for d in document["dependencies"] if isinstance(d, str))
+    assert "a system toolkit of CUDA 11.8 is needed" in text
 
 
 def test_cpu_plan_has_no_compilers_even_with_deepspeed() -> None:
@@ -192,7 +194,7 @@ def test_install_sh_passes_bash_n_and_shellcheck(
     options = RenderOptions(
         name="ft",
         output_format="venv",
-        frameworks=(framework,) if framework else (),
+        frameworks=frameworks(framework) if framework else (),
         pypi_index="https://u:tok@m.example/simple",
     )
     text = render_files(make_plan(deepspeed=deepspeed), options)["install.sh"]
@@ -205,7 +207,8 @@ def test_install_steps_order_and_guard_rails() -> None:
     local = "/srv/LLaMA-Factory"
     options = RenderOptions(
         name="ft",
-        frameworks=("transformers[torch]", local),
+        output_format="venv",  # conda adds the CUDA activation step (tested below)
+        frameworks=frameworks("transformers[torch]", local),
         pypi_index="https://m.example/simple",
     )
     steps = install_steps(make_plan(deepspeed="0.15.1"), options)
@@ -225,11 +228,24 @@ def test_install_steps_order_and_guard_rails() -> None:
     assert uv[1][:5] == ("$UV", "pip", "install", "--python", "$PYTHON")
     assert uv[1][-2:] == ("-r", "pylock.toml")
     assert uv[1][uv[1].index("--config-file") + 1] == "uv-install.toml"
-    # 3. DeepSpeed last, against the installed torch: no build isolation, no cached wheel.
+    # 3. DeepSpeed last, against the installed torch, by the build script (no build isolation;
+    #    wheels kept by the exact torch build): tests/e2e/test_bootstrap_wheel_cache.py.
     assert steps[2].only_if == "grep -q '^[A-Za-z0-9]' requirements.last.txt"
-    assert {"--no-build-isolation", "--no-cache-dir", "--force-reinstall"} <= set(pip[2])
-    assert {"--no-build-isolation", "--no-cache", "--reinstall"} <= set(uv[2])
-    assert pip[2][-2:] == uv[2][-2:] == ("-r", "requirements.last.txt")
+    assert pip[2][:3] == uv[2][:3] == ("$PYTHON", "-c", build_script())
+    assert pip[2][3:] == (
+        "pip",
+        "",
+        "requirements.last.txt",
+        "--index-url",
+        "https://m.example/simple",
+    )
+    assert uv[2][3:] == (
+        "uv",
+        "$UV",
+        "requirements.last.txt",
+        "--index-url",
+        "https://m.example/simple",
+    )
     # 4. the check, then the verification (torch's version file, not an import).
     assert pip[3][1:] == ("-m", "pip", "check") and uv[3][1:3] == ("pip", "check")
     assert pip[-1][1] == "-c" and pip[-1][3:] == (
@@ -248,7 +264,7 @@ def test_vcs_frameworks_come_before_the_lock_with_their_credentials() -> None:
     # the locked commit is there before uv reads the lock.
     bare = "git+https://alice:TOKEN@git.example/org/fw.git@v1"
     named = "otherkit @ git+https://alice:TOKEN@git.example/org/other.git@v2"
-    options = RenderOptions(name="ft", frameworks=(bare, "peft", named))
+    options = RenderOptions(name="ft", frameworks=frameworks(bare, "peft", named))
     steps = install_steps(make_plan(), options)
     for installer in ("pip", "uv"):
         commands = [step.command(installer) for step in steps]
@@ -262,7 +278,7 @@ def test_vcs_frameworks_come_before_the_lock_with_their_credentials() -> None:
 
 def test_local_framework_path_is_installed_editable_and_quoted(tmp_path: Path) -> None:
     hostile = "/srv/my fw/$(touch pwned); `id` 'q\" x"
-    options = RenderOptions(name="ft", output_format="venv", frameworks=(hostile,))
+    options = RenderOptions(name="ft", output_format="venv", frameworks=frameworks(hostile))
     text = render_files(make_plan(), options)["install.sh"]
     quoted = "'/srv/my fw/$(touch pwned); `id` '\"'\"'q\" x'"
     assert f"-e {quoted}" in text
@@ -468,7 +484,7 @@ def test_uv_pyproject_routes_the_family_to_an_explicit_index() -> None:
     options = RenderOptions(
         name="ft",
         output_format="uv",
-        frameworks=("llamafactory==0.9.5",),
+        frameworks=frameworks("llamafactory==0.9.5"),
         pypi_index="https://m.example/simple",
     )
     files = render_files(make_plan(deepspeed="0.15.1"), options)
@@ -518,7 +534,7 @@ def test_uv_pyproject_is_accepted_by_uv(tmp_path: Path) -> None:
 
 
 def test_rendering_is_deterministic() -> None:
-    options = RenderOptions(name="ft", frameworks=("x==1", "y"))
+    options = RenderOptions(name="ft", frameworks=frameworks("x==1", "y"))
     assert render_files(make_plan(), options) == render_files(make_plan(), options)
 
 
@@ -558,25 +574,6 @@ def test_invalid_env_names_are_refused(name: str) -> None:
         check_env_name(name)
 
 
-@pytest.mark.parametrize(
-    ("text", "kind"),
-    [
-        ("llamafactory==0.9.5", "requirement"),
-        ("finetunekit", "requirement"),
-        ("llamafactory[torch,metrics]>=0.9", "requirement"),
-        ("name @ https://example.com/x.whl", "requirement"),
-        ("git+https://github.com/hiyouga/LlamaFactory@v0.9.5", "url"),
-        ("https://example.com/pkg.tar.gz", "url"),
-        ("./LlamaFactory", "path"),
-        ("/srv/my fw/$(x)", "path"),
-        ("~/src/fw", "path"),
-        ("../fw", "path"),
-    ],
-)
-def test_classify_framework(text: str, kind: str) -> None:
-    assert classify_framework(text) == kind
-
-
 @given(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40))
 def test_yaml_scalar_reads_back_as_the_same_string(text: str) -> None:
     loaded = yaml.safe_load(f"- {yaml_scalar(text)}\n")
@@ -591,3 +588,38 @@ def test_yaml_scalar_keeps_ordinary_values_plain() -> None:
     assert yaml_scalar("torch==2.1.0+cu121") == "torch==2.1.0+cu121"
     assert yaml_scalar("yes") == json.dumps("yes")
     assert yaml_scalar("3.10") == json.dumps("3.10")
+
+
+def test_install_sh_points_torchs_extension_builder_at_conda_forges_cuda(
+    tmp_path: Path,
+) -> None:
+    plan = make_plan(deepspeed="0.15.1")
+    steps = install_steps(plan, RenderOptions(name="ft"))
+    (step,) = [s for s in steps if "conda-forge's CUDA layout" in s.title]
+    assert steps.index(step) == 1  # after the locked closure, before DeepSpeed
+    assert not [
+        s
+        for s in install_steps(plan, RenderOptions(name="ft", output_format="venv"))
+        if "conda-forge" in s.title
+    ]
+    prefix = tmp_path / "env"
+    (prefix / "targets" / "x86_64-linux" / "include").mkdir(parents=True)
+    script = [sys.executable, "-c", step.argv[2], *step.argv[3:]]
+    subprocess.run(script, check=True, env={"CONDA_PREFIX": str(prefix)}, capture_output=True)
+    shell = (
+        'export CPATH=/opt/include; . "$P/etc/conda/activate.d/cudalock-cuda.sh"; '
+        'echo "$CUDA_HOME|$CUDA_INC_PATH|$CPATH|$LIBRARY_PATH"; '
+        '. "$P/etc/conda/deactivate.d/cudalock-cuda.sh"; echo "$CPATH|${CUDA_HOME-unset}"'
+    )
+    shown = subprocess.run(
+        ["bash", "-c", shell],
+        env={"P": str(prefix), "CONDA_PREFIX": str(prefix), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    include = f"{prefix}/targets/x86_64-linux/include"
+    assert shown == [
+        f"{prefix}|{include}|{include}:/opt/include|{prefix}/targets/x86_64-linux/lib",
+        "/opt/include|unset",
+    ]

@@ -18,17 +18,20 @@ from cudalock.envfiles.spec import (
     update_spec_text,
 )
 from cudalock.errors import InputError
-from cudalock.model import Gpu, Request, Target
+from cudalock.model import Gpu, Target
+from cudalock.request import RequestOptions, make_request
 from cudalock.versions import DriverVersion
 
 SPEC = Spec(
-    request=Request(
-        torch="==2.1.0",
-        python="3.11",
-        with_packages=("torchvision", "deepspeed"),
-        frameworks=("transformers[torch]>=4.52", "peft", "/src/LLaMA-Factory"),
-        pytorch_index="https://mirror.example/whl",
-        pypi_index="https://mirror.example/simple",
+    request=RequestOptions.of(
+        make_request(
+            torch="==2.1.0",
+            python="3.11",
+            with_packages=("torchvision", "deepspeed"),
+            frameworks=("transformers[torch]>=4.52", "peft", "/src/LLaMA-Factory"),
+            pytorch_index="https://mirror.example/whl",
+            pypi_index="https://mirror.example/simple",
+        )
     ),
     target=TargetSummary(
         driver_version="535.104.05",
@@ -50,7 +53,8 @@ def test_missing_file_is_none(tmp_path: Path) -> None:
 
 def test_defaults_fill_what_the_file_leaves_out() -> None:
     spec = parse_spec('[request]\ntorch = "2.4.1"\n')
-    assert spec.request == Request(torch="2.4.1")
+    assert spec.request == RequestOptions(torch="2.4.1")
+    assert spec.request.to_request() == make_request(torch="2.4.1")
     assert spec.target is None
     assert spec.output == OutputSpec()
 
@@ -67,7 +71,7 @@ def test_update_keeps_comments_and_untouched_formatting() -> None:
         'framework = "old==1"\n'
     )
     changed = Spec(
-        request=Request(torch="==2.1.0", python="3.12", frameworks=()),
+        request=RequestOptions.of(make_request(torch="==2.1.0", python="3.12")),
         target=None,
         output=OutputSpec(format="conda"),
     )
@@ -99,9 +103,11 @@ def test_update_is_stable(tmp_path: Path) -> None:
 
 def test_credentials_are_not_recorded() -> None:
     spec = Spec(
-        request=Request(
-            pytorch_index="https://user:s3cret@mirror.example/whl",
-            pypi_index="https://tok@mirror.example/simple",
+        request=RequestOptions.of(
+            make_request(
+                pytorch_index="https://user:s3cret@mirror.example/whl",
+                pypi_index="https://tok@mirror.example/simple",
+            )
         )
     )
     text = update_spec_text(None, spec)
@@ -123,7 +129,7 @@ def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
         ('[request]\nwith = "torchvision"\n', r"\[request\] with must be a list of strings"),
         ('[request]\ntorhc = "2.1"\n', r"\[request\] unknown key 'torhc'"),
         ('[request]\ncompat = "loose"\n', r"compat must be strict or minor"),
-        ('[output]\nformat = "pixi"\n', r"\[output\] format must be one of conda, venv, uv"),
+        ('[output]\nformat = "spack"\n', r"\[output\] format must be one of conda, venv, uv, pixi"),
         ("spec_version = 2\n", r"spec_version 2 is not supported"),
         ('request = "x"\n', r"\[request\] must be a table"),
         ("[extras]\n", r"unknown key 'extras'"),

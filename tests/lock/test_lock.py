@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from packaging.pylock import Pylock
+from packaging.requirements import Requirement
 
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
@@ -32,7 +34,8 @@ from cudalock.lock.pylock import (
     uv_settings,
 )
 from cudalock.lock.uv import find_uv, run_uv, uv_environment
-from cudalock.model import Gpu, Host, PackagePin, Plan, Request, Target
+from cudalock.model import Gpu, Host, PackagePin, Plan, Target
+from cudalock.request import Framework, Request, make_request, parse_framework
 from cudalock.tomlfile import tomllib
 from cudalock.versions import parse_compute_capability, parse_cuda_version, parse_driver_version
 
@@ -87,7 +90,7 @@ def plan(
     )
 
 
-REQUEST = Request(torch="==2.1.0", python="3.11", with_packages=("torchvision", "deepspeed"))
+REQUEST = make_request(torch="==2.1.0", python="3.11", with_packages=("torchvision", "deepspeed"))
 
 
 # --- uv's input -------------------------------------------------------------------------------
@@ -144,8 +147,8 @@ def test_lock_input_routes_the_torch_family_to_its_index_only() -> None:
 
 def test_lock_input_adds_unpinned_requests_and_keeps_mirror_pins_unrouted() -> None:
     mirror = "https://mirror.example/simple"
-    request = Request(
-        with_packages=("torchvision", "accelerate>=0.30"),
+    request = make_request(
+        with_packages=("torchaudio>=2.1",),
         frameworks=("finetunekit==1.0",),
         pypi_index=mirror,
     )
@@ -155,7 +158,7 @@ def test_lock_input_adds_unpinned_requests_and_keeps_mirror_pins_unrouted() -> N
         PackagePin("deepspeed", "0.19.8", mirror),
     )  # resolve names the mirror for PyPI pins
     inp = lock_input(plan(packages=pins), request)
-    assert inp.requirements[-2:] == ("accelerate>=0.30", "finetunekit==1.0")
+    assert inp.requirements[-2:] == ("torchaudio>=2.1", "finetunekit==1.0")
     assert inp.default_index == mirror
     assert inp.routes[0].packages == ("torch", "torchvision")
 
@@ -173,7 +176,7 @@ def test_lock_input_refuses_plain_http_mirrors_unless_allowed() -> None:
 
 
 def test_path_and_url_frameworks_go_to_a_requirements_file_uv_reads_beside_the_project() -> None:
-    request = Request(
+    request = make_request(
         frameworks=("/src/LLaMA-Factory", "git+https://example.org/fw.git@v1", "peft>=0.15")
     )
     inp = lock_input(plan(), request)
@@ -188,7 +191,7 @@ def test_path_and_url_frameworks_go_to_a_requirements_file_uv_reads_beside_the_p
 
 
 def test_extras_family_and_additions_reach_uv_routed_as_the_plan_is() -> None:
-    request = Request(frameworks=("transformers>=4.40", "llamafactory==0.9.4"))
+    request = make_request(frameworks=("transformers>=4.40", "llamafactory==0.9.4"))
     inp = lock_input(
         plan(),
         request,
@@ -212,7 +215,9 @@ def test_extras_family_and_additions_reach_uv_routed_as_the_plan_is() -> None:
 
 def test_a_framework_the_plan_pins_or_pairs_with_torch_is_refused() -> None:
     with pytest.raises(UsageError, match="already pins"):
-        lock_input(plan(), Request(frameworks=("deepspeed>=0.15",)))
+        # make_request refuses it first; lock_input refuses it for library callers too.
+        framework = Framework("deepspeed>=0.15", "requirement", Requirement("deepspeed>=0.15"))
+        lock_input(plan(), replace(REQUEST, frameworks=(framework,)))
 
 
 def test_input_project_pins_routed_packages_to_an_explicit_index() -> None:
@@ -347,7 +352,7 @@ def test_finalized_lock_is_valid_pep751_and_records_its_inputs() -> None:
 
 
 def test_credentials_never_reach_the_lock() -> None:
-    request = Request(
+    request = make_request(
         torch="==2.1.0",
         pytorch_index="https://u:tok@mirror.example/whl",
         pypi_index="https://u:tok@mirror.example/simple",
@@ -369,7 +374,7 @@ def test_credentials_never_reach_the_lock() -> None:
 
 def test_a_token_in_a_vcs_framework_never_reaches_the_lock() -> None:
     framework = "git+https://alice:TOKEN@git.example/org/fw.git@v1"
-    request = Request(torch="==2.1.0", python="3.11", frameworks=(framework,))
+    request = make_request(torch="==2.1.0", python="3.11", frameworks=(framework,))
     p = plan()
     inp = lock_input(p, request)
     # uv records the VCS URL as it was given, token and all.
@@ -606,7 +611,9 @@ def test_check_names_a_new_driver() -> None:
 
 def test_check_names_new_gpus_matrix_python_and_spec() -> None:
     changed = plan(targets=(target(cc="9.0"),), python="3.10", matrix_version="2027-01-15")
-    request = Request(torch=">=2.1,<2.2", python="3.10", with_packages=("torchvision", "deepspeed"))
+    request = make_request(
+        torch=">=2.1,<2.2", python="3.10", with_packages=("torchvision", "deepspeed")
+    )
     assert compare(recorded_state(), state_of(changed, request)) == [
         "the compatibility matrix changed: 2026-11-29 → 2027-01-15",
         "the target's GPU compute capabilities changed: 8.0 → 9.0",
@@ -617,8 +624,8 @@ def test_check_names_new_gpus_matrix_python_and_spec() -> None:
 
 
 def test_check_names_an_added_framework() -> None:
-    before = Request(**{**REQUEST.__dict__, "frameworks": ("transformers",)})
-    after = Request(**{**REQUEST.__dict__, "frameworks": ("transformers", "peft")})
+    before = replace(REQUEST, frameworks=(parse_framework("transformers"),))
+    after = replace(REQUEST, frameworks=(*before.frameworks, parse_framework("peft")))
     assert compare(recorded_state(request=before), state_of(plan(), after)) == [
         "the spec's frameworks (--framework) changed: transformers → transformers, peft"
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes.util
 import json
+import os
 import platform
 import re
 import shutil
@@ -603,3 +604,32 @@ def test_fallback_with_the_shipped_matrix() -> None:
         ("NVIDIA H100 80GB HBM3", (9, 0)),
         ("NVIDIA L4", (8, 9)),
     ]
+
+
+def test_a_hanging_nvidia_smi_is_stopped_and_reported_not_taken_for_no_driver(
+    matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from cudalock.machine import driver
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nsetsid sleep 1000 &\nexec sleep 1000\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(driver, "NVIDIA_SMI_TIMEOUT_S", 1.0)
+    started = time.monotonic()
+    target = probe_machine(
+        proc_root=TREES / "no_driver_cgroup_v2_max" / "proc",
+        sys_root=TREES / "no_driver_cgroup_v2_max" / "sys",
+        nvml=FakeNvml.load(FIXTURES / "nvml" / "library_not_found.json"),
+        environ={},
+        matrix=matrix,
+    )
+    assert time.monotonic() - started < 10
+    assert not target.has_driver
+    assert target.notes[0] == "the NVIDIA driver did not answer: taken as a CPU-only target"
+    assert any(
+        "nvidia-smi gave no answer (nvidia-smi did not finish within 1 s" in n for n in target.notes
+    )
+    assert not any("no NVIDIA driver found" in n for n in target.notes)

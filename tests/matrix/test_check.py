@@ -240,3 +240,64 @@ def test_cli_uses_cudalock_matrix_env(copy: Path) -> None:
         env={**__import__("os").environ, "CUDALOCK_MATRIX": str(copy)},
     )
     assert done.returncode == 1 and "cu119" in done.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# cuda_builds.toml
+
+
+def test_package_builds_are_read_with_their_sources() -> None:
+    matrix = load_matrix(SHIPPED)
+    xformers = matrix.package_build("xformers", "0.0.31")
+    assert xformers is not None
+    assert (xformers.cuda, xformers.torch, xformers.cuda_version) == (
+        "12.8",
+        "2.7.1+cu126",
+        (12, 8),
+    )
+    assert "xformers-0.0.31-cp39-abi3-manylinux_2_28_x86_64.whl" in xformers.provenance.source[0]
+    vllm = matrix.package_build("vllm", "0.10.1.1")
+    assert vllm is not None
+    # The wheel names only the CUDA major (libcudart.so.12): no minor is made up.
+    assert (vllm.cuda, vllm.cuda_major, vllm.cuda_version, vllm.torch) == ("12", 12, None, "2.7.1")
+
+
+def test_a_matrix_without_cuda_builds_loads_with_none(copy: Path) -> None:
+    (copy / "cuda_builds.toml").unlink()
+    matrix = load_matrix(copy, use_cache=False)
+    assert matrix.package_builds == ()
+    assert check_matrix(matrix) == []
+
+
+def test_package_build_of_another_major_than_its_torch_label(copy: Path) -> None:
+    edit(
+        copy / "cuda_builds.toml",
+        'cuda = "12.8"\ntorch = "2.7.1+cu126"',
+        'cuda = "11.8"\ntorch = "2.7.1+cu126"',
+    )
+    problems = check_matrix_dir(copy)
+    assert [p.problem for p in problems if p.file == "cuda_builds.toml"] == [
+        "built for CUDA 11.8 against torch 2.7.1+cu126, a build of another CUDA major"
+    ]
+
+
+def test_package_builds_out_of_order_and_without_source(copy: Path) -> None:
+    path = copy / "cuda_builds.toml"
+    edit(path, 'version = "0.0.30"', 'version = "0.0.99"')
+    problems = check_matrix_dir(copy)
+    assert any(
+        p.file == "cuda_builds.toml"
+        and "xformers 0.0.31" in p.entry
+        and "out of order" in p.problem
+        for p in problems
+    ), problems
+    text = path.read_text()
+    path.write_text(re.sub(r'\nsource = "[^"\n]*"\n', "\n", text, count=1))
+    with pytest.raises(InputError, match=r"cuda_builds.toml.*missing 'source'"):
+        load_matrix(copy, use_cache=False)
+
+
+def test_package_build_cuda_must_be_a_cuda_version(copy: Path) -> None:
+    edit(copy / "cuda_builds.toml", 'cuda = "12.8"', 'cuda = "cu128"')
+    with pytest.raises(InputError, match=r"'cuda' must be MAJOR.MINOR or MAJOR, got 'cu128'"):
+        load_matrix(copy, use_cache=False)

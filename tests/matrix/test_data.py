@@ -200,3 +200,48 @@ def test_deepspeed_releases_and_cuda_check() -> None:
     assert (12, 8) in twelve("0.16.4") and (12, 8) not in twelve("0.16.3")
     assert twelve("0.14.2")[-1] == (12, 3) and twelve("0.14.3")[-1] == (12, 5)
     assert (12, 7) not in twelve("0.19.8")
+
+
+def test_2_7_cu128_carries_ptx_for_12_0_on_linux_x86_64() -> None:
+    # Users' torch.cuda.get_arch_list() of 2.7.1+cu128 ends in compute_120; pytorch/pytorch
+    # PR #157516 removed +PTX from the 12.8 builds for 2.8 on.
+    for version in ("2.7.0", "2.7.1"):
+        cu128 = build(version, "cu128")
+        assert cu128 is not None and cu128.ptx == ((12, 0),), version
+        assert cu128.sass == ((7, 5), (8, 0), (8, 6), (9, 0), (10, 0), (12, 0))
+    for version in ("2.8.0", "2.9.0", "2.10.0"):
+        later = build(version, "cu128")
+        assert later is not None and later.ptx == (), version
+
+
+def test_aarch64_cuda_builds_of_2_7_and_2_8() -> None:
+    # The cu128 index lists torch-2.7.0+cu128-*-manylinux_2_28_aarch64 wheels (uv#13195); the
+    # 2.7-cycle sbsa builds target 9.0, 10.0 and 12.0 (pytorch/pytorch PR #146378).
+    for version in ("2.7.0", "2.7.1"):
+        cu128 = build(version, "cu128", "linux-aarch64")
+        assert cu128 is not None, version
+        assert cu128.sass == ((9, 0), (10, 0), (12, 0))
+        assert (7, 0) not in cu128.sass
+        # Only 2.7.0's file names have been read from the index.
+        expected_status = "verified" if version == "2.7.0" else "unverified"
+        assert cu128.provenance.status == expected_status, version
+    # 2.8's sbsa build is CUDA 12.9 (PR #162364 later replaced it with 12.6 and 12.8).
+    cu129 = build("2.8.0", "cu129", "linux-aarch64")
+    assert cu129 is not None and cu129.cuda == (12, 9)
+    assert cu129.provenance.status == "unverified"
+
+
+def test_cuda_13_0_compiles_for_8_8() -> None:
+    (thirteen,) = [a for a in MATRIX.arch_support if a.cuda == (13, 0)]
+    assert (8, 8) in thirteen.sass and (7, 0) not in thirteen.sass
+
+
+def test_no_linux_aarch64_cuda_build_ships_sm_70() -> None:
+    # The V100 note: aarch64 builds start at 8.0 or 9.0, cu126 included.
+    for release in MATRIX.torch_releases:
+        for b in release.builds:
+            if b.kind == "cuda" and "linux-aarch64" in b.platforms:
+                assert (7, 0) not in b.sass, (release.version, b.variant)
+    v100 = MATRIX.gpu_by_name("Tesla V100-SXM2-32GB")
+    assert v100 is not None and v100.provenance.note is not None
+    assert "every linux-aarch64 CUDA build" in v100.provenance.note

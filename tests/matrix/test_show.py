@@ -13,13 +13,12 @@ import subprocess
 import sys
 
 import pytest
-from packaging.specifiers import SpecifierSet
 
 from cudalock.errors import UsageError
 from cudalock.machine import gpu_model_named
 from cudalock.matrix import GpuModel
 from cudalock.matrix.show import Row, render_table, rows_as_json, select_rows
-from cudalock.resolve import parse_torch_spec
+from cudalock.request import TorchSpec, parse_torch_spec
 from tests.support.known_matrix import known_matrix
 
 MATRIX = known_matrix()
@@ -33,17 +32,17 @@ def variants(rows: list[Row]) -> set[tuple[str, str]]:
     return {(r.release.version, r.build.variant) for r in rows}
 
 
-def torch_filter(text: str) -> SpecifierSet:
+def torch_filter(text: str) -> TorchSpec:
     spec = parse_torch_spec(text)
-    assert spec is not None
+    assert spec
     return spec
 
 
 def test_torch_filter_forms() -> None:
     # matrix show reads --torch exactly as resolve does.
-    assert torch_filter("2.11").contains("2.11.0") and not torch_filter("2.11").contains("2.1.0")
-    assert torch_filter("2.1.0").contains("2.1.0") and not torch_filter("2.1.0").contains("2.1.1")
-    assert torch_filter(">=2.14").contains("2.15.0")
+    assert torch_filter("2.11").admits("2.11.0") and not torch_filter("2.11").admits("2.1.0")
+    assert torch_filter("2.1.0").admits("2.1.0") and not torch_filter("2.1.0").admits("2.1.1")
+    assert torch_filter(">=2.14").admits("2.15.0")
     with pytest.raises(UsageError, match="'banana'"):
         torch_filter("banana")
 

@@ -21,11 +21,30 @@ from cudalock.memory.sizes import format_gib, kubernetes_quantity, parse_bytes, 
         ("2TiB", 2 * 2**40),
         ("1.5TB", 1_500_000_000_000),
         ("  256 MiB ", 256 * 2**20),
-        ("1024", 1024),
+        ("1024B", 1024),
     ],
 )
 def test_parse_bytes(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize(("text", "suggested"), [("512", "512GiB or 512GB"), ("1.5", "1.5GiB")])
+def test_a_size_without_a_unit_is_refused_with_the_units_it_may_mean(
+    text: str, suggested: str
+) -> None:
+    with pytest.raises(InputError) as info:
+        parse_bytes(text)
+    assert f"size {text!r} has no unit" in info.value.message
+    assert suggested in info.value.message
+    # Kubernetes quantities are bytes without a unit.
+    assert parse_bytes("17179869184", unit_required=False) == 16 * 2**30
+
+
+@pytest.mark.parametrize(("text", "suggested"), [("70", "70B"), ("7", "7B"), ("350000", "350000M")])
+def test_a_small_count_without_a_unit_is_refused(text: str, suggested: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_param_count(text)
+    assert "has no unit" in info.value.message and suggested in info.value.message
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from cudalock.errors import Unsatisfiable
 from cudalock.matrix import Matrix
-from cudalock.model import Fix, Gpu, Plan, Rejection, Request, Target
+from cudalock.model import Fix, Gpu, Plan, Rejection, Target
+from cudalock.request import Request, parse_cuda_pin
 from cudalock.resolve import apply_fix, make_request, parse_torch_spec, resolve
 from cudalock.versions import ComputeCapability, DriverVersion, cuda_from_variant, format_cuda
 from tests.support.known_matrix import known_matrix
@@ -73,13 +74,12 @@ def check_fix(matrix: Matrix, targets: list[Target], request: Request, fix: Fix)
     """The fix, applied, admits its candidate, the candidate fits, and the request resolves."""
     assert fix.changes, fix
     changed_targets, changed = apply_fix(matrix, targets, request, fix)
-    spec = parse_torch_spec(changed.torch)
-    assert spec is None or spec.contains(fix.torch, prereleases=True), (fix, changed.torch)
+    assert changed.torch.admits(fix.torch), (fix, changed.torch)
     cuda = cuda_from_variant(fix.variant)
-    pinned_cuda = format_cuda(cuda) if cuda else "cpu"
+    pinned_cuda = parse_cuda_pin(format_cuda(cuda) if cuda else "cpu")
     if changed.cuda is not None:
         assert changed.cuda == pinned_cuda, (fix, changed.cuda)
-    exactly = replace(changed, torch=f"=={fix.torch}", cuda=pinned_cuda)
+    exactly = replace(changed, torch=parse_torch_spec(f"=={fix.torch}"), cuda=pinned_cuda)
     plan = resolve(matrix, list(changed_targets), exactly)
     assert (plan.torch_version, plan.variant) == (fix.torch, fix.variant), fix
     resolve(matrix, list(changed_targets), changed)
@@ -247,7 +247,10 @@ def test_no_python_fix_for_a_release_the_driver_cannot_run() -> None:
     fifteen = next(r for r in rejected if r.torch == "2.15.0")
     assert "with Python 3.15 it would not fit either" in fifteen.reason
     assert "needs driver ≥ 595.45.04" in fifteen.reason or "580.65.06" in fifteen.reason
-    assert hint is not None and "upgrade to driver ≥ 520.61.05" in hint
+    # The upgrade that opens the newest build, and the smallest one that opens any.
+    assert hint is not None
+    assert "upgrade the driver to ≥ 550.54.14 for torch 2.4.1+cu124" in hint
+    assert "≥ 520.61.05, the smallest upgrade that opens a build, gives torch 2.4.1+cu118" in hint
 
 
 def test_a_python_fix_is_offered_when_it_gives_a_plan() -> None:

@@ -141,11 +141,11 @@ def test_fleet_without_driver_nodes_still_gets_cuda_and_says_so() -> None:
     [("2.1", "==2.1.*"), ("2.1.0", "==2.1.0"), (">=2.1,<2.5", "<2.5,>=2.1")],
 )
 def test_parse_torch_spec(text: str, expected: str) -> None:
-    assert str(parse_torch_spec(text)) == expected
+    assert str(parse_torch_spec(text).specifier) == expected
 
 
 def test_no_torch_spec_is_no_constraint_and_costs_no_specifier_import() -> None:
-    assert parse_torch_spec("") is None and parse_torch_spec("  ") is None
+    assert not parse_torch_spec("") and not parse_torch_spec("  ")
     # Compiling packaging's specifier grammar is a good part of resolve's start-up.
     script = (
         "import sys\nfrom cudalock.cli.main import run\n"
@@ -177,15 +177,19 @@ def test_make_request_rejects_bad_values(field: str, value: object) -> None:
 
 
 def test_make_request_companions() -> None:
-    assert make_request().with_packages == ("torchvision",)
-    assert make_request(with_packages=["none"]).with_packages == ()
-    assert make_request(with_packages=["deepspeed>=0.15"]).with_packages == (
+    def companions(*given: str) -> list[str]:
+        return [str(c) for c in make_request(with_packages=given or None).with_packages]
+
+    assert companions() == ["torchvision"]
+    assert companions("none") == []
+    assert companions("deepspeed>=0.15") == ["torchvision", "deepspeed>=0.15"]
+    assert companions("torchvision<0.20") == ["torchvision<0.20"]
+    assert companions("deepspeed<0.15", "deepspeed>=0.10") == [
         "torchvision",
-        "deepspeed>=0.15",
-    )
-    assert make_request(with_packages=["torchvision<0.20"]).with_packages == ("torchvision<0.20",)
+        "deepspeed<0.15,>=0.10",
+    ]
     # A package of the variant index (checked against its project list when locking).
-    assert make_request(with_packages=["xformers"]).with_packages == ("torchvision", "xformers")
+    assert companions("xformers") == ["torchvision", "xformers"]
     with pytest.raises(InputError):
         make_request(torch="2.x")
 

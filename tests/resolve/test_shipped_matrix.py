@@ -23,7 +23,8 @@ import pytest
 
 from cudalock.errors import Unsatisfiable
 from cudalock.matrix import Matrix
-from cudalock.model import Gpu, Request, Target
+from cudalock.model import Gpu, Target
+from cudalock.request import Request
 from cudalock.resolve import make_request, resolve
 from cudalock.versions import DriverVersion, parse_compute_capability
 from tests.support.known_matrix import known_matrix
@@ -162,6 +163,21 @@ CASES = {
     "windows": Case(
         (node("537.13", A100, platform="windows-x86_64"),), make_request(), "2.7.1+cu118", "3.13"
     ),
+    # GH200 (9.0) on linux-aarch64, driver 570.86.15 (12.8), torch < 2.9: 2.8.0's only aarch64
+    # CUDA build is cu129 (needs 575.51.03); 2.7.1 has a cu128 aarch64 build with sm_90.
+    "gh200-aarch64-2.7": Case(
+        (node("570.86.15", ("NVIDIA GH200 480GB", "9.0"), platform="linux-aarch64"),),
+        make_request(torch="<2.9"),
+        "2.7.1+cu128",
+        "3.13",
+    ),
+    # The same GPU on 575.51.03 (12.9's minimum) with torch 2.8.0: its aarch64 cu129 build.
+    "gh200-aarch64-2.8": Case(
+        (node("575.51.03", ("NVIDIA GH200 480GB", "9.0"), platform="linux-aarch64"),),
+        make_request(torch="==2.8.0"),
+        "2.8.0+cu129",
+        "3.13",
+    ),
     # A fleet: node-b's 535.104.05 limits CUDA to 12.2 and brings Volta; node-a brings 8.9.
     # Newest build ≤ 12.2 with sm_70 and sm_86: 2.7.1+cu118.
     "fleet": Case(
@@ -297,3 +313,22 @@ def test_rocm_builds_are_never_chosen(matrix: Matrix) -> None:
         except Unsatisfiable:
             continue
         assert plan.variant.startswith("cu")
+
+
+def test_v100_on_470_nothing_fits_says_the_matrix_and_the_next_step(matrix: Matrix) -> None:
+    # 470.82.01 → CUDA 11.4 (11.6 needs 510.39.01). Strict: nothing. --compat minor (11.x floor
+    # 450.80.02) allows cu118: 2.7.1+cu118 still ships sm_70. The newest build with sm_70 is
+    # 2.14.1+cu126 (needs 560.28.03); the smallest upgrade that opens a build is 11.6's
+    # 510.39.01 (1.13.1+cu116).
+    with pytest.raises(Unsatisfiable) as caught:
+        resolve(matrix, [node("470.82.01", V100)], make_request())
+    error = caught.value
+    assert error.message.startswith("nothing in the matrix (1.13–2.15) fits this target (")
+    assert error.hint is not None
+    assert error.hint.startswith("--compat minor would give torch 2.7.1+cu118 on this driver")
+    assert "no PTX JIT" in error.hint
+    assert "upgrade the driver to ≥ 560.28.03 for torch 2.14.1+cu126" in error.hint
+    assert "≥ 510.39.01, the smallest upgrade that opens a build, gives torch 1.13.1+cu116" in (
+        error.hint
+    )
+    assert error.hint.endswith(".")

@@ -13,7 +13,8 @@ Every file link carries ``#sha256=``; every wheel a PEP 658 ``.metadata`` file n
 (announced with both ``data-dist-info-metadata`` and ``data-core-metadata``). Sdists have none,
 as on PyPI, so installers build them to learn their dependencies. Faults can be injected per
 path for the reliability tests: HTTP 500, a truncated body, tampered bytes (the index keeps
-advertising the original hash), a slow response, or a connection closed without an answer.
+advertising the original hash), a slow response, a body served at a set rate, or a connection
+closed without an answer.
 
 Usage (see also the ``serve_indexes`` fixture in ``tests/conftest.py``)::
 
@@ -49,7 +50,7 @@ from tests.support.wheels import StandIn, build_distribution, metadata_of
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 PEP691_HTML = "application/vnd.pypi.simple.v1+html"
 
-FaultKind = Literal["status", "truncate", "tamper", "slow", "drop"]
+FaultKind = Literal["status", "truncate", "tamper", "slow", "drop", "throttle"]
 
 
 def normalize(name: str) -> str:
@@ -65,6 +66,8 @@ class Fault:
     kind: FaultKind
     status: int = 500
     delay: float = 0.0
+    #: "throttle": the body goes out at this many bytes a second.
+    bytes_per_second: int = 0
     #: How many matching requests to spoil; None: all of them.
     times: int | None = None
     hits: int = 0
@@ -231,6 +234,11 @@ class IndexServer:
         """Wait ``seconds`` before answering."""
         return self._add(Fault(pattern, "slow", delay=seconds, times=times))
 
+    def throttle(self, pattern: str, bytes_per_second: int, *, times: int | None = None) -> Fault:
+        """Serve matching files slowly, as a far mirror does: the client sees the download
+        take ``len(body) / bytes_per_second`` seconds."""
+        return self._add(Fault(pattern, "throttle", bytes_per_second=bytes_per_second, times=times))
+
     def drop(self, pattern: str, *, times: int | None = None) -> Fault:
         """Close the connection without any answer."""
         return self._add(Fault(pattern, "drop", times=times))
@@ -347,6 +355,18 @@ class IndexServer:
         return 200, "text/html", page.encode()
 
 
+def _byte_range(header: str, size: int) -> tuple[int, int] | None:
+    """(first, last) byte of a ``Range: bytes=a-b`` (or ``bytes=-n``) header; None: none."""
+    match = re.fullmatch(r"bytes=(\d*)-(\d*)", header.strip())
+    if not match or not (match.group(1) or match.group(2)) or size == 0:
+        return None
+    if not match.group(1):
+        return max(0, size - int(match.group(2))), size - 1
+    start = int(match.group(1))
+    end = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
+    return (start, end) if start <= end else None
+
+
 def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -423,17 +443,21 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
                 self._send(304, ctype, b"", head=True, extra=extra)
                 return
             ranged = self.headers.get("Range", "")
-            if status == 200 and ctype == "binary/octet-stream" and ranged:
-                span = _byte_range(ranged, len(body))
-                if span is not None:
-                    with server._lock:
-                        server.ranges.append((path, ranged))
-                    start, end = span
-                    extra["Content-Range"] = f"bytes {start}-{end}/{len(body)}"
-                    self._record(path, 206)
-                    self._send(206, ctype, body[start : end + 1], head=head, extra=extra)
-                    return
+            wanted = _byte_range(ranged, len(body))
+            if status == 200 and ctype == "binary/octet-stream" and wanted is not None:
+                # Like files.pythonhosted.org: a file is served in parts (HTTP Range), so a
+                # wheel's table of contents can be read without the wheel.
+                with server._lock:
+                    server.ranges.append((path, ranged))
+                start, end = wanted
+                self._record(path, 206)
+                extra["Content-Range"] = f"bytes {start}-{end}/{len(body)}"
+                self._send(206, ctype, body[start : end + 1], head=head, extra=extra)
+                return
             self._record(path, status)
+            if fault is not None and fault.kind == "throttle" and status == 200 and not head:
+                self._send_slowly(ctype, body, fault.bytes_per_second)
+                return
             self._send(status, ctype, body, head=head, extra=extra or None)
 
         def _send(
@@ -454,23 +478,25 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
             if not head:
                 self.wfile.write(body)
 
+        def _send_slowly(self, ctype: str, body: bytes, bytes_per_second: int) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            chunk = max(bytes_per_second // 10, 1)
+            try:
+                for start in range(0, len(body), chunk):
+                    self.wfile.write(body[start : start + chunk])
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:
+                self.close_connection = True  # the client gave up: a stopped install
+
         def _record(self, path: str, status: int) -> None:
             with server._lock:
                 server.requests.append((self.command, path, status))
 
     return Handler
-
-
-def _byte_range(header: str, size: int) -> tuple[int, int] | None:
-    """(first, last) byte of a single ``Range: bytes=a-b`` / ``bytes=-n`` / ``bytes=a-``."""
-    match = re.fullmatch(r"bytes=(\d*)-(\d*)", header.strip())
-    if match is None or size == 0 or (not match[1] and not match[2]):
-        return None
-    if not match[1]:
-        return max(0, size - int(match[2])), size - 1
-    start = int(match[1])
-    end = min(int(match[2]), size - 1) if match[2] else size - 1
-    return (start, end) if start <= end else None
 
 
 @contextmanager

@@ -40,13 +40,13 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from cudalock.request import TORCH_FAMILY
 from tests.support.index import IndexServer, serve_indexes
 from tests.support.wheels import StandIn, torch_version_file
 
 RECORDING = Path(__file__).resolve().parent.parent / "fixtures/closures/finetune-stack.json"
 #: vllm, xformers and trl stacks (``record_closure.py --stack kernels``).
 KERNELS_RECORDING = RECORDING.parent / "kernels-stack.json"
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 #: CPython versions the PyTorch-like index carries files for (as the recording lists for PyPI).
 _PYTORCH_INDEX_PYTHONS = ("cp310", "cp311", "cp312", "cp313")
 

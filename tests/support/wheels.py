@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import re
+import struct
 import tarfile
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,8 @@ class StandIn:
     requires_python: str | None = None
     #: Extra files, path inside the wheel → text.
     files: Mapping[str, str] = field(default_factory=dict)
+    #: Extra files as bytes (shared objects: :func:`elf_shared_object`).
+    binary_files: Mapping[str, bytes] = field(default_factory=dict)
     #: Wheel tag, e.g. "cp311-cp311-manylinux_2_28_x86_64"; "py3-none-any" runs anywhere.
     tag: str = "py3-none-any"
     provides_extra: Sequence[str] = ()
@@ -88,6 +91,46 @@ def torch_standin(
     )
 
 
+def elf_shared_object(needed: Sequence[str], soname: str | None = None) -> bytes:
+    """A minimal x86-64 ELF shared object whose dynamic section names ``needed`` (DT_NEEDED),
+    laid out as a linker lays one out: ELF header, program headers (one PT_LOAD mapping the
+    file at a non-zero address, PT_DYNAMIC), then the string table and the dynamic section.
+    ``readelf -d`` reads it as it reads a real extension module."""
+    base = 0x400000  # a load address that is not the file offset, as in real files
+    strings = bytearray(b"\0")
+    offsets = []
+    for name in [*needed, *([soname] if soname else [])]:
+        offsets.append(len(strings))
+        strings += name.encode() + b"\0"
+    header_size, ph_size, ph_count = 64, 56, 2
+    strtab_offset = header_size + ph_size * ph_count
+    dynamic_offset = strtab_offset + len(strings) + (-len(strings)) % 8
+    entries = [(1, offset) for offset in offsets[: len(needed)]]  # DT_NEEDED
+    if soname:
+        entries.append((14, offsets[-1]))  # DT_SONAME
+    entries += [(5, base + strtab_offset), (10, len(strings)), (0, 0)]  # STRTAB, STRSZ, NULL
+    dynamic = b"".join(struct.pack("<qQ", tag, value) for tag, value in entries)
+    size = dynamic_offset + len(dynamic)
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)  # 64-bit, little endian, SysV
+    header = ident + struct.pack(
+        "<HHIQQQIHHHHHH", 3, 62, 1, 0, header_size, 0, 0, header_size, ph_size, ph_count, 64, 0, 0
+    )
+    load = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)
+    dyn = struct.pack(
+        "<IIQQQQQQ",
+        2,
+        6,
+        dynamic_offset,
+        base + dynamic_offset,
+        base + dynamic_offset,
+        len(dynamic),
+        len(dynamic),
+        8,
+    )
+    padding = bytes(dynamic_offset - strtab_offset - len(strings))
+    return header + load + dyn + bytes(strings) + padding + dynamic
+
+
 def _record_line(path: str, data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"{path},sha256={digest},{len(data)}"
@@ -136,6 +179,7 @@ def metadata_of(spec: StandIn) -> str:
 
 def _package_files(spec: StandIn) -> dict[str, bytes]:
     contents = {path: text.encode() for path, text in sorted(spec.files.items())}
+    contents.update(sorted(spec.binary_files.items()))
     if not any(p.endswith(".py") for p in contents):
         contents[f"{spec.normalized}/__init__.py"] = f"__version__ = '{spec.version}'\n".encode()
     if spec.payload_bytes:
@@ -146,7 +190,8 @@ def _package_files(spec: StandIn) -> dict[str, bytes]:
 #: The in-tree PEP 517 backend of every stand-in sdist. It needs no build requirements, so a
 #: build works with or without isolation and with no index; a ``setup.py`` in the tree runs first,
 #: in the source directory and the building interpreter, as setuptools runs it, and may set
-#: ``requires_dist`` (the Requires-Dist of the wheel it builds).
+#: ``requires_dist`` (the Requires-Dist of the wheel it builds), and sees which hook runs it in
+#: ``STANDIN_BACKEND_HOOK``.
 SDIST_BACKEND = '''"""Build backend of a stand-in sdist (cudalock tests): PKG-INFO + files."""
 import base64
 import email.parser
@@ -159,7 +204,9 @@ import zipfile
 _OWN = {"PKG-INFO", "pyproject.toml", "standin_backend.py", "setup.py"}
 
 
-def _metadata():
+def _metadata(hook):
+    # setup.py can tell a build of the wheel from a read of the metadata, as a test may ask.
+    os.environ["STANDIN_BACKEND_HOOK"] = hook
     with open("PKG-INFO", encoding="utf-8") as handle:
         info = email.parser.HeaderParser().parsestr(handle.read())
     requires = info.get_all("Requires-Dist") or []
@@ -179,7 +226,7 @@ def get_requires_for_build_wheel(config_settings=None):
 
 
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
-    dist, metadata = _metadata()
+    dist, metadata = _metadata("prepare_metadata_for_build_wheel")
     os.makedirs(os.path.join(metadata_directory, dist + ".dist-info"))
     with open(os.path.join(metadata_directory, dist + ".dist-info", "METADATA"), "w") as out:
         out.write(metadata)
@@ -187,7 +234,7 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    dist, metadata = _metadata()
+    dist, metadata = _metadata("build_wheel")
     files = {}
     for root, dirs, names in os.walk("."):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
@@ -250,3 +297,45 @@ def build_sdist(spec: StandIn, directory: Path) -> Path:
 def build_distribution(spec: StandIn, directory: Path) -> Path:
     """The wheel or sdist ``spec`` describes, written into ``directory``."""
     return build_sdist(spec, directory) if spec.kind == "sdist" else build_wheel(spec, directory)
+
+
+def xformers_cpp_lib(cuda: int, torch: str) -> str:
+    """``xformers/cpp_lib.json`` as xformers' wheels write it (``cuda`` 1208 = CUDA 12.8)."""
+    return (
+        f'{{"version": {{"cuda": {cuda}, "hip": null, "torch": "{torch}", "python": "3.9.23", '
+        '"flash": "v2.8.0.post2-3-g3ba6f82", "use_torch_flash": false}, "env": '
+        '{"TORCH_CUDA_ARCH_LIST": "7.5 8.0+PTX 9.0a", "PYTORCH_ROCM_ARCH": null}}'
+    )
+
+
+def cuda_extension_standin(
+    name: str,
+    version: str,
+    *,
+    requires_dist: Sequence[str] = (),
+    cuda_major: int | None = 12,
+    cpp_lib: str | None = None,
+    extension: str | None = None,
+    tag: str = "cp39-abi3-manylinux_2_28_x86_64",
+    payload_bytes: int = 0,
+) -> StandIn:
+    """A stand-in of a CUDA-built wheel: an extension module that needs ``libcudart.so.N`` and
+    torch's libraries, as the real ``_C.so`` files do, and ``cpp_lib.json`` where given."""
+    package = name.replace("-", "_").lower()
+    needed = ["libc10.so", "libtorch.so", "libtorch_cpu.so"]
+    if cuda_major is not None:
+        needed += [f"libcudart.so.{cuda_major}", "libc10_cuda.so", "libtorch_cuda.so"]
+    needed += ["libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6"]
+    files = {f"{package}/__init__.py": f"__version__ = '{version}'\n"}
+    if cpp_lib is not None:
+        files[f"{package}/cpp_lib.json"] = cpp_lib
+    so = extension or f"{package}/_C.so"
+    return StandIn(
+        name=name,
+        version=version,
+        requires_dist=requires_dist,
+        tag=tag,
+        files=files,
+        binary_files={so: elf_shared_object(needed)},
+        payload_bytes=payload_bytes,
+    )

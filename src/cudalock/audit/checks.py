@@ -20,9 +20,13 @@ from functools import cached_property
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from cudalock.audit import messages as msg
+from cudalock.audit.cudabuilt import check_cuda_builds
 from cudalock.audit.installed import (
+    DeepSpeedBuild,
     Distribution,
     Installed,
+    ReportedMessage,
     SharedLibrary,
     TorchInstall,
     local_label,
@@ -31,7 +35,8 @@ from cudalock.audit.installed import (
 from cudalock.errors import CudalockError, Unsatisfiable
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.matrix.model import arch_covers
-from cudalock.model import Compat, Finding, Plan, Rejection, Severity, Target
+from cudalock.model import Finding, Fix, Plan, Rejection, Severity, Target
+from cudalock.request import Compat, Request
 from cudalock.resolve import make_request, resolve
 from cudalock.resolve.compat import (
     DriverVerdict,
@@ -39,6 +44,7 @@ from cudalock.resolve.compat import (
     missing_archs,
     target_driver_cuda,
 )
+from cudalock.resolve.fixes import apply_fix
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
@@ -77,6 +83,12 @@ CODES = (
     "rocm-build-on-nvidia",
     "broken-torch-install",
     "cuda-unavailable",
+    "cuda-build-mismatch",
+    "extension-abi-mismatch",
+    "cuda-library-missing",
+    "cudnn-mismatch",
+    "nccl-mismatch",
+    "check-skipped",
 )
 
 _ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -118,14 +130,18 @@ def audit(
     *,
     driver_known: bool = True,
     compat: Compat = "strict",
+    check_fixes: bool = True,
 ) -> list[Finding]:
     """Findings for ``installed`` on ``target`` under policy ``compat``, most severe first.
 
     ``driver_known=False`` says the target's driver was not given (a report that names none):
     driver checks become one ``driver-unknown`` note instead of ``no-driver``. ``compat`` is
     ``resolve``'s ``--compat``: a build the policy would not choose for this driver is an error.
+    A replacement build is offered only after it is checked: applied to ``installed`` and
+    audited again (``check_fixes=False``: that second audit, which offers none), it leaves no
+    error.
     """
-    context = _Context(installed, target, matrix, driver_known, compat)
+    context = _Context(installed, target, matrix, driver_known, compat, check_fixes)
     findings: list[Finding] = []
     for check in (
         _check_torch_present,
@@ -138,8 +154,11 @@ def audit(
         _check_deepspeed,
         _check_nvcc,
         _check_library_shadowing,
+        _check_skipped,
     ):
         findings.extend(check(context))
+    findings.extend(check_cuda_builds(installed, target, matrix, compat))
+    findings = _with_reported_messages(context, findings)
     return sort_findings(findings)
 
 
@@ -194,12 +213,15 @@ class _Context:
         matrix: Matrix,
         driver_known: bool,
         compat: Compat,
+        check_fixes: bool = True,
     ) -> None:
         self.installed = installed
         self.target = target
         self.matrix = matrix
         self.driver_known = driver_known
         self.compat: Compat = compat
+        self.check_fixes = check_fixes
+        self._replacements: dict[tuple[bool, bool, str], _Replacement] = {}
 
     @cached_property
     def torch(self) -> _Torch | None:
@@ -252,14 +274,28 @@ class _Context:
         same_major_as_driver: bool = False,
         compat: Compat | None = None,
     ) -> _Replacement:
-        """The build the resolver chooses instead, as pip commands: under the audit's policy
-        unless ``compat`` names another."""
-        return _replacement(
-            self,
-            same_version=same_version,
-            same_major_as_driver=same_major_as_driver,
-            compat=compat or self.compat,
-        )
+        """The build the resolver chooses instead, as pip commands, checked by auditing the
+        environment with it installed: under the audit's policy unless ``compat`` names
+        another."""
+        key = (same_version, same_major_as_driver, compat or self.compat)
+        if not self.check_fixes:
+            return _Replacement(None, (), "not computed while a fix is checked")
+        if key not in self._replacements:
+            self._replacements[key] = _replacement(
+                self,
+                same_version=same_version,
+                same_major_as_driver=same_major_as_driver,
+                compat=compat or self.compat,
+            )
+        return self._replacements[key]
+
+    @cached_property
+    def gpu_evidence(self) -> bool:
+        """True unless the evidence shows a machine without NVIDIA GPUs: a report that names
+        no driver is no evidence that there is none."""
+        if self.target.gpus or self.target.has_driver:
+            return True
+        return not self.driver_known
 
 
 @dataclass(frozen=True)
@@ -281,8 +317,14 @@ def _replacement(
     torch = context.torch
     companions = context.companions or ["none"]
     attempts: list[dict[str, str | None]] = []
+    toolkit = _toolkit_cuda(context)
     if same_version and torch is not None and torch.public:
         attempts.append({"torch": f"=={torch.public}", "cuda": None})
+        if toolkit:
+            attempts.append({"torch": f"=={torch.public}", "cuda": toolkit})
+    if toolkit:
+        # Ops built against torch need nvcc's CUDA: the build the toolkit matches first.
+        attempts.append({"torch": None, "cuda": toolkit})
     if same_major_as_driver:
         driver_cuda = target_driver_cuda(context.matrix, context.target)
         if driver_cuda is not None:
@@ -291,6 +333,7 @@ def _replacement(
     attempts.append({"torch": None, "cuda": None})
     kept_hint: str | None = None
     last_error = ""
+    seen: list[tuple[str, str]] = []
     for attempt in attempts:
         try:
             request = make_request(
@@ -302,28 +345,173 @@ def _replacement(
             )
             plan = resolve(context.matrix, [context.target], request)
         except CudalockError as err:
-            last_error = err.message
+            last_error = last_error or err.message
             if attempt["torch"] and torch is not None and isinstance(err, Unsatisfiable):
-                kept_hint = _keeping(err, torch.public or "") or kept_hint
+                kept_hint = kept_hint or _keeping(context, err, request, torch.public or "")
             continue
-        return _Replacement(plan, install_commands(plan, context.pip), kept_hint)
-    return _Replacement(None, (), last_error)
+        if (plan.torch_version, plan.variant) in seen:
+            continue
+        seen.append((plan.torch_version, plan.variant))
+        applied, extra = apply_plan(context, plan)
+        problem = _check_replacement(context, plan, applied, context.target, compat)
+        if problem:
+            last_error = last_error or problem
+            continue
+        return _Replacement(plan, install_commands(plan, context.pip) + extra, kept_hint)
+    return _Replacement(None, (), kept_hint or last_error or None)
 
 
-def _keeping(error: Unsatisfiable, version: str) -> str | None:
+def _toolkit_cuda(context: _Context) -> str | None:
+    """The CUDA of the nvcc ops would be built with, when something builds against torch."""
+    installed = context.installed
+    builds = installed.deepspeed is not None or any(
+        installed.dist(name) for name in ("deepspeed", "flash-attn", "apex")
+    )
+    nvcc = installed.effective_nvcc
+    version = _major_minor(nvcc.version) if nvcc else None
+    return format_cuda(version) if builds and version else None
+
+
+def _check_replacement(
+    context: _Context, plan: Plan, applied: Installed, target: Target, compat: Compat
+) -> str | None:
+    """Why ``plan`` is no fix here (None: it is one): a CPU build where the evidence shows
+    NVIDIA GPUs, or an environment that, with it installed, still audits with an error."""
+    if plan.variant == "cpu" and context.gpu_evidence:
+        return (
+            "the report does not name the NVIDIA driver, so no CUDA build can be checked "
+            "against it (and a CPU build is no fix for a GPU machine): give --driver-version "
+            "(nvidia-smi shows it)"
+            if not context.driver_known
+            else "only a CPU build fits, and this machine has NVIDIA GPUs"
+        )
+    after = audit(
+        applied,
+        target,
+        context.matrix,
+        driver_known=context.driver_known,
+        compat=compat,
+        check_fixes=False,
+    )
+    errors = [f for f in after if f.severity == "error"]
+    if errors:
+        return f"torch {plan.torch_pin.version} would still leave " + ", ".join(
+            sorted({f.code for f in errors})
+        )
+    return None
+
+
+#: Packages built against torch's C++ API: a new torch needs them rebuilt against it.
+_BUILT_AGAINST_TORCH = ("deepspeed", "flash-attn", "apex")
+
+
+def apply_plan(context: _Context, plan: Plan) -> tuple[Installed, tuple[str, ...]]:
+    """The environment with ``plan``'s pins installed, and the commands beyond
+    ``install_commands`` that this takes: removing every other torch install, the NVIDIA
+    runtime packages of another CUDA major, and rebuilding what builds against torch."""
+    installed = context.installed
+    pins = {pin.name: pin.version for pin in plan.packages}
+    commands: list[str] = []
+    if len(installed.torch) > 1:
+        # The pinned torch replaces the first; every other install goes.
+        commands += _torch_removals(
+            context, [t for t in installed.torch if (t.location or "").startswith("report:")]
+        )
+    major = plan.cuda[0] if plan.cuda else None
+    leftovers = sorted(
+        {
+            d.name
+            for d in installed.distributions
+            if (found := _nvidia_major(d)) is not None and found != major
+        }
+    )
+    if leftovers:
+        commands.append(
+            f"{context.pip} uninstall -y {' '.join(shlex.quote(n) for n in leftovers)}"
+            "   # NVIDIA runtime packages of another CUDA"
+        )
+    dists: list[Distribution] = []
+    for dist in installed.distributions:
+        if dist.name in leftovers or dist.name in ("torch", "torch-nightly", "pytorch"):
+            continue  # the torch installs are replaced by the pinned one
+        pinned = pins.get(dist.name)
+        dists.append(Distribution(dist.name, pinned, "fix") if pinned else dist)
+    for name, version in pins.items():
+        if not any(d.name == name for d in dists):
+            dists.append(Distribution(name, version, "fix"))
+    deepspeed = installed.deepspeed
+    cuda_text = format_cuda(plan.cuda) if plan.cuda else None
+    torch_mm = ".".join(plan.torch_version.split(".")[:2])
+    rebuilt = [name for name in _BUILT_AGAINST_TORCH if installed.dist(name)]
+    if deepspeed is not None and "deepspeed" not in rebuilt:
+        rebuilt.insert(0, "deepspeed")
+    for name in rebuilt:
+        built = installed.dist(name)
+        ds_version = deepspeed.version if name == "deepspeed" and deepspeed else None
+        commands.extend(
+            _rebuild_commands(context, name, ds_version or (built.version if built else None))[1:]
+        )
+    if deepspeed is not None:
+        deepspeed = DeepSpeedBuild(
+            version=deepspeed.version,
+            torch_version=torch_mm if deepspeed.has_build_info else deepspeed.torch_version,
+            torch_cuda=cuda_text if deepspeed.has_build_info else deepspeed.torch_cuda,
+            installed_ops=deepspeed.installed_ops,
+            has_build_info=deepspeed.has_build_info,
+            location=deepspeed.location,
+        )
+    torch_install = TorchInstall(
+        version=plan.torch_pin.version, cuda=cuda_text, location="fix", cuda_known=True
+    )
+    applied = Installed(
+        source=installed.source,
+        python=installed.python,
+        python_version=installed.python_version,
+        platform=installed.platform,
+        prefix=installed.prefix,
+        distributions=tuple(dists),
+        torch=(torch_install,),
+        deepspeed=deepspeed,
+        nvcc=installed.nvcc,
+        ld_library_path=installed.ld_library_path,
+        cuda_libraries=installed.cuda_libraries,
+        cuda_builds=installed.cuda_builds,
+        # The runtime errors were this environment's; the arch list was the old torch's.
+        arch_list=None,
+        notes=installed.notes,
+        messages=(),
+    )
+    return applied, tuple(commands)
+
+
+def _keeping(context: _Context, error: Unsatisfiable, request: Request, version: str) -> str | None:
     """What would keep torch ``version`` (a driver upgrade, --compat minor): only the fixes
-    whose candidate is that release, never one that replaces it."""
-    texts: list[str] = []
+    whose candidate is that release, each resolved with its changes made and audited, and
+    named by the build that resolving with it really gives."""
+    candidates: list[Fix] = []
     for rejection in error.rejected:
         if not isinstance(rejection, Rejection):
             continue
         for fix in rejection.fixes:
-            if fix.torch == version and fix.text not in texts:
-                texts.append(f"{fix.text} (torch {fix.torch}+{fix.variant})")
-    if not texts:
-        return None
+            if fix.torch == version and fix not in candidates:
+                candidates.append(fix)
     # The smallest change first: the last rejections are the nearest candidates.
-    return f"to keep torch {version} (cudalock bootstrap --torch {version}): {texts[-1]}"
+    for fix in reversed(candidates):
+        try:
+            targets, changed = apply_fix(context.matrix, [context.target], request, fix)
+            plan = resolve(context.matrix, targets, changed)
+        except CudalockError:
+            continue
+        if plan.torch_version != version:
+            continue
+        applied, _extra = apply_plan(context, plan)
+        if _check_replacement(context, plan, applied, targets[0], changed.compat):
+            continue
+        return (
+            f"to keep torch {version} (cudalock bootstrap --torch {version}): {fix.text} "
+            f"(torch {plan.torch_pin.version})"
+        )
+    return None
 
 
 def install_commands(plan: Plan, pip: str = "pip") -> tuple[str, ...]:
@@ -415,13 +603,25 @@ def _check_torch_present(context: _Context) -> list[Finding]:
     if torch is None:
         if context.installed.dists("torch"):
             return []  # a dist-info without a package: reported by _check_duplicates
-        replacement = context.replacement(same_version=False)
         from_report = context.installed.source.startswith("report")
+        if from_report and context.installed.messages:
+            # The errors are diagnosed on their own; say what the torch checks would need.
+            return [
+                _finding(
+                    "check-skipped",
+                    "info",
+                    "the report names no torch version, so the checks of the torch build are "
+                    "skipped (paste the output of 'python -m torch.utils.collect_env' for them)",
+                    [f"environment: {context.installed.source}"],
+                )
+            ]
+        replacement = context.replacement(same_version=False)
         return [
             _finding(
                 "no-torch",
                 "info",
-                "the report names no torch, so the torch checks are skipped"
+                "the report names no torch, so the torch checks are skipped (paste the output "
+                "of 'python -m torch.utils.collect_env', or of 'pip list' in that environment)"
                 if from_report
                 else "torch is not installed in this environment: nothing here uses the GPU "
                 "through torch",
@@ -454,7 +654,8 @@ def _check_torch_present(context: _Context) -> list[Finding]:
                 "unknown-torch-build",
                 "info",
                 f"{torch.described}: the report does not say which CUDA it was built for, so the "
-                "driver and GPU checks are skipped",
+                "driver and GPU checks are skipped (paste 'python -m torch.utils.collect_env', "
+                "or 'python -c \"import torch; print(torch.__version__, torch.version.cuda)\"')",
                 _torch_evidence(torch),
             )
         )
@@ -504,6 +705,12 @@ def _check_duplicates(context: _Context) -> list[Finding]:
         + "; mixed files crash at import (-11 or undefined symbols)"
     )
     replacement = context.replacement()
+    if report_installs and not dists and len(live_dirs) <= 1:
+        # Keep the torch the report ran with; remove each other install by what installed it.
+        keep = installed.torch[0]
+        fix = _torch_removals(context, [t for t in installed.torch if t is not keep])
+        fix += _fix_lines(replacement, "then, for the build this machine needs")
+        return [_finding("duplicate-torch", "error", message, evidence, list(dict.fromkeys(fix)))]
     fix = [f"{context.pip} uninstall -y torch"] * max(count, 1)
     # A torch directory with no dist-info beside it is outside pip's reach (PYTHONPATH, a copy).
     for install in live_dirs:
@@ -517,6 +724,32 @@ def _check_duplicates(context: _Context) -> list[Finding]:
         fix.append("conda remove -y --force pytorch   # conda's pytorch beside pip's torch")
     fix += _fix_lines(replacement, "then install one build")
     return [_finding("duplicate-torch", "error", message, evidence, fix)]
+
+
+def _torch_removals(context: _Context, installs: Sequence[TorchInstall]) -> list[str]:
+    """The commands that remove these torch installs of a report: conda's by conda, pip's
+    torch-nightly by pip (pip's torch itself is replaced by the install that follows)."""
+    commands: list[str] = []
+    for install in installs:
+        dist = next(
+            (
+                d
+                for d in context.installed.distributions
+                if d.location == install.location and d.version == install.version
+            ),
+            None,
+        )
+        location = install.location or ""
+        conda = location.startswith("report:[conda]") and not location.endswith("pypi")
+        name = dist.name if dist else "torch"
+        if conda:
+            conda_name = "pytorch-nightly" if name == "torch-nightly" else "pytorch"
+            commands.append(f"conda remove -y --force {conda_name}   # conda's {conda_name}")
+        elif name != "torch":
+            commands.append(f"{context.pip} uninstall -y {shlex.quote(name)}")
+        elif install is not context.installed.torch[0]:
+            commands.append(f"{context.pip} uninstall -y torch")
+    return list(dict.fromkeys(commands))
 
 
 def _where(location: str | None) -> str:
@@ -730,7 +963,7 @@ def _check_cpu_build(context: _Context) -> list[Finding]:
     gpu_machine = target.has_driver or bool(target.gpus)
     if not gpu_machine:
         return _cpu_build_gpus_unknown(context, torch)
-    if torch.is_rocm:
+    if torch.is_rocm and _nvidia_machine(context):
         replacement = context.replacement()
         return [
             _finding(
@@ -755,6 +988,19 @@ def _check_cpu_build(context: _Context) -> list[Finding]:
             _fix_lines(replacement, "the CUDA build for this target"),
         )
     ]
+
+
+def _nvidia_machine(context: _Context) -> bool:
+    """An NVIDIA driver, or a GPU that the matrix's (NVIDIA) GPU table or its name shows is one:
+    a ROCm report names its AMD GPU ("Device 66a1") and no NVIDIA driver."""
+    target = context.target
+    if target.has_driver:
+        return True
+    return any(
+        gpu.compute_capability is not None
+        or re.search(r"nvidia|geforce|tesla|quadro|titan|rtx", gpu.name, re.IGNORECASE)
+        for gpu in target.gpus
+    )
 
 
 def _cpu_build_gpus_unknown(context: _Context, torch: _Torch) -> list[Finding]:
@@ -782,8 +1028,8 @@ def _cpu_build_gpus_unknown(context: _Context, torch: _Torch) -> list[Finding]:
 def _companion_cuda(dist: Distribution) -> tuple[str, CudaVersion | None] | None:
     """("cu118", (11, 8)) / ("cpu", None) from a companion's label; None without a label."""
     label = local_label(dist.version)
-    if label is None:
-        return None
+    if label is None or not re.match(r"(?:cu\d+|cpu|rocm)", label):
+        return None  # no label, or a source build's git hash: no CUDA named
     return label, cuda_from_variant(label)
 
 
@@ -898,9 +1144,31 @@ def _major_minor(text: str | None) -> tuple[int, int] | None:
 
 
 def _deepspeed_fix(context: _Context, version: str | None) -> list[str]:
-    spec = f"deepspeed=={version}" if version else "deepspeed"
+    return _rebuild_commands(context, "deepspeed", version)
+
+
+def _installable_spec(name: str, version: str | None) -> str:
+    """``name==version`` for a release as PyPI serves it, else ``name``: a local label
+    (``0.15.5+46d7d0d1``, a source build) or a development version names a build no index
+    serves, so it is never pinned."""
+    if not version:
+        return name
+    public = public_version(version)
+    try:
+        parsed = Version(public)
+    except InvalidVersion:
+        return name
+    if parsed.is_prerelease or parsed.is_devrelease or parsed.local or version != public:
+        return name
+    return f"{name}=={public}"
+
+
+def _rebuild_commands(context: _Context, name: str, version: str | None) -> list[str]:
+    """Rebuild ``name`` against the installed torch: no build isolation (torch importable),
+    no cached wheel built against another torch."""
+    spec = _installable_spec(name, version)
     return [
-        "# rebuild DeepSpeed against the installed torch (no build isolation, torch importable):",
+        f"# rebuild {name} against the installed torch (no build isolation, torch importable):",
         f"{context.pip} install --force-reinstall --no-deps --no-build-isolation "
         f"--no-cache-dir {shlex.quote(spec)}",
     ]
@@ -1020,18 +1288,7 @@ def _check_nvcc(context: _Context) -> list[Finding]:
     else:
         return []
     where = f"{nvcc.path}, via {nvcc.origin}" if nvcc.path else f"{nvcc.origin}, per the report"
-    home = f"/usr/local/cuda-{format_cuda(torch.cuda)}"
-    toolkit = next((tk.version for tk in context.matrix.toolkits if tk.cuda == torch.cuda), None)
-    fix = [
-        f"export CUDA_HOME={home}   # a CUDA {format_cuda(torch.cuda)} toolkit, if one is "
-        "installed there",
-        'export PATH="$CUDA_HOME/bin:$PATH"',
-    ]
-    if toolkit:
-        fix.append(
-            f"conda install -y -c nvidia/label/cuda-{toolkit} cuda-nvcc cuda-cudart-dev"
-            '   # inside a conda env, then: export CUDA_HOME="$CONDA_PREFIX"'
-        )
+    fix = _nvcc_fix(context, torch.cuda)
     return [
         _finding(
             "nvcc-mismatch",
@@ -1042,6 +1299,23 @@ def _check_nvcc(context: _Context) -> list[Finding]:
             fix,
         )
     ]
+
+
+def _nvcc_fix(context: _Context, torch_cuda: CudaVersion) -> list[str]:
+    """Point CUDA_HOME at a toolkit of torch's CUDA (or install one into the conda env)."""
+    home = f"/usr/local/cuda-{format_cuda(torch_cuda)}"
+    toolkit = next((tk.version for tk in context.matrix.toolkits if tk.cuda == torch_cuda), None)
+    fix = [
+        f"export CUDA_HOME={home}   # a CUDA {format_cuda(torch_cuda)} toolkit, if one is "
+        "installed there",
+        'export PATH="$CUDA_HOME/bin:$PATH"',
+    ]
+    if toolkit:
+        fix.append(
+            f"conda install -y -c nvidia/label/cuda-{toolkit} cuda-nvcc cuda-cudart-dev"
+            '   # inside a conda env, then: export CUDA_HOME="$CONDA_PREFIX"'
+        )
+    return fix
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...] | None:
@@ -1131,8 +1405,358 @@ def _check_library_shadowing(context: _Context) -> list[Finding]:
     ]
 
 
+def _check_skipped(context: _Context) -> list[Finding]:
+    """A check the report gives too little for: which one, and what to paste instead."""
+    torch = context.torch
+    if not context.installed.source.startswith("report") or torch is None or not torch.is_cuda:
+        return []
+    if context.target.gpus or (_arch_lists(context, torch) is None and torch.build is None):
+        return []
+    return [
+        _finding(
+            "check-skipped",
+            "info",
+            "the report names no GPU, so whether "
+            f"{torch.described} has kernels for the GPUs is not checked (paste 'nvidia-smi', "
+            "or give --gpu / --compute-capability)",
+            _torch_evidence(torch),
+        )
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Findings from the error and warning lines a report carries (audit.messages)
+
+
+def _with_reported_messages(context: _Context, findings: list[Finding]) -> list[Finding]:
+    """Every message becomes a finding: the evidence of one that a check already made, or a
+    finding of its own (a report with no torch version still has its errors diagnosed)."""
+    result = list(findings)
+    for message in context.installed.messages:
+        finding = _message_finding(context, message)
+        if finding is None:
+            continue
+        same = next((i for i, f in enumerate(result) if f.code == finding.code), None)
+        if same is None:
+            result.append(finding)
+            continue
+        existing = result[same]
+        line = f"pasted: {message.text}"
+        if line not in existing.evidence:
+            result[same] = Finding(
+                code=existing.code,
+                severity=existing.severity,
+                message=existing.message,
+                evidence=(*existing.evidence, line),
+                fix=existing.fix,
+            )
+    return result
+
+
+def _message_finding(context: _Context, message: ReportedMessage) -> Finding | None:
+    kind = message.kind
+    if kind == msg.DRIVER_TOO_OLD or kind == msg.DRIVER_INSUFFICIENT:
+        return _driver_message(context, message)
+    if kind in (msg.NO_KERNEL_IMAGE, msg.ARCH_UNSUPPORTED):
+        return _arch_message(context, message)
+    if kind == msg.NOT_COMPILED_WITH_CUDA:
+        return _cpu_message(context, message)
+    if kind == msg.UNDEFINED_SYMBOL:
+        return _undefined_symbol(context, message)
+    if kind == msg.LIBRARY_MISSING:
+        return _library_missing(context, message)
+    if kind == msg.CUDNN_MISMATCH:
+        return _cudnn_message(context, message)
+    if kind == msg.NVCC_MISMATCH:
+        return _nvcc_message(context, message)
+    if kind == msg.XFORMERS_BUILT_FOR:
+        return _xformers_message(context, message)
+    if kind == msg.DEEPSPEED_OPS_MISMATCH:
+        return _deepspeed_ops_message(context, message)
+    return None
+
+
+def _deepspeed_ops_message(context: _Context, message: ReportedMessage) -> Finding:
+    what = "torch" if message.get("what") == "pytorch" else "CUDA"
+    built, runtime = message.get("built"), message.get("runtime")
+    ds = context.installed.deepspeed
+    version = ds.version if ds else None
+    dist = context.installed.dist("deepspeed")
+    return _finding(
+        "deepspeed-torch-mismatch" if what == "torch" else "deepspeed-cuda-mismatch",
+        "error",
+        f"DeepSpeed's ops were compiled for {what} {built} but {what} {runtime} runs: they "
+        "refuse to load",
+        [_pasted(message)],
+        _deepspeed_fix(context, version or (dist.version if dist else None)),
+    )
+
+
+def _pasted(message: ReportedMessage) -> str:
+    return f"pasted: {message.text}"
+
+
+def _replacement_fix(context: _Context, what: str, missing: str) -> list[str]:
+    """The checked replacement build's commands, or what to give so that one can be checked."""
+    if not context.gpu_evidence or (context.driver_known and context.target.has_driver):
+        replacement = context.replacement(same_version=context.torch is not None)
+        if replacement.commands:
+            return _fix_lines(replacement, what)
+        if replacement.remark:
+            return [f"# no checked fix: {replacement.remark}"]
+    return [f"# {missing}"]
+
+
+def _driver_message(context: _Context, message: ReportedMessage) -> Finding:
+    target = context.target
+    if message.kind == msg.DRIVER_TOO_OLD:
+        found = message.get("found") or "?"
+        cuda = format_cuda(target.driver_cuda) if target.driver_cuda else "?"
+        text = (
+            f"PyTorch reports that the NVIDIA driver is too old for the torch in use: the driver "
+            f"supports CUDA ≤ {cuda} (found version {found}), the build needs a newer CUDA"
+        )
+    else:
+        text = (
+            "the CUDA runtime reports that the NVIDIA driver is older than the CUDA the "
+            "program was built for (cudaErrorInsufficientDriver): the build needs a newer driver"
+        )
+    return _finding(
+        "driver-too-old",
+        "error",
+        text,
+        [_pasted(message), *_target_evidence(context)],
+        [
+            *_replacement_fix(
+                context,
+                "a build this driver runs",
+                "paste 'nvidia-smi' (or give --driver-version) to get a build this driver runs",
+            ),
+            "# or upgrade the NVIDIA driver",
+        ],
+    )
+
+
+def _arch_message(context: _Context, message: ReportedMessage) -> Finding:
+    torch = context.torch
+    gpus = ", ".join(sorted({g.name for g in context.target.gpus})) or "the GPU"
+    covered = (
+        torch is not None
+        and torch.build is not None
+        and context.target.gpus
+        and all(c is not None for c in context.target.compute_capabilities)
+        and not missing_archs(torch.build, context.target.compute_capabilities)
+    )
+    if covered:
+        assert torch is not None
+        return _finding(
+            "gpu-arch-unsupported",
+            "error",
+            f"a CUDA kernel for {gpus} is missing, but {torch.described} ships kernels for it: "
+            "an extension built without this GPU's architecture raised it (rebuild it with "
+            "TORCH_CUDA_ARCH_LIST naming the GPU's compute capability)",
+            [_pasted(message), *_torch_evidence(torch)],
+        )
+    return _finding(
+        "gpu-arch-unsupported",
+        "error",
+        f'the torch in use has no kernels for {gpus}: CUDA calls fail with "no kernel image is '
+        'available for execution on the device"',
+        [_pasted(message), *_target_evidence(context)]
+        + [
+            f"GPU: {g.name} (compute capability {format_cc(g.compute_capability)})"
+            for g in context.target.gpus
+            if g.compute_capability
+        ],
+        _replacement_fix(
+            context,
+            "a build with kernels for every target GPU",
+            "paste 'nvidia-smi' (or give --driver-version and --gpu) to get a build with "
+            "kernels for this GPU",
+        ),
+    )
+
+
+def _cpu_message(context: _Context, message: ReportedMessage) -> Finding:
+    return _finding(
+        "cpu-only-build",
+        "error",
+        "torch says it was not compiled with CUDA: a CPU-only build is installed, so nothing "
+        "runs on the GPU",
+        [_pasted(message), *_target_evidence(context)],
+        _replacement_fix(
+            context,
+            "the CUDA build for this target",
+            "paste 'nvidia-smi' (or give --driver-version) to get the CUDA build this driver runs",
+        ),
+    )
+
+
+_NVIDIA_LIBRARIES = (
+    "libcusparse",
+    "libcublas",
+    "libnvjitlink",
+    "libcudnn",
+    "libcufft",
+    "libcusolver",
+)
+
+
+def _undefined_symbol(context: _Context, message: ReportedMessage) -> Finding:
+    library = message.get("library") or "?"
+    symbol = message.get("symbol") or "?"
+    name = library.rsplit("/", 1)[-1]
+    evidence = [_pasted(message)]
+    if symbol.lower().startswith("nccl"):
+        return _nccl_finding(context, evidence, f"{name} needs {symbol}")
+    if name.lower().startswith(_NVIDIA_LIBRARIES) or "nvJitLink" in symbol:
+        return _finding(
+            "library-shadowing",
+            "error",
+            f"{name} is missing {symbol}: an older copy of a CUDA library (from LD_LIBRARY_PATH "
+            "or another CUDA's NVIDIA packages) is loaded instead of the one torch's wheels ship",
+            evidence,
+            [
+                "unset LD_LIBRARY_PATH   # or remove the CUDA directories from it",
+                *_leftover_commands(context),
+            ],
+        )
+    package = msg.extension_package(library)
+    torch = context.torch
+    installed = f"the installed {torch.described}" if torch else "the installed torch"
+    if package is None:
+        return _finding(
+            "extension-abi-mismatch",
+            "error",
+            f"the compiled extension {name} was built against another torch than "
+            f"{installed}: it misses {symbol}",
+            evidence,
+            ["# rebuild the package that ships it against the installed torch"],
+        )
+    dist = context.installed.dist(package)
+    return _finding(
+        "extension-abi-mismatch",
+        "error",
+        f"{package}'s compiled extension ({name}) was built against another torch (or CUDA) "
+        f"than {installed}: it misses {symbol} and cannot be imported",
+        evidence + ([f"{package} {dist.version}"] if dist else []),
+        _rebuild_commands(context, package, dist.version if dist else None),
+    )
+
+
+def _leftover_commands(context: _Context) -> list[str]:
+    torch = context.torch
+    if torch is None or torch.cuda is None:
+        return []
+    names = sorted(
+        {
+            d.name
+            for d in context.installed.distributions
+            if (major := _nvidia_major(d)) is not None and major != torch.cuda[0]
+        }
+    )
+    if not names:
+        return []
+    return [f"{context.pip} uninstall -y {' '.join(shlex.quote(n) for n in names)}"]
+
+
+def _nccl_finding(context: _Context, evidence: list[str], what: str) -> Finding:
+    ncc = [d for d in context.installed.distributions if d.name.startswith("nvidia-nccl")]
+    return _finding(
+        "nccl-mismatch",
+        "error",
+        f"torch loads an NCCL older than the one it was built with ({what}): a second "
+        "nvidia-nccl package (of another CUDA) or a system NCCL on LD_LIBRARY_PATH is found first",
+        evidence + [f"{d.name} {d.version}" for d in ncc],
+        _leftover_commands(context)
+        or ["unset LD_LIBRARY_PATH   # or remove the directory with the older libnccl from it"],
+    )
+
+
+def _library_missing(context: _Context, message: ReportedMessage) -> Finding:
+    library = message.get("library") or "?"
+    major = re.search(r"\.so\.(\d+)", library)
+    torch = context.torch
+    cuda_lib = library.startswith(("libcudart", "libcublas", "libnvrtc", "libcusparse"))
+    evidence = [_pasted(message)]
+    if torch is not None:
+        evidence.append(f"torch {torch.install.version} (CUDA {torch.install.cuda})")
+    if (
+        cuda_lib
+        and major
+        and torch is not None
+        and torch.cuda
+        and int(major.group(1)) != torch.cuda[0]
+    ):
+        detail = (
+            f"a package built for CUDA {major.group(1)} is loaded beside {torch.described} "
+            f"(CUDA {format_cuda(torch.cuda)}), whose environment has no CUDA {major.group(1)} "
+            "runtime: install that package's build for torch's CUDA"
+        )
+    elif cuda_lib and major:
+        detail = (
+            f"a package built for CUDA {major.group(1)} cannot find that CUDA's runtime: install "
+            "its build for the CUDA torch uses (or the matching nvidia-*-cuNN runtime packages)"
+        )
+    else:
+        detail = "a compiled package cannot find a library it was linked against"
+    return _finding(
+        "cuda-library-missing",
+        "error",
+        f"{library} cannot be loaded: {detail}",
+        evidence,
+        ["# paste 'pip list' to see which packages were built for which CUDA"],
+    )
+
+
+def _cudnn_message(context: _Context, message: ReportedMessage) -> Finding:
+    compiled, found = message.get("compiled"), message.get("found")
+    return _finding(
+        "cudnn-mismatch",
+        "error",
+        f"torch was built against cuDNN {compiled} but loads cuDNN {found}: another cuDNN "
+        "(LD_LIBRARY_PATH, a conda cudnn, a system install) is found before the one torch ships",
+        [_pasted(message)],
+        ["unset LD_LIBRARY_PATH   # or remove the directory with the other libcudnn from it"],
+    )
+
+
+def _nvcc_message(context: _Context, message: ReportedMessage) -> Finding | None:
+    nvcc = _major_minor(message.get("nvcc"))
+    torch_cuda = _major_minor(message.get("torch_cuda"))
+    if nvcc is None or torch_cuda is None:
+        return None
+    accepted = message.get("accepted") == "yes"
+    by = "DeepSpeed's op builder" if message.get("by") == "deepspeed" else "torch's cpp_extension"
+    return _finding(
+        "nvcc-mismatch",
+        "warning" if accepted else "error",
+        f"the nvcc that builds ops is CUDA {format_cuda(nvcc)} but torch was compiled with CUDA "
+        f"{format_cuda(torch_cuda)}: {by} "
+        + ("accepts the pair but warns" if accepted else "refuses to build"),
+        [_pasted(message)],
+        _nvcc_fix(context, torch_cuda),
+    )
+
+
+def _xformers_message(context: _Context, message: ReportedMessage) -> Finding | None:
+    built, installed = message.get("built"), message.get("installed")
+    if not built or not installed or built == installed:
+        return None
+    dist = context.installed.dist("xformers")
+    return _finding(
+        "extension-abi-mismatch",
+        "error",
+        f"xFormers was built for torch {built} but torch {installed} is installed: its C++/CUDA "
+        "extensions do not load (memory-efficient attention is unavailable)",
+        [_pasted(message)] + ([f"xformers {dist.version}"] if dist else []),
+        _rebuild_commands(context, "xformers", dist.version if dist else None),
+    )
+
+
 __all__ = [
     "CODES",
+    "apply_plan",
     "audit",
     "has_errors",
     "install_commands",

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,11 @@ _CUDA_LIBS = (
 _LIB_RE = re.compile(r"^(lib[A-Za-z_]+?)\.so((?:\.\d+)*)$")
 _NVCC_RE = re.compile(r"release (\d+\.\d+), V(\d+(?:\.\d+)*)")
 _MAX_METADATA_BYTES = 64 * 1024
+#: Extensions read per distribution: the first that needs a CUDA library settles it.
+_MAX_EXTENSIONS = 16
+_MAX_RECORD_BYTES = 4 * 1024 * 1024
+#: Their CUDA is checked by the torch checks, or they are CUDA itself.
+_NOT_BUILT_AGAINST = re.compile(r"^(torch|torchvision|torchaudio|nvidia-.*|cuda-.*)$")
 
 
 def _normalize(name: str) -> str:
@@ -289,8 +295,68 @@ def _cuda_libraries(ld_path: list[str]) -> list[dict[str, object]]:
     return found
 
 
+def _record_paths(dist_info: str) -> list[str]:
+    """The files a ``*.dist-info/RECORD`` lists, relative to its site directory."""
+    try:
+        with open(os.path.join(dist_info, "RECORD"), encoding="utf-8", errors="replace") as h:
+            text = h.read(_MAX_RECORD_BYTES)
+    except OSError:
+        return []
+    return [line.split(",", 1)[0] for line in text.splitlines() if line.strip()]
+
+
+def _cuda_builds(distributions: list[dict[str, object]]) -> list[dict[str, object]]:
+    """What each distribution's own files say about the CUDA it was built for: its
+    ``cpp_lib.json`` (xformers) and the DT_NEEDED of its extensions, read with
+    :mod:`cudalock.sharedlibs` (loaded from the path cudalock passes as the first argument)."""
+    reader = None
+    if len(sys.argv) > 1 and os.path.isfile(sys.argv[1]):
+        try:
+            reader = runpy.run_path(sys.argv[1])
+        except Exception:  # an unreadable helper only costs this part of the report
+            reader = None
+    found: list[dict[str, object]] = []
+    for dist in distributions:
+        location = str(dist["location"])
+        if not location.endswith(".dist-info") or _NOT_BUILT_AGAINST.match(str(dist["name"])):
+            continue
+        site = os.path.dirname(location)
+        paths = _record_paths(location)
+        cpp_lib = None
+        for path in paths:
+            if path.endswith("/cpp_lib.json") and path.count("/") == 1:
+                try:
+                    with open(os.path.join(site, path), encoding="utf-8") as handle:
+                        cpp_lib = [path, handle.read(_MAX_METADATA_BYTES)]
+                except OSError:
+                    pass
+                break
+        needed: list[list[object]] = []
+        if reader is not None:
+            extensions = [p for p in paths if p.endswith(".so") or ".so." in p.rsplit("/", 1)[-1]]
+            for path in sorted(extensions)[:_MAX_EXTENSIONS]:
+                try:
+                    sonames = reader["needed_of_file"](os.path.join(site, path))
+                except (OSError, ValueError):
+                    continue
+                needed.append([path, sonames])
+                if reader["cuda_majors"](sonames):
+                    break
+        if cpp_lib is not None or any(reader and reader["cuda_majors"](n[1]) for n in needed):
+            found.append(
+                {
+                    "name": dist["name"],
+                    "version": dist["version"],
+                    "cpp_lib": cpp_lib,
+                    "needed": needed,
+                }
+            )
+    return found
+
+
 def main() -> None:
     paths = _search_path()
+    distributions = _distributions(paths)
     ld_path = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     document = {
         "script_version": SCRIPT_VERSION,
@@ -304,7 +370,8 @@ def main() -> None:
             "machine": platform.machine(),
         },
         "sys_path": paths,
-        "distributions": _distributions(paths),
+        "distributions": distributions,
+        "cuda_builds": _cuda_builds(distributions),
         "torch": _torch_installs(paths),
         "deepspeed": _deepspeed(paths),
         "nvcc": _nvcc_candidates(),

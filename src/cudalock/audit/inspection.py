@@ -19,9 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cudalock import sharedlibs
 from cudalock.audit.installed import (
     DeepSpeedBuild,
     Distribution,
+    ExtensionBuild,
     Installed,
     Nvcc,
     SharedLibrary,
@@ -41,6 +43,8 @@ __all__ = [
 ]
 
 _SCRIPT = Path(__file__).with_name("inspect_script.py")
+#: Loaded by the script (stdlib only) to read the DT_NEEDED of installed extensions.
+_SHAREDLIBS = Path(sharedlibs.__file__)
 #: The script prints a few hundred kB at most; anything far beyond is not our script talking.
 _MAX_OUTPUT = 32 * 1024 * 1024
 
@@ -116,7 +120,7 @@ def start_inspection(
     env.pop("PYTHONSTARTUP", None)
     if not os.access(python, os.X_OK):
         raise InputError(f"{str(python)!r} is not executable")
-    return RunningInspection(python, [str(python), "-c", source], env, timeout)
+    return RunningInspection(python, [str(python), "-c", source, str(_SHAREDLIBS)], env, timeout)
 
 
 class RunningInspection:
@@ -307,5 +311,25 @@ def installed_from_document(document: Mapping[str, Any], source: str) -> Install
         if isinstance(ld_path, list)
         else (),
         cuda_libraries=libraries,
+        cuda_builds=tuple(
+            ExtensionBuild(
+                name=str(b.get("name")),
+                version=_str(b.get("version")),
+                cpp_lib=_cpp_lib(b.get("cpp_lib")),
+                needed=tuple(
+                    (str(n[0]), tuple(str(s) for s in n[1] if isinstance(s, str)))
+                    for n in b.get("needed") or ()
+                    if isinstance(n, list) and len(n) == 2 and isinstance(n[1], list)
+                ),
+            )
+            for b in _items(document.get("cuda_builds"))
+            if _str(b.get("name"))
+        ),
         notes=tuple(notes),
     )
+
+
+def _cpp_lib(value: Any) -> tuple[str, str] | None:
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        return value[0], value[1]
+    return None

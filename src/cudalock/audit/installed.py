@@ -143,6 +143,42 @@ class SharedLibrary:
 
 
 @dataclass(frozen=True)
+class ReportedMessage:
+    """An error or warning line a report carries (see ``audit.messages``): its kind, the line
+    as pasted, and what it states (``("found", "12010")``, ``("library", "libcudart.so.11.0")``)."""
+
+    kind: str
+    text: str
+    fields: tuple[tuple[str, str], ...] = ()
+
+    def get(self, name: str) -> str | None:
+        return next((value for key, value in self.fields if key == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "text": self.text, "fields": dict(self.fields)}
+
+
+@dataclass(frozen=True)
+class ExtensionBuild:
+    """What an installed distribution's own files say about the CUDA it was built for."""
+
+    name: str  # canonical name
+    version: str | None
+    #: (path, text) of its ``cpp_lib.json`` (xformers), when it has one.
+    cpp_lib: tuple[str, str] | None = None
+    #: (path, DT_NEEDED sonames) of the extensions read, up to the first that needs CUDA.
+    needed: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "cpp_lib": list(self.cpp_lib) if self.cpp_lib else None,
+            "needed": [[path, list(sonames)] for path, sonames in self.needed],
+        }
+
+
+@dataclass(frozen=True)
 class Installed:
     """An environment's contents. ``torch[0]`` is the torch that ``import torch`` would load."""
 
@@ -160,10 +196,14 @@ class Installed:
     nvcc: tuple[Nvcc, ...] = ()
     ld_library_path: tuple[str, ...] = ()
     cuda_libraries: tuple[SharedLibrary, ...] = ()
+    #: Distributions built against CUDA, with what their files say (a live inspection only).
+    cuda_builds: tuple[ExtensionBuild, ...] = ()
     #: ``torch.cuda.get_arch_list()``, when known (``--deep`` or a report that shows it).
     arch_list: tuple[str, ...] | None = None
     #: What could not be read, in words.
     notes: tuple[str, ...] = ()
+    #: Error and warning lines a pasted report carries (evidence of this environment's state).
+    messages: tuple[ReportedMessage, ...] = ()
 
     @property
     def active_torch(self) -> TorchInstall | None:
@@ -195,6 +235,8 @@ class Installed:
             "nvcc": [n.to_json() for n in self.nvcc],
             "ld_library_path": list(self.ld_library_path),
             "cuda_libraries": [lib.to_json() for lib in self.cuda_libraries],
+            "cuda_builds": [build.to_json() for build in self.cuda_builds],
             "arch_list": list(self.arch_list) if self.arch_list is not None else None,
             "notes": list(self.notes),
+            "messages": [m.to_json() for m in self.messages],
         }

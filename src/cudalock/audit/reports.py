@@ -2,10 +2,13 @@
 
 Recognised, in any mix and any order: ``python -m torch.utils.collect_env`` of every era (each
 line optional; booleans as Yes/No or True/False; indented, quoted or hand-edited copies),
-DeepSpeed's ``ds_report``, ``llamafactory-cli env``, plus the PyTorch warnings and ``nvidia-smi``
-lines that often come with them. Parsing is pure and bounded: only the first
-:data:`MAX_REPORT_CHARS` characters are read, and nothing but :class:`InputError` (for empty or
-binary input) escapes.
+DeepSpeed's ``ds_report``, ``llamafactory-cli env`` (also hand-typed), ``pip freeze``, ``pip
+list``, ``conda list``, hand-typed ``torch: 2.3.0`` lines, ``nvidia-smi``, and the error and
+warning lines of PyTorch, DeepSpeed, xFormers, the CUDA runtime and the loader
+(:mod:`cudalock.audit.messages`), also behind the prefixes that docker compose (``vllm-1  | ``),
+``kubectl logs --prefix`` (``[pod/name/container] ``) and ``srun --label`` (``0: ``) add.
+Parsing is pure and bounded: only the first :data:`MAX_REPORT_CHARS` characters are read, and
+nothing but :class:`InputError` (for empty or binary input) escapes.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cudalock.audit import messages
 from cudalock.audit.installed import (
     DeepSpeedBuild,
     Distribution,
     Installed,
     Nvcc,
+    ReportedMessage,
     TorchInstall,
     canonical_name,
     local_label,
@@ -46,6 +51,24 @@ COLLECT_ENV = "collect_env"
 DS_REPORT = "ds_report"
 LLAMAFACTORY = "llamafactory-cli env"
 NVIDIA_SMI = "nvidia-smi"
+PIP_FREEZE = "pip freeze"
+PIP_LIST = "pip list"
+CONDA_LIST = "conda list"
+HAND_TYPED = "hand-typed versions"
+MESSAGES = "error messages"
+
+#: What ``audit --report`` reads, in words (the message for a file in which nothing is).
+READABLE = (
+    "python -m torch.utils.collect_env, ds_report, llamafactory-cli env, pip freeze, pip list, "
+    "conda list, nvidia-smi, and the error lines of PyTorch, DeepSpeed, xFormers, the CUDA "
+    'runtime and the loader ("The NVIDIA driver on your system is too old", "no kernel image '
+    'is available", "undefined symbol", "cannot open shared object file", ...)'
+)
+
+#: Distribution names that install the ``torch`` module.
+TORCH_DISTRIBUTIONS = ("torch", "torch-nightly", "pytorch")
+#: conda's names for them.
+_CONDA_TORCH_NAMES = {"pytorch": "torch", "pytorch-nightly": "torch-nightly"}
 
 _UNKNOWN = {
     "",
@@ -220,13 +243,19 @@ def _check_text(text: str) -> str:
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _QUOTE_PREFIX = re.compile(r"^(?:\s*>)+")  # markdown / email quoting
+#: What log collectors put before each line: docker compose ("vllm-1  | "), kubectl logs
+#: --prefix ("[pod/name/container] "), srun --label ("0: ", "12: ").
+_LOG_PREFIX = re.compile(r"^(?:[A-Za-z0-9][\w.-]*[-_]\d+\s+\|\s?|\[pod/[^\]\s]+\]\s?|\d{1,4}:\s)")
+_BULLET = re.compile(r"^[*•]\s+")
 
 
 def _clean_lines(text: str) -> list[str]:
     lines = []
     for raw in text.splitlines():
         line = _ANSI.sub("", raw[:_MAX_LINE])
-        line = _QUOTE_PREFIX.sub("", line).strip().strip("`").strip()
+        line = _QUOTE_PREFIX.sub("", line).strip()
+        line = _LOG_PREFIX.sub("", line, count=1).strip().strip("`").strip()
+        line = _BULLET.sub("- ", line)
         lines.append(line)
     return lines
 
@@ -352,6 +381,12 @@ class _State:
     ds_hip: str | None = None
     ds_ops: list[str] = field(default_factory=list)
     ds_ops_seen: bool = False
+    messages: list[ReportedMessage] = field(default_factory=list)
+    #: The torch CUDA an error message states ("the version torch was compiled with 11.8").
+    message_torch_cuda: str | None = None
+    xformers_header: bool = False
+    #: Inside a pip list / conda list table (its header was seen): the table's format.
+    table: str | None = None
 
     def format(self, name: str) -> None:
         if name not in self.formats:
@@ -398,7 +433,7 @@ _DS_OP = re.compile(
     r"^([A-Za-z0-9_]+)\s*\.{2,}\s*\[(YES|NO)\]\s*\.{2,}\s*\[(OKAY|NO)\]", re.IGNORECASE
 )
 _PIP_LINE = re.compile(r"^\[(pip3?|conda)\]\s+(.*)$")
-_GPU_LINE = re.compile(r"^GPU\s+(\d{1,4})\s*:\s*(.+)$")
+_GPU_LINE = re.compile(r"^GPU\s+(\d{1,4})\s*[:：]\s*(.+)$")
 _SMI_HEADER = re.compile(r"Driver Version:\s*([\d.]+)(?:.*?CUDA Version:\s*([\d.]+))?")
 _SMI_GPU = re.compile(
     r"^\|?\s*(\d{1,4})\s+((?:NVIDIA|Tesla|Quadro|GeForce|TITAN)[^|]*?)\s+(?:On|Off)\s*\|"
@@ -465,6 +500,25 @@ _LLAMA_PACKAGES = {
 }
 
 
+def require_recognised(report: ParsedReport) -> ParsedReport:
+    """``report`` if anything in it was recognised; else InputError (exit 2) saying what
+    cudalock reads: a file of nothing readable must never pass as a clean environment."""
+    if report.formats or report.installed.messages:
+        return report
+    raise InputError(f"nothing in this file is a report cudalock reads: it reads {READABLE}")
+
+
+#: llamafactory-cli env fields no other report has (so a hand-typed copy is still read).
+_LLAMA_ONLY_KEYS = {
+    *(key.replace("`", "") for key in _LLAMA_PACKAGES),
+    "gpu type",
+    "gpu number",
+    "gpu memory",
+    "platform",
+    "default data directory",
+}
+
+
 def parse_report(text: str) -> ParsedReport:
     """Parse pasted report text. Raises only :class:`InputError` (empty or binary input)."""
     text = _check_text(text)
@@ -481,8 +535,11 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
     line = lines[position]
     nxt = position + 1
     if not line:
+        state.table = None
         return nxt
     _scan_anywhere(state, line)
+    if _package_line(state, line):
+        return nxt
     if (
         "DeepSpeed C++/CUDA extension op report" in line
         or "DeepSpeed general environment info" in line
@@ -515,11 +572,13 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
     key = kv.group(1).strip().strip("`").strip().lower()
     raw_key = kv.group(1).strip()
     value = kv.group(2).strip()
-    is_llama = line.startswith("-")
-    if is_llama and _llama_field(state, raw_key.lower(), value):
+    # llamafactory-cli env lines start with "- "; typed by hand they may not.
+    is_llama = line.startswith("-") or key.replace("`", "").lstrip("- ") in _LLAMA_ONLY_KEYS
+    if is_llama and _llama_field(state, raw_key.lower().lstrip("- ").strip(), value):
         return nxt
     handler = _COLLECT_KEYS.get(key)
     if handler is None:
+        _hand_typed_version(state, key, value)
         return nxt
     if handler in _COLLECT_MARKERS or handler != "ignore":
         state.saw(COLLECT_ENV, raw_key)
@@ -527,7 +586,8 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
 
 
 def _scan_anywhere(state: _State, line: str) -> None:
-    """Lines that matter whatever report they sit in: warnings and nvidia-smi output."""
+    """Lines that matter whatever report they sit in: warnings, errors and nvidia-smi output."""
+    _scan_message(state, line)
     # The substring test first: the lazy ``(.+?)`` makes the search quadratic in the line's
     # length, and a report of long lines that never mention it would take minutes.
     warning = _ARCH_WARNING.search(line) if " with CUDA capability sm_" in line else None
@@ -561,6 +621,116 @@ def _scan_anywhere(state: _State, line: str) -> None:
     if gpu:
         state.add_gpu(gpu.group(2).strip(), index=int(gpu.group(1)))
         state.saw(NVIDIA_SMI, "GPU table")
+    listed = _SMI_LIST.match(line)
+    if listed:
+        state.add_gpu(listed.group(2).strip(), index=int(listed.group(1)))
+        state.saw(NVIDIA_SMI, "nvidia-smi -L")
+
+
+_SMI_LIST = re.compile(r"^GPU\s+(\d{1,4}):\s*(.+?)\s*\(UUID:")
+
+
+def _scan_message(state: _State, line: str) -> None:
+    """An error or warning line: kept as evidence, with what it states about the machine."""
+    after_header = state.xformers_header
+    state.xformers_header = "xFormers was built for" in line
+    message = messages.read_message(line, after_xformers_header=after_header)
+    if message is None:
+        return
+    if len(state.messages) < _MAX_MESSAGES and message not in state.messages:
+        state.messages.append(message)
+    # Evidence, not a report format: the formats stay those of the report the lines sit in.
+    entry = f"{MESSAGES}: {message.kind}"
+    if entry not in state.recognised:
+        state.recognised.append(entry)
+    if message.kind == messages.NVCC_MISMATCH:
+        nvcc, torch_cuda = message.get("nvcc"), message.get("torch_cuda")
+        if nvcc and not state.nvcc:
+            origin = "CUDA_HOME" if message.get("by") == "deepspeed" else "PATH"
+            state.nvcc.append(Nvcc(path=None, version=nvcc, origin=origin))
+        state.message_torch_cuda = state.message_torch_cuda or torch_cuda
+    elif message.kind == messages.XFORMERS_BUILT_FOR:
+        installed = message.get("installed")
+        state.torch_version = state.torch_version or _version_token(installed)
+
+
+#: A paste of a long log repeats its errors; a few hundred distinct lines are plenty.
+_MAX_MESSAGES = 200
+
+_FREEZE_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\d[^\s;]*)\s*$")
+_TABLE_ROW = re.compile(
+    r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s+(\d[\w.+!-]*)(?:\s+(\S+))?(?:\s+(\S+))?\s*$"
+)
+_PIP_LIST_HEADER = re.compile(r"^Package\s+Version(?:\s+.*)?$")
+_CONDA_LIST_HEADER = re.compile(r"^#?\s*Name\s+Version\s+Build(?:\s+Channel)?\s*$")
+#: Outside a pip list / conda list table a "name version" row counts only for these packages.
+_RELEVANT = re.compile(
+    r"^(?:torch|torch-nightly|pytorch|pytorch-nightly|torchvision|torchaudio|deepspeed|flash-attn|flash_attn|"
+    r"xformers|vllm|triton|bitsandbytes|nvidia-[a-z0-9-]+|cuda-toolkit|pytorch-cuda|"
+    r"cudatoolkit)$",
+    re.IGNORECASE,
+)
+
+
+def _package_line(state: _State, line: str) -> bool:
+    """A line of pip freeze, pip list or conda list (True: it was one)."""
+    if _PIP_LIST_HEADER.match(line):
+        state.table = PIP_LIST
+        state.saw(PIP_LIST, "header")
+        return True
+    if _CONDA_LIST_HEADER.match(line):
+        state.table = CONDA_LIST
+        state.saw(CONDA_LIST, "header")
+        return True
+    if state.table and re.fullmatch(r"[-\s]+", line):
+        return True
+    freeze = _FREEZE_LINE.match(line)
+    if freeze:
+        state.add_dist(freeze.group(1), freeze.group(2), f"report:{PIP_FREEZE}")
+        state.saw(PIP_FREEZE, "requirement lines")
+        return True
+    row = _TABLE_ROW.match(line)
+    if row is None:
+        if state.table and not line.startswith("#"):
+            state.table = None
+        return False
+    name, version, build, channel = row.groups()
+    if state.table is None and not _RELEVANT.match(name):
+        return False
+    if state.table == CONDA_LIST or (state.table is None and build and channel):
+        location = _conda_location(build or "", channel or "")
+        name = _CONDA_TORCH_NAMES.get(canonical_name(name), name)
+        state.add_dist(name, version, location)
+        state.saw(CONDA_LIST, "packages")
+        return True
+    if build and state.table is None:
+        return False  # "torch 2.1.0 something": not a row of a listing
+    state.add_dist(name, version, f"report:{PIP_LIST}")
+    state.saw(PIP_LIST, "packages")
+    return True
+
+
+def _conda_location(build: str, channel: str) -> str:
+    if channel == "pypi" or build.startswith("pypi") or build == "<pip>":
+        return "report:[conda] pypi"
+    return f"report:[conda] {build}".strip()
+
+
+#: Hand-typed "torch: 2.3.0" / "PyTorch: 2.3.1+cu121" / "flash-attn: 2.5.7" lines.
+_HAND_TORCH_KEYS = {"torch", "pytorch", "torch version", "pytorch version"}
+
+
+def _hand_typed_version(state: _State, key: str, value: str) -> None:
+    name = key.strip("- ").strip()
+    version = _version_token(value)
+    if version is None or not re.match(r"\d+\.\d+", version):
+        return
+    if name in _HAND_TORCH_KEYS:
+        state.torch_version = state.torch_version or version
+        state.saw(HAND_TYPED, "torch")
+    elif _RELEVANT.match(name.replace(" ", "-")):
+        state.add_dist(name.replace(" ", "-"), version, f"report:{HAND_TYPED}")
+        state.saw(HAND_TYPED, name)
 
 
 def _collect_field(state: _State, handler: str, value: str, lines: list[str], nxt: int) -> int:
@@ -703,6 +873,10 @@ def _llama_field(state: _State, key: str, value: str) -> bool:
 def _finish(state: _State) -> ParsedReport:
     if not state.formats:
         state.notes.append("no collect_env, ds_report or llamafactory-cli env fields recognised")
+    if state.torch_version and not state.torch_cuda_known and state.message_torch_cuda:
+        # "the version torch was compiled with 11.8" (DeepSpeed, cpp_extension) names it.
+        state.torch_cuda_known = True
+        state.torch_cuda = state.message_torch_cuda
     torch_installs = _torch_installs(state)
     deepspeed = None
     if state.ds_version or state.ds_torch or state.ds_ops_seen:
@@ -715,7 +889,8 @@ def _finish(state: _State) -> ParsedReport:
             has_build_info=state.ds_torch is not None,
         )
     installed = Installed(
-        source="report:" + "+".join(state.formats or ["unrecognised"]),
+        source="report:"
+        + "+".join(state.formats or ([MESSAGES] if state.messages else ["unrecognised"])),
         python_version=state.python_version,
         platform=state.platform,
         distributions=tuple(_dedupe(state.dists)),
@@ -724,6 +899,7 @@ def _finish(state: _State) -> ParsedReport:
         nvcc=tuple(state.nvcc),
         arch_list=state.arch_list,
         notes=tuple(state.notes),
+        messages=tuple(state.messages),
     )
     return ParsedReport(
         formats=tuple(state.formats),
@@ -757,7 +933,7 @@ def _torch_installs(state: _State) -> list[TorchInstall]:
         )
     others: list[TorchInstall] = []
     for dist in state.dists:
-        if dist.name != "torch" or not dist.version:
+        if dist.name not in TORCH_DISTRIBUTIONS or not dist.version:
             continue
         conda = _is_conda_build(dist)
         cuda = _conda_cuda(dist.location or "") if conda else _cuda_of_torch_version(dist.version)
@@ -770,6 +946,11 @@ def _torch_installs(state: _State) -> list[TorchInstall]:
         if primary is None:
             primary = candidate
             continue
+        if dist.name == "torch-nightly":
+            # Another distribution of the same module: always a second install.
+            if candidate not in others:
+                others.append(candidate)
+            continue
         if _same_install(primary, candidate, conda):
             if conda and not primary.cuda_known:
                 # conda's pytorch has no label; its build string names the CUDA.
@@ -777,11 +958,30 @@ def _torch_installs(state: _State) -> list[TorchInstall]:
             continue
         if not any(_same_install(other, candidate, conda) for other in others):
             others.append(candidate)
+    runtime = _runtime_cuda(state.dists)
+    if primary is not None and not primary.cuda_known and runtime and primary.label is None:
+        # PyPI's unlabelled torch wheels pin the NVIDIA runtime of the CUDA they are built for.
+        primary = replace(primary, cuda=runtime, cuda_known=True)
+        state.notes.append(
+            f"torch {primary.version}: CUDA {runtime} read from the nvidia-cuda-runtime package "
+            "its PyPI wheel requires"
+        )
     if primary is not None and not primary.cuda_known:
         state.notes.append(
             f"the report does not say which CUDA torch {primary.version} was built for"
         )
     return ([primary] if primary else []) + others
+
+
+def _runtime_cuda(dists: list[Distribution]) -> str | None:
+    """ "12.1" from nvidia-cuda-runtime-cu12 12.1.105 (one such package only)."""
+    found = {
+        f"{match.group(1)}.{match.group(2)}"
+        for dist in dists
+        if re.fullmatch(r"nvidia-cuda-runtime(?:-cu\d{2})?", dist.name)
+        and (match := re.match(r"(\d{2})\.(\d)", dist.version or ""))
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 def _same_install(known: TorchInstall, listed: TorchInstall, listed_is_conda: bool) -> bool:
@@ -790,10 +990,23 @@ def _same_install(known: TorchInstall, listed: TorchInstall, listed_is_conda: bo
         return False
     if public_version(known.version) != public_version(listed.version):
         return False
+    known_conda = (known.location or "").startswith("report:[conda]")
+    known_pypi = (known.location or "").endswith("[conda] pypi")
+    listed_pypi = (listed.location or "").endswith("[conda] pypi")
+    if (known_pypi and listed_is_conda) or (listed_pypi and known_conda and not known_pypi):
+        # conda list shows pip's torch (channel pypi) and conda's pytorch as two rows.
+        return False
     if listed_is_conda:
         # conda's pytorch carries no local label; a labelled torch is a pip wheel beside it.
         return local_label(known.version) is None
-    return local_label(listed.version) in (None, local_label(known.version))
+    listed_label, known_label = local_label(listed.version), local_label(known.version)
+    if listed_label in (None, known_label):
+        return True
+    # Source builds label with a git hash, and collect_env's and pip's hashes can differ.
+    return not _VARIANT_LABEL.match(listed_label) and not _VARIANT_LABEL.match(known_label or "")
+
+
+_VARIANT_LABEL = re.compile(r"^(?:cu\d+|cpu|rocm[\d.]+|xpu)")
 
 
 def _conda_cuda(location: str) -> str | None:

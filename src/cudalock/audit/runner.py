@@ -21,7 +21,8 @@ from cudalock.audit.reports import report_target
 from cudalock.machine import probe_machine
 from cudalock.machine.overrides import apply_overrides, overrides_from_options, read_probe_files
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Compat, Finding, Target
+from cudalock.model import Finding, Target
+from cudalock.request import Compat
 
 if TYPE_CHECKING:
     from cudalock.audit.inspection import RunningInspection
@@ -134,11 +135,20 @@ def audit_report(
     return AuditOutcome(findings, report.installed, targets, report, compat=compat)
 
 
-def audit_findings(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
+def audit_findings(
+    python: Path | None, deep: bool, compat: Compat, options: TargetOptions | None = None
+) -> Sequence[Finding]:
     """doctor's ``AuditRunner``: audit ``python``'s environment (default: the active one) on
-    this machine as probed now, under policy ``compat``."""
+    this machine as probed now (or the machine the Target flags ``options`` describe), under
+    policy ``compat``."""
 
     with start_inspection(python=python) as inspection:  # runs while we probe
-        matrix = load_matrix()
-        target = probe_machine(matrix=matrix)
-        return audit_live([target], matrix, inspection, deep=deep, compat=compat).findings
+        if options is None:
+            matrix = load_matrix()
+            targets = [probe_machine(matrix=matrix)]
+        else:
+            from cudalock.machine.overrides import targets_from_options
+
+            matrix = load_matrix(options.matrix_dir)
+            targets = targets_from_options(options, matrix)
+        return audit_live(targets, matrix, inspection, deep=deep, compat=compat).findings

@@ -3,7 +3,7 @@
 The Target flags (which machine) and the Request flags (what to install) are added to a command's
 parser as one argument group each, and read back into the core's value types,
 :class:`~cudalock.machine.overrides.TargetOptions` and
-:class:`~cudalock.resolve.request.RequestOptions`. Standard library only at the top: every
+:class:`~cudalock.request.RequestOptions`. Standard library only at the top: every
 command imports this module, and ``cudalock resolve`` must start fast.
 """
 
@@ -16,12 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cudalock.defaults import SPEC_FILE
 from cudalock.platforms import PLATFORMS
 
 if TYPE_CHECKING:
     from cudalock.machine.overrides import TargetOptions
-    from cudalock.model import Compat
-    from cudalock.resolve.request import RequestOptions
+    from cudalock.request import Compat, RequestOptions
 
 #: The platform names, for help texts.
 PLATFORM_HELP = "One of " + ", ".join(platform.name for platform in PLATFORMS) + "."
@@ -146,10 +146,6 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--platform", metavar="PLATFORM", help=PLATFORM_HELP)
     add_matrix_argument(group)
 
-
-#: The spec file's name (cudalock.envfiles.spec.SPEC_FILE; spelled here so that reading the
-#: command line needs the standard library only).
-SPEC_FILE = "cudalock.toml"
 
 SPEC_HELP = (
     f"The spec with the Request and Target to start from (default: {SPEC_FILE} in the output "
@@ -288,15 +284,12 @@ def compat_policy(args: argparse.Namespace) -> tuple[Compat, str]:
     """The policy a command line parsed with :func:`add_policy_arguments` asks for, and where
     it came from, in words: ``--compat``, else the spec's ``[request] compat`` (``--spec FILE``,
     else ``./cudalock.toml`` when there), else strict."""
-    from cudalock.errors import InputError, UsageError
+    from cudalock.errors import InputError
+    from cudalock.request import parse_compat
 
     given: str | None = args.compat
     if given is not None:
-        if given == "strict":
-            return "strict", "from the command line"
-        if given == "minor":
-            return "minor", "from the command line"
-        raise UsageError(f"invalid --compat {given!r}: expected 'strict' or 'minor'")
+        return parse_compat(given), "from the command line"
     spec_file: Path | None = args.spec
     path = spec_file if spec_file is not None else Path(SPEC_FILE)
     if spec_file is None and not path.is_file():
@@ -306,12 +299,13 @@ def compat_policy(args: argparse.Namespace) -> tuple[Compat, str]:
     spec = read_spec(path)
     if spec is None:
         raise InputError(f"spec file {path} does not exist")
-    return spec.request.compat, f"from {path}"
+    recorded = spec.request.compat
+    return parse_compat(recorded) if recorded else "strict", f"from {path}"
 
 
 def request_options(args: argparse.Namespace) -> RequestOptions:
     """The Request flags of a command line parsed with :func:`add_request_arguments`."""
-    from cudalock.resolve.request import RequestOptions
+    from cudalock.request import RequestOptions
 
     return RequestOptions(
         torch=args.torch,

@@ -30,8 +30,11 @@ kernels, CPU builds, mixed CUDA builds, duplicate torch installs, DeepSpeed buil
 nvcc mismatches, shadowing libraries.
 
 The audited interpreter runs a small standard-library script (it never imports torch); --deep
-also initialises CUDA in a child process. --report audits pasted collect_env, ds_report or
-llamafactory-cli env output against the driver and GPUs it names.
+also initialises CUDA in a child process. --report audits pasted collect_env, ds_report,
+llamafactory-cli env, pip freeze / pip list / conda list output, nvidia-smi and the error lines of
+PyTorch, DeepSpeed and the loader against the driver and GPUs it names; a file in which nothing
+is recognised is refused (exit 2). A fix is printed only after it is checked: applied to the
+environment in hand and audited again, it leaves no error.
 
 Judged with the compatibility policy resolve uses (--compat, else the spec's, else strict): under
 strict a torch built for a newer CUDA than the driver is an error even where NVIDIA's
@@ -115,12 +118,11 @@ def run(args: argparse.Namespace) -> None:
         if report == "-" and any(str(path) == "-" for path in target_opts.probe_files):
             raise UsageError("--report - and --probe - both read stdin; give one of them a file")
         matrix = load_matrix_for(target_opts)
-        from cudalock.audit.reports import parse_report
+        from cudalock.audit.reports import parse_report, require_recognised
         from cudalock.audit.runner import audit_report
 
-        outcome = audit_report(
-            parse_report(read_report(report)), matrix, target_opts, compat=compat
-        )
+        parsed = require_recognised(parse_report(read_report(report)))
+        outcome = audit_report(parsed, matrix, target_opts, compat=compat)
     else:
         from cudalock.audit.inspection import start_inspection
 

@@ -31,7 +31,8 @@ EXAMPLES = """\
   cudalock bootstrap -o env/ --framework 'llamafactory==0.9.5' --with deepspeed
   cudalock bootstrap -o env/ --framework transformers --framework peft --framework trl
   cudalock bootstrap -o env/ --format venv --create --torch 2.1.0 --python 3.11
-  cudalock bootstrap -o env/ --format uv"""
+  cudalock bootstrap -o env/ --format uv
+  cudalock bootstrap -o env/ --format pixi --create"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,20 +56,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="output_format",
         metavar="FORMAT",
         help="conda (environment.yml, default), venv (requirements.txt + "
-        "install.sh) or uv (pyproject.toml).",
+        "install.sh), uv (pyproject.toml) or pixi (pixi.toml).",
     )
     output.add_argument(
         "--create",
         action="store_true",
-        help="Also build the environment (conda/mamba/micromamba, or a venv).",
+        help="Also build the environment: with micromamba, mamba or conda (the first on "
+        "PATH), else py-rattler (pip install 'cudalock[conda]'); or a venv.",
     )
     output.add_argument(
         "--venv",
         type=Path,
         metavar="DIR",
-        help="Where --format venv --create puts the environment (default DIR/.venv).",
+        help="Where --create puts the environment: the venv (default DIR/.venv), or the conda "
+        "prefix (default: the --name environment of conda/mamba/micromamba, DIR/.conda-env "
+        "with py-rattler).",
     )
     output.add_argument("--force", action="store_true", help="Overwrite existing output files.")
+    output.add_argument(
+        "--no-cache",
+        action="store_true",
+        dest="no_cache",
+        help="With --create, build DeepSpeed (and anything else built against torch) anew "
+        "instead of reusing wheels an earlier build made against the same torch build, CUDA "
+        "and Python (kept in $CUDALOCK_WHEEL_CACHE, default ~/.cache/cudalock/wheels).",
+    )
     output.add_argument(
         "--offline",
         action="store_true",
@@ -84,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     import sys
 
-    from cudalock.cli.output import echo, emit_json
+    from cudalock.cli.output import echo, emit_json, live_line
     from cudalock.envfiles.bootstrap import BootstrapOptions, run_bootstrap
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions
@@ -100,6 +112,7 @@ def run(args: argparse.Namespace) -> None:
         name=args.name,
         output_format=args.output_format,
         create=args.create,
+        no_cache=args.no_cache,
         venv=args.venv,
         force=args.force,
         spec_file=args.spec,
@@ -107,7 +120,13 @@ def run(args: argparse.Namespace) -> None:
     )
     # One bootstrap (or lock) at a time per directory: two would mix their files.
     with output_lock(args.output_dir, command="cudalock bootstrap"):
-        result = run_bootstrap(target_options(args), request_options(args), options, progress)
+        result = run_bootstrap(
+            target_options(args),
+            request_options(args),
+            options,
+            progress,
+            live_line(err=json_output),
+        )
     if json_output:
         from cudalock.urls import redact_json
 

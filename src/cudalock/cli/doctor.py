@@ -6,20 +6,33 @@ import argparse
 from datetime import datetime
 from pathlib import Path
 
-from cudalock.cli.args import add_json_flag, add_policy_arguments, compat_policy, epilog
+from cudalock.cli.args import (
+    add_json_flag,
+    add_policy_arguments,
+    add_target_arguments,
+    compat_policy,
+    epilog,
+    target_options,
+)
 from cudalock.cli.training import add_training_run_arguments, memory_options
 
 DESCRIPTION = """\
 Explain why a run ended with -9/137 (SIGKILL) or -11/139 (SIGSEGV), from evidence.
 
--9: kernel OOM-killer lines (dmesg, journalctl -k, /var/log/kern.log, and kernel lines pasted into
---log), cgroup counters, launcher lines in --log, and the host memory the ZeRO run needs (the
-training-run flags, or what the log says). -11: the environment audit, kernel segfault lines,
-/dev/shm; a torch built for a newer CUDA than the driver is named first when the policy
-(--compat, as in resolve) refuses it. Kernel lines count only when they match the run: its time
-(the log's timestamps, the Slurm job, or --since/--until), its host (the log's hostnames, the
-job's nodes, or --host) and the PIDs and program names the log reports; the others are shown
-apart.
+-9: kernel OOM-killer lines (kernel lines pasted into --log; dmesg, journalctl -k and
+/var/log/kern.log of this machine when the run ran here), cgroup counters, slurmstepd's
+oom-kill lines and a pod's OOMKilled state in --log (these decide an OOM whatever exit status
+was seen), and the host memory the run needs (full fine-tuning, LoRA or QLoRA; the
+training-run flags, or what the log says). -11: the environment audit (--report: the crashed
+environment's collect_env or ds_report, on the machine it names and the Target flags give),
+kernel segfault lines, /dev/shm; a torch built for a newer CUDA than the driver is named first
+when the policy (--compat, as in resolve) refuses it.
+
+This machine's kernel log, cgroup counters and /dev/shm count only for a run on this host: one
+the log's hostnames, --host, the Slurm job's nodes or a --probe file's hostname name. Kernel
+lines count only when they match the run: its time (the log's timestamps, the Slurm job, or
+--since/--until), its host and the PIDs and program names the log reports; the others are
+shown apart. With no evidence either way the verdict is "undetermined", with what would decide.
 
 --slurm-job reads the job's Slurm accounting (sacct, scontrol) instead of a return code: an
 OUT_OF_MEMORY step, a TIMEOUT, a segfault, with the #SBATCH --mem= the run needs."""
@@ -29,7 +42,9 @@ EXAMPLES = """\
   cudalock doctor --exit-code -9 --log train.log --since '2026-11-29 13:40' --host gpu-node-03
   cudalock doctor --slurm-job 884422 --params 7B --zero 2
   cudalock doctor --exit-code "exits with return code = -11" --python /envs/ft/bin/python
-  cudalock doctor --exit-code -9 --params 7B --zero 2 --gpus-per-node 8"""
+  cudalock doctor --exit-code -11 --report collect_env.txt --driver-version 535.104.05
+  cudalock doctor --exit-code -9 --params 7B --zero 2 --gpus-per-node 8
+  cudalock doctor --exit-code -9 --log train.log --finetuning qlora --probe node07.json"""
 
 EXIT_CODES = """\
 exit status:
@@ -108,7 +123,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="For -11: the interpreter of the environment that crashed (default: the active one).",
     )
+    parser.add_argument(
+        "--report",
+        metavar="FILE|-",
+        help="For -11: the crashed environment's collect_env, ds_report or llamafactory-cli env "
+        "output ('-' reads stdin), audited instead of an interpreter here.",
+    )
     add_policy_arguments(parser)
+    add_target_arguments(parser)
     add_training_run_arguments(parser)
 
 
@@ -120,10 +142,20 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.doctor.render import render_report
     from cudalock.doctor.run import DoctorRequest, default_readers, run_doctor
     from cudalock.errors import UsageError
-    from cudalock.model import Compat
+    from cudalock.request import Compat
 
     if args.since is not None and args.until is not None and args.since > args.until:
         raise UsageError(f"--since {args.since} is after --until {args.until}")
+    if args.report is not None and args.python is not None:
+        raise UsageError("give either --report (the crashed environment's report) or --python")
+    target = target_options(args)
+    if args.report == "-" and any(str(path) == "-" for path in target.probe_files):
+        raise UsageError("--report - and --probe - both read stdin; give one of them a file")
+    report_text = None
+    if args.report is not None:
+        from cudalock.cli.audit import read_report
+
+        report_text = read_report(args.report)
     memory_opts = memory_options(args)
     compat: Compat = "strict"
     # The policy judges the -11 audit alone: only then is a cudalock.toml here read (a Slurm
@@ -141,12 +173,16 @@ def run(args: argparse.Namespace) -> None:
         hosts=tuple(args.hosts or ()),
         log_path=args.log,
         flags=memory_opts.hints(),
+        training_config=memory_opts.training_config,
         model_path=memory_opts.model,
         deepspeed_config=memory_opts.deepspeed_config,
         host_memory_bytes=memory_opts.host_memory_bytes(),
         python=args.python,
         no_run=args.no_run,
         compat=compat,
+        target=target,
+        report_text=report_text,
+        report_name="the report on stdin" if args.report == "-" else args.report,
     )
     report = run_doctor(request, default_readers())
     if args.json_output:

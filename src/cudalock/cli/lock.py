@@ -117,13 +117,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    import dataclasses
 
     from cudalock.cli.output import echo, emit_json, load_matrix_for
     from cudalock.envfiles.spec import read_inputs
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
-    from cudalock.lock import UvOptions, absolute_frameworks, check_lock, make_lock
+    from cudalock.lock import UvOptions, check_framework_paths, check_lock, make_lock
     from cudalock.lock.frameworks import plan_with_frameworks
     from cudalock.lock.http import cache_disabled
     from cudalock.lock.pylock import default_index_of
@@ -137,9 +136,7 @@ def run(args: argparse.Namespace) -> None:
     request_opts = request_options(args)
     inputs = read_inputs(request_opts, target_options(args), spec_file=args.spec, output_dir=out)
     request, target_opts = inputs.request, inputs.target_options
-    request = dataclasses.replace(
-        request, frameworks=absolute_frameworks(request.frameworks, Path.cwd())
-    )
+    check_framework_paths(request.frameworks)
     matrix = load_matrix_for(target_opts)
     targets = targets_from_options(target_opts, matrix)
     plan, _frameworks = plan_with_frameworks(

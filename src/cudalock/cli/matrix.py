@@ -16,6 +16,7 @@ from cudalock.cli.args import (
     epilog,
     help_and_exit,
 )
+from cudalock.defaults import DEFAULT_PYPI_INDEX, DEFAULT_PYTORCH_INDEX
 
 DESCRIPTION = "Check, show and refresh the compatibility matrix (compat_matrix/*.toml)."
 
@@ -132,14 +133,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     refresh_parser.add_argument(
         "--pypi-url",
-        default="https://pypi.org/simple",
+        default=DEFAULT_PYPI_INDEX,
         metavar="URL",
         help="PEP 691 simple index for torch, torchvision, torchaudio and deepspeed (a mirror "
         "works; default %(default)s).",
     )
     refresh_parser.add_argument(
         "--pytorch-index",
-        default="https://download.pytorch.org/whl",
+        default=DEFAULT_PYTORCH_INDEX,
         metavar="URL",
         help="Base URL of the PyTorch index (<base>/<variant>/torch/ are PEP 503 pages; "
         "default %(default)s).",
@@ -186,7 +187,7 @@ def show(args: argparse.Namespace) -> None:
     from cudalock.matrix.load import load_matrix
     from cudalock.matrix.show import render_table, rows_as_json, select_rows
     from cudalock.platforms import platform_named
-    from cudalock.resolve.request import parse_torch_spec
+    from cudalock.request import parse_torch_spec
     from cudalock.versions import format_cc, parse_cuda_version
 
     torch: str | None = args.torch

@@ -64,6 +64,11 @@ def run(args: argparse.Namespace) -> None:
         sources.append(SetupHints.from_model_size(size))
     if deepspeed_config is not None:
         sources.append(SetupHints.from_shape(read_deepspeed_config(deepspeed_config)))
+    if memory_opts.training_config is not None:
+        from cudalock.doctor.run import read_training_config
+
+        tuning = read_training_config(memory_opts.training_config)
+        sources.append(SetupHints.from_finetuning(tuning, str(memory_opts.training_config)))
     hints = merge_hints(*sources)
     if hints.params is None:
         raise UsageError("the model size is missing; pass --params 7B (or 7e9) or --model PATH")

@@ -7,6 +7,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from cudalock.machine.overrides import TargetOptions
     from cudalock.matrix import Matrix
 
@@ -22,6 +24,25 @@ def echo(text: str, *, err: bool = False) -> None:
     stream = sys.stderr if err else sys.stdout
     stream.write(printable(text) + "\n")
     stream.flush()
+
+
+def live_line(*, err: bool = False) -> Callable[[str], None] | None:
+    """On a terminal, a function that redraws one status line in place (``""`` clears it);
+    None elsewhere: a log gets whole lines only."""
+    stream = sys.stderr if err else sys.stdout
+    if not stream.isatty():
+        return None
+    import shutil
+
+    from cudalock.safetext import printable
+
+    def draw(text: str) -> None:
+        width = shutil.get_terminal_size().columns
+        shown = printable(text)[: max(width - 1, 10)]
+        stream.write("\r\x1b[K" + shown if shown else "\r\x1b[K")
+        stream.flush()
+
+    return draw
 
 
 def emit_json(document: Any) -> None:

@@ -21,7 +21,7 @@ from cudalock.cli.args import (
 
 if TYPE_CHECKING:
     from cudalock.machine.overrides import TargetOptions
-    from cudalock.resolve.request import RequestOptions
+    from cudalock.request import RequestOptions
 
 DESCRIPTION = """\
 Choose torch, its CUDA build, torchvision and friends for the target, and say why.

@@ -14,6 +14,7 @@ from cudalock.cli.args import whole_number
 
 if TYPE_CHECKING:
     from cudalock.doctor.diagnosis import SetupHints
+    from cudalock.memory.finetuning import Method
 
 TRAINING_RUN_GROUP = "The training run (memory check)"
 
@@ -72,6 +73,39 @@ def add_training_run_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="The run's DeepSpeed config JSON (ZeRO stage, offload, gathering).",
     )
+    group.add_argument(
+        "--finetuning",
+        metavar="full|lora|qlora",
+        help="How the run trains (default: what the log or --training-config says, else full): "
+        "LoRA trains an adapter on a frozen 16-bit base, QLoRA on a 4-bit one.",
+    )
+    group.add_argument(
+        "--lora-rank", type=whole_number, metavar="R", help="LoRA rank (r, lora_rank, lora_r)."
+    )
+    group.add_argument(
+        "--lora-target",
+        metavar="MODULES",
+        help="LoRA's target modules, comma-separated (q_proj,v_proj), or 'all' for every linear "
+        "layer (default: all); with --model the trainable count is figured from them.",
+    )
+    group.add_argument(
+        "--trainable-params",
+        metavar="COUNT",
+        help="Trainable parameters of a LoRA/QLoRA run, as PEFT prints them: 4194304 or 4.2M.",
+    )
+    group.add_argument(
+        "--quantization-bit",
+        type=whole_number,
+        metavar="4|8",
+        help="The frozen base's bits (LLaMA-Factory's quantization_bit; 4 is QLoRA).",
+    )
+    group.add_argument(
+        "--training-config",
+        type=Path,
+        metavar="FILE",
+        help="The run's fine-tuning config: a LLaMA-Factory or axolotl YAML, or PEFT's "
+        "adapter_config.json (or the adapter's directory): method, rank, targets, bits.",
+    )
 
 
 def _offload(flag: str, value: str | None) -> bool | None:
@@ -105,6 +139,12 @@ class MemoryOptions:
     gather_16bit_weights: bool | None = None
     host_memory: str | None = None
     deepspeed_config: Path | None = None
+    finetuning: str | None = None
+    lora_rank: int | None = None
+    lora_target: str | None = None
+    trainable_params: str | None = None
+    quantization_bit: int | None = None
+    training_config: Path | None = None
 
     def hints(self) -> SetupHints:
         """The flags about the run, checked and parsed (not --model or --deepspeed-config)."""
@@ -120,7 +160,17 @@ class MemoryOptions:
         if nodes is not None and nodes < 1:
             raise UsageError(f"--nodes {nodes} must be at least 1")
         params, largest = self.params, self.largest_layer_params
+        method = self._method()
+        trainable = self.trainable_params
         return SetupHints(
+            method=method,
+            trainable_params=parse_param_count(trainable) if trainable is not None else None,
+            trainable_source=f"--trainable-params {trainable}" if trainable is not None else None,
+            base_bits=self.quantization_bit,
+            lora_rank=self.lora_rank,
+            lora_targets=tuple(t.strip() for t in self.lora_target.split(",") if t.strip())
+            if self.lora_target
+            else None,
             params=parse_param_count(params) if params is not None else None,
             params_source=f"--params {params}" if params is not None else None,
             largest_layer_params=parse_param_count(largest) if largest is not None else None,
@@ -131,6 +181,43 @@ class MemoryOptions:
             offload_param=_offload("--offload-param", self.offload_param),
             gather_16bit_weights=self.gather_16bit_weights,
         )
+
+    def _method(self) -> Method | None:
+        """--finetuning, checked against the other adapter flags; None: not said."""
+        from cudalock.errors import UsageError
+        from cudalock.memory.finetuning import METHODS
+
+        given = self.finetuning.strip().lower() if self.finetuning is not None else None
+        method = next((m for m in METHODS if m == given), None)
+        if given is not None and method is None:
+            raise UsageError(
+                f"--finetuning {self.finetuning!r} is not understood; expected full, lora or qlora"
+            )
+        bits = self.quantization_bit
+        if bits is not None and bits not in (4, 8):
+            raise UsageError(f"--quantization-bit {bits} is not modelled; expected 4 or 8")
+        adapter_flags = [
+            flag
+            for flag, value in (
+                ("--lora-rank", self.lora_rank),
+                ("--lora-target", self.lora_target),
+                ("--trainable-params", self.trainable_params),
+                ("--quantization-bit", bits),
+            )
+            if value is not None
+        ]
+        if method == "full" and adapter_flags:
+            raise UsageError(
+                f"--finetuning full trains every parameter; {', '.join(adapter_flags)} describe "
+                "a LoRA/QLoRA run (--finetuning lora or qlora)"
+            )
+        if self.lora_rank is not None and self.lora_rank < 1:
+            raise UsageError(f"--lora-rank {self.lora_rank} must be at least 1")
+        if method is None and adapter_flags:
+            method = "qlora" if bits == 4 else "lora"
+        if method == "lora" and bits == 4:
+            method = "qlora"
+        return method
 
     def host_memory_bytes(self) -> int | None:
         from cudalock.memory.sizes import parse_bytes
@@ -152,4 +239,10 @@ def memory_options(args: argparse.Namespace) -> MemoryOptions:
         gather_16bit_weights=args.gather_16bit_weights,
         host_memory=args.host_memory,
         deepspeed_config=args.deepspeed_config,
+        finetuning=args.finetuning,
+        lora_rank=args.lora_rank,
+        lora_target=args.lora_target,
+        trainable_params=args.trainable_params,
+        quantization_bit=args.quantization_bit,
+        training_config=args.training_config,
     )

@@ -13,7 +13,8 @@ shm-too-small, dataloader-bus-error, segfault-other-causes, audit-clean, audit-u
 signal-other, exit-status-plain, other-oom-kills, other-kernel-crashes, kernel-events-unchecked,
 kernel-log-not-this-run, oom-from-memory-check-only, slurm-out-of-memory, slurm-memory-request,
 slurm-segfault, slurm-signal, slurm-job-cancelled, slurm-node-failure, slurm-job-completed,
-slurm-job-unfinished, slurm-job-failed, plus the audit's own codes for -11.
+slurm-job-unfinished, slurm-job-failed, container-oomkilled, kernel-log-not-read,
+oom-undetermined, segfault-report-audited, plus the audit's own codes for -11.
 
 Kernel lines count only when they are tied to the run and nothing rules them out
 (:mod:`cudalock.doctor.matching`); the others are shown apart (other-oom-kills,
@@ -61,6 +62,8 @@ from cudalock.doctor.slurm_findings import (
 )
 from cudalock.machine.host import CgroupMemory, ShmInfo
 from cudalock.memory import MemoryVerdict, TrainingSetup, format_gib
+from cudalock.memory.finetuning import FineTuning, Method, lora_trainable_params
+from cudalock.memory.sizes import format_params
 from cudalock.model import Finding
 from cudalock.procs import signal_name
 
@@ -104,6 +107,10 @@ FINDING_CODES = (
     "slurm-job-completed",
     "slurm-job-unfinished",
     "slurm-job-failed",
+    "container-oomkilled",
+    "kernel-log-not-read",
+    "oom-undetermined",
+    "segfault-report-audited",
 )
 
 SIGKILL, SIGBUS, SIGSEGV = signal.SIGKILL, signal.SIGBUS, signal.SIGSEGV
@@ -129,10 +136,36 @@ class SetupHints:
     offload_param: bool | None = None
     gather_16bit_weights: bool | None = None
     zero_init: bool | None = None
+    #: LoRA / QLoRA (:mod:`cudalock.memory.finetuning`); None: not said (full fine-tuning).
+    method: Method | None = None
+    trainable_params: int | None = None
+    trainable_source: str | None = None
+    base_bits: int | None = None
+    lora_rank: int | None = None
+    lora_targets: tuple[str, ...] | None = None
+    #: The model's linear layers (from its files), to count LoRA's trainable parameters.
+    linear_modules: tuple[tuple[str, int, int, int], ...] | None = None
+
+    @classmethod
+    def from_finetuning(cls, tuning: FineTuning | None, where: str) -> SetupHints:
+        if tuning is None:
+            return cls()
+        if not tuning.adapter:
+            return cls(method="full")
+        return cls(
+            method=tuning.method,
+            trainable_params=tuning.trainable_params,
+            trainable_source=f"{where}: 'trainable params'" if tuning.trainable_params else None,
+            base_bits=tuning.base_bits,
+            lora_rank=tuning.lora_rank,
+            lora_targets=tuning.lora_targets or None,
+        )
 
     @classmethod
     def from_shape(cls, shape: RunShape) -> SetupHints:
-        return cls(
+        tuning = cls.from_finetuning(shape.finetuning, "log")
+        return replace(
+            tuning,
             params=shape.params,
             params_source=shape.params_source,
             zero_stage=shape.zero_stage,
@@ -149,6 +182,7 @@ class SetupHints:
             params=size.params,
             params_source=size.source,
             largest_layer_params=size.largest_layer_params,
+            linear_modules=size.linear_modules or None,
         )
 
 
@@ -164,6 +198,33 @@ def merge_hints(*sources: SetupHints) -> SetupHints:
     if merged.get("params") is not None and merged.get("params_source") is None:
         merged["params_source"] = "given"
     return SetupHints(**merged)
+
+
+#: LoRA's trainable share when neither the count nor the model's layers are known: rank 8-64
+#: adapters on a 7B llama-style model train 0.3-2.4 % of it (rank × (in + out) per layer).
+ASSUMED_LORA_SHARE = 0.01
+
+
+def _lora_trainable(hints: SetupHints, notes: list[str]) -> int:
+    """LoRA's trainable count from its rank, targets and the model's linear layers; failing
+    that, an assumption said in ``notes``."""
+    assert hints.params is not None
+    rank, targets = hints.lora_rank, hints.lora_targets or ()
+    if rank is not None and hints.linear_modules:
+        counted = lora_trainable_params(rank, targets, hints.linear_modules)
+        if counted is not None:
+            on = ", ".join(targets) if targets else "every linear layer (targets unknown)"
+            notes.append(
+                f"LoRA trainable parameters: rank {rank} × (in + out features) of {on} = "
+                f"{counted:,}"
+            )
+            return counted
+    assumed = max(1, int(hints.params * ASSUMED_LORA_SHARE))
+    notes.append(
+        f"LoRA trainable parameters unknown: assumed {ASSUMED_LORA_SHARE:.0%} of the model "
+        f"({format_params(assumed)}); pass --trainable-params, or --lora-rank with --model"
+    )
+    return assumed
 
 
 def build_setup(hints: SetupHints, default_gpus: int = 1) -> tuple[TrainingSetup | None, list[str]]:
@@ -185,7 +246,18 @@ def build_setup(hints: SetupHints, default_gpus: int = 1) -> tuple[TrainingSetup
     if gpus is None:
         gpus = max(1, default_gpus)
         notes.append(f"GPUs per node unknown: assumed {gpus} (pass --gpus-per-node)")
+    method: Method = hints.method or "full"
+    trainable = hints.trainable_params if method != "full" else None
+    if method != "full" and trainable is None:
+        trainable = _lora_trainable(hints, notes)
+    elif trainable is not None:
+        notes.append(
+            f"{format_params(trainable)} trainable parameters ({hints.trainable_source or 'given'})"
+        )
     setup = TrainingSetup(
+        method=method,
+        trainable_params=trainable,
+        base_bits=(hints.base_bits or (4 if method == "qlora" else 16)) if method != "full" else 16,
         params=hints.params,
         zero_stage=stage,
         gpus_per_node=gpus,
@@ -247,6 +319,9 @@ class Observations:
     cgroup: CgroupMemory | None = None
     shm: ShmInfo | None = None
     in_kubernetes: bool = False
+    #: Why this machine's kernel log, cgroup counters and /dev/shm were not read (they speak
+    #: only for a run on this host); None when they were, or were not needed.
+    machine_not_read: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -254,6 +329,7 @@ class Observations:
             "cgroup": self.cgroup.to_json() if self.cgroup else None,
             "shm": self.shm.to_json() if self.shm else None,
             "in_kubernetes": self.in_kubernetes,
+            "this_machine_not_read": self.machine_not_read,
         }
 
 
@@ -304,7 +380,12 @@ class KernelView:
 
     @property
     def covers_run(self) -> bool:
-        return bool(self.coverage and self.coverage.covering)
+        """Whether a kernel log kept on the run's host was read whole: kernel lines pasted
+        into the training log may be a chosen few, so their silence rules nothing out."""
+        return bool(
+            self.coverage
+            and any(not s.name.startswith(PASTED_SOURCE) for s in self.coverage.covering)
+        )
 
     def note(self, events: Sequence[OomKill | Segfault | Xid]) -> str:
         """How the last of ``events`` was matched to the run, as a sentence (or nothing)."""
@@ -431,7 +512,7 @@ def _sigkill_findings(
     slurm_oom = log.of_kind("slurm-oom") if log else ()
     cuda_oom = log.of_kind("cuda-oom") if log else ()
     dataloader = log.of_kind("dataloader-killed") if log else ()
-    verdict = "unknown"
+    verdict = "undetermined"
 
     def pid_note(group: Sequence[OomKill]) -> str:
         matched = _matching(group, pids)
@@ -491,7 +572,7 @@ def _sigkill_findings(
             )
         )
     if host_kills and verdict != "slurm-oom":
-        if verdict == "unknown":
+        if verdict == "undetermined":
             verdict = "host-oom"
         findings.append(
             Finding(
@@ -512,7 +593,7 @@ def _sigkill_findings(
             )
         )
     if cuda_oom:
-        if verdict == "unknown":
+        if verdict == "undetermined":
             verdict = "gpu-oom"
         findings.append(
             Finding(
@@ -530,7 +611,7 @@ def _sigkill_findings(
                 ),
             )
         )
-    if dataloader and verdict == "unknown":
+    if dataloader and verdict == "undetermined":
         findings.append(
             Finding(
                 "oom-unconfirmed",
@@ -567,9 +648,31 @@ def _sigkill_findings(
             )
         )
     findings.extend(_not_this_run_finding(view, seen))
+    findings.extend(_machine_not_read_findings(seen, view.scope))
     findings.extend(_other_event_findings(view, kills=True))
     pod_lines = log.of_kind("kubernetes-oomkilled") if log else ()
-    if pod_lines or (exit_status.raw.strip() == "137" and seen.in_kubernetes):
+    if pod_lines:
+        limit = log.shape.container_memory_limit if log else None
+        limit_text = f" ({format_gib(limit)})" if limit is not None else ""
+        if verdict == "undetermined":
+            verdict = "cgroup-oom"
+        findings.append(
+            Finding(
+                "container-oomkilled",
+                "error",
+                "The container runtime recorded the container as OOMKilled: its processes passed "
+                f"the container's memory limit{limit_text} and the kernel's OOM killer ended "
+                "them with SIGKILL (exit code 137). Kubernetes sets memory.oom.group, so one "
+                "OOM kill ends every process in the container.",
+                _quote([e.line for e in pod_lines]),
+                (
+                    "raise resources.limits.memory (and requests.memory) of the container to "
+                    "what the memory check below needs",
+                    "or lower the run's host memory (see the memory check's alternatives)",
+                ),
+            )
+        )
+    elif exit_status.raw.strip() == "137" and seen.in_kubernetes:
         findings.append(
             Finding(
                 "kubernetes-oomkilled-hint",
@@ -590,18 +693,18 @@ def _sigkill_findings(
         findings.append(
             Finding(
                 "slurm-time-limit",
-                "error" if verdict == "unknown" else "info",
+                "error" if verdict == "undetermined" else "info",
                 "Slurm cancelled the job (time limit or scancel); Slurm stops jobs with SIGTERM, "
                 "then SIGKILL.",
                 _quote([e.line for e in time_limit]),
                 ("ask for more time (--time) or checkpoint and resume",),
             )
         )
-        if verdict == "unknown":
+        if verdict == "undetermined":
             verdict = "not-oom"
     if slurm is not None and slurm.verdict.kind == "signal":
         findings.append(signal_finding(slurm))
-    if verdict == "unknown" and log is not None:
+    if verdict == "undetermined" and log is not None:
         other = [
             e
             for e in log.of_kind("launcher-exit", "launcher-signal")
@@ -621,7 +724,7 @@ def _sigkill_findings(
                 )
             )
     untied = bool(view.split and view.split.untied_kills)
-    if verdict == "unknown" and view.covers_run and view.coverage is not None and not untied:
+    if verdict == "undetermined" and view.covers_run and view.coverage is not None and not untied:
         verdict = "not-oom"
         findings.append(
             Finding(
@@ -641,7 +744,64 @@ def _sigkill_findings(
     return verdict, findings
 
 
-def memory_only_finding(memory: MemoryVerdict, kernel_read: bool) -> Finding:
+def _machine_not_read_findings(seen: Observations, scope: RunScope) -> list[Finding]:
+    """This machine's evidence was left unread: say so, and why."""
+    if seen.machine_not_read is None:
+        return []
+    here = f" ({scope.local_host})" if scope.local_host else ""
+    message = (
+        f"This machine's{here} kernel log, cgroup counters and /dev/shm were not read: "
+        f"{seen.machine_not_read}. They speak only for a run on this host."
+    )
+    evidence = (
+        (f"the run's hosts: {', '.join(scope.hosts)} ({scope.hosts_from})",) if scope.hosts else ()
+    )
+    fix = (
+        "run cudalock doctor on "
+        + (", ".join(scope.hosts) if scope.hosts else "the run's node")
+        + " (with --host NAME), or paste its 'dmesg -T' output into the log given with --log",
+    )
+    if scope.ran_here is False:
+        return [Finding("kernel-log-not-this-run", "warning", message, evidence, fix)]
+    return [Finding("kernel-log-not-read", "info", message, evidence, fix)]
+
+
+def _undetermined_finding(
+    scope: RunScope, seen: Observations, slurm: SlurmEvidence | None
+) -> Finding:
+    """No evidence either way: what would decide."""
+    here = scope.local_host or "this machine"
+    decide: list[str] = []
+    if seen.machine_not_read is not None:
+        decide.append(
+            f"--host {here} if the run ran on this machine: its kernel log and cgroup counters "
+            "are then read"
+        )
+    decide.append(
+        "the node's kernel log pasted into the file given with --log: 'dmesg -T | tail -n 200' "
+        "or 'journalctl -k --since \"1 hour ago\"' on the node, right after the crash"
+    )
+    if slurm is None:
+        decide.append("--slurm-job ID for a Slurm job: its accounting records an OUT_OF_MEMORY")
+    decide.append(
+        "Kubernetes: the output of 'kubectl describe pod POD' (Last State, Reason: OOMKilled, "
+        "Limits) added to the log"
+    )
+    if not scope.knows_time:
+        decide.append("the run's time: --since and --until, or a log with its timestamps")
+    return Finding(
+        "oom-undetermined",
+        "warning",
+        "Undetermined: nothing read records an OOM kill of this run, and nothing rules one out. "
+        "SIGKILL (-9) is most often the kernel's OOM killer, but it can also come from a "
+        "scheduler, a launcher stopping the other ranks, or kill -9.",
+        fix=tuple(decide),
+    )
+
+
+def memory_only_finding(
+    memory: MemoryVerdict, kernel_read: bool, not_read: str | None = None
+) -> Finding:
     """The verdict rests on the memory arithmetic alone: say so, and which phase would fail."""
     setup = memory.needs.setup
     available = memory.host.available_bytes or 0
@@ -660,11 +820,12 @@ def memory_only_finding(memory: MemoryVerdict, kernel_read: bool) -> Finding:
     else:
         phase = memory.needs.deciding_phase
         hit = f", at '{phase.name}' ({format_gib(phase.bytes)} needed)"
-    why = (
-        "no kernel record of this run was found"
-        if kernel_read
-        else "the kernel log could not be read"
-    )
+    if kernel_read:
+        why = "no kernel record of this run was found"
+    elif not_read is not None:
+        why = "this machine's kernel log was not read (" + not_read + ")"
+    else:
+        why = "the kernel log could not be read"
     return Finding(
         "oom-from-memory-check-only",
         "warning",
@@ -919,7 +1080,7 @@ _VERDICT_SUMMARY = {
     "was hit and the OOM killer sent SIGKILL",
     "gpu-oom": "GPU OOM: a GPU ran out of memory; the -9 is the launcher stopping the other ranks",
     "not-oom": "not an OOM: no OOM kill is recorded; something else sent SIGKILL",
-    "unknown": "undetermined: no OOM kill of this run was found, and none could be ruled out",
+    "undetermined": "undetermined: no OOM kill of this run was found, and none could be ruled out",
     "likely-host-oom": "probably a host OOM: the host has less RAM than this run needs, but no "
     "kernel record of the run's kill was found",
     "slurm-oom": "out of memory in the Slurm job: a step passed the job's memory request and "
@@ -938,6 +1099,14 @@ _VERDICT_SUMMARY = {
 }
 
 
+def log_reports_oom(log: LogFacts | None) -> bool:
+    """Whether the log itself records an OOM kill by a resource manager: slurmstepd's
+    ``Detected N oom-kill event(s)`` (or srun's ``Out Of Memory``) or a container
+    ``OOMKilled``. Such a line decides the run ended in an OOM kill whatever exit status the
+    user saw (srun reports 1, a pod 137)."""
+    return log is not None and bool(log.of_kind("slurm-oom", "kubernetes-oomkilled"))
+
+
 def diagnose(
     exit_status: ExitStatus,
     *,
@@ -949,6 +1118,7 @@ def diagnose(
     audit_error: str | None = None,
     scope: RunScope | None = None,
     slurm: SlurmEvidence | None = None,
+    audited: str | None = None,
 ) -> DoctorReport:
     """The verdict and findings for one crash (pure).
 
@@ -965,7 +1135,7 @@ def diagnose(
     if slurm_verdict is not None:
         verdict = slurm_verdict
         findings.extend(slurm_findings)
-    elif sig == SIGKILL:
+    elif sig == SIGKILL or log_reports_oom(log):
         verdict, found = _sigkill_findings(exit_status, log, seen, view, slurm)
         findings.extend(found)
         saving = log.died_while_saving if log else None
@@ -1002,12 +1172,18 @@ def diagnose(
             if slurm is not None and verdict == "slurm-oom":
                 findings.append(memory_request_finding(slurm, memory))
             findings.extend(memory.findings)
-            if verdict == "unknown" and memory.host_enough is False:
+            if verdict == "undetermined" and memory.host_enough is False:
                 verdict = "likely-host-oom"
                 kernel = seen.kernel
                 findings.append(
-                    memory_only_finding(memory, kernel_read=kernel is not None and kernel.readable)
+                    memory_only_finding(
+                        memory,
+                        kernel_read=kernel is not None and kernel.readable,
+                        not_read=seen.machine_not_read,
+                    )
                 )
+        if verdict == "undetermined":
+            findings.append(_undetermined_finding(view.scope, seen, slurm))
         else:
             for_slurm = (
                 " and get the #SBATCH --mem= it needs"
@@ -1026,6 +1202,17 @@ def diagnose(
     elif sig == SIGSEGV:
         verdict, found = _sigsegv_findings(log, seen, view, audit_findings, audit_error, slurm)
         findings.extend(found)
+        findings.extend(_machine_not_read_findings(seen, scope))
+        if audited is not None:
+            findings.append(
+                Finding(
+                    "segfault-report-audited",
+                    "info",
+                    f"The audit judged {audited}, the report of the environment that crashed, "
+                    "on the machine it names (and the Target flags give), not an interpreter "
+                    "here.",
+                )
+            )
     elif sig == SIGBUS:
         verdict = "bus-error"
         findings.extend(_shm_findings(log, seen.shm, crash=True))

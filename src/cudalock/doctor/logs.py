@@ -26,7 +26,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from cudalock.doctor.kernel import is_kernel_line, year_for
-from cudalock.errors import UsageError
+from cudalock.errors import InputError, UsageError
+from cudalock.memory.finetuning import FineTuning, finetuning_from_text
+from cudalock.memory.sizes import parse_bytes
 from cudalock.procs import signal_name
 
 #: The DeepSpeed launcher ends with sys.exit(-N); a shell then shows 256-N.
@@ -137,9 +139,15 @@ class RunShape:
     params: int | None = None
     params_source: str | None = None
     model: str | None = None
+    #: The container's memory limit (bytes) as a pasted pod description gives it.
+    container_memory_limit: int | None = None
+    #: The fine-tuning method and its numbers, as LLaMA-Factory, PEFT or axolotl print them.
+    finetuning: FineTuning | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        document = dict(self.__dict__)
+        document["finetuning"] = self.finetuning.to_json() if self.finetuning else None
+        return document
 
 
 @dataclass(frozen=True)
@@ -234,9 +242,13 @@ _EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     ("cuda-oom", re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError")),
     ("slurm-oom", re.compile(r"Detected \d+ oom[-_]kill events?")),
+    # srun's report of the same: "srun: error: node7: task 0: Out Of Memory".
+    ("slurm-oom", re.compile(r"srun: error: \S+: tasks? [\d,-]+: Out Of Memory")),
     ("slurm-time-limit", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT")),
     ("slurm-cancelled", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT")),
-    ("kubernetes-oomkilled", re.compile(r"\bOOMKilled\b")),
+    # A container's last state (kubectl describe / get -o json|yaml, docker inspect); docker's
+    # "OOMKilled": false of a healthy container is not one.
+    ("kubernetes-oomkilled", re.compile(r"\bOOMKilled\b(?![\"']?\s*:\s*false)")),
     ("nccl-timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*timed out")),
     (
         "checkpoint-save",
@@ -262,7 +274,7 @@ _EVENT_KEYWORDS: dict[str, tuple[str, ...]] = {
     "dataloader-bus-error": ("DataLoader worker",),
     "dataloader-segfault": ("DataLoader worker",),
     "cuda-oom": ("CUDA out of memory", "OutOfMemoryError"),
-    "slurm-oom": ("oom-kill event", "oom_kill event"),
+    "slurm-oom": ("oom-kill event", "oom_kill event", "Out Of Memory"),
     "slurm-time-limit": ("DUE TO TIME LIMIT",),
     "slurm-cancelled": ("CANCELLED AT",),
     "kubernetes-oomkilled": ("OOMKilled",),
@@ -368,6 +380,14 @@ _SHAPE_KEYWORDS = (
     "all params",
     "trainable parameters",
     "model_name_or_path",
+    "limits",
+    "lora",
+    "finetuning",
+    "fine-tuning method",
+    "quantiz",
+    "load_in_4bit",
+    "adapter",
+    "trainable params",
 )
 #: A shape line and the lines after it (a config printed as indented JSON) ...
 _SHAPE_WINDOW_LINES = 40
@@ -496,6 +516,36 @@ def _world_info(text: str) -> tuple[int | None, int | None]:
     return (max(ranks) if ranks else None), len(info)
 
 
+_QUANTITY = r"(?P<q>[0-9.]{1,20}[A-Za-z]{0,3})"
+_LIMITS_HEAD = re.compile(r"^[\"']?limits[\"']?\s{0,4}:\s{0,4}\{?\s*$", re.IGNORECASE)
+_MEMORY_ENTRY = re.compile(rf"^[\"']?memory[\"']?\s{{0,40}}:\s{{0,40}}[\"']?{_QUANTITY}[\"']?,?$")
+_INLINE_LIMITS = re.compile(
+    rf"\"limits\"\s{{0,4}}:\s{{0,4}}\{{[^{{}}]{{0,200}}?\"memory\"\s{{0,4}}:\s{{0,4}}\"{_QUANTITY}\""
+)
+
+
+def container_memory_limit(text: str) -> int | None:
+    """A container's memory limit, as ``kubectl describe pod`` (``Limits:`` then ``memory:
+    16Gi``), ``kubectl get pod -o yaml|json`` print it; the last one given. Bytes, or None."""
+    found: str | None = None
+    lines = text.splitlines()
+    for position, line in enumerate(lines):
+        stripped = line.strip()
+        if (inline := _INLINE_LIMITS.search(stripped)) is not None:
+            found = inline.group("q")
+        elif _LIMITS_HEAD.match(stripped):
+            for entry in lines[position + 1 : position + 6]:
+                if (memory := _MEMORY_ENTRY.match(entry.strip())) is not None:
+                    found = memory.group("q")
+                    break
+    if found is None:
+        return None
+    try:
+        return parse_bytes(found, unit_required=False)  # Kubernetes: a bare number is bytes
+    except InputError:
+        return None
+
+
 def _shape(text: str) -> RunShape:
     config = _CONFIG_PATH.search(text)
     stage = _last(_STAGE, text)
@@ -509,9 +559,13 @@ def _shape(text: str) -> RunShape:
         nodes = _number(nnodes.group("n"))
     params: int | None = None
     params_source: str | None = None
+    finetuning = finetuning_from_text(text)
     if (count := _last((_ALL_PARAMS,), text)) is not None:
         params, params_source = _number(count.group("n")), "log: 'all params'"
-    elif (count := _last((_TRAINABLE,), text)) is not None:
+    elif (count := _last((_TRAINABLE,), text)) is not None and not (
+        finetuning is not None and finetuning.adapter
+    ):
+        # The Trainer's count; with LoRA it counts the adapter, not the model.
         params = _number(count.group("n"))
         params_source = "log: 'Number of trainable parameters' (full fine-tuning assumed)"
     model_match = _MODEL_ARG.search(text)
@@ -519,6 +573,8 @@ def _shape(text: str) -> RunShape:
     if params is None and model and (guess := params_from_model_name(model)):
         params, params_source = guess, f"the model name {model!r} (a guess)"
     return RunShape(
+        container_memory_limit=container_memory_limit(text),
+        finetuning=finetuning,
         deepspeed_config=config.group("path") if config else None,
         zero_stage=int(stage.group("n")) if stage else None,
         offload_optimizer=(opt.group("device") not in (None, "none")) if opt else None,

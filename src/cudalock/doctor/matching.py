@@ -15,11 +15,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from cudalock.doctor.kernel import KernelEvents, KernelLog, LogSource, OomKill, Segfault, Stamp, Xid
+from cudalock.doctor.kernel import (
+    PASTED_SOURCE,
+    KernelEvents,
+    KernelLog,
+    LogSource,
+    OomKill,
+    Segfault,
+    Stamp,
+    Xid,
+)
 from cudalock.doctor.logs import COMM_LENGTH, LogFacts
 
 #: A training log's first line comes a little after the processes start.
@@ -122,6 +131,7 @@ def run_scope(
     since: datetime | None = None,
     until: datetime | None = None,
     hosts: Sequence[str] = (),
+    hosts_from: str = "--host",
     job: JobPlace | None = None,
     local_host: str | None = None,
 ) -> RunScope:
@@ -152,9 +162,10 @@ def run_scope(
             flags += "; the other end from " + window_from[0] if window_from else ""
         window_from = [flags]
     run_hosts: tuple[str, ...] = ()
+    given_from = hosts_from
     hosts_from = ""
     if hosts:
-        run_hosts, hosts_from = tuple(hosts), "--host"
+        run_hosts, hosts_from = tuple(hosts), given_from
     elif job is not None and job.hosts:
         run_hosts, hosts_from = job.hosts, f"Slurm job {job.job_id}'s nodes"
     elif trace is not None and trace.hosts:
@@ -307,13 +318,28 @@ def match_event(
 
 
 def match_kill(kill: OomKill, scope: RunScope) -> EventMatch:
-    return match_event(
+    found = match_event(
         kill.stamp,
         scope,
         pid=kill.pid,
         comm=kill.comm,
         memcgs=(kill.task_memcg, kill.oom_memcg),
     )
+    if found.tied or found.why_not or not kill.source.startswith(PASTED_SOURCE):
+        return found
+    # Kernel lines pasted into the run's log were chosen by the person who saw the crash: a
+    # kill of the run's program (or of a Python / PyTorch process) there is the run's, unless
+    # its time, host or PID says otherwise.
+    comm = kill.comm
+    if comm is not None and any(
+        same_program(comm, name) for name in (*scope.commands, "python", *TORCH_PROCESS_NAMES)
+    ):
+        return replace(
+            found,
+            matched=(*found.matched, f"the process name {comm} in the kernel lines pasted"),
+            tied=True,
+        )
+    return found
 
 
 def match_segfault(segfault: Segfault, scope: RunScope) -> EventMatch:

@@ -28,6 +28,7 @@ from cudalock.doctor.diagnosis import (
     SetupHints,
     build_setup,
     diagnose,
+    log_reports_oom,
     merge_hints,
 )
 from cudalock.doctor.kernel import (
@@ -47,7 +48,7 @@ from cudalock.doctor.logs import (
     scan_training_log,
     shape_from_deepspeed_config,
 )
-from cudalock.doctor.matching import JobPlace, run_scope
+from cudalock.doctor.matching import JobPlace, RunScope, run_scope
 from cudalock.doctor.slurm import (
     JobAccounting,
     classify_job,
@@ -66,6 +67,7 @@ from cudalock.machine.host import (
     read_cgroup_memory,
     read_shm,
 )
+from cudalock.machine.overrides import TargetOptions, read_probe_files
 from cudalock.memory import (
     HostMemory,
     MemoryVerdict,
@@ -73,7 +75,9 @@ from cudalock.memory import (
     memory_needs,
     read_model_size,
 )
-from cudalock.model import Compat, Finding, Host, Target
+from cudalock.memory.finetuning import FineTuning, finetuning_from_text
+from cudalock.model import Finding, Host, Target
+from cudalock.request import Compat
 
 #: How much of a training log is read: its newest part, where a run ends (as for kernel logs).
 MAX_LOG_BYTES = 64 * 2**20
@@ -110,6 +114,27 @@ def read_deepspeed_config(path: Path) -> RunShape:
     return shape_from_deepspeed_config(data)
 
 
+#: PEFT's adapter_config.json, in an adapter's directory.
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def read_training_config(path: Path) -> FineTuning:
+    """The fine-tuning method of a LLaMA-Factory / axolotl YAML or PEFT's adapter_config.json
+    (a directory: its adapter_config.json)."""
+    if path.is_dir():
+        path = path / ADAPTER_CONFIG
+    raw = read_bounded(path, limit=MAX_CONFIG_BYTES, what="training config")
+    text = raw.decode("utf-8", errors="replace")
+    tuning = finetuning_from_text(text)
+    if tuning is None:
+        raise InputError(
+            f"training config {path} names no fine-tuning method; expected a LLaMA-Factory "
+            "YAML (finetuning_type, lora_rank, lora_target, quantization_bit), an axolotl YAML "
+            "(adapter, lora_r, load_in_4bit) or PEFT's adapter_config.json"
+        )
+    return tuning
+
+
 def host_memory_from(
     host: Host | None, override: int | None, source: str = "/proc/meminfo and cgroup"
 ) -> HostMemory:
@@ -136,6 +161,8 @@ class DoctorRequest:
     flags: SetupHints = field(default_factory=SetupHints)
     model_path: Path | None = None
     deepspeed_config: Path | None = None
+    #: A LLaMA-Factory / axolotl YAML or PEFT adapter config: LoRA, QLoRA or full.
+    training_config: Path | None = None
     host_memory_bytes: int | None = None
     python: Path | None = None
     no_run: bool = False
@@ -147,11 +174,20 @@ class DoctorRequest:
     hosts: tuple[str, ...] = ()
     #: ``ID`` or ``ID.STEP``: read the job's Slurm accounting.
     slurm_job: str | None = None
+    #: The Target flags: the machine that crashed (its driver and GPUs for the -11 audit, its
+    #: host and RAM from a probe file for the -9 memory check).
+    target: TargetOptions | None = None
+    #: ``--report``: the crashed environment's collect_env / ds_report text, audited for -11
+    #: instead of an interpreter here.
+    report_text: str | None = None
+    report_name: str | None = None
 
 
 #: The audit, as doctor calls it: (python, deep, compat) → findings. Injected so tests need no
 #: torch.
 AuditRunner = Callable[[Path | None, bool, Compat], Sequence[Finding]]
+#: The audit of a pasted report on the machine the Target flags (or the report) describe.
+ReportAuditRunner = Callable[[str, "TargetOptions | None", Compat], Sequence[Finding]]
 
 
 @dataclass(frozen=True)
@@ -210,6 +246,19 @@ def default_audit(python: Path | None, deep: bool, compat: Compat) -> Sequence[F
     return audit_findings(python, deep, compat)
 
 
+def default_report_audit(
+    text: str, options: TargetOptions | None, compat: Compat
+) -> Sequence[Finding]:
+    """Audit a pasted report (collect_env, ds_report, ...) on the machine it names, with the
+    Target flags replacing what they give."""
+    from cudalock.audit.reports import parse_report
+    from cudalock.audit.runner import audit_report
+    from cudalock.matrix import load_matrix
+
+    matrix = load_matrix(options.matrix_dir if options is not None else None)
+    return audit_report(parse_report(text), matrix, options, compat=compat).findings
+
+
 def read_slurm_evidence(reference: str, readers: MachineReaders) -> tuple[SlurmEvidence, JobPlace]:
     """The job's accounting, how it ended, and where and when it (or the step asked for) ran."""
     accounting = readers.read_slurm_job(reference)
@@ -260,10 +309,35 @@ def _pasted_kernel_lines(text: str, log: LogFacts, path: Path, now: datetime) ->
     )
 
 
-def run_doctor(
-    request: DoctorRequest, readers: MachineReaders, audit: AuditRunner = default_audit
-) -> DoctorReport:
+def _probe_targets(options: TargetOptions | None) -> tuple[Target, ...]:
+    """The machines ``--probe`` files describe: the nodes the run ran on."""
+    if options is None or not options.probe_files:
+        return ()
+    return tuple(read_probe_files(options.probe_files))
 
+
+def _not_read_reason(scope: RunScope) -> str:
+    """Why this machine's kernel log, cgroup counters and /dev/shm do not speak for the run."""
+    here = scope.local_host or "this machine"
+    if scope.ran_here is False:
+        return f"the run ran on {', '.join(scope.hosts)} ({scope.hosts_from}), not on {here}"
+    return (
+        "nothing says the run ran on this machine: the log names no host and neither --host, "
+        "--slurm-job nor a --probe file gives one"
+    )
+
+
+def run_doctor(
+    request: DoctorRequest,
+    readers: MachineReaders,
+    audit: AuditRunner | None = None,
+    report_audit: ReportAuditRunner = default_report_audit,
+) -> DoctorReport:
+    """Gather the evidence for one crash and diagnose it.
+
+    This machine's kernel log, cgroup counters and /dev/shm are read only for a run on this
+    host (the log's hostnames, ``--host``, the Slurm job's nodes or the probe files'
+    hostnames name it); kernel lines pasted into the log are read as their own source."""
     slurm: SlurmEvidence | None = None
     job_place: JobPlace | None = None
     if request.slurm_job is not None:
@@ -272,34 +346,60 @@ def run_doctor(
     now = readers.now()
     text = read_log(request.log_path) if request.log_path else None
     log = scan_training_log(text, reference=now) if text is not None else None
+    probed = _probe_targets(request.target)
+    probe_hosts = tuple(t.host.hostname for t in probed if t.host.hostname)
     scope = run_scope(
         log,
         since=request.since,
         until=request.until,
-        hosts=request.hosts,
+        hosts=request.hosts or probe_hosts,
+        hosts_from="--host" if request.hosts else "the --probe files' hostnames",
         job=job_place,
         local_host=readers.hostname,
     )
     sig = exit_status.signal
-    kernel = readers.read_kernel_log() if sig in (SIGKILL, SIGSEGV, SIGBUS) else None
-    if kernel is not None and text is not None and log is not None and request.log_path:
-        pasted = _pasted_kernel_lines(text, log, request.log_path, now)
-        if pasted is not None:
-            kernel = merge_kernel_logs(kernel, pasted)
-    cgroup = readers.read_cgroup() if sig == SIGKILL else None
-    shm = readers.read_shm() if sig in (SIGSEGV, SIGBUS) else None
-    seen = Observations(kernel, cgroup, shm, in_kubernetes(readers.environ, readers.root))
+    as_kill = sig == SIGKILL or log_reports_oom(log)
+    ran_here = scope.ran_here is True
+    wants_kernel = as_kill or sig in (SIGSEGV, SIGBUS)
+    local_kernel = readers.read_kernel_log() if wants_kernel and ran_here else None
+    pasted = (
+        _pasted_kernel_lines(text, log, request.log_path, now)
+        if wants_kernel and text is not None and log is not None and request.log_path
+        else None
+    )
+    kernel = (
+        merge_kernel_logs(local_kernel, pasted)
+        if local_kernel is not None and pasted is not None
+        else local_kernel or pasted
+    )
+    cgroup = readers.read_cgroup() if as_kill and ran_here else None
+    shm = readers.read_shm() if sig in (SIGSEGV, SIGBUS) and ran_here else None
+    seen = Observations(
+        kernel,
+        cgroup,
+        shm,
+        in_kubernetes(readers.environ, readers.root) if ran_here else False,
+        machine_not_read=None if ran_here or not wants_kernel else _not_read_reason(scope),
+    )
 
     memory: MemoryVerdict | None = None
     notes: list[str] = []
-    if sig == SIGKILL:
-        memory, notes = _memory_for_doctor(request, log, readers, read_model_size, slurm)
+    if as_kill:
+        memory, notes = _memory_for_doctor(
+            request, log, readers, read_model_size, slurm, probed=probed, ran_here=ran_here
+        )
 
     audit_findings: Sequence[Finding] | None = None
     audit_error: str | None = None
-    if sig == SIGSEGV:
+    if sig == SIGSEGV and not as_kill:
         try:
-            audit_findings = tuple(audit(request.python, not request.no_run, request.compat))
+            if request.report_text is not None:
+                audit_findings = tuple(
+                    report_audit(request.report_text, request.target, request.compat)
+                )
+            else:
+                runner = audit or _live_audit(request.target)
+                audit_findings = tuple(runner(request.python, not request.no_run, request.compat))
         except (ImportError, InputError) as err:
             audit_error = str(err)
         except Exception as err:  # the audit failing must not hide the rest of the diagnosis
@@ -312,9 +412,20 @@ def run_doctor(
         setup_notes=notes,
         audit_findings=audit_findings,
         audit_error=audit_error,
+        audited=request.report_name,
         scope=scope,
         slurm=slurm,
     )
+
+
+def _live_audit(options: TargetOptions | None) -> AuditRunner:
+    """The audit of an interpreter's environment, on the machine the Target flags describe
+    (default: this one, as probed now)."""
+
+    def run(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
+        return audit_findings(python, deep, compat, options)
+
+    return run
 
 
 def _memory_for_doctor(
@@ -323,6 +434,9 @@ def _memory_for_doctor(
     readers: MachineReaders,
     read_model_size: Callable[[Path], Any],
     slurm: SlurmEvidence | None = None,
+    *,
+    probed: Sequence[Target] = (),
+    ran_here: bool = False,
 ) -> tuple[MemoryVerdict | None, list[str]]:
     notes: list[str] = []
     sources: list[SetupHints] = [request.flags]
@@ -348,6 +462,10 @@ def _memory_for_doctor(
     if config_path is not None:
         sources.append(SetupHints.from_shape(read_deepspeed_config(config_path)))
         notes.append(f"ZeRO settings read from {config_path}")
+    if request.training_config is not None:
+        tuning = read_training_config(request.training_config)
+        sources.append(SetupHints.from_finetuning(tuning, str(request.training_config)))
+        notes.append(f"{tuning.describe()} read from {request.training_config}")
     if log is not None:
         shape = log.shape
         guessed = shape.params is None or "guess" in (shape.params_source or "")
@@ -359,21 +477,37 @@ def _memory_for_doctor(
         sources.append(SetupHints.from_shape(shape))
     hints = merge_hints(*sources)
     limit = slurm.verdict.memory_limit if slurm is not None else None
-    # A Slurm job's limit is its request, on nodes that are not this one: no probe here.
-    target = (
-        readers.probe()
-        if slurm is None and (request.host_memory_bytes is None or hints.gpus_per_node is None)
-        else None
-    )
+    # The machine the run had: a probe file of its node, else this one when it ran here. A
+    # Slurm job's limit is its request, on nodes that are not this one.
+    target: Target | None = None
+    if probed:
+        target = min(probed, key=lambda t: t.host.memory_total_bytes or 2**63)
+    elif (
+        slurm is None
+        and ran_here
+        and (request.host_memory_bytes is None or hints.gpus_per_node is None)
+    ):
+        target = readers.probe()
     default_gpus = len(target.gpus) if target is not None and target.gpus else 1
     setup, setup_notes = build_setup(hints, default_gpus)
     notes.extend(setup_notes)
     if setup is None:
         return None, notes
-    if slurm is not None and limit is not None and request.host_memory_bytes is None:
+    pod_limit = log.shape.container_memory_limit if log is not None else None
+    if request.host_memory_bytes is not None:
+        host = host_memory_from(None, request.host_memory_bytes)
+    elif slurm is not None and limit is not None:
         host = HostMemory(
             None, limit.bytes, f"Slurm job {slurm.accounting.job_id}'s request: {limit.how}"
         )
+    elif pod_limit is not None:
+        host = HostMemory(None, pod_limit, "the container's memory limit in the log")
+    elif target is not None:
+        source = "the --probe file" if probed else "/proc/meminfo and cgroup"
+        host = host_memory_from(target.host, None, source)
     else:
-        host = host_memory_from(target.host if target else None, request.host_memory_bytes)
+        host = HostMemory(
+            source="not read: the run's host is not known to be this machine (pass "
+            "--host-memory, or --probe with the node's probe file)"
+        )
     return check_host_memory(memory_needs(setup), host, smallest_gpu_memory(target)), notes

@@ -16,12 +16,13 @@ need it are still written, and the message says how to finish (``cudalock lock``
 from __future__ import annotations
 
 import dataclasses
-import json
+import itertools
 import os
 import shlex
 import shutil
 import sys
 import sysconfig
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,19 +30,31 @@ from pathlib import Path
 from cudalock import procs
 from cudalock.audit import audit_live
 from cudalock.audit.inspection import python_for_prefix, start_inspection
+from cudalock.defaults import OUTPUT_FORMATS, SPEC_FILE, OutputFormat
+from cudalock.envfiles.conda import (
+    Client,
+    configured_channel_alias,
+    configured_defaults,
+    create_command,
+    env_prefix,
+    find_client,
+    mark_prefix,
+    reuse_problem,
+)
+from cudalock.envfiles.progress import Heartbeat, Progress, requirement_count
+from cudalock.envfiles.rattler import DEFAULT_CHANNEL_ALIAS, create_prefix, rattler_available
 from cudalock.envfiles.render import (
-    OUTPUT_FORMATS,
+    CondaPart,
     Installer,
-    OutputFormat,
     RenderOptions,
     Step,
     check_env_name,
+    conda_part,
     default_env_name,
     install_steps,
     render_files,
 )
 from cudalock.envfiles.spec import (
-    SPEC_FILE,
     OutputSpec,
     Spec,
     TargetSummary,
@@ -61,23 +74,29 @@ from cudalock.lock import (
     Closure,
     NotOnIndex,
     UvOptions,
-    absolute_frameworks,
+    check_framework_paths,
     find_uv,
     lock_texts,
     resolve_closure,
 )
 from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
+from cudalock.lock.pixi import PIXI_FILE
 from cudalock.lock.pylock import default_index_of
 from cudalock.machine import TargetOptions, targets_from_options
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Plan, Request
-from cudalock.resolve import RequestOptions
+from cudalock.model import Plan
+from cudalock.platforms import platform_named
+from cudalock.request import Request, RequestOptions
 from cudalock.urls import redact
 
 LOG_FILE = "cudalock-bootstrap.log"
+#: Where py-rattler puts the conda environment when no --venv is given (inside -o).
+RATTLER_PREFIX = ".conda-env"
 STEP_MARKER = "==> cudalock step "
 Echo = Callable[[str], None]
+#: Redraws one status line in place (a terminal); called with "" to clear it.
+Live = Callable[[str], None]
 #: How long install.sh may run in all (DeepSpeed builds its ops for a while when asked to).
 INSTALL_TIMEOUT_S = 4 * 60 * 60
 #: The output of install.sh kept in memory (all of it is in the log).
@@ -110,6 +129,8 @@ class BootstrapOptions:
     name: str | None = None
     output_format: str | None = None
     create: bool = False
+    #: ``--no-cache``: build what is built against torch anew (no wheel cache).
+    no_cache: bool = False
     venv: Path | None = None
     force: bool = False
     #: ``--spec``: the spec file to read (default: ``output_dir/cudalock.toml``).
@@ -144,9 +165,14 @@ def choose_format(given: str | None, spec: Spec | None) -> OutputFormat:
 
 
 def run_bootstrap(
-    target_opts: TargetOptions, request_opts: RequestOptions, options: BootstrapOptions, show: Echo
+    target_opts: TargetOptions,
+    request_opts: RequestOptions,
+    options: BootstrapOptions,
+    show: Echo,
+    live: Live | None = None,
 ) -> BootstrapResult:
-    """Everything ``cudalock bootstrap`` does; ``show`` prints progress to the user."""
+    """Everything ``cudalock bootstrap`` does; ``show`` prints progress to the user, ``live``
+    (given on a terminal) keeps a status line of a long install step up to date."""
 
     def echo(line: str) -> None:
         show(redact(line))  # the plan's explanation names index URLs, credentials and all
@@ -156,9 +182,7 @@ def run_bootstrap(
         raise UsageError(f"-o {str(out_dir)!r} is not a directory")
     inputs = read_inputs(request_opts, target_opts, spec_file=options.spec_file, output_dir=out_dir)
     spec_path, spec, request = inputs.spec_path, inputs.spec, inputs.request
-    request = dataclasses.replace(
-        request, frameworks=absolute_frameworks(request.frameworks, Path.cwd())
-    )
+    check_framework_paths(request.frameworks)
     output_format = choose_format(options.output_format, spec)
     if options.create and output_format == "venv" and request.python is None:
         # The venv is made from this interpreter unless asked otherwise: choosing the newest
@@ -170,12 +194,14 @@ def run_bootstrap(
         )
     if options.create and output_format == "uv":
         raise UsageError(
-            "--create builds conda or venv environments; with --format uv, run "
+            "--create builds conda, pixi or venv environments; with --format uv, run "
             "'uv sync' in the output directory instead"
         )
 
     if options.create and output_format == "conda":
-        conda_tool()  # known before anything is resolved or written
+        find_client(rattler_available=rattler_available())  # known before anything is resolved
+    if options.create and output_format == "pixi":
+        find_pixi()
 
     target_opts = inputs.target_options
     if inputs.recorded_target:
@@ -241,7 +267,7 @@ def run_bootstrap(
         for line in closure.notes:
             echo(f"  {line}")
     new_spec = Spec(
-        request=request,
+        request=RequestOptions.of(request),
         target=TargetSummary.of(targets),
         output=OutputSpec(
             format=output_format, name=options.name or (spec.output.name if spec else None)
@@ -270,16 +296,37 @@ def run_bootstrap(
         )
 
     environment = None
-    if options.create:
+    if options.create and output_format == "pixi":
+        environment = create_pixi(out_dir, echo)
+        audit_new_environment(environment, plan, matrix, echo)
+    elif options.create:
         uv = _uv_or_none()
         installer: Installer = "uv" if uv else "pip"
         steps = install_steps(plan, render_options)
         if output_format == "venv":
             environment = create_venv(
-                plan, options.venv or out_dir / ".venv", out_dir, steps, echo, uv=uv
+                plan,
+                options.venv or out_dir / ".venv",
+                out_dir,
+                steps,
+                echo,
+                uv=uv,
+                live=live,
+                no_cache=options.no_cache,
             )
         else:
-            environment = create_conda(name, out_dir, steps, echo, uv=uv)
+            environment = create_conda(
+                name,
+                out_dir,
+                steps,
+                conda_part(plan, closure),
+                plan,
+                echo,
+                uv=uv,
+                prefix=options.venv,
+                live=live,
+                no_cache=options.no_cache,
+            )
         echo(f"installed with {installer}")
         audit_new_environment(environment, plan, matrix, echo)
     else:
@@ -302,7 +349,39 @@ def next_steps(output_format: OutputFormat, out_dir: Path, name: str) -> str:
             f"next: python -m venv {where}/.venv && PYTHON={where}/.venv/bin/python "
             f"bash {where}/install.sh   (or rerun with --create)"
         )
+    if output_format == "pixi":
+        return f"next: cd {where} && pixi install   (or rerun with --create)"
     return f"next: cd {where} && uv sync"
+
+
+def find_pixi() -> str:
+    """pixi on PATH; exit 3 when it is not."""
+    pixi = shutil.which("pixi")
+    if pixi is None:
+        raise EnvironmentFailure(
+            "--format pixi --create runs 'pixi install', and pixi is not on PATH",
+            hint="install pixi (https://pixi.sh), or leave out --create and run "
+            "'pixi install' where pixi is",
+        )
+    return pixi
+
+
+def create_pixi(out_dir: Path, echo: Echo) -> Path:
+    """``pixi install`` of the written pixi.toml; the environment it made."""
+    out_dir = out_dir.absolute()
+    manifest = out_dir / PIXI_FILE
+    log = _start_log(out_dir)
+    echo(f"environment: pixi install --manifest-path {manifest}")
+    _run_logged(
+        "pixi install",
+        [find_pixi(), "install", "--manifest-path", str(manifest)],
+        log,
+        echo,
+        cwd=out_dir,
+        env=dict(os.environ),
+        removal=f"rm -rf {shlex.quote(str(out_dir / '.pixi'))}",
+    )
+    return out_dir / ".pixi" / "envs" / "default"
 
 
 # --------------------------------------------------------------------------------------------
@@ -317,6 +396,8 @@ def create_venv(
     echo: Echo,
     *,
     uv: str | None = None,
+    live: Live | None = None,
+    no_cache: bool = False,
 ) -> Path:
     """Create (or reuse) a virtual environment with the plan's Python, then run install.sh
     (with ``uv`` when given, else pip)."""
@@ -337,6 +418,7 @@ def create_venv(
                 cwd=out_dir,
                 env=dict(os.environ),
                 removal=removal,
+                live=live,
             )
     found = _python_version(python)
     if found != plan.python.rstrip("t"):
@@ -353,7 +435,9 @@ def create_venv(
         }
     )
     env.pop("PYTHONHOME", None)
-    run_install_script(out_dir, steps, log, env, echo, removal=removal, uv=uv)
+    run_install_script(
+        out_dir, steps, log, env, echo, removal=removal, uv=uv, live=live, no_cache=no_cache
+    )
     return venv
 
 
@@ -421,73 +505,148 @@ def _python_version(python: Path) -> str:
 
 
 def create_conda(
-    name: str, out_dir: Path, steps: tuple[Step, ...], echo: Echo, *, uv: str | None = None
+    name: str,
+    out_dir: Path,
+    steps: tuple[Step, ...],
+    part: CondaPart,
+    plan: Plan,
+    echo: Echo,
+    *,
+    uv: str | None = None,
+    prefix: Path | None = None,
+    live: Live | None = None,
+    no_cache: bool = False,
 ) -> Path:
-    """Create the conda environment from environment.yml with conda/mamba/micromamba."""
-    tool, executable = conda_tool()
+    """Create (or reuse, when it was made from this conda part) the conda environment, then
+    run install.sh in it.
+
+    micromamba, mamba or conda create it by name (or at ``prefix``); without them py-rattler
+    creates the prefix (default ``out_dir/.conda-env``). Every path handed on is absolute.
+    """
+    out_dir = out_dir.absolute()
+    client = find_client(rattler_available=rattler_available())
     log = _start_log(out_dir)
-    removal = f"{tool} env remove -n {shlex.quote(name)}"
-    prefix = _conda_prefix(executable, name)
-    if prefix is None:
-        yml = str(out_dir / "environment.yml")
-        command = (
-            [executable, "create", "-y", "-n", name, "-f", yml]
-            if tool == "micromamba"
-            else [executable, "env", "create", "-n", name, "-f", yml]
+    if prefix is None and client.name == "py-rattler":
+        prefix = out_dir / RATTLER_PREFIX
+    where = prefix.absolute() if prefix is not None else None
+    if where is not None:
+        removal = f"rm -rf {shlex.quote(str(where))}"
+        found = where if (where / "conda-meta").is_dir() else None
+        described = "the conda environment"
+    else:
+        removal = f"{client.name} env remove -y -n {shlex.quote(name)}"
+        found = env_prefix(client, name)
+        described = f"conda environment {name}"
+    if client.name != "py-rattler":
+        for path in configured_defaults(os.environ):
+            echo(
+                f"  note: {path} adds the 'defaults' channel; --create solves from "
+                f"{', '.join(part.channels)} alone (--override-channels)"
+            )
+    if found is not None:
+        problem = reuse_problem(
+            found, part, _python_version_or_none(python_for(found)), plan.python
         )
-        echo(f"environment: creating conda environment {name} with {tool}")
+        if problem:
+            raise UsageError(
+                f"{described} at {found} cannot be reused: {problem}",
+                hint=f"remove it ({removal}), or choose another "
+                + ("--venv" if where is not None else "--name"),
+            )
+        echo(f"environment: reusing {described} at {found} (made from this plan)")
+        environment = found
+    else:
+        environment = _create_conda_prefix(
+            client, name, where, part, plan, log, echo, out_dir=out_dir, removal=removal, live=live
+        )
+        mark_prefix(environment, part)
+    python = python_for(environment)
+    env = dict(os.environ)
+    env.update(
+        {
+            "PYTHON": str(python),
+            "CONDA_PREFIX": str(environment),
+            "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    env.pop("PYTHONHOME", None)
+    run_install_script(
+        out_dir, steps, log, env, echo, removal=removal, uv=uv, live=live, no_cache=no_cache
+    )
+    return environment
+
+
+def _create_conda_prefix(
+    client: Client,
+    name: str,
+    where: Path | None,
+    part: CondaPart,
+    plan: Plan,
+    log: Path,
+    echo: Echo,
+    *,
+    out_dir: Path,
+    removal: str,
+    live: Live | None = None,
+) -> Path:
+    """Create the environment of the conda part with ``client``; its prefix."""
+    if client.name == "py-rattler":
+        assert where is not None
+        echo(f"environment: creating {where} with py-rattler ({' '.join(part.specs)})")
+        subdir = platform_named(plan.platform).conda_subdir
+        installed = create_prefix(
+            where,
+            part,
+            subdir=subdir,
+            channel_alias=configured_channel_alias(os.environ, DEFAULT_CHANNEL_ALIAS),
+            environ=os.environ,
+            echo=echo,
+        )
+        with append_log(log) as handle:
+            handle.write(f"\n### py-rattler created {where}: {' '.join(installed)}\n")
+        return where
+    command = create_command(client, name, part)
+    if where is not None:
+        command[command.index("-n") : command.index("-n") + 2] = ["-p", str(where)]
+    echo(f"environment: creating {where or f'conda environment {name}'} with {client.name}")
+    try:
         _run_logged(
-            f"{tool} creates the environment",
+            f"{client.name} creates the environment",
             command,
             log,
             echo,
             cwd=out_dir,
             env=dict(os.environ),
-            removal=removal,
+            removal=None,
+            live=live,
         )
-        prefix = _conda_prefix(executable, name)
-        if prefix is None:
-            raise EnvironmentFailure(
-                f"{tool} reported success but environment {name} is not listed by '{tool} env list'"
-            )
-    else:
-        echo(f"environment: reusing conda environment {name} at {prefix}")
-    python = prefix / ("python.exe" if os.name == "nt" else "bin/python")
-    env = dict(os.environ)
-    env.update(
-        {
-            "PYTHON": str(python),
-            "CONDA_PREFIX": str(prefix),
-            "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
-        }
-    )
-    run_install_script(out_dir, steps, log, env, echo, removal=removal, uv=uv)
-    return prefix
-
-
-def conda_tool() -> tuple[str, str]:
-    """micromamba, mamba or conda (the first on PATH) and its path; exit 3 when none is."""
-    tool = next((t for t in ("micromamba", "mamba", "conda") if shutil.which(t)), None)
-    if tool is None:
+    except EnvironmentFailure as err:
+        left = where if where is not None and where.exists() else env_prefix(client, name)
+        if left is None:
+            raise
         raise EnvironmentFailure(
-            "--create needs conda, mamba or micromamba on PATH to build a conda environment",
-            hint="install one of them, or use --format venv --create",
+            err.message, hint=f"the environment is left for inspection; remove it with: {removal}"
+        ) from None
+    created = where if where is not None else env_prefix(client, name)
+    if created is None or not (created / "conda-meta").is_dir():
+        raise EnvironmentFailure(
+            f"{client.name} reported success but environment {name} is not listed by "
+            f"'{client.name} env list'"
         )
-    return tool, shutil.which(tool) or tool
+    return created
 
 
-def _conda_prefix(executable: str, name: str) -> Path | None:
-    try:
-        result = procs.run(
-            [executable, "env", "list", "--json"], what=f"{executable} env list", timeout=120
-        )
-        prefixes = json.loads(result.stdout_text()).get("envs", [])
-    except (OSError, EnvironmentFailure, ValueError, AttributeError):
+def python_for(prefix: Path) -> Path:
+    return prefix / ("python.exe" if os.name == "nt" else "bin/python")
+
+
+def _python_version_or_none(python: Path) -> str | None:
+    if not python.exists():
         return None
-    for prefix in prefixes:
-        if Path(prefix).name == name:
-            return Path(prefix)
-    return None
+    try:
+        return _python_version(python)
+    except EnvironmentFailure:
+        return None
 
 
 def run_install_script(
@@ -499,15 +658,19 @@ def run_install_script(
     *,
     removal: str,
     uv: str | None = None,
+    live: Live | None = None,
+    no_cache: bool = False,
 ) -> None:
-    """Run install.sh (with ``uv`` when given, else pip), showing each step as it starts; a
-    failed step raises, naming it."""
+    """Run install.sh (with ``uv`` when given, else pip), showing each step as it starts and
+    how far it is (see :mod:`cudalock.envfiles.progress`); a failed step raises, naming it."""
     python = env.get("PYTHON", "python")
     run_env = dict(env)
     installer: Installer = "uv" if uv else "pip"
     run_env["CUDALOCK_INSTALLER"] = installer
     if uv:
         run_env["UV"] = uv
+    if no_cache:
+        run_env["CUDALOCK_NO_CACHE"] = "1"  # its build step then builds anew
     _run_logged(
         "install.sh",
         ["bash", str((out_dir / "install.sh").absolute())],
@@ -520,7 +683,17 @@ def run_install_script(
         python=python,
         installer=installer,
         uv=uv or "uv",
+        live=live,
     )
+
+
+def _step_total(directory: Path, step: Step, installer: Installer) -> int | None:
+    """How many packages ``step`` installs, from the requirements file or lock it names."""
+    argv = step.command(installer)
+    for option, value in itertools.pairwise(argv):
+        if option == "-r":
+            return requirement_count(directory / value)
+    return None
 
 
 def _start_log(out_dir: Path) -> Path:
@@ -538,21 +711,31 @@ def _run_logged(
     *,
     cwd: Path,
     env: Mapping[str, str],
-    removal: str,
+    removal: str | None,
     steps: tuple[Step, ...] = (),
     python: str = "python",
     installer: Installer = "pip",
     uv: str = "uv",
+    live: Live | None = None,
 ) -> None:
     """Run ``command``, its output (redacted) appended to ``log``; raise if it fails.
 
-    The child's output is read as it comes (stdout and stderr together), and a run past
-    :data:`INSTALL_TIMEOUT_S` is stopped with everything it started (exit 3).
+    The child's output is read as it comes (stdout and stderr together) and shown as the
+    progress of the step it belongs to; a run past :data:`INSTALL_TIMEOUT_S` is stopped with
+    everything it started (exit 3).
     """
     current: tuple[int, str] | None = None
     errors: list[str] = []
     network: list[str] = []
-    with append_log(log) as handle:
+    progress = Progress(step=what, started=time.monotonic())
+    with append_log(log) as handle, Heartbeat(progress, echo, live) as beat:
+
+        def say(text: str) -> None:
+            with beat.lock:
+                if live is not None:
+                    live("")
+                echo(text)
+                beat.printed()
 
         def take(raw: str) -> None:
             nonlocal current
@@ -564,8 +747,17 @@ def _run_logged(
                 label = line[len(STEP_MARKER) :]
                 number = label.split("/", 1)[0]
                 current = (int(number) if number.isdigit() and len(number) < 5 else 0, label)
-                echo(f"  step {label}")
-            elif line.startswith(("ERROR:", "error:")) or "verification failed" in line:
+                index = current[0] - 1
+                step = steps[index] if 0 <= index < len(steps) else None
+                total = _step_total(cwd, step, installer) if step is not None else None
+                with beat.lock:
+                    # "2/3": the step's title was just shown in full.
+                    progress.start_step(label.split(":", 1)[0], time.monotonic(), total)
+                say(f"  step {label}")
+                return
+            with beat.lock:
+                progress.feed(line)
+            if line.startswith(("ERROR:", "error:")) or "verification failed" in line:
                 errors.append(line)
             if any(word in line for word in _NETWORK_WORDS):
                 network.append(line)
@@ -590,10 +782,8 @@ def _run_logged(
                 f"cannot run {what} ({command[0]}): {err.strerror or err}; log: {log}"
             ) from None
         except EnvironmentFailure as err:
-            raise EnvironmentFailure(
-                f"{err.message}; full output in {log}",
-                hint=f"the environment is left for inspection; remove it with: {removal}",
-            ) from None
+            message = f"{err.message}; full output in {log}"
+            raise EnvironmentFailure(message, hint=_left(removal)) from None
     if returncode == 0:
         return
     if current is not None and 1 <= current[0] <= len(steps):
@@ -610,11 +800,18 @@ def _run_logged(
         else f"exit status {returncode}"
     )
     message = f"{step_text} failed ({status}){detail}; command: {shown}; full output in {log}"
-    hint = f"the environment is left for inspection; remove it with: {removal}"
+    hint = _left(removal)
     if network:
         message += f"; the network failed: {network[-1].strip()}"
         hint = f"check the index URLs and the network, then run again; {hint}"
     raise EnvironmentFailure(message, hint=hint)
+
+
+def _left(removal: str | None) -> str:
+    """What is left behind and how to remove it (None: nothing was made)."""
+    if removal is None:
+        return "no environment was created"
+    return f"the environment is left for inspection; remove it with: {removal}"
 
 
 def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: Echo) -> None:

@@ -23,6 +23,7 @@ from typing import Literal
 import yaml
 from packaging.utils import canonicalize_name
 
+from cudalock.defaults import DEFAULT_PYPI_INDEX, OUTPUT_FORMATS, OutputFormat
 from cudalock.errors import UsageError
 from cudalock.lock import (
     BUILT_AGAINST_TORCH,
@@ -34,20 +35,31 @@ from cudalock.lock import (
 )
 from cudalock.model import PackagePin, Plan
 from cudalock.platforms import platform_named
-from cudalock.resolve import classify_framework
+from cudalock.request import TORCH_FAMILY, Framework
 from cudalock.safetext import printable
 from cudalock.shipped import shipped_dir
-from cudalock.urls import DEFAULT_PYPI_INDEX, redact
+from cudalock.urls import redact
 from cudalock.versions import format_cuda
 
-OutputFormat = Literal["conda", "venv", "uv"]
 Installer = Literal["uv", "pip"]
-OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("conda", "venv", "uv")
 
-#: Packages that must come from the PyTorch index together, under one label.
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 #: conda-forge ships cuda-nvcc / cuda-version from CUDA 12.0; older compilers are NVIDIA's.
 CONDA_FORGE_FIRST_NVCC_MAJOR = 12
+#: The CUDA toolkit for ops built just in time: conda-forge's compiler (its ``compiler('cuda')``)
+#: and the development packages its own DeepSpeed recipe builds against
+#: (conda-forge/deepspeed-feedstock@09ea9375e0c87f29ea84c0422b68f51806995689:recipe/recipe.yaml,
+#: requirements build and host when cuda_compiler_version != "None").
+CUDA_DEV_PACKAGES = (
+    "cuda-nvcc",
+    "cuda-profiler-api",
+    "libcublas-dev",
+    "libcurand-dev",
+    "libcusolver-dev",
+    "libcusparse-dev",
+)
+#: conda-forge's CUDA 12+ packages keep headers and libraries in ``$PREFIX/targets/<dir>``,
+#: as NVIDIA's toolkit does under /usr/local/cuda (the directory by platform).
+CUDA_TARGETS_DIRS = {"linux-x86_64": "x86_64-linux", "linux-aarch64": "sbsa-linux"}
 # fullmatch: "$" would also accept a name followed by a newline, which then ends up in YAML.
 _ENV_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _RESERVED_ENV_NAMES = ("base", "root")
@@ -60,7 +72,7 @@ class RenderOptions:
     name: str
     output_format: OutputFormat = "conda"
     #: As the install command should see them: requirements, absolute paths, or URLs.
-    frameworks: tuple[str, ...] = ()
+    frameworks: tuple[Framework, ...] = ()
     #: Replaces pip's default index for everything not routed to the PyTorch index.
     pypi_index: str | None = None
     #: The resolved closure (None: it could not be resolved, e.g. offline).
@@ -115,9 +127,9 @@ def default_env_name(plan: Plan) -> str:
     return f"torch-{plan.torch_version}-{plan.variant}"
 
 
-def framework_args(framework: str) -> tuple[str, ...]:
+def framework_args(framework: Framework) -> tuple[str, ...]:
     """How pip is given the framework: a local path is installed editable."""
-    return ("-e", framework) if classify_framework(framework) == "path" else (framework,)
+    return ("-e", framework.text) if framework.kind == "path" else (framework.text,)
 
 
 def torch_family(plan: Plan, closure: Closure | None = None) -> tuple[PackagePin, ...]:
@@ -244,16 +256,16 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
     where = redact(plan.index_url or "the default index")
     steps = []
     for framework in options.frameworks:
-        kind = classify_framework(framework)
-        if kind == "requirement" and not _names_a_url(framework):
-            continue
+        requirement = framework.requirement
+        if requirement is not None and requirement.url is None:
+            continue  # from the lock; a "name @ URL" is installed from the URL, as a bare URL
         args = framework_args(framework)
         # uv reads a path on its command line as a requirement: a file URL keeps every
         # character a directory name may hold.
-        uv_args = ("-e", Path(framework).as_uri()) if kind == "path" else args
+        uv_args = ("-e", framework.path.as_uri()) if framework.path is not None else args
         steps.append(
             Step(
-                f"the framework {redact(framework)}, without its dependencies "
+                f"the framework {redact(framework.text)}, without its dependencies "
                 "(the lock holds them)",
                 (*pip, "--no-deps", *default_index, *args),
                 (*uv_install, "--no-deps", *default_index, *uv_args),
@@ -267,33 +279,28 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
             (*uv_install, "--config-file", UV_SETTINGS_FILE, *index_args, "-r", LOCK_FILE),
         )
     )
+    targets = cuda_targets_dir(plan)
+    if (
+        options.output_format == "conda"
+        and targets
+        and conda_part(plan, options.closure).has_toolkit
+    ):
+        steps.append(
+            Step(
+                "point torch's extension builder at conda-forge's CUDA layout (an activation "
+                "script in $CONDA_PREFIX/etc/conda/activate.d)",
+                (PYTHON, "-c", _template("cuda_activation.py"), targets),
+            )
+        )
     last_index = ("--index-url", options.pypi_index) if options.pypi_index else ()
+    build = (LAST_FILE, *last_index)
     steps.append(
         Step(
             f"DeepSpeed and anything else built against the installed torch ({LAST_FILE}), "
-            "without build isolation or a cached wheel",
-            (
-                *pip,
-                "--no-deps",
-                "--no-build-isolation",
-                "--no-cache-dir",
-                "--force-reinstall",
-                "--require-hashes",
-                *last_index,
-                "-r",
-                LAST_FILE,
-            ),
-            (
-                *uv_install,
-                "--no-deps",
-                "--no-build-isolation",
-                "--no-cache",
-                "--reinstall",
-                "--require-hashes",
-                *last_index,
-                "-r",
-                LAST_FILE,
-            ),
+            "without build isolation; wheels built earlier against this exact torch build, "
+            "CUDA and Python are reused (CUDALOCK_NO_CACHE=1 builds anew)",
+            (PYTHON, "-c", build_script(), "pip", "", *build),
+            (PYTHON, "-c", build_script(), "uv", UV, *build),
             only_if=f"grep -q '^[A-Za-z0-9]' {LAST_FILE}",
             otherwise="nothing in the closure is built against torch",
         )
@@ -326,14 +333,6 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
     return tuple(steps)
 
 
-def _names_a_url(requirement: str) -> bool:
-    """``name @ git+https://...``: a requirement the lock holds as a VCS checkout or archive,
-    installed from the URL as given like a framework given as a bare URL."""
-    from packaging.requirements import Requirement
-
-    return Requirement(requirement).url is not None
-
-
 def install_indexes(plan: Plan, options: RenderOptions) -> tuple[str, ...]:
     """The index URLs the installers are given, credentials and all (the lock files carry
     none): the default index first, then the PyTorch index."""
@@ -363,6 +362,10 @@ def verify_script() -> str:
     return _template("verify_torch.py")
 
 
+def build_script() -> str:
+    return _template("build_against_torch.py")
+
+
 def fill(template: str, values: Mapping[str, str]) -> str:
     """Replace ``{{key}}`` placeholders; a missing key is a programming error (KeyError)."""
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values[m.group(1)], template)
@@ -385,6 +388,11 @@ def render_files(plan: Plan, options: RenderOptions) -> dict[str, str]:
         files["install.sh"] = render_install_sh(plan, options)
     elif options.output_format == "uv":
         files["pyproject.toml"] = render_uv_pyproject(plan, options)
+    elif options.output_format == "pixi":
+        from cudalock.envfiles.pixi import render_pixi_toml
+        from cudalock.lock.pixi import PIXI_FILE
+
+        files[PIXI_FILE] = render_pixi_toml(plan, options)
     else:
         raise UsageError(
             f"invalid --format {options.output_format!r}: expected {', '.join(OUTPUT_FORMATS)}"
@@ -432,7 +440,17 @@ def _step_shell(step: Step) -> str:
 
 
 def _indent(text: str) -> str:
-    return "\n".join(f"    {line}" if line else line for line in text.splitlines())
+    """``text`` indented one level, except the body and end of a here-document: bash ends it
+    only at a line that is exactly its word."""
+    lines, in_heredoc = [], False
+    for line in text.splitlines():
+        if in_heredoc:
+            lines.append(line)
+            in_heredoc = line != HEREDOC_END
+            continue
+        lines.append(f"    {line}" if line else line)
+        in_heredoc = line.endswith(f"<<'{HEREDOC_END}'")
+    return "\n".join(lines)
 
 
 def _shell_word(arg: str) -> str:
@@ -447,7 +465,7 @@ def _wrap_shell(argv: tuple[str, ...]) -> str:
     """
     if argv[1] == "-c":
         script, args = argv[2], argv[3:]
-        quoted = " ".join(shlex.quote(a) for a in args)
+        quoted = " ".join(_shell_word(a) for a in args)
         return f"\"$PYTHON\" - {quoted} <<'{HEREDOC_END}'\n{script.rstrip()}\n{HEREDOC_END}"
     words = [_shell_word(a) for a in argv]
     head_length = 3 if argv[0] == UV else 4
@@ -486,52 +504,125 @@ def _conda_python(plan: Plan) -> list[str]:
     return [f"python={plan.python}"]
 
 
-def _conda_channels_and_compilers(
-    plan: Plan, closure: Closure | None
-) -> tuple[list[str], list[str]]:
-    channels = ["conda-forge"]
-    packages: list[str] = []
+@dataclass(frozen=True)
+class CondaPart:
+    """What conda installs: the channels, and the specs (Python, pip, a CUDA toolkit when
+    ops are built just in time); the pip part is the lock's."""
+
+    channels: tuple[str, ...]
+    specs: tuple[str, ...]
+    #: Why a CUDA toolkit is needed that conda does not bring (None: none is, or it does).
+    system_toolkit: str | None = None
+
+    @property
+    def cuda_version(self) -> str | None:
+        """The ``cuda-version`` pin, which constrains the driver (``__cuda``)."""
+        for spec in self.specs:
+            if spec.startswith("cuda-version="):
+                return spec.removeprefix("cuda-version=")
+        return None
+
+    @property
+    def has_toolkit(self) -> bool:
+        return "cuda-nvcc" in self.specs
+
+    def fingerprint(self) -> str:
+        """One line naming the channels and specs, recorded in an environment made from them."""
+        return " ".join([*(f"-c {c}" for c in self.channels), *self.specs])
+
+
+def conda_part(plan: Plan, closure: Closure | None = None) -> CondaPart:
+    """The conda part of the environment (what environment.yml lists outside ``pip:``).
+
+    When DeepSpeed's ops are built just in time against a CUDA torch, a CUDA 12+ toolkit comes
+    from conda-forge: its compiler and the development libraries conda-forge's own DeepSpeed
+    recipe builds against (:data:`CUDA_DEV_PACKAGES`), of torch's CUDA (``cuda-version``).
+    conda-forge has no CUDA 11 compiler, so there the toolkit must be the system's.
+    """
+    specs = [*_conda_python(plan), "pip"]
+    toolkit = None
     if builds_deepspeed_ops(plan, closure) and plan.cuda is not None:
         cuda = format_cuda(plan.cuda)
         if plan.cuda[0] >= CONDA_FORGE_FIRST_NVCC_MAJOR:
-            packages += ["cuda-nvcc", f"cuda-version={cuda}"]
+            specs += [*CUDA_DEV_PACKAGES, f"cuda-version={cuda}"]
         else:
-            channels.append("nvidia")
-            packages += [f"nvidia::cuda-nvcc={cuda}"]
-    return channels, packages
+            toolkit = (
+                f"DeepSpeed builds its ops just in time against a CUDA {cuda} toolkit, which "
+                f"conda-forge does not have: a system toolkit of CUDA {cuda} is needed "
+                f"(nvcc and headers; point CUDA_HOME at it, e.g. CUDA_HOME=/usr/local/cuda-{cuda})"
+            )
+    return CondaPart(("conda-forge",), tuple(specs), toolkit)
+
+
+def cuda_targets_dir(plan: Plan) -> str | None:
+    """Where conda-forge's CUDA 12+ keeps headers and libraries under the prefix
+    (``targets/<dir>/include``), for the plan's platform; None where it has none."""
+    return CUDA_TARGETS_DIRS.get(plan.platform)
 
 
 def render_environment_yml(plan: Plan, options: RenderOptions) -> str:
-    channels, compilers = _conda_channels_and_compilers(plan, options.closure)
-    conda_deps = [*_conda_python(plan), "pip", *compilers]
-    dependencies = [f"  - {yaml_scalar(dep)}" for dep in conda_deps]
+    part = conda_part(plan, options.closure)
+    dependencies = [f"  - {yaml_scalar(dep)}" for dep in part.specs]
     dependencies.append("  - pip:")
-    dependencies += [f"      - {yaml_scalar(line)}" for line in _pip_section(plan, options)]
+    # The hashed lock: pip checks every file against it, so nothing outside the locked
+    # closure can be installed (conda writes these lines to a requirements file beside this
+    # one, so the relative path holds).
+    dependencies.append(f"      - {yaml_scalar(f'-r {REQUIREMENTS_FILE}')}")
     after = [
+        f"The pip: section installs {REQUIREMENTS_FILE}, the locked closure, every file "
+        "hash-checked (index credentials come from netrc or keyring, as for the lock files).",
         f"Then:    conda activate {options.name} && bash install.sh",
-        "(it installs the locked closure, hash-checked and without a resolver, and builds "
-        "DeepSpeed last: pip options environment.yml cannot carry)",
+        "(it installs what the pip: section installs, then the frameworks from local paths or "
+        "VCS and DeepSpeed, built against the installed torch, and checks the result)",
+        *_conda_notes(plan, part),
     ]
     return fill(
         _template("environment.yml.tmpl"),
         {
             "header": _header(plan, options, "environment.yml"),
-            "next_steps": _comment(after) if after else "#",
+            "next_steps": _comment(after),
             "name": yaml_scalar(options.name),
-            "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in channels),
+            "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in part.channels),
             "dependencies": "\n".join(dependencies),
         },
     )
 
 
+def _conda_notes(plan: Plan, part: CondaPart) -> list[str]:
+    """What a person creating the conda part should know: the driver pin and the toolkit."""
+    notes: list[str] = []
+    if part.system_toolkit:
+        notes.append(part.system_toolkit + ".")
+    if part.cuda_version:
+        target_cuda = min(
+            (t.driver_cuda for t in plan.targets if t.driver_cuda is not None), default=None
+        )
+        override = format_cuda(target_cuda) if target_cuda else part.cuda_version
+        notes += [
+            f"cuda-version={part.cuda_version} needs a driver of CUDA >= "
+            f"{part.cuda_version.split('.')[0]} (the __cuda virtual package). On a machine "
+            "without the target's driver (a login node), solve as on the target with: "
+            f"CONDA_OVERRIDE_CUDA={override} conda env create -f environment.yml",
+            "install.sh adds an activation script that points torch's extension builder "
+            "(CUDA_HOME, CPATH, LIBRARY_PATH) at conda-forge's CUDA layout "
+            "(targets/<arch>-linux/include and lib), so DeepSpeed's ops can be built just "
+            "in time.",
+        ]
+    notes.append(
+        "Channels: conda-forge only; if your conda configuration adds 'defaults', create with "
+        "--override-channels (bootstrap --create does)."
+    )
+    return notes
+
+
 def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
-    channels, compilers = _conda_channels_and_compilers(plan, options.closure)
+    part = conda_part(plan, options.closure)
     repositories = []
     if plan.index_url and plan.index_url != options.pypi_index:
         repositories.append(plan.index_url)
     if options.pypi_index:
         repositories.append(options.pypi_index)
-    dependencies = [f"  - {yaml_scalar(dep)}" for dep in [*_conda_python(plan), "pip", *compilers]]
+    dependencies = [f"  - {yaml_scalar(dep)}" for dep in part.specs]
     dependencies.append("  - pip:")
     dependencies += [
         f"      - {yaml_scalar(pin.requirement)}" for pin in torch_family(plan, options.closure)
@@ -542,7 +633,7 @@ def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
         {
             "header": _header(plan, options, "environment.conda-lock.yml"),
             "name": yaml_scalar(options.name),
-            "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in channels),
+            "channels": "\n".join(f"  - {yaml_scalar(c)}" for c in part.channels),
             "platforms": f"  - {yaml_scalar(subdir)}",
             "pip_repositories": "\n".join(f"  - {yaml_scalar(url)}" for url in repositories)
             or "  []",
@@ -586,15 +677,15 @@ def render_uv_pyproject(plan: Plan, options: RenderOptions) -> str:
     local_sources: list[str] = []
     fits = {fit.given: fit for fit in closure.frameworks} if closure else {}
     for framework in options.frameworks:
-        kind = classify_framework(framework)
-        if kind == "requirement":
-            fit = fits.get(framework)
-            dependencies.append(fit.requested if fit else framework)
+        text = framework.text
+        if framework.kind == "requirement":
+            fit = fits.get(text)
+            dependencies.append(fit.requested if fit else text)
             continue
-        found = _locked_local(closure, framework) if closure else None
+        found = _locked_local(closure, text) if closure else None
         if found is None:
-            flag = "--editable " if kind == "path" else ""
-            notes.append(f"Add the framework with: uv add {flag}{shlex.quote(framework)}")
+            flag = "--editable " if framework.kind == "path" else ""
+            notes.append(f"Add the framework with: uv add {flag}{shlex.quote(text)}")
             continue
         name, dependency, source = found
         dependencies.append(dependency)

@@ -23,19 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cudalock.errors import InputError
+from cudalock.defaults import OUTPUT_FORMATS, SPEC_FILE
+from cudalock.errors import InputError, UsageError
 from cudalock.fsutil import read_bounded
 from cudalock.machine import TargetOptions
-from cudalock.model import Request, Target
-from cudalock.resolve import RequestOptions, recorded_request
+from cudalock.model import Target
+from cudalock.request import Request, RequestOptions, parse_compat
+from cudalock.urls import strip_credentials
 from cudalock.versions import format_cc, format_cuda
 
 if TYPE_CHECKING:
     import tomlkit
 
-SPEC_FILE = "cudalock.toml"
 SPEC_VERSION = 1
-OUTPUT_FORMATS = ("conda", "venv", "uv")
 
 _HEADER = (
     "cudalock.toml: what `cudalock bootstrap` and `cudalock lock` regenerate their files from.",
@@ -81,7 +81,8 @@ class OutputSpec:
 
 @dataclass(frozen=True)
 class Spec:
-    request: Request = field(default_factory=Request)
+    #: The Request as the file records it: strings, None where a key is absent.
+    request: RequestOptions = field(default_factory=RequestOptions)
     target: TargetSummary | None = None
     output: OutputSpec = field(default_factory=OutputSpec)
 
@@ -206,26 +207,33 @@ _TARGET_KEYS = ("driver_version", "driver_cuda", "compute_capabilities", "platfo
 _OUTPUT_KEYS = ("format", "name")
 
 
-def _request(table: _Table) -> Request:
+def _request(table: _Table) -> RequestOptions:
+    """The recorded Request, as strings: parsed with the flags laid over it
+    (:meth:`RequestOptions.to_request`), so each value is parsed once."""
     table.check_keys(_REQUEST_KEYS)
-    default = Request()
-    compat = table.text("compat") or default.compat
-    if compat not in ("strict", "minor"):
-        raise InputError(f"{table.where}: [request] compat must be strict or minor, got {compat!r}")
+    compat = table.text("compat")
+    if compat is not None:
+        try:
+            parse_compat(compat)
+        except UsageError:
+            raise InputError(
+                f"{table.where}: [request] compat must be strict or minor, got {compat!r}"
+            ) from None
     with_packages = table.texts("with")
     frameworks = table.texts("frameworks")
     if frameworks is None:
         # Written before --framework could be repeated: one string.
         single = table.text("framework")
-        frameworks = (single,) if single else ()
-    return Request(
-        torch=table.text("torch") or "",
+        frameworks = (single,) if single else None
+    return RequestOptions(
+        torch=table.text("torch") or None,
         python=table.text("python"),
         cuda=table.text("cuda"),
-        compat="minor" if compat == "minor" else "strict",
-        with_packages=with_packages if with_packages is not None else default.with_packages,
+        compat=compat,
+        # The recorded list is complete: "none" first keeps a dropped torchvision out.
+        with_packages=("none", *with_packages) if with_packages is not None else None,
         frameworks=frameworks,
-        pytorch_index=table.text("pytorch_index") or default.pytorch_index,
+        pytorch_index=table.text("pytorch_index") or None,
         pypi_index=table.text("pypi_index"),
     )
 
@@ -260,18 +268,26 @@ def _output(table: _Table) -> OutputSpec:
 def spec_values(spec: Spec) -> dict[str, dict[str, Any]]:
     """The tables as they are recorded (None: the key is left out)."""
     # Index and VCS URLs may carry a password or token: never recorded.
-    request = recorded_request(spec.request)
+    request = spec.request
+
+    def recorded(url: str | None) -> str | None:
+        return strip_credentials(url) if url else None
+
     tables: dict[str, dict[str, Any]] = {
         "request": {
             "torch": request.torch or None,
             "python": request.python,
             "cuda": request.cuda,
             "compat": request.compat,
-            "with": list(request.with_packages),
-            "frameworks": list(request.frameworks),
+            "with": (
+                [p for p in request.with_packages if p.strip().lower() != "none"]
+                if request.with_packages is not None
+                else None
+            ),
+            "frameworks": [strip_credentials(f) for f in request.frameworks or ()],
             "framework": None,  # the single-framework key of older files gives way to the list
-            "pytorch_index": request.pytorch_index,
-            "pypi_index": request.pypi_index,
+            "pytorch_index": recorded(request.pytorch_index),
+            "pypi_index": recorded(request.pypi_index),
         },
     }
     if spec.target is not None:

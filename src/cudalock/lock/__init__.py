@@ -6,7 +6,7 @@ from cudalock.lock.closure import (
     Closure,
     FrameworkFit,
     UvOptions,
-    absolute_frameworks,
+    check_framework_paths,
     resolve_closure,
 )
 from cudalock.lock.files import LockResult, check_lock, lock_texts, make_lock
@@ -33,7 +33,7 @@ __all__ = [
     "LockResult",
     "NotOnIndex",
     "UvOptions",
-    "absolute_frameworks",
+    "check_framework_paths",
     "check_lock",
     "find_uv",
     "lock_texts",

@@ -25,7 +25,6 @@ accepts it (exit 1).
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,8 +41,8 @@ from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, Us
 from cudalock.lock.frameworks import matching, project_releases, release_metadata
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.metadata import (
-    TORCH_FAMILY,
     Metadata,
+    describe,
     family_requirements,
     fetch_metadata,
     marker_environment,
@@ -68,8 +67,8 @@ from cudalock.lock.pylock import (
 )
 from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
 from cudalock.lock.variant import Reader, VariantIndex, labelled_versions, read_variant_index
-from cudalock.model import PackagePin, Plan, Request
-from cudalock.resolve import COMPANIONS, classify_framework
+from cudalock.model import PackagePin, Plan
+from cudalock.request import COMPANIONS, TORCH_FAMILY, Framework, Request, parse_framework
 from cudalock.urls import redact
 
 Echo = Callable[[str], None]
@@ -166,23 +165,15 @@ class Closure:
         }
 
 
-def absolute_frameworks(frameworks: Sequence[str], cwd: Path) -> tuple[str, ...]:
-    """Local framework paths made absolute (and checked); requirements and URLs unchanged."""
-    result = []
+def check_framework_paths(frameworks: Sequence[Framework]) -> None:
+    """Every local framework path is a directory (before anything is resolved)."""
     for framework in frameworks:
-        if classify_framework(framework) != "path":
-            result.append(framework)
-            continue
-        path = Path(os.path.expanduser(framework))
-        path = path if path.is_absolute() else cwd / path
-        if not path.is_dir():
+        if framework.path is not None and not framework.path.is_dir():
             raise UsageError(
-                f"--framework {framework!r} looks like a local path, but no such "
+                f"--framework {framework.text!r} looks like a local path, but no such "
                 "directory exists; expected a requirement (name==version), a VCS URL "
                 "or a project directory"
             )
-        result.append(str(Path(os.path.normpath(path))))
-    return tuple(result)
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,15 +231,6 @@ class _Uv:
             return (where / LOCK_FILE).read_text(encoding="utf-8")
         except OSError as err:
             raise EnvironmentFailure(f"uv reported success but wrote no lock: {err}") from None
-
-
-def describe(requirement: Requirement) -> str:
-    """``torch>=2.6 (its 'torch' extra)`` for ``torch>=2.6; extra == "torch"``."""
-    text = f"{requirement.name}{requirement.specifier}"
-    extras = re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(requirement.marker or ""))
-    if extras:
-        text += f" (its {', '.join(repr(e) for e in extras)} extra)"
-    return text
 
 
 def _version(uv_data: Mapping[str, Any], name: str) -> str | None:
@@ -471,11 +453,7 @@ class _Fitter:
 
     def _check_with_packages(self, pool: ThreadPoolExecutor) -> None:
         """``--with`` packages beyond torch's companions must be ones the variant index builds."""
-        others = [
-            str(canonicalize_name(Requirement(text).name))
-            for text in self.request.with_packages
-            if canonicalize_name(Requirement(text).name) not in COMPANIONS
-        ]
+        others = [c.name for c in self.request.with_packages if c.name not in COMPANIONS]
         if not others:
             return
         labelled = self._labelled_among(others, pool)
@@ -492,9 +470,9 @@ class _Fitter:
 
     def requirement_frameworks(self) -> list[tuple[str, Requirement]]:
         return [
-            (text, Requirement(text))
-            for text in self.request.frameworks
-            if classify_framework(text) == "requirement"
+            (framework.text, framework.requirement)
+            for framework in self.request.frameworks
+            if framework.requirement is not None
         ]
 
     def read_metadata(
@@ -661,11 +639,11 @@ class _Fitter:
 
     def fits(self, uv_lock: Mapping[str, Any], inp: LockInput) -> tuple[FrameworkFit, ...]:
         result = []
-        for text in self.request.frameworks:
-            if classify_framework(text) != "requirement":
+        for framework in self.request.frameworks:
+            text, requirement = framework.text, framework.requirement
+            if requirement is None:
                 result.append(FrameworkFit(given=text, requested=text))
                 continue
-            requirement = Requirement(text)
             added = self.extras.get(text, ())
             requested = Requirement(text)
             requested.extras = {*requested.extras, *added}
@@ -913,7 +891,7 @@ def _newest_fit(fitter: _Fitter, where: Path, name: str, extras: Sequence[str]) 
         torch=fitter.request.torch,
         python=fitter.request.python,
         with_packages=(),
-        frameworks=(str(asked),),
+        frameworks=(parse_framework(str(asked)),),
         pytorch_index=fitter.request.pytorch_index,
         pypi_index=fitter.request.pypi_index,
     )
@@ -943,6 +921,6 @@ __all__ = [
     "Closure",
     "FrameworkFit",
     "UvOptions",
-    "absolute_frameworks",
+    "check_framework_paths",
     "resolve_closure",
 ]

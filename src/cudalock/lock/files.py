@@ -18,6 +18,7 @@ from cudalock.errors import CudalockError, EnvironmentFailure, InputError
 from cudalock.fsutil import credentials_note, refuse_existing, write_outputs
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
 from cudalock.lock.closure import Closure, Echo, UvOptions, resolve_closure
+from cudalock.lock.pixi import PIXI_FILE, expected_pins, pixi_changes
 from cudalock.lock.pylock import (
     LAST_FILE,
     LOCK_FILE,
@@ -36,7 +37,8 @@ from cudalock.lock.pylock import (
     uv_settings,
     validate_lock,
 )
-from cudalock.model import Plan, Request
+from cudalock.model import Plan
+from cudalock.request import Request
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,8 @@ def check_lock(
         actual = read_lock_text(path)
         if _significant(actual) != _significant(text):
             return [f"{path} does not match {lock_path}; run cudalock lock"]
-    return []
+    expected_pixi = expected_pins(lock, recorded.python, recorded.platform)
+    return pixi_changes(output_dir / PIXI_FILE, expected_pixi)
 
 
 __all__ = [

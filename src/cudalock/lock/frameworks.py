@@ -34,14 +34,16 @@ from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable
 from cudalock.lock.metadata import (
     Metadata,
     cached_wheel_metadata,
+    describe,
     family_requirements,
     marker_environment,
     torch_extras,
 )
 from cudalock.lock.variant import Reader
 from cudalock.matrix import Matrix
-from cudalock.model import Plan, Rejection, Request, Target
-from cudalock.resolve import classify_framework, parse_torch_spec, resolve
+from cudalock.model import Plan, Rejection, Target
+from cudalock.request import Request, parse_torch_spec
+from cudalock.resolve import resolve
 
 #: Framework releases whose metadata is read at once.
 BATCH = 8
@@ -135,14 +137,22 @@ def matching(
     ]
 
 
-def torch_specifier(metadata: Metadata, python: str, platform: str) -> SpecifierSet:
-    """What a release requires of torch, its torch extras included (empty: anything)."""
+def torch_requirements(metadata: Metadata, python: str, platform: str) -> list[Requirement]:
+    """A release's requirements on torch, those of its torch extras included."""
     environment = marker_environment(python, platform)
     extras = torch_extras(metadata, environment)
+    return [
+        found
+        for found in family_requirements(metadata, environment, extras)
+        if canonicalize_name(found.name) == "torch"
+    ]
+
+
+def torch_specifier(metadata: Metadata, python: str, platform: str) -> SpecifierSet:
+    """What a release requires of torch, its torch extras included (empty: anything)."""
     spec = SpecifierSet()
-    for found in family_requirements(metadata, environment, extras):
-        if canonicalize_name(found.name) == "torch":
-            spec &= found.specifier
+    for found in torch_requirements(metadata, python, platform):
+        spec &= found.specifier
     return spec
 
 
@@ -176,8 +186,10 @@ def _plan_or_none(matrix: Matrix, targets: Sequence[Target], request: Request) -
 def _narrowed(request: Request, spec: SpecifierSet) -> Request:
     if not str(spec):
         return request
-    given = parse_torch_spec(request.torch) if request.torch else None
-    return replace(request, torch=str(given & spec if given is not None else spec))
+    given = request.torch.specifier
+    return replace(
+        request, torch=parse_torch_spec(str(given & spec if given is not None else spec))
+    )
 
 
 def fit_frameworks(
@@ -192,12 +204,11 @@ def fit_frameworks(
     """``request`` with its torch narrowed so every requirement framework has a release that
     accepts it, newest releases first. :class:`Unsatisfiable` when a framework has none."""
     choice = FrameworkChoice(request=request)
-    for text in request.frameworks:
-        if classify_framework(text) != "requirement":
+    for framework in request.frameworks:
+        requirement = framework.requirement
+        if requirement is None or requirement.url:
             continue
-        requirement = Requirement(text)
-        if requirement.url:
-            continue
+        text = framework.text
         releases = project_releases(default_index, requirement.name, reader)
         if not releases:
             continue
@@ -303,9 +314,10 @@ def _no_release(
             parts.append(f"{subject}: the metadata of {name} {newest.version} could not be read")
         else:
             spec = torch_specifier(meta, python, platform)
-            parts.append(f"{subject}: {name} {newest.version} requires torch{spec}")
+            needs = ", ".join(describe(r) for r in torch_requirements(meta, python, platform))
+            parts.append(f"{subject}: {name} {newest.version} requires {needs or 'any torch'}")
             # Without the --torch given: does that torch run on this target at all?
-            alone = replace(request, torch=str(spec))
+            alone = replace(request, torch=parse_torch_spec(str(spec)))
             try:
                 found = resolve(matrix, targets, alone)
             except Unsatisfiable as err:
@@ -314,8 +326,6 @@ def _no_release(
                 if driver:
                     hints.append(f"{name} {newest.version} needs driver ≥ {driver}")
             else:
-                if request.torch:
-                    parts.append(f"--torch {request.torch!r} excludes it")
                 hints.append(
                     f"a torch {name} {newest.version} accepts: --torch '{spec}' "
                     f"(torch {found.torch_version}+{found.variant})"
@@ -323,16 +333,22 @@ def _no_release(
     fit = _first_fit(matrix, targets, request, reader, Requirement(name), releases, checks)
     if fit is not None:
         release, _spec, plan, _rejected = fit
-        parts.append(
-            f"the newest {name} that fits this target is {release.version} "
-            f"(with torch {plan.torch_version}+{plan.variant})"
-        )
+        torch = f"{plan.torch_version}+{plan.variant}"
+        if plain is not None and (plain.torch_version, plain.variant) == (
+            plan.torch_version,
+            plan.variant,
+        ):
+            parts.append(f"the newest {name} that accepts torch {torch} is {release.version}")
+        else:
+            parts.append(
+                f"the newest {name} that fits this target is {release.version} (with torch {torch})"
+            )
         hints.insert(0, f"--framework '{name}=={release.version}'")
     else:
         parts.append(f"no release of {name} fits this target and request")
         if not hints:
             hints.append(f"drop --framework {name}")
-    return Unsatisfiable("; ".join(parts), hint="; or ".join(hints))
+    return Unsatisfiable("; ".join(parts), hint=", or ".join(hints))
 
 
 def _driver_needed(err: Unsatisfiable) -> str | None:
@@ -374,7 +390,7 @@ def plan_with_frameworks(
 ) -> tuple[Plan, FrameworkChoice]:
     """The plan for ``request`` with torch chosen together with its frameworks
     (:func:`fit_frameworks`), the frameworks' releases said in its explanation."""
-    if not any(classify_framework(t) == "requirement" for t in request.frameworks):
+    if not any(f.requirement is not None for f in request.frameworks):
         return resolve(matrix, targets, request), FrameworkChoice(request=request)
     reader = Reader(
         indexes=(default_index, request.pytorch_index),

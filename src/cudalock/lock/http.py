@@ -18,14 +18,12 @@ import json
 import os
 import re
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudalock.errors import EnvironmentFailure
+from cudalock import httpget
+from cudalock.errors import EnvironmentFailure, UsageError
 from cudalock.fsutil import cudalock_cache_dir, write_atomic
 from cudalock.urls import redact, strip_credentials
 
@@ -43,22 +41,15 @@ class Answer:
     body: bytes
 
 
-def credentials_for(url: str, indexes: Sequence[str]) -> str | None:
-    """A Basic authorisation header for ``url`` from the index URL on the same host, if any."""
-    target = urllib.parse.urlsplit(url)
+def credentials_of(indexes: Sequence[str]) -> dict[tuple[str, str | None, int | None], str]:
+    """Basic authorisation per origin, from the index URLs that carry credentials: a file on the
+    same host as an index is read with that index's credentials, any other host with none."""
+    found: dict[tuple[str, str | None, int | None], str] = {}
     for index in indexes:
-        parts = urllib.parse.urlsplit(index)
-        same = (parts.scheme, parts.hostname, parts.port) == (
-            target.scheme,
-            target.hostname,
-            target.port,
-        )
-        if same and parts.username is not None:
-            user = urllib.parse.unquote(parts.username)
-            password = urllib.parse.unquote(parts.password or "")
-            token = base64.b64encode(f"{user}:{password}".encode()).decode()
-            return f"Basic {token}"
-    return None
+        authorization = httpget.basic_authorization(index)
+        if authorization is not None:
+            found.setdefault(httpget.origin(index), authorization)
+    return found
 
 
 def request(
@@ -70,35 +61,23 @@ def request(
     limit: int,
     headers: Mapping[str, str] | None = None,
 ) -> Answer:
-    """GET ``url``: a 404 raises ``FileNotFoundError``; 200, 206 and 304 are answers; anything
-    else, after the retries, is an :class:`EnvironmentFailure` (exit 3)."""
-    req = urllib.request.Request(strip_credentials(url), headers=dict(headers or {}))
-    authorisation = credentials_for(url, indexes)
-    if authorisation:
-        req.add_header("Authorization", authorisation)
-    last: Exception | None = None
-    for _attempt in range(retries + 1):
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as answer:
-                data: bytes = answer.read(limit + 1)
-                found = {k.lower(): v for k, v in answer.headers.items()}
-                status = int(answer.status)
-        except urllib.error.HTTPError as err:
-            if err.code == 304:
-                return Answer(304, {k.lower(): v for k, v in err.headers.items()}, b"")
-            if err.code == 404:
-                raise FileNotFoundError(url) from None
-            last = err
-            if err.code < 500:
-                break
-            continue
-        except (urllib.error.URLError, OSError) as err:
-            last = err
-            continue
-        if len(data) > limit:
-            raise EnvironmentFailure(f"{redact(url)} is larger than {limit // 2**20} MiB")
-        return Answer(status, found, data)
-    raise EnvironmentFailure(f"cannot read {redact(url)}: {last}")
+    """GET ``url`` (:func:`cudalock.httpget.get`): a 404 raises ``FileNotFoundError``; 200, 206
+    and 304 are answers; anything else, after the retries, is an :class:`EnvironmentFailure`."""
+    try:
+        answer = httpget.get(
+            url,
+            timeout=timeout_s,
+            limit=limit,
+            retries=retries,
+            credentials=credentials_of(indexes),
+            headers=headers,
+            not_modified_ok=True,
+        )
+    except httpget.NotFound:
+        raise FileNotFoundError(url) from None
+    except UsageError as err:
+        raise EnvironmentFailure(f"{err.message}; cudalock reads only http(s)") from None
+    return Answer(answer.status, answer.headers, answer.body)
 
 
 def _max_age(headers: Mapping[str, str]) -> float:

@@ -23,7 +23,6 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.pylock import Package
 from packaging.requirements import InvalidRequirement, Requirement
@@ -33,16 +32,13 @@ from cudalock.errors import EnvironmentFailure
 from cudalock.fsutil import cudalock_cache_dir, write_atomic
 from cudalock.lock.http import request
 from cudalock.platforms import platform_named
+from cudalock.request import TORCH_FAMILY
 from cudalock.urls import redact
 
-#: The packages built together against one torch ABI, served under one CUDA label.
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 #: Core metadata is a few KiB. More is not what was asked for.
 METADATA_LIMIT = 4 * 2**20
 #: A wheel is read whole only from a server that ignores range requests.
 WHEEL_LIMIT = 256 * 2**20
-#: The first range read of a wheel: its end, where the central directory is.
-TAIL_BYTES = 256 * 2**10
 
 _PYTHON_OS = {
     "linux": ("Linux", "posix"),
@@ -131,6 +127,15 @@ def requirements_with(
     ]
 
 
+def describe(requirement: Requirement) -> str:
+    """``torch>=2.6 (its 'torch' extra)`` for ``torch>=2.6; extra == "torch"``."""
+    text = f"{requirement.name}{requirement.specifier}"
+    extras = re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(requirement.marker or ""))
+    if extras:
+        text += f" (its {', '.join(repr(e) for e in extras)} extra)"
+    return text
+
+
 def family_requirements(
     metadata: Metadata, environment: Mapping[str, str], extras: Sequence[str] = ()
 ) -> list[Requirement]:
@@ -188,75 +193,16 @@ def _get(url: str, *, indexes: Sequence[str], timeout_s: float, retries: int, li
     return request(url, indexes=indexes, timeout_s=timeout_s, retries=retries, limit=limit).body
 
 
-class _RangeFile(io.RawIOBase):
-    """A remote file read with HTTP range requests, so zipfile reads its central directory and
-    one member of a wheel of any size without downloading the rest."""
-
-    def __init__(
-        self, url: str, size: int, *, indexes: Sequence[str], timeout_s: float, retries: int
-    ) -> None:
-        super().__init__()
-        self.url, self.size, self.position = url, size, 0
-        self.indexes, self.timeout_s, self.retries = indexes, timeout_s, retries
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
-        self.position = max(0, base + offset)
-        return self.position
-
-    def readinto(self, buffer: Any) -> int:
-        count = min(len(buffer), self.size - self.position)
-        if count <= 0:
-            return 0
-        last = self.position + count - 1
-        answer = request(
-            self.url,
-            indexes=self.indexes,
-            timeout_s=self.timeout_s,
-            retries=self.retries,
-            limit=count,
-            headers={"Range": f"bytes={self.position}-{last}"},
-        )
-        if answer.status != 206:
-            raise EnvironmentFailure(f"{redact(self.url)} does not answer range requests")
-        data = answer.body[:count]
-        buffer[: len(data)] = data
-        self.position += len(data)
-        return len(data)
-
-
 def _ranged_metadata(
     url: str, *, indexes: Sequence[str], timeout_s: float, retries: int
 ) -> Metadata | None:
     """The METADATA of the wheel at ``url`` read by HTTP range requests (the zip's end, its
-    central directory, the member), or None when the server does not answer them."""
-    tail = request(
-        url,
-        indexes=indexes,
-        timeout_s=timeout_s,
-        retries=retries,
-        limit=WHEEL_LIMIT,
-        headers={"Range": f"bytes=-{TAIL_BYTES}"},
-    )
-    if tail.status != 206:
-        # No range support: the whole wheel came back (when it was under the limit).
-        return _wheel_metadata(tail.body, url)
-    total = tail.headers.get("content-range", "").rpartition("/")[2]
-    if not total.isdigit():
-        return None
-    raw = _RangeFile(url, int(total), indexes=indexes, timeout_s=timeout_s, retries=retries)
-    reader = io.BufferedReader(raw, TAIL_BYTES)
+    central directory, the member: :mod:`cudalock.lock.wheelzip`), not the whole wheel."""
+    from cudalock.lock.wheelzip import open_wheel  # it reads this module's limits
+
+    archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
     try:
-        with zipfile.ZipFile(reader) as archive:
+        with archive:
             return Metadata.parse(_metadata_member(archive).decode("utf-8", "replace"))
     except (zipfile.BadZipFile, StopIteration, KeyError, OSError):
         raise EnvironmentFailure(f"{redact(url)} is not a wheel with core metadata") from None

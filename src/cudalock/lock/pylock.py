@@ -23,6 +23,7 @@ rendering the files.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -37,15 +38,15 @@ from packaging.pylock import Package, Pylock, PylockValidationError
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from cudalock.defaults import DEFAULT_PYPI_INDEX
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
 from cudalock.fsutil import read_bounded
 from cudalock.lock.check import LockState
-from cudalock.model import PackagePin, Plan, Request, Target
+from cudalock.model import PackagePin, Plan, Target
 from cudalock.platforms import platform_named
-from cudalock.resolve import classify_framework, recorded_request
+from cudalock.request import Request, recorded_request
 from cudalock.tomlfile import dumps, tomllib
 from cudalock.urls import (
-    DEFAULT_PYPI_INDEX,
     holds_credentials,
     redact,
     redact_json,
@@ -222,21 +223,20 @@ def lock_input(
             )
             if url != default_index:
                 routed.setdefault(url, []).append(name)
-    for text in request.with_packages:
-        requirement = Requirement(text)
-        if canonicalize_name(requirement.name) not in pinned:
-            requirements.append(str(requirement))
-            pinned.add(canonicalize_name(requirement.name))
-    for text in request.frameworks:
-        kind = classify_framework(text)
-        if kind == "path":
+    for companion in request.with_packages:
+        if companion.name not in pinned:
+            requirements.append(str(companion))
+            pinned.add(companion.name)
+    for framework in request.frameworks:
+        text = framework.text
+        if framework.path is not None:
             # A file URL: any character a path may hold survives, percent-encoded.
-            local.append(f"-e {Path(text).as_uri()}")
+            local.append(f"-e {framework.path.as_uri()}")
             continue
-        if kind == "url":
-            local.append(text)
+        if framework.requirement is None:
+            local.append(text)  # a URL
             continue
-        requirement = Requirement(text)
+        requirement = copy.copy(framework.requirement)
         added = (extras or {}).get(text, ())
         if added:
             requirement.extras = {*requirement.extras, *added}

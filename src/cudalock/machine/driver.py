@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 NVIDIA_SMI_QUERY_FIELDS = ("index", "name", "uuid", "driver_version", "compute_cap", "memory.total")
 #: A line per GPU: a few kB at most.
 _SMI_OUTPUT_LIMIT = 1 * 2**20
+#: How long nvidia-smi may take; one that hangs (a wedged driver or GPU) is stopped after it.
+NVIDIA_SMI_TIMEOUT_S = 20.0
 
 
 _PROC_VERSION_RE = re.compile(
@@ -159,6 +161,8 @@ class DriverFindings:
     source: str = "none"
     notes: list[str] = field(default_factory=list)
     nvml_error_code: int | None = None
+    #: nvidia-smi is there but gave no answer (hung, flooded): the driver is unknown, not absent.
+    smi_failed: bool = False
 
 
 class MatrixOnDemand:
@@ -252,7 +256,10 @@ def _on_path(name: str) -> str | None:
 
 
 def default_nvidia_smi() -> str | None:
-    """nvidia-smi's CSV query output, or None when it is missing or fails."""
+    """nvidia-smi's CSV query output, or None when it is missing or answers an error.
+
+    One that hangs or floods its output raises (the caller says so: the driver is unknown).
+    """
     executable = _on_path("nvidia-smi")
     if executable is None:
         return None
@@ -265,10 +272,10 @@ def default_nvidia_smi() -> str | None:
             completed = procs.run(
                 [executable, f"--query-gpu={','.join(attempt)}", "--format=csv,nounits"],
                 what="nvidia-smi",
-                timeout=20,
+                timeout=NVIDIA_SMI_TIMEOUT_S,
                 output_limit=_SMI_OUTPUT_LIMIT,
             )
-        except (OSError, CudalockError):  # cannot start, hung, or flooded: no answer
+        except OSError:  # cannot start: no answer
             return None
         if completed.returncode == 0:
             return completed.stdout_text()
@@ -280,6 +287,14 @@ def read_nvidia_smi(
 ) -> None:
     try:
         output = run()
+    except CudalockError as err:  # hung or flooded: said, since the driver is then unknown
+        found.smi_failed = True
+        found.notes.append(
+            f"nvidia-smi gave no answer ({err.message}): the NVIDIA driver could not be read, so "
+            "nothing is known of its GPUs; give --driver-version or --driver-cuda, or fix the "
+            "driver (a hung GPU or driver makes nvidia-smi hang)"
+        )
+        return
     except Exception as err:  # a failing helper is a note, not a crash
         found.notes.append(f"nvidia-smi failed: {type(err).__name__}: {err}")
         return

@@ -240,6 +240,26 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
     # The driver's two fields are replaced together: a probed version next to a given CUDA
     # version (or the reverse) would describe neither machine.
     driver_given = overrides.driver_version is not None or overrides.driver_cuda is not None
+    if (driver_given or overrides.gpus) and target.name == "this machine":
+        # The flags describe another machine: this one's RAM, cgroup limit and name are not
+        # the target's, and a memory check must not judge that machine by them.
+        dropped = [
+            label
+            for label, value in (
+                ("RAM", host.memory_total_bytes),
+                ("cgroup limit", host.cgroup_memory_limit_bytes),
+                ("hostname", host.hostname),
+            )
+            if value is not None
+        ]
+        if dropped:
+            host = replace(
+                host, memory_total_bytes=None, cgroup_memory_limit_bytes=None, hostname=None
+            )
+            notes.append(
+                f"this machine's {', '.join(dropped)} left out: the Target flags describe "
+                "another machine (give its RAM with --host-memory where a memory check needs it)"
+            )
     if driver_given:
         driver_version = overrides.driver_version
         driver_cuda = overrides.driver_cuda

@@ -117,7 +117,9 @@ def probe_machine(
         )
     if found.driver_version is not None and found.driver_cuda is None:
         cuda_from_matrix(found, platform, matrix_source)
-    if found.driver_version is None and found.driver_cuda is None:
+    if found.driver_version is None and found.driver_cuda is None and found.smi_failed:
+        found.notes.insert(0, "the NVIDIA driver did not answer: taken as a CPU-only target")
+    elif found.driver_version is None and found.driver_cuda is None:
         found.notes.insert(0, "no NVIDIA driver found: this is a CPU-only target")
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and found.gpus:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import InputError
@@ -83,6 +84,7 @@ def check_matrix(matrix: Matrix) -> list[Problem]:
     problems += _check_torch(matrix)
     problems += _check_gpus(matrix)
     problems += _check_deepspeed(matrix)
+    problems += _check_package_builds(matrix)
     return problems
 
 
@@ -476,6 +478,46 @@ def _check_deepspeed(matrix: Matrix) -> list[Problem]:
         [c.deepspeed for c in matrix.deepspeed_cuda_checks],
         [r.version for r in matrix.deepspeed],
     )
+    return problems
+
+
+_PACKAGE_BUILD_FIELDS = {"package", "version", "cuda", "torch", "read_from"}
+
+
+def _check_package_builds(matrix: Matrix) -> list[Problem]:
+    """cuda_builds.toml: canonical names, sorted by package then version, a CUDA major the
+    matrix knows, and a torch label (when there is one) of the same CUDA major."""
+    file = "cuda_builds.toml"
+    problems: list[Problem] = []
+    keys: list[tuple[str, object]] = []
+    for build in matrix.package_builds:
+        entry = f"[[build]] package = {build.package!r} version = {build.version!r}"
+        problems += _check_provenance(file, entry, build.provenance, _PACKAGE_BUILD_FIELDS)
+        if canonicalize_name(build.package) != build.package:
+            problems.append(Problem(file, entry, "package is not a canonical (PEP 503) name"))
+        version = _version(build.version)
+        if version is not None:
+            keys.append((f"{build.package} {build.version}", (build.package, version)))
+        if matrix.cuda_major(build.cuda_major) is None:
+            problems.append(Problem(file, entry, f"CUDA {build.cuda}: a major cuda.toml lacks"))
+        if build.torch is not None:
+            torch_version = _version(build.torch)
+            label = build.torch.partition("+")[2]
+            label_cuda = cuda_from_variant(label) if label else None
+            if torch_version is None:
+                problems.append(Problem(file, entry, f"torch {build.torch!r} is not a version"))
+            elif label and label_cuda is None:
+                problems.append(Problem(file, entry, f"torch {build.torch!r}: unknown label"))
+            elif label_cuda is not None and label_cuda[0] != build.cuda_major:
+                problems.append(
+                    Problem(
+                        file,
+                        entry,
+                        f"built for CUDA {build.cuda} against torch {build.torch}, "
+                        "a build of another CUDA major",
+                    )
+                )
+    problems += _ordered(file, "[[build]]", keys)
     return problems
 
 

@@ -8,6 +8,8 @@ Files, one concern each (all sharing ``schema_version``):
 - ``torch.toml``     — ``[[release]]`` torch releases with ``[[release.build]]`` per variant.
 - ``gpus.toml``      — ``[[gpu]]`` GPU models and compute capabilities, matched by NVML name.
 - ``deepspeed.toml`` — ``[[release]]`` DeepSpeed releases, ``[[cuda_check]]`` op-builder rules.
+- ``cuda_builds.toml`` (optional) — ``[[build]]`` the CUDA of CUDA-built PyPI wheels (vllm,
+                       xformers, ...), for what is not read from the wheel itself.
 
 Every entry has ``source`` (a URL or repo@commit:path, or a list of them) and ``status``
 (``verified`` / ``unverified``); ``unverified = [field, ...]`` marks single fields of a verified
@@ -35,6 +37,7 @@ from cudalock.errors import InputError
 from cudalock.fsutil import cudalock_cache_dir, read_bounded
 from cudalock.matrix.model import (
     MATRIX_FILES,
+    OPTIONAL_MATRIX_FILES,
     SCHEMA_VERSION,
     STATUSES,
     ArchSupport,
@@ -44,6 +47,7 @@ from cudalock.matrix.model import (
     DeepSpeedRelease,
     GpuModel,
     Matrix,
+    PackageBuild,
     Provenance,
     TorchBuild,
     TorchRelease,
@@ -97,6 +101,7 @@ def load_matrix(
             # The same directory may have been named differently (relative, via a symlink).
             return cached if cached.directory == path else replace(cached, directory=path)
     raw = {name: _read_toml(path / name) for name in MATRIX_FILES}
+    raw.update({name: _read_toml(path / name) for name in _present(path)})
     matrix = build_matrix(raw, path)
     if key is not None and _settled(key):
         _cache_write(path, key, matrix)
@@ -121,7 +126,7 @@ def _cache_key(path: Path) -> tuple[Any, ...] | None:
     """What the cached Matrix depends on: the files' identity and the code that typed them."""
 
     try:
-        stats = [(name, (path / name).stat()) for name in MATRIX_FILES]
+        stats = [(name, (path / name).stat()) for name in (*MATRIX_FILES, *_present(path))]
         code = [Path(module).stat() for module in (__file__, cudalock.versions.__file__)]
         resolved = str(path.resolve())
     except OSError:
@@ -134,6 +139,11 @@ def _cache_key(path: Path) -> tuple[Any, ...] | None:
         tuple((c.st_mtime_ns, c.st_size) for c in code),
         tuple((name, st.st_mtime_ns, st.st_size, st.st_ino) for name, st in stats),
     )
+
+
+def _present(path: Path) -> tuple[str, ...]:
+    """The optional matrix files ``path`` holds."""
+    return tuple(name for name in OPTIONAL_MATRIX_FILES if os.path.lexists(path / name))
 
 
 def _settled(key: tuple[Any, ...]) -> bool:
@@ -393,6 +403,7 @@ _LABELS = {
     "release": "version",
     "gpu": "name",
     "cuda_check": "deepspeed",
+    "build": "package",
 }
 
 
@@ -420,7 +431,7 @@ def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = 
         raise head.fail(
             f"schema_version {schema} is not supported (this cudalock reads {SCHEMA_VERSION})"
         )
-    for name in MATRIX_FILES[1:]:
+    for name in (*MATRIX_FILES[1:], *(n for n in OPTIONAL_MATRIX_FILES if n in raw)):
         declared = raw[name].get("schema_version")
         if declared is not None and declared != SCHEMA_VERSION:
             raise InputError(f"{name}: schema_version {declared} does not match matrix.toml")
@@ -479,6 +490,30 @@ def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = 
         deepspeed=deepspeed,
         deepspeed_cuda_checks=checks,
         directory=directory,
+        package_builds=tuple(
+            _package_build(e)
+            for e in _entries(
+                "cuda_builds.toml", raw.get("cuda_builds.toml", {}), "build", "package"
+            )
+        ),
+    )
+
+
+#: A wheel's CUDA: "12.8", or the major alone where the wheel names only that.
+_BUILD_CUDA_RE = re.compile(r"\d{1,2}(\.\d{1,2})?", re.ASCII)
+
+
+def _package_build(e: _Entry) -> PackageBuild:
+    cuda = e.req("cuda")
+    if not _BUILD_CUDA_RE.fullmatch(cuda):
+        raise e.fail(f"'cuda' must be MAJOR.MINOR or MAJOR, got {cuda!r}")
+    return PackageBuild(
+        package=e.req("package"),
+        version=e.version("version"),
+        cuda=cuda,
+        torch=e.str("torch", optional=True),
+        read_from=e.req("read_from"),
+        provenance=e.provenance(),
     )
 
 

@@ -19,6 +19,8 @@ SCHEMA_VERSION = 1
 
 
 MATRIX_FILES = ("matrix.toml", "cuda.toml", "torch.toml", "gpus.toml", "deepspeed.toml")
+#: Files a matrix directory may leave out (an older or a user's matrix): read as empty tables.
+OPTIONAL_MATRIX_FILES = ("cuda_builds.toml",)
 
 
 STATUSES = ("verified", "unverified")
@@ -154,6 +156,31 @@ class DeepSpeedCudaCheck:
 
 
 @dataclass(frozen=True)
+class PackageBuild:
+    """The CUDA a package's PyPI wheel was built for, where cudalock cannot (or need not) read
+    it from the wheel at lock time: a pasted report names only the version (cuda_builds.toml)."""
+
+    package: str  # canonical name
+    version: str
+    #: "12.8", or "12" where the wheel names only the major (``libcudart.so.12``).
+    cuda: str
+    #: The torch it was built against: "2.7.1+cu126" (cpp_lib.json), "2.7.1" (a pin); None.
+    torch: str | None
+    #: What in the wheel says so ("xformers/cpp_lib.json", "DT_NEEDED of vllm/_C.abi3.so").
+    read_from: str
+    provenance: Provenance
+
+    @property
+    def cuda_major(self) -> int:
+        return int(self.cuda.split(".", 1)[0])
+
+    @property
+    def cuda_version(self) -> CudaVersion | None:
+        """(major, minor) where the minor is known."""
+        return parse_cuda_version(self.cuda) if "." in self.cuda else None
+
+
+@dataclass(frozen=True)
 class Matrix:
     """The whole compatibility matrix, loaded from compat_matrix/ (or its cache)."""
 
@@ -167,6 +194,13 @@ class Matrix:
     deepspeed: tuple[DeepSpeedRelease, ...]
     deepspeed_cuda_checks: tuple[DeepSpeedCudaCheck, ...]
     directory: Path | None = field(default=None, compare=False)
+    package_builds: tuple[PackageBuild, ...] = ()
+
+    def package_build(self, name: str, version: str) -> PackageBuild | None:
+        """The recorded CUDA build of PyPI's ``name`` ``version`` (canonical name), if any."""
+        return next(
+            (b for b in self.package_builds if b.package == name and b.version == version), None
+        )
 
     @cached_property
     def _releases_by_version(self) -> dict[str, TorchRelease]:
@@ -174,6 +208,22 @@ class Matrix:
 
     def torch_release(self, version: str) -> TorchRelease | None:
         return self._releases_by_version.get(version)
+
+    @cached_property
+    def torch_span(self) -> str:
+        """The torch releases the matrix knows, as people say them: ``1.13–2.15``."""
+        from packaging.version import InvalidVersion, Version
+
+        versions = []
+        for release in self.torch_releases:
+            try:
+                versions.append(Version(release.version))
+            except InvalidVersion:
+                continue
+        if not versions:
+            return "no torch releases"
+        low, high = min(versions), max(versions)
+        return f"{low.major}.{low.minor}–{high.major}.{high.minor}"
 
     @cached_property
     def _toolkits_by_cuda(self) -> tuple[tuple[CudaVersion, CudaToolkit], ...]:

@@ -39,16 +39,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from cudalock.defaults import DEFAULT_PYPI_INDEX, DEFAULT_PYTORCH_INDEX
 from cudalock.errors import EnvironmentFailure, InputError
 from cudalock.fsutil import write_group
 from cudalock.matrix.fetch import Fetcher
 from cudalock.platforms import PLATFORMS, platform_of_wheel_tag
-from cudalock.urls import (
-    DEFAULT_PYPI_INDEX,
-    DEFAULT_PYTORCH_INDEX,
-    strip_credentials,
-    validate_index_url,
-)
+from cudalock.urls import strip_credentials, validate_index_url
 from cudalock.versions import cuda_from_variant, python_key, variant_for_cuda
 
 _PLATFORM_ORDER = tuple(platform.name for platform in PLATFORMS)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from cudalock.matrix.model import Matrix, TorchBuild, TorchRelease, arch_covers
 from cudalock.platforms import PLATFORMS
+from cudalock.request import TorchSpec
 from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
@@ -50,7 +50,7 @@ class Row:
 def select_rows(
     matrix: Matrix,
     *,
-    torch: SpecifierSet | None = None,
+    torch: TorchSpec | None = None,
     cuda: CudaVersion | None = None,
     gpu_cc: ComputeCapability | None = None,
     platform: str | None = None,
@@ -58,7 +58,7 @@ def select_rows(
     """The builds that pass every given filter, newest torch first, then newest CUDA first."""
     rows = []
     for release in matrix.torch_releases:
-        if torch is not None and not torch.contains(release.version, prereleases=True):
+        if torch is not None and not torch.admits(release.version):
             continue
         for build in release.builds:
             if cuda is not None and build.cuda != cuda:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cudalock.errors import UsageError
+from cudalock.memory.finetuning import BASE_BITS, Method, base_weight_bytes
 from cudalock.memory.sizes import format_gib, format_params, kubernetes_quantity
 from cudalock.model import Finding
 
@@ -118,10 +119,23 @@ class TrainingSetup:
     gather_16bit_weights: bool = True
     #: Where the numbers came from, in words ("--params 7B", "config.json (estimate)", ...).
     source: str = ""
+    #: Full fine-tuning, LoRA or QLoRA (:mod:`cudalock.memory.finetuning`).
+    method: Method = "full"
+    #: The parameters that train (LoRA: the adapter's); None with full fine-tuning (all do).
+    trainable_params: int | None = None
+    #: Bits the frozen base is stored in (QLoRA: 4).
+    base_bits: int = 16
 
     def __post_init__(self) -> None:
         if self.params <= 0:
             raise UsageError(f"parameter count {self.params} must be more than zero")
+        if self.trainable_params is not None and not 0 < self.trainable_params <= self.params:
+            raise UsageError(
+                f"trainable parameters {self.trainable_params} must be more than zero and at "
+                f"most the model's {self.params}"
+            )
+        if self.base_bits not in BASE_BITS:
+            raise UsageError(f"a {self.base_bits}-bit base is not modelled; expected 16, 8 or 4")
         if self.zero_stage not in (1, 2, 3):
             raise UsageError(f"ZeRO stage {self.zero_stage} is not supported; expected 1, 2 or 3")
         if self.gpus_per_node < 1:
@@ -144,6 +158,24 @@ class TrainingSetup:
     def weights_16bit_bytes(self) -> int:
         return BYTES_16BIT * self.params
 
+    @property
+    def adapter(self) -> bool:
+        """LoRA or QLoRA: the base is frozen and only the adapter trains."""
+        return self.method != "full"
+
+    @property
+    def optimised_params(self) -> int:
+        """The parameters with gradients and optimizer states: what DeepSpeed's estimator
+        partitions (ZeRO partitions the states of trainable parameters only)."""
+        if self.adapter and self.trainable_params is not None:
+            return self.trainable_params
+        return self.params
+
+    @property
+    def base_bytes(self) -> int:
+        """The model's weights as the run holds them: 16-bit, or QLoRA's 4-bit base."""
+        return base_weight_bytes(self.params, self.base_bits if self.adapter else 16)
+
     def describe(self) -> str:
         offload = []
         if self.offload_optimizer:
@@ -153,6 +185,15 @@ class TrainingSetup:
         parts = [
             f"ZeRO-{self.zero_stage}",
             f"{format_params(self.params)} params",
+            *(
+                (
+                    f"{'QLoRA' if self.method == 'qlora' else 'LoRA'} with "
+                    f"{format_params(self.optimised_params)} trainable, "
+                    f"{self.base_bits}-bit base",
+                )
+                if self.adapter
+                else ()
+            ),
             f"{self.nodes} node{'s' if self.nodes > 1 else ''} × {self.gpus_per_node} "
             f"GPU{'s' if self.gpus_per_node > 1 else ''}",
             "offload " + " + ".join(offload) + " to CPU" if offload else "no offload",
@@ -177,6 +218,9 @@ class TrainingSetup:
             "zero_init": self.zero_init,
             "gather_16bit_weights": self.gather_16bit_weights,
             "source": self.source,
+            "method": self.method,
+            "trainable_params": self.optimised_params,
+            "base_bits": self.base_bits if self.adapter else 16,
         }
 
 
@@ -220,7 +264,7 @@ def estimator_table(setup: TrainingSetup) -> tuple[EstimatorRow, ...]:
     if setup.zero_stage in (1, 2):
         for cpu_offload in (True, False):
             cpu, gpu = estimate_zero2_model_states_mem_needs(
-                setup.params, setup.gpus_per_node, setup.nodes, cpu_offload
+                setup.optimised_params, setup.gpus_per_node, setup.nodes, cpu_offload
             )
             rows.append(EstimatorRow(cpu, gpu, cpu_offload))
         return tuple(rows)
@@ -231,7 +275,7 @@ def estimator_table(setup: TrainingSetup) -> tuple[EstimatorRow, ...]:
                 continue  # DeepSpeed's estimator has no such row
             for zero_init in (True, False):
                 cpu, gpu = estimate_zero3_model_states_mem_needs(
-                    setup.params,
+                    setup.optimised_params,
                     largest,
                     setup.gpus_per_node,
                     setup.nodes,
@@ -280,6 +324,8 @@ class MemoryNeeds:
     save_spike_bytes: int
     phases: tuple[Phase, ...]
     notes: tuple[str, ...] = ()
+    #: LoRA / QLoRA: the frozen base each GPU holds beside the trainable states.
+    frozen_gpu_bytes: int = 0
 
     @property
     def host_required_bytes(self) -> int:
@@ -291,7 +337,7 @@ class MemoryNeeds:
 
     @property
     def gpu_required_bytes(self) -> int:
-        return self.chosen.gpu_bytes
+        return self.chosen.gpu_bytes + self.frozen_gpu_bytes
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -307,15 +353,27 @@ class MemoryNeeds:
 
 
 def checkpoint_save_spike(setup: TrainingSetup) -> int:
-    """Extra host RAM on the busiest node while a 16-bit model is saved."""
+    """Extra host RAM on the busiest node while a 16-bit model is saved.
+
+    With LoRA the same copy is made: the Trainer takes the whole model's state dict from
+    DeepSpeed (frozen base included) before PEFT writes only the adapter's part of it."""
     if setup.zero_stage in (1, 2):
-        return setup.gpus_per_node * setup.weights_16bit_bytes
-    return setup.weights_16bit_bytes if setup.gather_16bit_weights else 0
+        return setup.gpus_per_node * setup.base_bytes
+    return setup.base_bytes if setup.gather_16bit_weights else 0
 
 
 def rule_of_thumb(setup: TrainingSetup) -> int:
     """Host RAM ≥ 1.5 × full 16-bit weight size × GPUs per node (the ZeRO-2 save copies)."""
-    return int(RULE_OF_THUMB_FACTOR * setup.weights_16bit_bytes * setup.gpus_per_node)
+    return int(RULE_OF_THUMB_FACTOR * setup.base_bytes * setup.gpus_per_node)
+
+
+def load_peak(setup: TrainingSetup) -> int:
+    """Host RAM while the model loads: every rank on a node materialises the 16-bit weights
+    before moving them to its GPU (QLoRA quantizes them on the way). ZeRO-3's zero.Init
+    partitions the model as it is built, so no rank holds it whole (0 here)."""
+    if setup.zero_stage == 3 and setup.zero_init:
+        return 0
+    return setup.gpus_per_node * setup.weights_16bit_bytes
 
 
 def memory_needs(setup: TrainingSetup) -> MemoryNeeds:
@@ -326,29 +384,52 @@ def memory_needs(setup: TrainingSetup) -> MemoryNeeds:
     # With offload DeepSpeed's CPU figure is held for the whole run; without, it is the start-up
     # peak (every rank builds the model on the CPU) and little stays on the host afterwards.
     steady = chosen.cpu_bytes if offloaded else 0
+    trained = (
+        f" of the {format_params(setup.optimised_params)} trainable parameters"
+        if setup.adapter
+        else ""
+    )
     phases = [
         Phase(
             "model states (DeepSpeed estimator)",
             chosen.cpu_bytes,
-            "held for the whole run (offloaded states)"
+            f"held for the whole run (offloaded states{trained})"
             if offloaded
-            else "peak while the ranks build the model on the CPU, freed once it moves to GPUs",
+            else f"peak while the ranks build the model{trained} on the CPU, freed once it "
+            "moves to GPUs",
         ),
     ]
+    loading = load_peak(setup)
+    if loading:
+        phases.append(
+            Phase(
+                "model load",
+                steady + loading,
+                f"every one of the {setup.gpus_per_node} ranks on a node materialises the "
+                f"16-bit weights ({format_gib(setup.weights_16bit_bytes)}) in host RAM before "
+                "they move to its GPU",
+            )
+        )
+    what = "16-bit weights" if not setup.adapter else f"{setup.base_bits}-bit base weights"
     if setup.zero_stage in (1, 2):
         phases.append(
             Phase(
                 "checkpoint save",
                 steady + spike,
-                f"every one of the {setup.gpus_per_node} ranks on a node copies the full 16-bit "
-                f"weights ({format_gib(setup.weights_16bit_bytes)}) into host RAM",
+                f"every one of the {setup.gpus_per_node} ranks on a node copies the full {what} "
+                f"({format_gib(setup.base_bytes)}) into host RAM"
+                + (
+                    ", the frozen base included (PEFT then writes only the adapter)"
+                    if setup.adapter
+                    else ""
+                ),
             )
         )
         phases.append(
             Phase(
                 "rule of thumb",
                 rule_of_thumb(setup),
-                "1.5 × full 16-bit weight size × GPUs per node",
+                f"1.5 × full {what} size × GPUs per node",
             )
         )
     elif setup.gather_16bit_weights:
@@ -356,8 +437,8 @@ def memory_needs(setup: TrainingSetup) -> MemoryNeeds:
             Phase(
                 "checkpoint save",
                 steady + spike,
-                "rank 0 gathers the full 16-bit weights "
-                f"({format_gib(setup.weights_16bit_bytes)}) into its host RAM (node 0 only)",
+                f"rank 0 gathers the full {what} "
+                f"({format_gib(setup.base_bytes)}) into its host RAM (node 0 only)",
             )
         )
     notes: list[str] = [
@@ -385,7 +466,19 @@ def memory_needs(setup: TrainingSetup) -> MemoryNeeds:
             "saved; recovering it later with zero_to_fp32.py needs 4 bytes × params "
             f"({format_gib(4 * setup.params)}) of host RAM."
         )
-    return MemoryNeeds(setup, table, chosen, spike, tuple(phases), tuple(notes))
+    frozen = 0
+    if setup.adapter:
+        # ZeRO-3 partitions every parameter, frozen ones too; stages 1 and 2 keep the whole
+        # base on each GPU.
+        frozen = setup.base_bytes // (setup.total_gpus if setup.zero_stage == 3 else 1)
+        notes.append(
+            f"{'QLoRA' if setup.method == 'qlora' else 'LoRA'}: DeepSpeed's figures are for the "
+            f"{format_params(setup.optimised_params)} trainable parameters; each GPU also holds "
+            f"the frozen {setup.base_bits}-bit base ({format_gib(frozen)})."
+        )
+    return MemoryNeeds(
+        setup, table, chosen, spike, tuple(phases), tuple(notes), frozen_gpu_bytes=frozen
+    )
 
 
 # --- comparing with the host ---------------------------------------------------------------------

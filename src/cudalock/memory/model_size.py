@@ -55,6 +55,9 @@ class ModelSize:
     source: str
     exact: bool
     notes: tuple[str, ...] = ()
+    #: The model's linear layers as (name, in_features, out_features, how many): what LoRA's
+    #: trainable count is figured from; () when the files do not say.
+    linear_modules: tuple[tuple[str, int, int, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -159,7 +162,25 @@ def params_from_config(config: dict[str, Any], path: Path = Path("config.json"))
     embeddings = vocab * hidden
     total = embeddings * (1 if tied else 2) + layers * per_layer + hidden
     largest = max(embeddings, *layer_linears)
-    return ModelSize(total, largest, f"{path} (estimate)", exact=False, notes=tuple(notes))
+    linears: tuple[tuple[str, int, int, int], ...] = ()
+    if not (isinstance(experts, int) and experts > 1):
+        linears = (
+            ("q_proj", hidden, q_out, layers),
+            ("k_proj", hidden, kv_out, layers),
+            ("v_proj", hidden, kv_out, layers),
+            ("o_proj", q_out, hidden, layers),
+            ("gate_proj", hidden, intermediate, layers),
+            ("up_proj", hidden, intermediate, layers),
+            ("down_proj", intermediate, hidden, layers),
+        )
+    return ModelSize(
+        total,
+        largest,
+        f"{path} (estimate)",
+        exact=False,
+        notes=tuple(notes),
+        linear_modules=linears,
+    )
 
 
 def _dtype_bytes(config: dict[str, Any] | None) -> tuple[int, str | None]:
@@ -197,17 +218,21 @@ def params_from_index(
     else:
         notes.append(f"{int(total_size)} bytes / {dtype_bytes} bytes per {dtype} parameter")
     largest = None
+    linears: tuple[tuple[str, int, int, int], ...] = ()
     if config is not None:
         try:
-            largest = params_from_config(config, path.with_name("config.json")).largest_layer_params
+            estimate = params_from_config(config, path.with_name("config.json"))
         except InputError:
-            largest = None
+            pass
+        else:
+            largest, linears = estimate.largest_layer_params, estimate.linear_modules
     return ModelSize(
         int(total_size) // dtype_bytes,
         largest,
         str(path),
         exact=dtype is not None,
         notes=tuple(notes),
+        linear_modules=linears,
     )
 
 
@@ -234,6 +259,7 @@ def params_from_safetensors(path: Path) -> ModelSize:
         raise InputError(f"{path} is not a safetensors file: header is not an object")
     total = 0
     largest = 0
+    linears: dict[tuple[str, int, int], int] = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
@@ -247,10 +273,20 @@ def params_from_safetensors(path: Path) -> ModelSize:
             raise InputError(f"{path}: tensor {name!r} has an implausible shape {shape[:8]}")
         total += count
         largest = max(largest, count)
+        module, _, kind = name.rpartition(".")
+        embedding = module.endswith(("embed_tokens", "lm_head"))
+        if kind == "weight" and len(shape) == 2 and not embedding:
+            key = (module.rpartition(".")[2], shape[1], shape[0])  # a Linear's weight: [out, in]
+            linears[key] = linears.get(key, 0) + 1
     if total == 0:
         raise InputError(f"{path} holds no tensors")
     return ModelSize(
-        total, largest, str(path), exact=True, notes=("largest layer = largest single tensor",)
+        total,
+        largest,
+        str(path),
+        exact=True,
+        notes=("largest layer = largest single tensor",),
+        linear_modules=tuple((*key, n) for key, n in linears.items()),
     )
 
 

@@ -55,12 +55,31 @@ def _split(text: str, what: str, expected: str) -> tuple[float, str]:
     return number, match.group("unit").lower()
 
 
-def parse_bytes(text: str) -> int:
-    """``512GB`` → 512·10⁹, ``64GiB``/``64Gi`` → 64·2³⁰, ``2TiB``, ``1024`` (bytes)."""
+#: Below this, a count typed without a unit is a shorthand that lost its unit (``--params 70``
+#: for 70B), not an exact count such as 6738415616.
+MIN_BARE_PARAMS = 10**6
+
+
+def _shown(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+def parse_bytes(text: str, *, unit_required: bool = True) -> int:
+    """``512GB`` → 512·10⁹, ``64GiB``/``64Gi`` → 64·2³⁰, ``2TiB``.
+
+    A number without a unit is refused, with the units it may have meant (``512`` is far more
+    often 512 GiB than 512 bytes); ``unit_required=False`` reads it as bytes, as Kubernetes
+    quantities do."""
     expected = "a size such as 512GB, 64GiB, 64Gi or 2TiB"
     number, unit = _split(text, "size", expected)
     if unit not in _BYTE_UNITS:
         raise InputError(f"size {text!r} has an unknown unit {unit!r}; expected {expected}")
+    if unit == "" and unit_required:
+        shown = _shown(number)
+        raise InputError(
+            f"size {text!r} has no unit; give one, e.g. {shown}GiB or {shown}GB "
+            f"({shown}Gi as in Kubernetes); expected {expected}"
+        )
     value = round(number * _BYTE_UNITS[unit])
     if value <= 0:
         raise InputError(f"size {text!r} must be more than zero; expected {expected}")
@@ -76,6 +95,12 @@ def parse_param_count(text: str) -> int:
             f"parameter count {text!r} has an unknown suffix {unit!r}; expected {expected}"
         )
     value = round(number * _PARAM_UNITS[unit])
+    if unit == "" and 0 < value < MIN_BARE_PARAMS:
+        shown = _shown(number)
+        raise InputError(
+            f"parameter count {text!r} has no unit: {value} parameters is no model; give "
+            f"one, e.g. {shown}B ({shown}·10⁹) or {shown}M; expected {expected}"
+        )
     if value <= 0:
         raise InputError(f"parameter count {text!r} must be more than zero; expected {expected}")
     return value

@@ -1,33 +1,18 @@
 """Resolve: the torch stack a Target (or a fleet) can run, chosen from the matrix, and why.
 
 ``resolve(matrix, targets, request) -> Plan`` is pure: no I/O, no globals.
+The Request it takes is :mod:`cudalock.request`; :func:`make_request` and
+:func:`parse_torch_spec` are re-exported here for library use beside :func:`resolve`.
 """
 
+from cudalock.request import make_request, parse_torch_spec
 from cudalock.resolve.fixes import apply_fix
-from cudalock.resolve.request import (
-    COMPANIONS,
-    CPU_VARIANT,
-    FrameworkKind,
-    RequestOptions,
-    classify_framework,
-    make_request,
-    parse_companion,
-    parse_torch_spec,
-    recorded_request,
-)
 from cudalock.resolve.search import nearest, resolve
 
 __all__ = [
-    "COMPANIONS",
-    "CPU_VARIANT",
-    "FrameworkKind",
-    "RequestOptions",
     "apply_fix",
-    "classify_framework",
     "make_request",
     "nearest",
-    "parse_companion",
     "parse_torch_spec",
-    "recorded_request",
     "resolve",
 ]

@@ -11,10 +11,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from cudalock.matrix import Matrix
-from cudalock.model import Change, Fix, Request, Target
+from cudalock.model import Change, Fix, Target
+from cudalock.request import (
+    Companion,
+    Request,
+    parse_compat,
+    parse_cuda_pin,
+    parse_torch_spec,
+)
 from cudalock.resolve.fleet import raise_driver
-from cudalock.resolve.request import parse_companion
-from cudalock.versions import DriverVersion
+from cudalock.versions import DriverVersion, parse_python_version
 
 __all__ = ["apply_change", "apply_fix"]
 
@@ -39,14 +45,14 @@ def apply_change(
         driver = DriverVersion(value)
         return tuple(raise_driver(matrix, t, driver) for t in targets), request
     if change.kind == "compat":
-        return tuple(targets), replace(request, compat="minor" if value == "minor" else "strict")
+        return tuple(targets), replace(request, compat=parse_compat(value))
     if change.kind == "python":
-        return tuple(targets), replace(request, python=value)
+        return tuple(targets), replace(request, python=parse_python_version(value))
     if change.kind == "torch":
-        return tuple(targets), replace(request, torch=value)
+        return tuple(targets), replace(request, torch=parse_torch_spec(value))
     if change.kind == "cuda":
-        return tuple(targets), replace(request, cuda=value)
-    others = tuple(p for p in request.with_packages if parse_companion(p).name != value)
+        return tuple(targets), replace(request, cuda=parse_cuda_pin(value))
+    others = tuple(c for c in request.with_packages if c.name != value)
     if change.kind == "with":
-        return tuple(targets), replace(request, with_packages=(*others, value))
+        return tuple(targets), replace(request, with_packages=(*others, Companion(value)))
     return tuple(targets), replace(request, with_packages=others)  # "without"

@@ -25,35 +25,25 @@ from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
-from cudalock.errors import Unsatisfiable, UsageError
+from cudalock.errors import Unsatisfiable
 from cudalock.matrix import DeepSpeedRelease, Matrix, TorchBuild, TorchRelease
-from cudalock.model import (
-    Change,
-    Compat,
-    Fix,
-    PackagePin,
-    Plan,
-    Rejection,
+from cudalock.model import Change, Fix, PackagePin, Plan, Rejection, Target
+from cudalock.request import (
+    CPU_VARIANT,
+    Companion,
+    CudaPin,
     Request,
-    Target,
+    cuda_pin_text,
+    parse_torch_spec,
 )
 from cudalock.resolve.compat import MINOR_COMPAT_COST, DriverVerdict, missing_archs
 from cudalock.resolve.fixes import apply_change
 from cudalock.resolve.fleet import Fleet, cc_text, node_name, reduce_fleet
-from cudalock.resolve.request import (
-    CPU_VARIANT,
-    Companion,
-    parse_companion,
-    parse_torch_spec,
-)
 from cudalock.versions import (
     ComputeCapability,
-    CudaVersion,
     DriverVersion,
     format_cc,
     format_cuda,
-    parse_cuda_version,
-    parse_python_version,
     python_key,
 )
 
@@ -133,15 +123,9 @@ class _Search:
         self.known = known
         #: False for the quiet searches that check a fix: they record reasons, not fixes.
         self.explain = explain
-        # The quiet searches ask for one release ("==2.14.1"): no specifier grammar for that.
-        self.exact = _exact_version(request.torch)
-        self.spec = None if self.exact is not None else parse_torch_spec(request.torch)
-        self.python = parse_python_version(request.python) if request.python else None
-        self.cuda_pin: CudaVersion | str | None = None
-        if request.cuda:
-            text = request.cuda.strip().lower()
-            self.cuda_pin = CPU_VARIANT if text == CPU_VARIANT else parse_cuda_version(text)
-        self.companions = [parse_companion(text) for text in request.with_packages]
+        self.python = request.python
+        self.cuda_pin: CudaPin | None = request.cuda
+        self.companions = list(request.with_packages)
         self.rejected: list[Rejection] = []
         self.platform = fleet.platform
         self.releases = known.releases
@@ -168,9 +152,7 @@ class _Search:
 
     def wanted(self, version: Version) -> bool:
         """Whether a torch version matches the requested spec (any, without --torch)."""
-        if self.exact is not None:
-            return version == self.exact
-        return self.spec is None or self.spec.contains(version, prereleases=True)
+        return self.request.torch.admits(version)
 
     def reject(
         self, release: TorchRelease, variant: str, reason: str, fixes: Sequence[Fix] = ()
@@ -184,7 +166,7 @@ class _Search:
             oldest = self.releases[-1][1].version if self.releases else "none"
             raise Unsatisfiable(
                 f"no torch release in matrix {self.matrix.matrix_version} matches "
-                f"{self.request.torch!r} (it knows {oldest} to {newest})",
+                f"{str(self.request.torch)!r} (it knows {oldest} to {newest})",
                 hint="relax --torch, or point --matrix at a newer matrix",
             )
         for version, release in matching:
@@ -233,9 +215,9 @@ class _Search:
                 driver = DriverVersion(change.value)
             else:
                 request = apply_change(self.matrix, (), request, change)[1]
-        request = replace(request, torch=f"=={torch}")
+        request = replace(request, torch=parse_torch_spec(f"=={torch}"))
         if build is not None and build.cuda is not None:
-            request = replace(request, cuda=format_cuda(build.cuda))
+            request = replace(request, cuda=build.cuda)
         elif unpin_cuda:
             request = replace(request, cuda=None)
         return self._trial(request, driver)
@@ -535,7 +517,7 @@ class _Search:
             flags = _flags(alternative.changes)
             if alternative.driver is None:
                 within = (
-                    f" --torch {shlex.quote(self.request.torch)} allows"
+                    f" --torch {shlex.quote(str(self.request.torch))} allows"
                     if self.request.torch
                     and not any(c.kind == "torch" for c in alternative.changes)
                     else ""
@@ -739,16 +721,6 @@ def rests_on_unverified(build: TorchBuild) -> bool:
     )
 
 
-def _exact_version(spec: str) -> Version | None:
-    """The version ``==X.Y.Z`` names, else None (a range, a wildcard, or nothing)."""
-    if not spec.startswith("==") or "*" in spec or "," in spec:
-        return None
-    try:
-        return Version(spec[2:])
-    except InvalidVersion:
-        return None
-
-
 def _cuda_text(build: TorchBuild) -> str:
     return format_cuda(build.cuda) if build.cuda is not None else CPU_VARIANT
 
@@ -806,23 +778,11 @@ def _arch_list(build: TorchBuild) -> str:
 
 def resolve(matrix: Matrix, targets: Sequence[Target], request: Request) -> Plan:
     """The Plan every target can run, or :class:`Unsatisfiable` naming the nearest candidates."""
-    if request.compat not in ("strict", "minor"):
-        raise UsageError(f"invalid compat policy {request.compat!r}: expected strict or minor")
     fleet = reduce_fleet(matrix, targets)
     search = _Search(matrix, fleet, request, _known(matrix))
     choice = search.run()
     if choice is None:
-        error = _unsatisfiable(matrix, search, fleet, targets, request)
-        if request.compat == "strict" and fleet.has_driver:
-            # Say whether --compat minor would really give a plan, and which.
-            trial = search._trial(replace(request, compat="minor"), None).choice
-            if trial is not None:
-                minor = (
-                    f"--compat minor would give torch {trial.release.version}"
-                    f"+{trial.build.variant}, at a cost: {MINOR_COMPAT_COST}"
-                )
-                error.hint = f"{error.hint}; or {minor}" if error.hint else minor
-        raise error
+        raise _unsatisfiable(matrix, search, fleet, targets, request)
     return _plan(matrix, targets, fleet, request, search, choice)
 
 
@@ -854,36 +814,77 @@ def _unsatisfiable(
     request: Request,
 ) -> Unsatisfiable:
     rejected = nearest(search.rejected)
-    wanted = f"torch {request.torch}" if request.torch else "any torch release"
-    parts = [wanted]
+    asked = []
+    if request.torch:
+        asked.append(f"torch {request.torch}")
     if request.cuda:
-        parts.append(f"CUDA {request.cuda}")
+        asked.append(f"CUDA {cuda_pin_text(request.cuda)}")
     if search.python:
-        parts.append(f"Python {search.python}")
+        asked.append(f"Python {search.python}")
     subject = "this target" if fleet.size == 1 else f"all {fleet.size} targets"
     count = len(search.rejected)
+    # "Nothing fits" is a statement about the matrix, not about every torch there is.
     message = (
-        f"nothing fits {', '.join(parts)} on {subject} ({fleet.platform}, "
+        f"nothing in the matrix ({matrix.torch_span}) fits {subject}"
+        f"{' with ' + ', '.join(asked) if asked else ''} ({fleet.platform}, "
         f"compat {request.compat}): {count} candidate{'s' if count != 1 else ''} rejected"
     )
     split = _generations(matrix, fleet, targets)
     if split is not None:
         reason, generations = split
         return Unsatisfiable(f"{message}; {reason}", rejected=rejected, hint=generations)
-    # The nearest: the oldest candidate with one change to make (else the oldest with a fix).
-    with_fix = [r for r in rejected if r.fixes]
-    single = [r for r in with_fix if any(len(f.changes) == 1 for f in r.fixes)]
-    hint: str | None = None
-    if with_fix:
+    return Unsatisfiable(message, rejected=rejected, hint=_next_step(search, rejected))
+
+
+def _next_step(search: _Search, rejected: Sequence[Rejection]) -> str | None:
+    """What to do when nothing fits, as one sentence: what ``--compat minor`` would give on this
+    driver and at what cost, then the driver upgrade that opens the newest build (and the
+    smallest one, when it is another); else the fix of the nearest candidate."""
+    steps: list[str] = []
+    request = search.request
+    if request.compat == "strict" and search.fleet.has_driver:
+        # Said only when a search with --compat minor really finds a plan.
+        trial = search._trial(replace(request, compat="minor"), None).choice
+        if trial is not None:
+            steps.append(
+                f"--compat minor would give torch {trial.release.version}+{trial.build.variant} "
+                f"on this driver, at a cost: {MINOR_COMPAT_COST}"
+            )
+    upgrades = [
+        (fix, DriverVersion(fix.changes[0].value))
+        for r in rejected
+        for fix in r.fixes
+        if len(fix.changes) == 1 and fix.changes[0].kind == "driver"
+    ]
+    if upgrades:
+        newest_fix, newest_driver = upgrades[0]  # rejections come newest first
+        smallest_fix, smallest_driver = min(upgrades, key=lambda item: item[1])
+        nodes = search._nodes_below(newest_driver)
+        upgrade = (
+            f"upgrade {nodes + ' ' if nodes else 'the driver '}to ≥ {newest_driver} "
+            f"for torch {newest_fix.torch}+{newest_fix.variant}, the newest build that then fits"
+        )
+        if smallest_driver < newest_driver:
+            upgrade += (
+                f" (≥ {smallest_driver}, the smallest upgrade that opens a build, gives "
+                f"torch {smallest_fix.torch}+{smallest_fix.variant})"
+            )
+        steps.append(upgrade)
+    if not steps:
+        # The nearest: the oldest candidate with one change to make (else the oldest with a fix).
+        with_fix = [r for r in rejected if r.fixes]
+        single = [r for r in with_fix if any(len(f.changes) == 1 for f in r.fixes)]
+        if not with_fix:
+            return None
         closest = (single or with_fix)[-1]
         fix = min(closest.fixes, key=lambda f: len(f.changes))
         candidate = f"torch {fix.torch}+{fix.variant}"
-        hint = (
+        return (
             fix.text
             if candidate in fix.text
             else f"{fix.text} (for {candidate}, the nearest candidate)"
         )
-    return Unsatisfiable(message, rejected=rejected, hint=hint)
+    return "; or ".join(steps) + "."
 
 
 def _generations(matrix: Matrix, fleet: Fleet, targets: Sequence[Target]) -> tuple[str, str] | None:
@@ -994,7 +995,7 @@ def _plan(
         matrix_version=matrix.matrix_version,
         python=choice.python,
         platform=fleet.platform,
-        compat=_compat(request.compat),
+        compat=request.compat,
         torch_version=release.version,
         variant=build.variant,
         cuda=build.cuda,
@@ -1007,10 +1008,6 @@ def _plan(
         explanation=tuple(explanation),
         unverified=tuple(unverified),
     )
-
-
-def _compat(value: str) -> Compat:
-    return "minor" if value == "minor" else "strict"
 
 
 def _explain(
@@ -1051,7 +1048,8 @@ def _explain(
         )
     if request.torch:
         lines.append(
-            f"torch {release.version} is the newest release matching {request.torch!r} that fits."
+            f"torch {release.version} is the newest release matching "
+            f"{str(request.torch)!r} that fits."
         )
     for sentence in search.limits.values():
         lines.append(sentence[0].upper() + sentence[1:] + ".")

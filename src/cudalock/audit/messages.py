@@ -1,0 +1,213 @@
+"""The error and warning lines of PyTorch, DeepSpeed, xFormers, the CUDA runtime and the dynamic
+loader that people paste, read as evidence.
+
+:func:`read_message` turns one line of a paste into a :class:`~cudalock.audit.installed.
+ReportedMessage` (or None); what a message says about the machine or the environment (the
+driver's CUDA in "found version 12010", the nvcc in DeepSpeed's "Installed CUDA version 12.1")
+is in its fields, and ``audit`` turns every message into a finding. Pure and bounded: each
+pattern is tested only after a cheap substring check.
+"""
+
+from __future__ import annotations
+
+import re
+
+from cudalock.audit.installed import ReportedMessage
+
+#: Message kinds (ReportedMessage.kind).
+DRIVER_TOO_OLD = "driver-too-old"
+DRIVER_INSUFFICIENT = "driver-insufficient"
+NO_KERNEL_IMAGE = "no-kernel-image"
+ARCH_UNSUPPORTED = "arch-unsupported"
+NOT_COMPILED_WITH_CUDA = "not-compiled-with-cuda"
+UNDEFINED_SYMBOL = "undefined-symbol"
+LIBRARY_MISSING = "library-missing"
+CUDNN_MISMATCH = "cudnn-mismatch"
+NVCC_MISMATCH = "nvcc-mismatch"
+XFORMERS_BUILT_FOR = "xformers-built-for"
+DEEPSPEED_OPS_MISMATCH = "deepspeed-ops-mismatch"
+
+_MAX_TEXT = 300
+
+_TOO_OLD = re.compile(r"driver on your system is too old \(found version (\d{4,5})\)")
+_TOO_OLD_BARE = re.compile(r"NVIDIA driver on your system is too old")
+_INSUFFICIENT = re.compile(
+    r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"
+    # The CUDA forward-compatibility package cannot help a non-datacenter GPU: the container's
+    # CUDA is newer than the host driver.
+    r"|Error 804: forward compatibility was attempted on non supported HW"
+)
+_NO_KERNEL = re.compile(r"no kernel image is available for execution on the device")
+_ARCH = re.compile(r"with CUDA capability sm_(\d+)\s+is not compatible with the current PyTorch")
+_NOT_COMPILED = re.compile(r"Torch not compiled with CUDA enabled", re.IGNORECASE)
+_UNDEFINED = re.compile(r"([^\s:'\"()]+\.so(?:\.[\d.]+)?)[^\s:]*:\s*undefined symbol:\s*([\w.@]+)")
+_MISSING = re.compile(
+    r"(lib[A-Za-z0-9_+-]+\.so(?:\.[\d.]+)?):\s*cannot open shared object file",
+)
+_CUDNN = re.compile(
+    r"cuDNN version (?:incompatibility|mismatch):\s*PyTorch was compiled\s+against\s+"
+    r"(\([\d, ]+\)|\d+)\s+but\s+(?:found runtime version|linked against)\s+(\([\d, ]+\)|\d+)"
+)
+_DS_NVCC = re.compile(
+    r"Installed CUDA version (\d{1,2}\.\d{1,2}) does not match the version torch was "
+    r"compiled with (\d{1,2}\.\d{1,2})(.{0,80})"
+)
+_EXT_NVCC = re.compile(
+    r"detected CUDA version \((\d{1,2}\.\d{1,2})\) mismatches the version that was used to "
+    r"compile\s+PyTorch \((\d{1,2}\.\d{1,2})\)"
+)
+_XFORMERS = re.compile(
+    r"PyTorch (\d[\w.+]*)(?: with CUDA (\d{3,4}))? \(you have (\d[\w.+]*)\)",
+)
+
+_DS_OPS = re.compile(
+    r"(PyTorch|CUDA) version mismatch! DeepSpeed ops were compiled and installed with a "
+    r"different version.*?Install (?:torch|CUDA) version=(\d+\.\d+), Runtime (?:torch|CUDA) "
+    r"version=(\d+\.\d+)"
+)
+
+_SUBSTRINGS = (
+    "DeepSpeed ops were compiled",
+    "too old",
+    "Error 804",
+    "insufficient",
+    "cudaErrorInsufficientDriver",
+    "no kernel image",
+    "CUDA capability sm_",
+    "ompiled with CUDA",
+    "undefined symbol",
+    "cannot open shared object",
+    "cuDNN version",
+    "does not match the version torch",
+    "mismatches the version",
+    "(you have ",
+)
+
+
+def read_message(line: str, *, after_xformers_header: bool = False) -> ReportedMessage | None:
+    """The message ``line`` carries, if any. ``after_xformers_header``: the line follows
+    xFormers' "xFormers was built for:" (its "PyTorch X (you have Y)" line)."""
+    if not any(token in line for token in _SUBSTRINGS):
+        return None
+    text = line.strip()[:_MAX_TEXT]
+    match = _DS_OPS.search(line)
+    if match:
+        return ReportedMessage(
+            DEEPSPEED_OPS_MISMATCH,
+            text,
+            (
+                ("what", match.group(1).lower()),
+                ("built", match.group(2)),
+                ("runtime", match.group(3)),
+            ),
+        )
+    match = _TOO_OLD.search(line)
+    if match:
+        return ReportedMessage(DRIVER_TOO_OLD, text, (("found", match.group(1)),))
+    if _TOO_OLD_BARE.search(line):
+        return ReportedMessage(DRIVER_TOO_OLD, text)
+    if _INSUFFICIENT.search(line):
+        return ReportedMessage(DRIVER_INSUFFICIENT, text)
+    if _NO_KERNEL.search(line):
+        return ReportedMessage(NO_KERNEL_IMAGE, text)
+    match = _ARCH.search(line)
+    if match:
+        return ReportedMessage(ARCH_UNSUPPORTED, text, (("sm", match.group(1)),))
+    if _NOT_COMPILED.search(line):
+        return ReportedMessage(NOT_COMPILED_WITH_CUDA, text)
+    match = _UNDEFINED.search(line)
+    if match:
+        return ReportedMessage(
+            UNDEFINED_SYMBOL, text, (("library", match.group(1)), ("symbol", match.group(2)))
+        )
+    match = _MISSING.search(line)
+    if match:
+        return ReportedMessage(LIBRARY_MISSING, text, (("library", match.group(1)),))
+    match = _CUDNN.search(line)
+    if match:
+        return ReportedMessage(
+            CUDNN_MISMATCH,
+            text,
+            (
+                ("compiled", _cudnn_version(match.group(1))),
+                ("found", _cudnn_version(match.group(2))),
+            ),
+        )
+    match = _DS_NVCC.search(line)
+    if match:
+        accepted = "accepting this combination" in match.group(3)
+        return ReportedMessage(
+            NVCC_MISMATCH,
+            text,
+            (
+                ("nvcc", match.group(1)),
+                ("torch_cuda", match.group(2)),
+                ("accepted", "yes" if accepted else "no"),
+                ("by", "deepspeed"),
+            ),
+        )
+    match = _EXT_NVCC.search(line)
+    if match:
+        return ReportedMessage(
+            NVCC_MISMATCH,
+            text,
+            (("nvcc", match.group(1)), ("torch_cuda", match.group(2)), ("by", "cpp_extension")),
+        )
+    match = _XFORMERS.search(line) if after_xformers_header else None
+    if match:
+        return ReportedMessage(
+            XFORMERS_BUILT_FOR,
+            text,
+            (("built", match.group(1)), ("installed", match.group(3))),
+        )
+    return None
+
+
+def _cudnn_version(text: str) -> str:
+    """ "(8, 9, 2)" → "8.9.2"; the old form 7102 → "7.1.2"."""
+    numbers = re.findall(r"\d+", text)
+    if len(numbers) == 1 and len(numbers[0]) >= 4:
+        value = int(numbers[0])
+        return f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
+    return ".".join(numbers)
+
+
+#: What a message says about which package the error comes from, by the failing library's path.
+_EXTENSIONS = (
+    ("flash_attn", "flash-attn"),
+    ("xformers", "xformers"),
+    ("vllm", "vllm"),
+    ("deepspeed", "deepspeed"),
+    ("torch_extensions", "deepspeed"),
+    ("bitsandbytes", "bitsandbytes"),
+    ("apex", "apex"),
+    ("torchvision", "torchvision"),
+    ("torchaudio", "torchaudio"),
+    ("mmcv", "mmcv"),
+)
+
+
+def extension_package(library: str) -> str | None:
+    """The distribution whose compiled extension ``library`` is (a path in the message)."""
+    lowered = library.lower()
+    for marker, package in _EXTENSIONS:
+        if marker in lowered:
+            return package
+    return None
+
+
+__all__ = [
+    "ARCH_UNSUPPORTED",
+    "CUDNN_MISMATCH",
+    "DEEPSPEED_OPS_MISMATCH",
+    "DRIVER_INSUFFICIENT",
+    "DRIVER_TOO_OLD",
+    "LIBRARY_MISSING",
+    "NOT_COMPILED_WITH_CUDA",
+    "NO_KERNEL_IMAGE",
+    "NVCC_MISMATCH",
+    "UNDEFINED_SYMBOL",
+    "XFORMERS_BUILT_FOR",
+    "extension_package",
+    "read_message",
+]
