@@ -434,9 +434,18 @@ STACK_ARGS = (
     "--with",
     "deepspeed",
 )
-#: The size of the stand-in torch wheel in the time-to-environment figure (random bytes: a
-#: real CUDA torch wheel is far larger still, so this understates what caching saves).
-TORCH_PAYLOAD_BYTES = 300 * 2**20
+#: The real sizes of torch 2.8.0's wheel and of the nvidia-* and triton wheels it pins (3.7 GB
+#: together), read from PyPI; the time-to-environment stand-ins carry them divided by SCALE, in
+#: random (incompressible) bytes: transfers and installs weigh what they do for real, scaled to
+#: what a 2-core benchmark machine runs ten times in reasonable time.
+REAL_WHEEL_SIZES = ROOT / "benchmarks" / "real_wheel_sizes.json"
+SCALE = 8
+
+
+def scaled_payloads() -> dict[tuple[str, str], int]:
+    """(package, version) → payload bytes of its stand-in wheels."""
+    wheels = json.loads(REAL_WHEEL_SIZES.read_text(encoding="utf-8"))["wheels"]
+    return {(name, wheel["version"]): wheel["size"] // SCALE for name, wheel in wheels.items()}
 
 
 def offline(env: dict[str, str]) -> dict[str, str]:
@@ -843,7 +852,8 @@ def case_time_to_env(ctx: Context, fig: Figure) -> None:
         shutil.rmtree(base)
     base.mkdir(parents=True)
     env = offline(ctx.env) | {"CUDA_HOME": str(fake_toolkit(base, "12.8"))}
-    with serve_real_stack(base / "served", torch_payload_bytes=TORCH_PAYLOAD_BYTES) as server:
+    payloads = scaled_payloads()
+    with serve_real_stack(base / "served", payloads=payloads) as server:
         index_args = ("--pytorch-index", server.pytorch_url, "--pypi-index", server.pypi_url)
         variant_index = f"{server.pytorch_url}/cu128"
         # The pins every side installs: cudalock's lock of the stack.
@@ -896,8 +906,10 @@ def case_time_to_env(ctx: Context, fig: Figure) -> None:
         t: series[("cudalock", t)].median / series[("uv", t)].median for t in ("cold", "warm")
     }
     fig.value = max(by_hand.values())
-    fig.met = all(r <= 1 / 3 for r in by_hand.values()) and all(
-        r <= 1.2 for r in against_uv.values()
+    fig.met = (
+        all(r <= 1 / 3 for r in by_hand.values())
+        and against_uv["warm"] <= 1.1
+        and against_uv["cold"] <= 1.2
     )
     fig.notes.append(
         "Medians (cold / warm cache): "
@@ -908,15 +920,18 @@ def case_time_to_env(ctx: Context, fig: Figure) -> None:
         )
         + f". cudalock takes {by_hand['cold']:.2f}× / {by_hand['warm']:.2f}× the time of the "
         "procedure by hand (goal ≤ 0.33×, i.e. at least 3× faster) and "
-        f"{against_uv['cold']:.2f}× / {against_uv['warm']:.2f}× uv's (goal ≤ 1.2×). The figure "
+        f"{against_uv['cold']:.2f}× / {against_uv['warm']:.2f}× uv's (goals ≤ 1.2× / ≤ 1.1×). "
+        "The figure "
         "is the larger ratio to the procedure by hand."
     )
     fig.notes.append(
         f"All three install the same {len(pins)} pins (cudalock's lock of the stack) from the "
-        "recorded real stack served on 127.0.0.1, the torch wheel carrying "
-        f"{TORCH_PAYLOAD_BYTES // 2**20} MiB of incompressible bytes; the cold run of each starts "
-        "with an empty pip/uv cache, the warm run reuses it. cudalock's time includes resolving "
-        "the closure, writing the files and auditing the new environment."
+        "recorded real stack served on 127.0.0.1; torch and the nvidia-* and triton wheels it "
+        f"pins carry 1/{SCALE} of their real sizes ({REAL_WHEEL_SIZES.name}) in incompressible "
+        f"bytes, {sum(payloads.values()) / 2**20:.0f} MiB together; the cold run of each starts "
+        "with empty pip/uv (and cudalock wheel) caches, the warm run reuses them. cudalock's "
+        "time includes resolving the closure, writing the files, building or reusing DeepSpeed "
+        "and auditing the new environment."
     )
 
 
@@ -939,6 +954,7 @@ def bootstrap_procedure(
             "env",
             f"UV_CACHE_DIR={cache / 'uv'}",
             f"PIP_CACHE_DIR={cache / 'pip'}",
+            f"CUDALOCK_WHEEL_CACHE={cache / 'cudalock-wheels'}",
             ctx.cudalock,
             "bootstrap",
             "-o",
@@ -1289,7 +1305,7 @@ CASES: dict[str, tuple[str, str, str, Callable[[Context, Figure], None]]] = {
         "--create`, cold and warm cache",
         "the procedure by hand (venv, pip install torch from its index, the framework --no-deps, "
         "its dependencies, DeepSpeed) and `uv venv` + `uv pip install` of the same pins",
-        "≥ 3× faster than by hand, ≤ 1.2× uv's time",
+        "≥ 3× faster than by hand, ≤ 1.2× uv's time cold, ≤ 1.1× warm",
         case_time_to_env,
     ),
     "matrix-load": (

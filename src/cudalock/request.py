@@ -283,7 +283,20 @@ def check_framework(text: str) -> str:
             f"invalid --framework {text!r}: expected a requirement "
             "(llamafactory==0.9.5), a local path or a VCS URL, on one line"
         )
+    refuse_expansion(cleaned, "--framework")
     return cleaned
+
+
+def refuse_expansion(text: str, what: str) -> None:
+    """``${NAME}`` in a value cudalock hands to uv or pip is refused: both expand it from the
+    environment in requirements files, which would send a secret to whatever host the value
+    names (and print it in their errors)."""
+    if "${" in text:
+        raise UsageError(
+            f"{what} {text!r} holds '${{': uv and pip would replace it with an environment "
+            "variable's value; write the value itself (for index credentials, use uv's "
+            "UV_INDEX_<NAME>_USERNAME/_PASSWORD or a netrc file)"
+        )
 
 
 def parse_framework(text: str, cwd: Path | None = None) -> Framework:

@@ -470,3 +470,119 @@ def test_the_driver_check_errs_exactly_where_resolve_refuses(
     ]
     refused = not driver_verdict(matrix, parse_cuda_version(cuda), node, compat).allowed
     assert bool(driver_errors) == refused, codes(findings)
+
+
+# -- a fix is offered only after it is checked ------------------------------------------------
+
+
+def _pins(finding: Finding) -> list[str]:
+    """The torch requirements the fix installs (``torch==2.5.1+cu121``)."""
+    return [
+        word
+        for line in finding.fix
+        if not line.startswith("#")
+        for word in line.split()
+        if word.startswith("torch==")
+    ]
+
+
+def test_the_keep_this_torch_hint_names_what_resolving_with_it_gives(matrix: Matrix) -> None:
+    from cudalock.resolve import make_request, resolve
+
+    machine = target("530.30.02", (12, 1), (8, 0))
+    finding = only(audit(env("2.9.1+cu128", "12.8"), machine, matrix), "minor-compat-only")
+    hint = next(line for line in finding.fix if "--compat minor" in line)
+    plan = resolve(
+        matrix, [machine], make_request(torch="==2.9.1", compat="minor", with_packages=["none"])
+    )
+    assert f"(torch {plan.torch_pin.version})" in hint
+
+
+def test_a_fix_on_a_machine_with_a_cuda_12_1_toolkit_matches_the_toolkit(matrix: Matrix) -> None:
+    installed = env(
+        "2.9.1+cu128",
+        "12.8",
+        ("deepspeed", "0.16.4"),
+        nvcc=(Nvcc(path="/usr/local/cuda-12.1/bin/nvcc", version="12.1.105", origin="CUDA_HOME"),),
+    )
+    machine = target("530.30.02", (12, 1), (8, 0))
+    finding = only(audit(installed, machine, matrix), "minor-compat-only")
+    pins = _pins(finding)
+    assert pins and all(pin.endswith("+cu121") for pin in pins), finding.fix
+    # The fix rebuilds DeepSpeed against the new torch, with the release it had.
+    assert any(
+        "--no-build-isolation" in line and "deepspeed==0.16.4" in line for line in finding.fix
+    )
+
+
+def test_leftover_nvidia_packages_of_another_cuda_are_part_of_the_fix(matrix: Matrix) -> None:
+    installed = env(
+        "2.9.1+cu128", "12.8", ("nvidia-cublas-cu12", "12.8.4.1"), ("nvidia-nccl-cu12", "2.27.5")
+    )
+    # Driver 525.60.13 supports CUDA 12.0: under strict the newest build it runs is cu118.
+    machine = target("525.60.13", (12, 0), (8, 0))
+    finding = only(audit(installed, machine, matrix), "minor-compat-only")
+    assert _pins(finding) and all("+cu11" in pin for pin in _pins(finding)), finding.fix
+    assert any(
+        line.startswith("/env/bin/python -m pip uninstall -y nvidia-cublas-cu12 nvidia-nccl-cu12")
+        for line in finding.fix
+    ), finding.fix
+
+
+def test_no_cpu_build_is_offered_where_the_driver_is_not_named(matrix: Matrix) -> None:
+    installed = Installed(
+        source="report:llamafactory-cli env",
+        python_version="3.11.9",
+        platform="linux-x86_64",
+        torch=(TorchInstall(version="2.6.0+cu124", cuda="12.4", location="report"),),
+        deepspeed=DeepSpeedBuild(
+            version="0.16.4", torch_version="2.6", torch_cuda="11.8", installed_ops=("fused_adam",)
+        ),
+    )
+    gpu = Target(
+        platform="linux-x86_64",
+        gpus=(Gpu(name="NVIDIA GeForce RTX 5070 Ti", compute_capability=(12, 0)),),
+        name="the machine in the report",
+        source="report",
+    )
+    findings = audit(installed, gpu, matrix, driver_known=False)
+    assert "deepspeed-cuda-mismatch" in {f.code for f in findings}
+    assert not any("+cpu" in line for f in findings for line in f.fix), [f.fix for f in findings]
+
+
+def test_a_local_version_is_never_pinned_for_pypi(matrix: Matrix) -> None:
+    installed = env(
+        "2.3.0+cu121",
+        "12.1",
+        deepspeed=DeepSpeedBuild(version="0.15.5+46d7d0d1", torch_version="0.0", torch_cuda="0.0"),
+    )
+    finding = only(
+        audit(installed, target("550.54.15", (12, 4), (8, 0)), matrix),
+        "deepspeed-built-without-torch",
+    )
+    command = next(line for line in finding.fix if "--no-build-isolation" in line)
+    assert command.endswith(" deepspeed") and "0.15.5" not in command
+
+
+def test_a_replacement_that_still_leaves_an_error_is_not_offered(matrix: Matrix) -> None:
+    from cudalock.audit.checks import apply_plan
+    from cudalock.resolve import make_request, resolve
+
+    # The newest build this driver runs is cu118; with nvcc 12.1 and DeepSpeed it would leave
+    # nvcc-mismatch, so the fix is the cu121 build instead: checked, it audits clean.
+    installed = env(
+        "2.9.1+cu128",
+        "12.8",
+        ("deepspeed", "0.16.4"),
+        nvcc=(Nvcc(path="/usr/local/cuda/bin/nvcc", version="12.1.105", origin="CUDA_HOME"),),
+    )
+    machine = target("530.30.02", (12, 1), (8, 0))
+    plain = resolve(matrix, [machine], make_request(with_packages=["none"]))
+    assert plain.variant == "cu118"
+    from cudalock.audit.checks import _Context
+
+    context = _Context(installed, machine, matrix, True, "strict")
+    applied, _commands = apply_plan(context, plain)
+    assert "nvcc-mismatch" in {f.code for f in audit(applied, machine, matrix)}
+    finding = only(audit(installed, machine, matrix), "minor-compat-only")
+    assert not any(pin.endswith("+cu118") for pin in _pins(finding))

@@ -15,6 +15,7 @@ from cudalock.audit.reports import (
     decode_report,
     parse_report,
     report_target,
+    require_recognised,
 )
 from cudalock.errors import InputError
 from cudalock.matrix import Matrix, load_matrix
@@ -299,3 +300,95 @@ def test_no_bytes_make_decoding_raise_anything_but_input_error(data: bytes) -> N
         return
     with contextlib.suppress(InputError):
         parse_report(text)
+
+
+# -- what else people paste: package listings, log prefixes, error lines ----------------------
+
+
+def test_pip_freeze_names_the_torch_build() -> None:
+    report = parse_report("numpy==1.26.4\ntorch==2.9.1+cu128\ntorchvision==0.24.1+cu128\n")
+    assert report.formats == ("pip freeze",)
+    torch = report.installed.active_torch
+    assert torch is not None and torch.version == "2.9.1+cu128" and torch.cuda == "12.8"
+
+
+def test_pip_list_takes_an_unlabelled_torchs_cuda_from_its_nvidia_runtime() -> None:
+    report = parse_report(
+        "Package                  Version\n"
+        "------------------------ ----------\n"
+        "torch                    2.1.0\n"
+        "nvidia-cuda-runtime-cu12 12.1.105\n"
+    )
+    assert report.formats == ("pip list",)
+    torch = report.installed.active_torch
+    assert torch is not None and torch.cuda == "12.1" and torch.cuda_known
+
+
+def test_torch_nightly_beside_torch_is_a_second_install() -> None:
+    report = parse_report("torch==2.1.0+cu121\ntorch-nightly==2.2.0.dev20231010\n")
+    assert [t.version for t in report.installed.torch] == ["2.1.0+cu121", "2.2.0.dev20231010"]
+
+
+def test_conda_list_with_pips_torch_and_condas_pytorch_is_two_installs() -> None:
+    report = parse_report(
+        "# Name                    Version                   Build  Channel\n"
+        "pytorch                   2.1.0           py3.10_cuda12.1_cudnn8.9.2_0    pytorch\n"
+        "torch                     2.1.0                    pypi_0    pypi\n"
+    )
+    assert report.formats == ("conda list",)
+    assert [(t.version, t.cuda) for t in report.installed.torch] == [
+        ("2.1.0", "12.1"),
+        ("2.1.0", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "prefix", ["vllm-1  | ", "vllm-openai_1  | ", "[pod/trainer-0/main] ", "0: ", "12: "]
+)
+def test_log_collector_prefixes_are_not_part_of_the_values(prefix: str) -> None:
+    text = "\n".join(
+        prefix + line
+        for line in (
+            "PyTorch version: 2.1.0+cu121",
+            "Nvidia driver version: 535.104.05",
+            "GPU models and configuration: GPU 0: NVIDIA A100-SXM4-80GB",
+        )
+    )
+    report = parse_report(text)
+    torch = report.installed.active_torch
+    assert torch is not None and torch.version == "2.1.0+cu121"
+    assert report.driver_version == "535.104.05"
+    assert [g.name for g in report.gpus] == ["NVIDIA A100-SXM4-80GB"]
+
+
+def test_hand_typed_llamafactory_env_keeps_its_gpu() -> None:
+    report = parse_report(
+        "llamafactory version: 0.9.2\nPyTorch version: 2.6.0+cu124 (GPU)\n"
+        "GPU type: NVIDIA GeForce RTX 5070 Ti\nDeepSpeed version: 0.16.4\n"
+    )
+    assert [g.name for g in report.gpus] == ["NVIDIA GeForce RTX 5070 Ti"]
+    assert report.installed.dist("deepspeed") is not None
+
+
+def test_error_lines_are_evidence_and_state_the_drivers_cuda() -> None:
+    report = parse_report(
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 12010).\n"
+    )
+    assert report.driver_cuda == "12.1"
+    assert [m.kind for m in report.installed.messages] == ["driver-too-old"]
+    assert require_recognised(report) is report
+
+
+def test_deepspeeds_mismatch_line_names_nvcc_and_torchs_cuda() -> None:
+    report = parse_report(
+        "torch: 2.0.1\nException: >- DeepSpeed Op Builder: Installed CUDA version 12.1 does not "
+        "match the version torch was compiled with 11.8, unable to compile\n"
+    )
+    assert report.installed.nvcc[0].version == "12.1"
+    torch = report.installed.active_torch
+    assert torch is not None and torch.cuda == "11.8"
+
+
+def test_nothing_recognised_is_an_input_error_that_says_what_is_read() -> None:
+    with pytest.raises(InputError, match="nothing in this file is a report cudalock reads"):
+        require_recognised(parse_report("hello world\nnothing to see: here\n"))

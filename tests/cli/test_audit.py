@@ -217,3 +217,42 @@ def test_a_truncated_report_with_a_cpu_build_says_it_cannot_use_a_gpu(run: Runne
     assert result.returncode == 1
     codes = [(f["code"], f["severity"]) for f in json.loads(result.stdout)["findings"]]
     assert ("cpu-only-build", "error") in codes
+
+
+def test_a_file_of_nothing_readable_is_exit_2_and_says_what_is_read(
+    run: Runner, tmp_path: Path
+) -> None:
+    junk = tmp_path / "junk.txt"
+    junk.write_text("hello world\nthe training got stuck, any idea?\n", encoding="utf-8")
+    result = run("--report", str(junk))
+    assert result.returncode == 2
+    assert "nothing in this file is a report cudalock reads" in result.stderr
+    assert "pip freeze" in result.stderr and "collect_env" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_pip_freeze_with_the_driver_given_is_judged(run: Runner, tmp_path: Path) -> None:
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text("numpy==1.26.4\ntorch==2.9.1+cu128\n", encoding="utf-8")
+    result = run("--report", str(freeze), "--driver-version", "530.30.02", "--json")
+    assert result.returncode == 1, result.stdout
+    findings = {f["code"] for f in json.loads(result.stdout)["findings"]}
+    assert "minor-compat-only" in findings
+
+
+def test_an_error_line_with_nvidia_smi_is_diagnosed_without_a_torch_version(
+    run: Runner, tmp_path: Path
+) -> None:
+    paste = tmp_path / "paste.txt"
+    paste.write_text(
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 11040).\n"
+        "| NVIDIA-SMI 470.86       Driver Version: 470.86       CUDA Version: 11.4     |\n"
+        "|   0  NVIDIA GeForce RTX 3050 ...  Off  | 00000000:01:00.0 Off |            N/A |\n",
+        encoding="utf-8",
+    )
+    result = run("--report", str(paste), "--json")
+    assert result.returncode == 1
+    document = json.loads(result.stdout)
+    codes = {f["code"] for f in document["findings"]}
+    assert "driver-too-old" in codes and "no-torch" not in codes
+    assert not any("+cpu" in line for f in document["findings"] for line in f["fix"])

@@ -516,6 +516,7 @@ def test_shellcheck_passes_on_every_generated_script_with_hostile_values(
 ) -> None:
     framework = tmp_path / "fw $(x); `y` 'q\""
     framework.mkdir()
+    (framework / "pyproject.toml").write_text('[project]\nname = "fw"\nversion = "0"\n')
     out = tmp_path / "out"
     done = cudalock(
         "bootstrap",

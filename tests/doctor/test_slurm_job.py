@@ -271,3 +271,16 @@ def test_exit_code_and_slurm_job_are_one_or_the_other() -> None:
     result = cudalock("doctor", "--exit-code", "-9", "--slurm-job", "3")
     assert result.returncode == 2
     assert "not allowed with argument" in result.stderr
+
+
+def test_a_node_list_whose_product_is_past_the_cap_is_refused_before_it_is_built() -> None:
+    import time
+
+    from cudalock.doctor.slurm import MAX_HOSTLIST_NAMES
+
+    started = time.monotonic()
+    for hostile in ("n[0-99999]x[0-9999]", "a[0-999]b[0-999]", "n[0-5,0-99999]"):
+        with pytest.raises(InputError, match=f"names more than {MAX_HOSTLIST_NAMES} nodes"):
+            expand_hostlist(hostile)
+    assert time.monotonic() - started < 5
+    assert len(expand_hostlist("a[0-99]b[0-999]")) == MAX_HOSTLIST_NAMES

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -23,6 +24,8 @@ from cudalock.envfiles.render import (
     yaml_scalar,
 )
 from cudalock.errors import UsageError
+from cudalock.lock import Closure
+from cudalock.lock.pylock import LockInput
 from cudalock.model import Gpu, PackagePin, Plan, Target
 from cudalock.request import Framework, parse_framework
 from cudalock.tomlfile import tomllib
@@ -148,6 +151,70 @@ def test_conda_lock_form_is_accepted_by_conda_lock(tmp_path: Path) -> None:
     }
     assert pins == {"torch": "==2.1.0+cu121", "torchvision": "==0.16.0+cu121"}
     assert yaml.safe_load(files["environment.conda-lock.yml"])["allow-pypi-requests"] is False
+
+
+def _closure_of(packages: list[dict[str, object]]) -> Closure:
+    """A resolved closure as uv's pylock.toml gives it (``packages`` as PEP 751 entries)."""
+    data = {"lock-version": "1.0", "created-by": "uv", "packages": packages}
+    inp = LockInput(
+        requirements=("torch==2.1.0+cu121",),
+        routes=(),
+        default_index="https://pypi.org/simple",
+        python="3.11",
+        platform="linux-x86_64",
+        python_platform="x86_64-manylinux_2_28",
+    )
+    family = (PackagePin("torch", "2.1.0+cu121", index_url=f"{PT}/cu121"),)
+    return Closure(
+        input=inp, uv_text="", uv_data=data, uv_version="0.9", family=family, frameworks=()
+    )
+
+
+def test_conda_lock_form_routes_only_the_pytorch_index_packages_to_it(tmp_path: Path) -> None:
+    torch_wheel = "torch-2.1.0+cu121-cp311-cp311-linux_x86_64.whl"
+    closure = _closure_of(
+        [
+            {
+                "name": "torch",
+                "version": "2.1.0+cu121",
+                "index": f"{PT}/cu121",
+                "wheels": [
+                    {
+                        "name": "torch-2.1.0+cu121-cp310-cp310-linux_x86_64.whl",
+                        "url": f"{PT}/cu121/torch-2.1.0%2Bcu121-cp310-cp310-linux_x86_64.whl",
+                        "hashes": {"sha256": "0" * 64},
+                    },
+                    {
+                        "name": torch_wheel,
+                        "url": f"{PT}/cu121/torch-2.1.0%2Bcu121-cp311-cp311-linux_x86_64.whl",
+                        "hashes": {"sha256": "a" * 64},
+                    },
+                ],
+            },
+            {
+                "name": "filelock",
+                "version": "3.13.1",
+                "index": "https://pypi.org/simple",
+                "wheels": [
+                    {
+                        "name": "filelock-3.13.1-py3-none-any.whl",
+                        "url": "https://files.example/filelock-3.13.1-py3-none-any.whl",
+                        "hashes": {"sha256": "b" * 64},
+                    }
+                ],
+            },
+        ]
+    )
+    files = render_files(make_plan(), RenderOptions(name="ft", closure=closure))
+    path = tmp_path / "environment.conda-lock.yml"
+    path.write_text(files["environment.conda-lock.yml"])
+    spec: Any = _conda_lock_parse(path, tmp_path)
+    assert spec.pip_repositories == []  # the PyTorch index offers nothing else
+    pip = {d.name: d for d in spec.dependencies["linux-64"] if d.manager == "pip"}
+    assert sorted(pip) == ["filelock", "torch"]
+    assert pip["torch"].url == f"{PT}/cu121/torch-2.1.0%2Bcu121-cp311-cp311-linux_x86_64.whl"
+    assert pip["torch"].hashes == ["sha256:" + "a" * 64]
+    assert pip["filelock"].version == "==3.13.1"
 
 
 def test_plain_environment_yml_is_what_conda_lock_rejects(tmp_path: Path) -> None:
@@ -623,3 +690,35 @@ def test_install_sh_points_torchs_extension_builder_at_conda_forges_cuda(
         f"{prefix}|{include}|{include}:/opt/include|{prefix}/targets/x86_64-linux/lib",
         "/opt/include|unset",
     ]
+
+
+def test_install_sh_installs_without_the_callers_uv_and_pip_sources(tmp_path: Path) -> None:
+    _install_sh(tmp_path, with_lock=True)
+    seen = tmp_path / "seen"
+    fake = tmp_path / "env" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(f"#!/bin/sh\nenv >> {seen}\n")
+    fake.chmod(0o755)
+    sources = {
+        "UV_FIND_LINKS": "https://elsewhere.example/wheels",
+        "UV_EXTRA_INDEX_URL": "https://elsewhere.example/simple",
+        "PIP_INDEX_URL": "https://elsewhere.example/simple",
+        "PIP_FIND_LINKS": "/tmp/planted",
+    }
+    done = subprocess.run(
+        ["bash", "out/install.sh"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHON": "env/bin/python",
+            "CUDALOCK_INSTALLER": "pip",
+            **sources,
+        },
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    recorded = seen.read_text()
+    assert "PYTHON" not in sources and "PATH=" in recorded
+    assert [name for name in sources if f"{name}=" in recorded] == []

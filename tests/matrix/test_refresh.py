@@ -709,3 +709,31 @@ def test_cli_refresh_dry_run_and_write(index: FakeIndex, matrix_copy: Path) -> N
     assert done.returncode == 3 and "cannot read" in done.stderr and "Traceback" not in done.stderr
     done = cudalock("matrix", "refresh", "--pypi-url", "http://pypi.example/simple", "--dry-run")
     assert done.returncode == 2 and "plain http" in done.stderr
+
+
+def test_an_sdist_of_endless_empty_members_is_given_up_on_member_by_member() -> None:
+    import gzip
+    import tarfile
+
+    from cudalock.matrix.refresh_deepspeed import MAX_SDIST_MEMBERS
+
+    def sdist(empty_members: int) -> bytes:
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+            for number in range(empty_members):
+                archive.addfile(tarfile.TarInfo(f"d/{number}"), io.BytesIO(b""))
+            info = b"Metadata-Version: 2.1\nName: deepspeed\nRequires-Dist: torch>=2.1\n"
+            member = tarfile.TarInfo("deepspeed-0.20.0/PKG-INFO")
+            member.size = len(info)
+            archive.addfile(member, io.BytesIO(info))
+        return gzip.compress(raw.getvalue())
+
+    assert read_sdist(sdist(10)).torch == ">=2.1"
+    # Past the budget the archive is given up on, before a member further on is reached.
+    assert read_sdist(sdist(MAX_SDIST_MEMBERS + 10)).torch is None
+
+
+def test_a_builder_nested_past_the_parsers_stack_has_no_rule() -> None:
+    assert cuda_rule("cuda_minor_mismatch_ok = " + "(" * 200_000 + ")" * 200_000 + "\n") is None
+    assert cuda_rule("cuda_minor_mismatch_ok = " + "[" * 100 + "]" * 100 + "\n") is None
+    assert cuda_rule("x = 1\0\n") is None

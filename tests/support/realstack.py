@@ -293,8 +293,19 @@ def deepspeed_sdist(release: Release, filename: str) -> StandIn:
     return _standin(release, filename, files=files)
 
 
-def pypi_standins(recording: Recording) -> list[StandIn]:
-    """Every recorded file of every recorded version, as the PyPI-like index serves them."""
+#: Bytes of incompressible payload per (package, version without its local label).
+Payloads = Mapping[tuple[str, str], int]
+
+
+def _sized(standin: StandIn, payloads: Payloads) -> StandIn:
+    """``standin`` carrying the payload ``payloads`` gives its package and version, if any."""
+    size = payloads.get((canonicalize_name(standin.name), standin.version.split("+", 1)[0]), 0)
+    return dataclasses.replace(standin, payload_bytes=size) if size else standin
+
+
+def pypi_standins(recording: Recording, payloads: Payloads | None = None) -> list[StandIn]:
+    """Every recorded file of every recorded version, as the PyPI-like index serves them;
+    ``payloads`` makes the wheels it names that large."""
     cuda_of = {b.torch: (b.variant, b.cuda) for b in recording.torch_builds}
     standins: list[StandIn] = []
     for key, releases in sorted(recording.releases.items()):
@@ -309,7 +320,7 @@ def pypi_standins(recording: Recording) -> list[StandIn]:
                     standins.append(_standin(release, filename, files=files))
                 else:
                     standins.append(_standin(release, filename))
-    return standins
+    return [_sized(standin, payloads or {}) for standin in standins]
 
 
 def _family_closure(recording: Recording, roots: Sequence[Release]) -> list[Release]:
@@ -358,15 +369,16 @@ def _labelled_filename(filename: str, version: str, labelled: str) -> str:
 
 def pytorch_standins(
     recording: Recording,
-    torch_payload_bytes: int = 0,
+    payloads: Payloads | None = None,
     *,
     extra_builds: Sequence[TorchBuild] = (),
 ) -> dict[str, list[StandIn]]:
     """Per CUDA variant, what its ``/whl/cuXYZ/`` pages serve: the torch family with the
     variant's label, triton and the nvidia-* packages they require, the recorded releases of
     :data:`VARIANT_PACKAGES` that pin a torch the page has (labelled), and plain copies of
-    :data:`PLAIN_COPIES`. ``extra_builds``: recorded builds served under another variant too
-    (torch 2.5.1 as cu121: the recorded metadata, relabelled)."""
+    :data:`PLAIN_COPIES`. ``payloads`` makes the wheels it names that large; ``extra_builds``:
+    recorded builds served under another variant too (torch 2.5.1 as cu121: the recorded
+    metadata, relabelled)."""
     builds = (*recording.torch_builds, *extra_builds)
     variants = sorted({b.variant for b in builds})
     pages: dict[str, list[StandIn]] = {variant: [] for variant in variants}
@@ -391,10 +403,7 @@ def pytorch_standins(
             for python in pythons:
                 tag = f"{python}-{python}-{build.platform_tag}"
                 filename = f"{package}-{version}-{tag}.whl"
-                standin = _standin(release, filename, version=version, files=files)
-                if package == "torch" and torch_payload_bytes:
-                    standin = dataclasses.replace(standin, payload_bytes=torch_payload_bytes)
-                page.append(standin)
+                page.append(_standin(release, filename, version=version, files=files))
     for variant, page in pages.items():
         for release in _family_closure(recording, roots[variant]):
             page += [
@@ -419,7 +428,10 @@ def pytorch_standins(
         for name in PLAIN_COPIES:
             for release in recording.releases.get(name, {}).values():
                 page += [_standin(release, f) for f in release.files if f.endswith(".whl")]
-    return pages
+    return {
+        variant: [_sized(standin, payloads or {}) for standin in page]
+        for variant, page in pages.items()
+    }
 
 
 @contextmanager
@@ -427,19 +439,19 @@ def serve_real_stack(
     directory: Path,
     recording: Recording | None = None,
     *,
-    torch_payload_bytes: int = 0,
+    payloads: Payloads | None = None,
     extra_builds: Sequence[TorchBuild] = (),
 ) -> Iterator[IndexServer]:
     """Serve the recording (stand-ins built under ``directory``) until the block ends.
 
-    ``torch_payload_bytes`` makes each torch wheel on the PyTorch index that large (random,
-    incompressible bytes), for measurements where the download size matters.
+    ``payloads`` makes the wheels of the packages and versions it names that large (random,
+    incompressible bytes, on both indexes), for measurements where the download size matters.
     """
     recording = recording or load_recording()
     with serve_indexes(
         directory,
-        pytorch=pytorch_standins(recording, torch_payload_bytes, extra_builds=extra_builds),
-        pypi=pypi_standins(recording),
+        pytorch=pytorch_standins(recording, payloads, extra_builds=extra_builds),
+        pypi=pypi_standins(recording, payloads),
         hashed_paths=True,
     ) as server:
         yield server

@@ -11,7 +11,7 @@ from __future__ import annotations
 from cudalock.audit.installed import Distribution, ExtensionBuild, Installed
 from cudalock.matrix import Matrix
 from cudalock.model import Finding, Target
-from cudalock.request import Compat
+from cudalock.request import TORCH_FAMILY, Compat
 from cudalock.resolve.cudabuilt import (
     FINDING_CODE,
     BuiltFor,
@@ -23,9 +23,6 @@ from cudalock.resolve.cudabuilt import (
     mismatch,
 )
 from cudalock.versions import parse_cuda_version
-
-#: Judged with torch by the torch checks themselves.
-_TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 
 
 def built_for(dist: Distribution, files: ExtensionBuild | None, matrix: Matrix) -> BuiltFor | None:
@@ -54,7 +51,7 @@ def check_cuda_builds(
     files = {build.name: build for build in installed.cuda_builds}
     findings = []
     for dist in installed.distributions:
-        if dist.name in _TORCH_FAMILY:
+        if dist.name in TORCH_FAMILY:  # judged by the torch checks themselves
             continue
         built = built_for(dist, files.get(dist.name), matrix)
         if built is None:

@@ -438,8 +438,9 @@ _SMI_HEADER = re.compile(r"Driver Version:\s*([\d.]+)(?:.*?CUDA Version:\s*([\d.
 _SMI_GPU = re.compile(
     r"^\|?\s*(\d{1,4})\s+((?:NVIDIA|Tesla|Quadro|GeForce|TITAN)[^|]*?)\s+(?:On|Off)\s*\|"
 )
+# Anchored: unanchored, every position of a long line would start a scan to its end.
 _ARCH_WARNING = re.compile(
-    r"(.+?) with CUDA capability sm_(\d+)\s+is not compatible with the current PyTorch"
+    r"^(.+?) with CUDA capability sm_(\d+)\s+is not compatible with the current PyTorch"
 )
 _SUPPORTS = re.compile(r"supports CUDA capabilities ((?:sm_\d+[a-z]?\s*)+)")
 _TOO_OLD = re.compile(r"driver on your system is too old \(found version (\d{4,5})\)")

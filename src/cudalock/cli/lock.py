@@ -185,7 +185,13 @@ def run(args: argparse.Namespace) -> None:
     # different runs: a second run exits 3, naming the one that holds the directory.
     with output_lock(out, command="cudalock lock"):
         result = make_lock(
-            plan, request, output_dir=out, options=options, force=args.force, echo=progress
+            plan,
+            request,
+            output_dir=out,
+            options=options,
+            force=args.force,
+            echo=progress,
+            matrix=matrix,
         )
     if json_output:
         emit_json(

@@ -42,6 +42,7 @@ from cudalock.doctor.kernel import (
 )
 from cudalock.doctor.logs import (
     ExitStatus,
+    LogEvent,
     LogFacts,
     RunShape,
 )
@@ -596,19 +597,10 @@ def _sigkill_findings(
         if verdict == "undetermined":
             verdict = "gpu-oom"
         findings.append(
-            Finding(
-                "gpu-oom",
-                "error",
-                "A GPU ran out of memory (CUDA out of memory). That is a different problem from a "
-                "host OOM: the rank raises an exception, and the launcher then kills the other "
-                "ranks, which is where a -9 comes from.",
-                _quote([e.line for e in cuda_oom]),
-                (
-                    "lower the micro-batch size or sequence length, enable gradient checkpointing",
-                    "use ZeRO-3 or offload_optimizer/offload_param to CPU (costs host RAM; see the "
-                    "memory check)",
-                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
-                ),
+            gpu_oom_finding(
+                cuda_oom,
+                "the rank raises an exception, and the launcher then kills the other ranks, "
+                "which is where a -9 comes from",
             )
         )
     if dataloader and verdict == "undetermined":
@@ -689,7 +681,9 @@ def _sigkill_findings(
             )
         )
     time_limit = log.of_kind("slurm-time-limit", "slurm-cancelled") if log else ()
-    if time_limit:
+    # After an OOM kill srun cancels the step itself: that CANCELLED line is not a time limit.
+    cancelled_after_oom = bool(slurm_oom) and not (log.of_kind("slurm-time-limit") if log else ())
+    if time_limit and not cancelled_after_oom:
         findings.append(
             Finding(
                 "slurm-time-limit",
@@ -705,21 +699,28 @@ def _sigkill_findings(
     if slurm is not None and slurm.verdict.kind == "signal":
         findings.append(signal_finding(slurm))
     if verdict == "undetermined" and log is not None:
+        # Another rank's own failure: a signal other than SIGKILL, or (a launcher-exit line
+        # without a signal) a plain non-zero exit status.
         other = [
             e
             for e in log.of_kind("launcher-exit", "launcher-signal")
-            if e.signal not in (None, SIGKILL)
+            if e.signal != SIGKILL and not (e.signal is None and e.kind == "launcher-signal")
         ]
         if other:
             verdict = "not-oom"
+            first = other[0]
+            if first.signal is not None:
+                what = signal_name(first.signal)
+                explain = f"run cudalock doctor --exit-code -{first.signal}"
+            else:
+                what = "it exited with an error status, not by a signal"
+                explain = "its own error message (the traceback before it in that rank's log)"
             findings.append(
                 Finding(
                     "sigkill-collateral",
                     "warning",
-                    f"Another rank failed first ({signal_name(other[0].signal or 0)}); the "
-                    "launcher "
-                    "then killed the remaining ranks with SIGKILL. Explain that first failure: run "
-                    f"cudalock doctor --exit-code -{other[0].signal}.",
+                    f"Another rank failed first ({what}); the launcher then killed the remaining "
+                    f"ranks with SIGKILL. Explain that first failure: {explain}.",
                     _quote([e.line for e in other]),
                 )
             )
@@ -742,6 +743,24 @@ def _sigkill_findings(
             )
         )
     return verdict, findings
+
+
+def gpu_oom_finding(lines: Sequence[LogEvent], how: str) -> Finding:
+    """CUDA out of memory in the log: a GPU, not the host, ran out; ``how`` says how that
+    ended the run."""
+    return Finding(
+        "gpu-oom",
+        "error",
+        "A GPU ran out of memory (CUDA out of memory). That is a different problem from a host "
+        f"OOM: {how}.",
+        _quote([e.line for e in lines]),
+        (
+            "lower the micro-batch size or sequence length, enable gradient checkpointing",
+            "use ZeRO-3 or offload_optimizer/offload_param to CPU (costs host RAM; see the "
+            "memory check)",
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
+        ),
+    )
 
 
 def _machine_not_read_findings(seen: Observations, scope: RunScope) -> list[Finding]:
@@ -1182,8 +1201,6 @@ def diagnose(
                         not_read=seen.machine_not_read,
                     )
                 )
-        if verdict == "undetermined":
-            findings.append(_undetermined_finding(view.scope, seen, slurm))
         else:
             for_slurm = (
                 " and get the #SBATCH --mem= it needs"
@@ -1199,6 +1216,8 @@ def diagnose(
                     f"needs{for_slurm}.",
                 )
             )
+        if verdict == "undetermined":
+            findings.append(_undetermined_finding(view.scope, seen, slurm))
     elif sig == SIGSEGV:
         verdict, found = _sigsegv_findings(log, seen, view, audit_findings, audit_error, slurm)
         findings.extend(found)
@@ -1238,6 +1257,13 @@ def diagnose(
                 "explains -9 "
                 "(SIGKILL) and -11 (SIGSEGV) in depth. SIGABRT (-6) usually follows a C++ "
                 "exception or an NCCL watchdog timeout: look for the message just before it.",
+            )
+        )
+    elif log is not None and (cuda_oom := log.of_kind("cuda-oom")):
+        verdict = "gpu-oom"
+        findings.append(
+            gpu_oom_finding(
+                cuda_oom, f"the rank raised torch.OutOfMemoryError and exited ({exit_status.name})"
             )
         )
     else:

@@ -324,9 +324,12 @@ _OLD_KILL = re.compile(
     r"\((?P<comm>[^)]*)\)"
 )
 _SUMMARY = re.compile(r"oom-kill:(?P<fields>constraint=\S+)")
-_INVOKED = re.compile(r"\S+ invoked oom-killer:")
+# Each starts only where its first token starts (the look-behind): otherwise every position of a
+# long token starts a scan to the token's end.
+_INVOKED = re.compile(r"(?<!\S)\S+ invoked oom-killer:")
 _SEGFAULT = re.compile(
-    r"(?P<comm>[^\s\[\]]+)\[(?P<pid>\d{1,18})\]: segfault at \S+ ip \S+ sp \S+ error \S+"
+    r"(?<![^\s\[\]])(?P<comm>[^\s\[\]]+)\[(?P<pid>\d{1,18})\]: "
+    r"segfault at \S+ ip \S+ sp \S+ error \S+"
     r"(?: in (?P<lib>[^\s\[]+)\[)?"
 )
 _XID = re.compile(r"NVRM: Xid \(")

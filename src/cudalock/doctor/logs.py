@@ -454,9 +454,12 @@ _STAGE = (
     re.compile(r"ZeRO stage (?P<n>[0-3])\b", re.IGNORECASE),
     re.compile(r"zero_optimization_stage\W*(?P<n>[0-3])\b"),
     re.compile(r"zero_optimization\.stage\W*(?P<n>[0-3])\b"),
-    re.compile(r""""zero_optimization"\s*:\s*\{[^{}]*?"stage"\s*:\s*(?P<n>[0-3])"""),
-    re.compile(r"""['"]zero_optimization['"]\s*:\s*\{[^{}]*?['"]stage['"]\s*:\s*(?P<n>[0-3])"""),
-    re.compile(r"zero_config\W.*?\bstage=(?P<n>[0-3])\b"),
+    # The spans are bounded: unbounded, each of many unclosed openings scans to the text's end.
+    re.compile(r""""zero_optimization"\s*:\s*\{[^{}]{0,4000}?"stage"\s*:\s*(?P<n>[0-3])"""),
+    re.compile(
+        r"""['"]zero_optimization['"]\s*:\s*\{[^{}]{0,4000}?['"]stage['"]\s*:\s*(?P<n>[0-3])"""
+    ),
+    re.compile(r"zero_config\W(?:(?!zero_config).){0,1000}?\bstage=(?P<n>[0-3])\b"),
 )
 # "offload_param": {"device": "cpu"} in JSON, offload_param=…Config(device='cpu') in DeepSpeed's
 # config dump, offload_param=None when unset; never reading across into the other offload key.
@@ -647,6 +650,10 @@ def _line_time(line: str) -> tuple[datetime | None, tuple[int, int, str] | None]
     return None, None
 
 
+#: Names that say "this machine" without naming it.
+_NO_HOST_NAMES = ("localhost", "127.0.0.1")
+
+
 def _world_hosts(text: str) -> list[str]:
     matches = list(_WORLD_INFO.finditer(text))
     if not matches:
@@ -657,7 +664,7 @@ def _world_hosts(text: str) -> list[str]:
         return []
     if not isinstance(info, dict):
         return []
-    return [str(name) for name in info if str(name) not in ("localhost", "127.0.0.1")]
+    return [str(name) for name in info if str(name) not in _NO_HOST_NAMES]
 
 
 def _trace(text: str, reference: datetime | None) -> RunTrace:
@@ -681,7 +688,9 @@ def _trace(text: str, reference: datetime | None) -> RunTrace:
             year_less.append(partial)
         for pattern in _HOST_PATTERNS:
             if (match := pattern.search(line)) is not None:
-                hosts.append(match.group("host"))
+                # torchrun's summary says "host : localhost" for a single-node run: no name.
+                if match.group("host") not in _NO_HOST_NAMES:
+                    hosts.append(match.group("host"))
                 break
         for pattern in _COMMAND_PATTERNS:
             if (match := pattern.search(line)) is not None:

@@ -109,12 +109,15 @@ FINAL_STATES = frozenset(
 )
 
 _SIZE_UNITS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}  # powers of 1024
-_SIZE = re.compile(r"(?P<number>\d+(?:\.\d+)?)(?P<unit>[KMGTP]?)(?P<basis>[nc]?)", re.IGNORECASE)
-_EXIT = re.compile(r"(?P<code>\d+):(?P<signal>\d+)")
+# Digit runs are bounded: adjacent unbounded runs backtrack polynomially on a long one.
+_SIZE = re.compile(
+    r"(?P<number>\d{1,18}(?:\.\d{1,18})?)(?P<unit>[KMGTP]?)(?P<basis>[nc]?)", re.IGNORECASE
+)
+_EXIT = re.compile(r"(?P<code>\d{1,18}):(?P<signal>\d{1,18})")
 _JOB_ID = re.compile(r"(?P<job>[^.\s]+)(?:\.(?P<step>[^.\s]+))?")
 _ELAPSED = re.compile(
-    r"(?:(?P<days>\d+)-)?(?:(?P<hours>\d+):)?(?P<minutes>\d+):(?P<seconds>\d+)"
-    r"(?:\.\d+)?"
+    r"(?:(?P<days>\d{1,9})-)?(?:(?P<hours>\d{1,9}):)?(?P<minutes>\d{1,9}):(?P<seconds>\d{1,9})"
+    r"(?:\.\d{1,9})?"
 )
 _SCONTROL_KEY = re.compile(r"(?:^|(?<=\s))(?P<key>[A-Za-z][\w:/]*)=")
 
@@ -1079,11 +1082,17 @@ def read_job(reference: str, *, timeout: float = COMMAND_TIMEOUT) -> JobAccounti
 _HOSTLIST_PART = re.compile(r"(?P<prefix>[^\[\],]*)(?:\[(?P<ranges>[^\]]*)\])?")
 
 
+#: The most node names one node list may stand for (the largest clusters have about 10⁵ nodes);
+#: counted before each product is formed, so ``n[0-99999]x[0-9999]`` is refused, not built.
+MAX_HOSTLIST_NAMES = 100_000
+
+
 def expand_hostlist(text: str) -> tuple[str, ...]:
     """Slurm's compressed node list (``gpu-[01-03,07],login1``) as names, in order.
 
     Ranges keep their zero padding (``01-03`` → ``01 02 03``); several bracket groups in one
-    name multiply (``r[1-2]n[1-2]`` → ``r1n1 r1n2 r2n1 r2n2``).
+    name multiply (``r[1-2]n[1-2]`` → ``r1n1 r1n2 r2n1 r2n2``). More than
+    :data:`MAX_HOSTLIST_NAMES` names is an :class:`InputError`.
     """
     names: list[str] = []
     for item in _split_top_level(text.strip()):
@@ -1095,13 +1104,19 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
                 raise InputError(f"Slurm node list {text!r} is not understood")
             choices = [match.group("prefix")]
             if match.group("ranges") is not None:
+                budget = (MAX_HOSTLIST_NAMES - len(names)) // len(expanded)
                 choices = [
-                    match.group("prefix") + value for value in _ranges(match.group("ranges"), text)
+                    match.group("prefix") + value
+                    for value in _ranges(match.group("ranges"), text, budget)
                 ]
             expanded = [head + choice for head in expanded for choice in choices]
             position = match.end()
         names.extend(name for name in expanded if name)
     return tuple(dict.fromkeys(names))
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 80 else text[:80] + "…"
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -1122,18 +1137,22 @@ def _split_top_level(text: str) -> list[str]:
     return [item.strip() for item in items if item.strip()]
 
 
-def _ranges(text: str, whole: str) -> list[str]:
+def _ranges(text: str, whole: str, budget: int) -> list[str]:
+    """The values of one bracket group; more than ``budget`` of them is an InputError."""
     values: list[str] = []
     for part in text.split(","):
         low, _, high = part.strip().partition("-")
         if not low.isdigit() or (high and not high.isdigit()):
             raise InputError(f"Slurm node list {whole!r}: range {part!r} is not understood")
+        count = 1 if not high else int(high) - int(low) + 1
+        if len(values) + count > budget:
+            raise InputError(
+                f"Slurm node list {_shown(whole)!r} names more than {MAX_HOSTLIST_NAMES} nodes"
+            )
         if not high:
             values.append(low)
             continue
         width = len(low) if low.startswith("0") else 0
-        if int(high) - int(low) > 100_000:
-            raise InputError(f"Slurm node list {whole!r}: range {part!r} is too large")
         values.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
     return values
 

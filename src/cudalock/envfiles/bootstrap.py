@@ -251,6 +251,7 @@ def run_bootstrap(
             request,
             dataclasses.replace(options.uv, pypi_index=request.pypi_index),
             echo=echo,
+            matrix=matrix,
         )
     except NotOnIndex:
         raise  # the index lacks the planned build: files that cannot be installed help nobody

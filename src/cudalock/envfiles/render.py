@@ -19,20 +19,24 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 
 import yaml
-from packaging.utils import canonicalize_name
+from packaging.pylock import Package
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from cudalock.defaults import DEFAULT_PYPI_INDEX, OUTPUT_FORMATS, OutputFormat
 from cudalock.errors import UsageError
 from cudalock.lock import (
     BUILT_AGAINST_TORCH,
+    INSTALL_ROUTING_VARIABLES,
     LAST_FILE,
     LOCK_FILE,
     REQUIREMENTS_FILE,
     UV_SETTINGS_FILE,
     Closure,
 )
+from cudalock.lock.metadata import marker_environment
 from cudalock.model import PackagePin, Plan
 from cudalock.platforms import platform_named
 from cudalock.request import TORCH_FAMILY, Framework
@@ -416,6 +420,7 @@ def render_install_sh(plan: Plan, options: RenderOptions) -> str:
                 for name in (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
             ),
             "steps": "\n\n".join(blocks),
+            "routing_variables": " ".join(INSTALL_ROUTING_VARIABLES),
         },
     )
 
@@ -617,16 +622,10 @@ def _conda_notes(plan: Plan, part: CondaPart) -> list[str]:
 
 def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
     part = conda_part(plan, options.closure)
-    repositories = []
-    if plan.index_url and plan.index_url != options.pypi_index:
-        repositories.append(plan.index_url)
-    if options.pypi_index:
-        repositories.append(options.pypi_index)
+    pip_lines, repositories = _conda_lock_pip(plan, options)
     dependencies = [f"  - {yaml_scalar(dep)}" for dep in part.specs]
     dependencies.append("  - pip:")
-    dependencies += [
-        f"      - {yaml_scalar(pin.requirement)}" for pin in torch_family(plan, options.closure)
-    ]
+    dependencies += [f"      - {yaml_scalar(line)}" for line in pip_lines]
     subdir = platform_named(plan.platform).conda_subdir
     return fill(
         _template("environment.conda-lock.yml.tmpl"),
@@ -642,6 +641,64 @@ def render_conda_lock_yml(plan: Plan, options: RenderOptions) -> str:
             "dependencies": "\n".join(dependencies),
         },
     )
+
+
+def _conda_lock_pip(plan: Plan, options: RenderOptions) -> tuple[list[str], list[str]]:
+    """The pip requirements and repositories of the conda-lock form.
+
+    conda-lock offers every repository for every package, so with a closure the PyTorch index
+    is not a repository at all: each package the closure routes to it is a direct reference
+    to its locked wheel, with its hash (conda-lock takes direct references verbatim), and
+    everything else is pinned to its locked version on the default index: the lock conda-lock
+    makes is pylock.toml's. Without a closure only the torch family is known, and the PyTorch
+    index must be a repository.
+    """
+    closure = options.closure
+    default = [options.pypi_index] if options.pypi_index else []
+    if closure is None:
+        routed = [plan.index_url] if plan.index_url and plan.index_url != options.pypi_index else []
+        return [pin.requirement for pin in torch_family(plan)], routed + default
+    family = {canonicalize_name(pin.name) for pin in closure.family}
+    environment = marker_environment(plan.python.rstrip("t"), plan.platform)
+    lines: list[str] = []
+    fallback = False
+    for package in sorted(closure.lock.packages, key=lambda p: (p.name not in family, p.name)):
+        name = canonicalize_name(package.name)
+        if package.version is None or package.directory is not None or package.vcs is not None:
+            continue  # local frameworks: install.sh installs them
+        if package.marker is not None and not package.marker.evaluate(environment):
+            continue
+        wheel = _target_wheel(package, plan) if name in family else None
+        if wheel is not None:
+            lines.append(f"{name} @ {wheel}")
+        else:
+            fallback = fallback or name in family
+            lines.append(f"{name}=={package.version}")
+    routed = [plan.index_url] if fallback and plan.index_url else []
+    return lines, routed + default
+
+
+def _target_wheel(package: Package, plan: Plan) -> str | None:
+    """``URL#sha256=HASH`` of the package's locked wheel for the plan's Python and platform."""
+    python = plan.python.rstrip("t").replace(".", "")
+    arch = platform_named(plan.platform).wheel_tag_arch
+    for wheel in package.wheels or ():
+        sha256 = wheel.hashes.get("sha256")
+        if not wheel.url or not sha256:
+            continue
+        # PEP 751 makes the name optional (uv leaves it out): the URL's last segment is it.
+        filename = wheel.name or unquote(urlsplit(wheel.url).path.rsplit("/", 1)[-1])
+        try:
+            _, _, _, tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            continue
+        if any(
+            tag.interpreter in (f"cp{python}", "py3", f"py{python[0]}")
+            and (tag.platform == "any" or tag.platform.endswith(arch))
+            for tag in tags
+        ):
+            return f"{wheel.url}#sha256={sha256}"
+    return None
 
 
 def render_constraints_txt(plan: Plan, options: RenderOptions) -> str:

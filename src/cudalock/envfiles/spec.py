@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from cudalock.fsutil import read_bounded
 from cudalock.machine import TargetOptions
 from cudalock.model import Target
 from cudalock.request import Request, RequestOptions, parse_compat
+from cudalock.tomlfile import tomllib
 from cudalock.urls import strip_credentials
 from cudalock.versions import format_cc, format_cuda
 
@@ -113,8 +115,7 @@ def _read_spec_text(path: Path) -> str | None:
 
 def parse_spec(text: str, where: str = SPEC_FILE) -> Spec:
     """Parse spec text; ``where`` names the file in error messages."""
-    document = _parse(text, where)
-    data = document.unwrap()
+    data = _parse(text, where)
     version = data.get("spec_version", SPEC_VERSION)
     if version != SPEC_VERSION:
         raise InputError(
@@ -137,19 +138,25 @@ def parse_spec(text: str, where: str = SPEC_FILE) -> Spec:
     )
 
 
-def _parse(text: str, where: str) -> tomlkit.TOMLDocument:
-    # tomlkit only when there is a cudalock.toml: `cudalock lock` usually reads none.
-    import tomlkit
-    from tomlkit.exceptions import ParseError, TOMLKitError
+#: tomllib's "… (at line L, column C)".
+_TOMLLIB_POSITION_RE = re.compile(r" \(at line (\d{1,9}), column (\d{1,9})\)\Z")
 
+
+def _parse(text: str, where: str) -> dict[str, Any]:
+    """The spec as plain data, read by tomllib: linear in the text, whatever it holds (tomlkit
+    is cubic in the number of dotted keys, and is used only to rewrite a spec read here first)."""
     try:
-        return tomlkit.parse(text)
-    except ParseError as err:
-        # tomlkit's message ends with "at line L col C"; say it the compiler way.
-        message = str(err).rsplit(" at line ", 1)[0]
-        raise InputError(f"{where}:{err.line}:{err.col}: invalid TOML: {message}") from None
-    except TOMLKitError as err:
-        raise InputError(f"{where}: invalid TOML: {err}") from None
+        document: dict[str, Any] = tomllib.loads(text)
+        return document
+    except tomllib.TOMLDecodeError as err:
+        # Said the compiler way: FILE:LINE:COL.
+        found = _TOMLLIB_POSITION_RE.search(str(err))
+        if found is None:
+            raise InputError(f"{where}: invalid TOML: {err}") from None
+        message, (line, column) = str(err)[: found.start()], found.groups()
+        raise InputError(f"{where}:{line}:{column}: invalid TOML: {message}") from None
+    except RecursionError:
+        raise InputError(f"{where}: invalid TOML: nested too deeply") from None
 
 
 class _Table:
@@ -318,7 +325,10 @@ def update_spec_text(existing: str | None, spec: Spec, where: str = SPEC_FILE) -
         document.add(tomlkit.nl())
         document["spec_version"] = SPEC_VERSION
     else:
-        document = _parse(existing, where)
+        # Only a spec cudalock accepts (tomllib, then every key and value checked) reaches
+        # tomlkit, which keeps its comments: what it is slow on never gets that far.
+        parse_spec(existing, where)
+        document = tomlkit.parse(existing)
     for name, values in spec_values(spec).items():
         if name not in document:
             document[name] = tomlkit.table()

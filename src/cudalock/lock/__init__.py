@@ -19,10 +19,11 @@ from cudalock.lock.pylock import (
     UV_SETTINGS_FILE,
     NotOnIndex,
 )
-from cudalock.lock.uv import find_uv
+from cudalock.lock.uv import INSTALL_ROUTING_VARIABLES, find_uv
 
 __all__ = [
     "BUILT_AGAINST_TORCH",
+    "INSTALL_ROUTING_VARIABLES",
     "LAST_FILE",
     "LOCK_FILE",
     "LOCK_FILES",

@@ -12,7 +12,8 @@ nothing changes:
 - a framework is asked for with the extras that declare its torch requirement (transformers'
   ``torch`` extra), read from the metadata of the version uv chose, so uv picks a version
   whose torch requirement accepts the planned torch;
-- with DeepSpeed in the closure, its build backend (setuptools) is locked too, and on a CUDA
+- with DeepSpeed or flash-attn in the closure, what they are built with is locked too
+  (``BUILD_REQUIREMENTS``: DeepSpeed's setuptools, flash-attn's setup.py imports), and on a CUDA
   torch nvidia-ml-py, which DeepSpeed's ``setup.py`` adds to its requirements when it is built
   against a CUDA torch (deepspeedai/DeepSpeed@3855dbb0c245bf82fac3735b7e0b089d5afd618c:
   setup.py, "Only install pynvml on nvidia gpus").
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -38,6 +41,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
+from cudalock.lock.cudabuilt import BuildCheck
+from cudalock.lock.flashattn import flash_attn_note
 from cudalock.lock.frameworks import matching, project_releases, release_metadata
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.metadata import (
@@ -50,11 +55,14 @@ from cudalock.lock.metadata import (
     torch_extras,
 )
 from cudalock.lock.pylock import (
+    BUILD_REQUIREMENTS,
     BUILT_AGAINST_TORCH,
+    COMPILE_SETTINGS,
     LOCAL_INPUT,
     LOCK_FILE,
     LockInput,
     classify_uv_failure,
+    compile_settings,
     input_project,
     input_requirements,
     lock_input,
@@ -67,6 +75,7 @@ from cudalock.lock.pylock import (
 )
 from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
 from cudalock.lock.variant import Reader, VariantIndex, labelled_versions, read_variant_index
+from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import PackagePin, Plan
 from cudalock.request import COMPANIONS, TORCH_FAMILY, Framework, Request, parse_framework
 from cudalock.urls import redact
@@ -74,13 +83,11 @@ from cudalock.urls import redact
 Echo = Callable[[str], None]
 #: Resolutions before the closure must have settled. The first is made with what the
 #: frameworks' metadata predicts (their torch extras, the variant-index packages they require);
-#: another only when uv's answer shows something the prediction missed.
-MAX_ROUNDS = 4
+#: another only when uv's answer shows something the prediction missed, and one or two after
+#: versions built for another CUDA were excluded.
+MAX_ROUNDS = 6
 #: Metadata and index pages read at once.
 CONCURRENCY = 8
-#: Locked with DeepSpeed, which is built without build isolation against the torch: pip then
-#: needs the build backend (setuptools, which has built wheels by itself since 70.1) installed.
-DEEPSPEED_BUILD_TOOLS = ("setuptools",)
 #: Added to DeepSpeed's requirements by its setup.py when it is built against a CUDA torch.
 DEEPSPEED_CUDA_REQUIREMENT = "nvidia-ml-py"
 
@@ -165,14 +172,30 @@ class Closure:
         }
 
 
+#: What makes a directory a Python project uv can build.
+_PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
 def check_framework_paths(frameworks: Sequence[Framework]) -> None:
-    """Every local framework path is a directory (before anything is resolved)."""
+    """Every local framework path (or ``file://`` URL) is a Python project directory, before
+    anything is resolved: ``/etc`` or ``file:///etc/passwd`` is a usage error, not a failed
+    download."""
     for framework in frameworks:
-        if framework.path is not None and not framework.path.is_dir():
+        path = framework.path
+        if path is None and framework.text.lower().startswith("file:"):
+            path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(framework.text).path))
+        if path is None:
+            continue
+        if not path.is_dir():
             raise UsageError(
                 f"--framework {framework.text!r} looks like a local path, but no such "
                 "directory exists; expected a requirement (name==version), a VCS URL "
                 "or a project directory"
+            )
+        if not any((path / name).is_file() for name in _PROJECT_FILES):
+            raise UsageError(
+                f"--framework {framework.text!r} is a directory but not a Python project "
+                f"(no {', '.join(_PROJECT_FILES)} in it)"
             )
 
 
@@ -202,6 +225,7 @@ class _Uv:
         where = directory or self.work
         where.mkdir(parents=True, exist_ok=True)
         (where / "pyproject.toml").write_text(input_project(inp), encoding="utf-8")
+        (where / COMPILE_SETTINGS).write_text(compile_settings(), encoding="utf-8")
         local = input_requirements(inp)
         if local is not None:
             (where / LOCAL_INPUT).write_text(local, encoding="utf-8")
@@ -257,7 +281,9 @@ def _package(uv_data: Mapping[str, Any], name: str) -> Package | None:
 class _Fitter:
     """The state of one closure resolution: what was found and added, round by round."""
 
-    def __init__(self, plan: Plan, request: Request, options: UvOptions, uv: _Uv) -> None:
+    def __init__(
+        self, plan: Plan, request: Request, options: UvOptions, uv: _Uv, matrix: Matrix
+    ) -> None:
         self.plan = plan
         self.request = request
         self.options = options
@@ -287,8 +313,22 @@ class _Fitter:
         self.again: list[str] = []
         self._reader: Reader | None = None
         self._labelled: dict[str, bool] = {}
-        if any(canonicalize_name(p.name) in BUILT_AGAINST_TORCH for p in plan.packages):
-            self.additions += self._deepspeed_needs()
+        #: The closure's packages built against the installed torch (the last resolution's).
+        self.built: list[str] = []
+        #: What the closure's CUDA-built packages were built for; versions that do not fit.
+        self.builds = BuildCheck(
+            plan=plan,
+            matrix=matrix,
+            environment=self.environment,
+            indexes=(),
+            timeout_s=options.timeout_s,
+            retries=options.retries,
+            offline=options.offline,
+            metadata=self.metadata,
+        )
+        # Planned packages built against torch (DeepSpeed): their build tools in the first pass.
+        planned_built = [n for n in BUILT_AGAINST_TORCH if n in self.planned]
+        self.additions += self._build_needs(planned_built)
 
     def input(self) -> LockInput:
         return lock_input(
@@ -299,7 +339,7 @@ class _Fitter:
             allow_insecure=self.options.allow_insecure,
             family=tuple(self.family.values()),
             extras=self.extras,
-            additions=(*self.additions, *self.fitted),
+            additions=(*self.additions, *self.fitted, *self.builds.exclusions),
             variant_packages=tuple(self.routed),
         )
 
@@ -314,11 +354,13 @@ class _Fitter:
             )
         return self._reader
 
-    def _deepspeed_needs(self) -> list[str]:
-        needed = list(DEEPSPEED_BUILD_TOOLS)
-        if self.plan.cuda is not None:
+    def _build_needs(self, built: Sequence[str]) -> list[str]:
+        """What packages built against the installed torch need locked beside them: their
+        build tools, and for DeepSpeed on a CUDA torch nvidia-ml-py."""
+        needed = [tool for name in built for tool in BUILD_REQUIREMENTS.get(name, ())]
+        if "deepspeed" in built and self.plan.cuda is not None:
             needed.append(DEEPSPEED_CUDA_REQUIREMENT)
-        return needed
+        return list(dict.fromkeys(needed))
 
     # ---------------------------------------------------------------------------------------
     # Before the first resolution: what the frameworks' metadata predicts
@@ -549,11 +591,13 @@ class _Fitter:
                     f"torch requirement in {', '.join(wanted)}"
                 )
                 changed = True
-        if any(name in versions for name in BUILT_AGAINST_TORCH):
-            for name in self._deepspeed_needs():
+        built = [name for name in BUILT_AGAINST_TORCH if name in versions]
+        self.built = built
+        if built:
+            for name in self._build_needs(built):
                 if name not in versions and name not in self.additions:
                     self.additions.append(name)
-                    self.again.append(f"DeepSpeed in the closure needs {name}")
+                    self.again.append(f"{name} is needed to build {', '.join(built)}")
                     changed = True
         with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
             unrouted = [n for n in versions if n not in self.routed and n not in TORCH_FAMILY]
@@ -562,6 +606,13 @@ class _Fitter:
                     self.again.append(f"{name} is in the closure and the variant index builds it")
                     changed = True
             changed = self._fit_closure_extras(uv_lock, inp, pool) or changed
+        if not changed:
+            # The closure fits the torch family; now what its CUDA-built packages were built for.
+            self.builds.indexes = inp.indexes
+            packages = [p for p in map(lambda n: _package(uv_lock, n), versions) if p is not None]
+            changed = self.builds.review(packages)
+            if changed:
+                self.again.append("a CUDA-built package's version was built for another CUDA")
         return changed
 
     def _fit_closure_extras(
@@ -679,14 +730,17 @@ class _Fitter:
                     f"accepts torch {torch}: {fit.name} {fit.version}"
                 )
         if self.additions:
-            why = "DeepSpeed is built last, without build isolation, against the installed torch"
+            why = (
+                f"{', '.join(self.built) or 'DeepSpeed'} built last, without build isolation, "
+                "against the installed torch"
+            )
             if DEEPSPEED_CUDA_REQUIREMENT in self.additions:
                 why += (
                     f"; its setup.py adds {DEEPSPEED_CUDA_REQUIREMENT} to its requirements when "
                     "built against a CUDA torch"
                 )
             lines.append(f"{', '.join(self.additions)} locked too: {why}")
-        return lines + self.notes
+        return lines + self.notes + self.builds.notes
 
 
 def resolve_closure(
@@ -696,8 +750,12 @@ def resolve_closure(
     *,
     previous: str | None = None,
     echo: Echo | None = None,
+    matrix: Matrix | None = None,
 ) -> Closure:
     """Resolve the whole closure of ``plan`` and ``request`` with uv, fitted to the torch.
+
+    ``matrix`` (default: the shipped one or ``CUDALOCK_MATRIX``) judges the CUDA its CUDA-built
+    packages were built for against the targets' drivers.
 
     ``previous``: the pylock.toml already there, whose versions uv keeps where the new
     inputs still allow them (unless ``options.upgrade``). Raises :class:`Unsatisfiable`
@@ -714,7 +772,7 @@ def resolve_closure(
             # uv reads an existing output file as preferences: locked versions are kept
             # where the new plan still allows them.
             (work / "closure" / LOCK_FILE).write_text(previous, encoding="utf-8")
-        fitter = _Fitter(plan, request, options, uv)
+        fitter = _Fitter(plan, request, options, uv, matrix or load_matrix())
         fitter.prepare(fitter.input())
         inp = fitter.input()
         routes = ", ".join(f"{', '.join(r.packages)} only from {redact(r.url)}" for r in inp.routes)
@@ -748,6 +806,14 @@ def resolve_closure(
                 key=lambda p: (p.name != "torch", p.name),
             )
         )
+        notes = fitter.explain(fits)
+        flash_attn = locked_versions(lock).get(canonicalize_name("flash-attn"))
+        if flash_attn is not None:
+            notes.append(
+                flash_attn_note(
+                    flash_attn, plan, offline=options.offline, timeout_s=options.timeout_s
+                )
+            )
         return Closure(
             input=inp,
             uv_text=text,
@@ -756,7 +822,7 @@ def resolve_closure(
             family=family,
             frameworks=fits,
             additions=tuple(fitter.additions),
-            notes=tuple(fitter.explain(fits)),
+            notes=tuple(notes),
         )
 
 
@@ -767,6 +833,7 @@ def _changes(fitter: _Fitter) -> str:
     ]
     parts += fitter.additions
     parts += fitter.fitted
+    parts += fitter.builds.exclusions
     parts += [f"{name} from the variant index" for name in fitter.routed]
     return ", ".join(parts) or "nothing new"
 
@@ -777,7 +844,11 @@ def _changes(fitter: _Fitter) -> str:
 
 def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockError:
     """The framework whose newest matching release needs another torch, by name; else uv's own
-    explanation."""
+    explanation. Versions excluded for the CUDA they were built for come first: without them
+    uv had a solution."""
+    refusal = fitter.builds.refusal()
+    if refusal is not None:
+        return Unsatisfiable(refusal[0], hint=refusal[1])
     problems: list[str] = []
     hints: list[str] = []
     for index, (text, requirement) in enumerate(fitter.requirement_frameworks()):

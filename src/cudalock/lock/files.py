@@ -37,6 +37,7 @@ from cudalock.lock.pylock import (
     uv_settings,
     validate_lock,
 )
+from cudalock.matrix import Matrix
 from cudalock.model import Plan
 from cudalock.request import Request
 
@@ -101,6 +102,7 @@ def make_lock(
     options: UvOptions | None = None,
     force: bool = False,
     echo: Echo | None = None,
+    matrix: Matrix | None = None,
 ) -> LockResult:
     """Resolve the closure of ``plan`` with uv and write the lock files into ``output_dir``.
 
@@ -119,7 +121,9 @@ def make_lock(
         except InputError:
             previous = None
     try:
-        closure = resolve_closure(plan, request, options, previous=previous, echo=say)
+        closure = resolve_closure(
+            plan, request, options, previous=previous, echo=say, matrix=matrix
+        )
         texts = lock_texts(closure, plan, request)
     except CudalockError as err:
         raise _untouched(err) from None

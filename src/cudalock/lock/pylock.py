@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.pylock import Package, Pylock, PylockValidationError
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from cudalock.defaults import DEFAULT_PYPI_INDEX
@@ -62,9 +62,26 @@ LAST_FILE = "requirements.last.txt"
 #: The settings with which ``uv pip sync`` / ``uv pip install`` install ``pylock.toml``.
 UV_SETTINGS_FILE = "uv-install.toml"
 LOCK_FILES = (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
-#: Packages that record the torch they were built against (DeepSpeed's
-#: ``git_version_info_installed.py``); built in isolation they record none (torch "0.0").
-BUILT_AGAINST_TORCH = ("deepspeed",)
+#: Packages built against the installed torch, so installed after it without build isolation:
+#: DeepSpeed records the torch it was built against (``git_version_info_installed.py``; built in
+#: isolation it records none, torch "0.0"); flash-attn's setup.py imports torch, and takes the
+#: prebuilt wheel for that torch, CUDA, Python and C++ ABI or compiles against it.
+BUILT_AGAINST_TORCH = ("deepspeed", "flash-attn")
+#: What each is built with besides torch, locked with it (pip builds without isolation from
+#: what is installed). DeepSpeed: its build backend (setuptools builds wheels by itself since
+#: 70.1). flash-attn: what its setup.py imports (setuptools, packaging, wheel.bdist_wheel, psutil
+#: for its job count) and its setup_requires (packaging, psutil, ninja), per
+#: Dao-AILab/flash-attention@ea6443c73202667d8dae67e7ba418f2e1ac5c647:setup.py.
+BUILD_REQUIREMENTS: dict[str, tuple[str, ...]] = {
+    "deepspeed": ("setuptools",),
+    "flash-attn": ("setuptools", "wheel", "packaging", "psutil", "ninja"),
+}
+#: Core metadata uv is given for sdists whose metadata cannot be prepared without torch in the
+#: build environment (their setup.py imports torch first): flash-attn's install_requires, same
+#: source. Given, uv resolves them without building them.
+STATIC_METADATA: dict[str, tuple[str, ...]] = {"flash-attn": ("torch", "einops")}
+#: The uv settings file ``uv pip compile`` reads (the static metadata above).
+COMPILE_SETTINGS = "uv-compile.toml"
 #: The uv input file for frameworks given as a local path or a URL without a name.
 LOCAL_INPUT = "requirements.in"
 #: How each installer installs the lock (the header of pylock.toml and docs/commands.md).
@@ -119,6 +136,18 @@ def target_glibc(targets: Sequence[Target]) -> str | None:
         if re.fullmatch(r"\d{1,4}(\.\d{1,4})+", glibc):
             known.append(tuple(int(part) for part in glibc.split(".")))
     return ".".join(str(part) for part in min(known)) if known else None
+
+
+def _narrowed(text: str, name: str, addition: Requirement) -> str:
+    """``text`` with ``addition``'s specifier added when it names ``name`` by version."""
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        return text  # a local path: not narrowed by version
+    if canonicalize_name(requirement.name) != name or requirement.url:
+        return text
+    requirement.specifier &= addition.specifier
+    return str(requirement)
 
 
 def environment_marker(platform: str) -> str:
@@ -249,20 +278,25 @@ def lock_input(
         requirements.append(str(requirement))
         pinned.add(name)
     for text in additions:
-        if canonicalize_name(Requirement(text).name) not in pinned:
+        addition = Requirement(text)
+        name = canonicalize_name(addition.name)
+        if name not in pinned:
             requirements.append(text)
-            pinned.add(canonicalize_name(Requirement(text).name))
+            pinned.add(name)
+        elif addition.specifier:
+            # A version excluded for the CUDA it was built for narrows what was asked for.
+            requirements[:] = [_narrowed(r, name, addition) for r in requirements]
     if variant_packages and plan.index_url:
         url = validate_index_url(
             plan.index_url, flag="--pytorch-index", allow_insecure=allow_insecure
         )
-        for name in map(canonicalize_name, variant_packages):
-            if name not in pinned:
-                requirements.append(name)
-                pinned.add(name)
+        for variant_name in map(canonicalize_name, variant_packages):
+            if variant_name not in pinned:
+                requirements.append(variant_name)
+                pinned.add(variant_name)
             names = routed.setdefault(url, [])
-            if name not in names and url != default_index:
-                names.append(name)
+            if variant_name not in names and url != default_index:
+                names.append(variant_name)
     taken: set[str] = set()
     routes = tuple(
         IndexRoute(name=_index_name(url, taken), url=url, packages=tuple(names))
@@ -289,6 +323,17 @@ def input_project(inp: LockInput) -> str:
     if sources:
         doc["tool"] = {"uv": {"sources": sources, "index": indexes}}
     return dumps(doc, comments=("Input for uv, written by cudalock lock; not a real project.",))
+
+
+def compile_settings() -> str:
+    """``uv-compile.toml``: the static metadata of the sdists uv cannot prepare without torch."""
+    doc = {
+        "dependency-metadata": [
+            {"name": name, "requires-dist": list(requires)}
+            for name, requires in STATIC_METADATA.items()
+        ]
+    }
+    return dumps(doc, comments=("Settings for uv, written by cudalock lock.",))
 
 
 def input_requirements(inp: LockInput) -> str | None:
@@ -325,6 +370,8 @@ def uv_compile_args(
         "--python-platform",
         inp.python_platform,
         "--no-config",
+        "--config-file",
+        COMPILE_SETTINGS,
         "--no-header",
         "--no-python-downloads",
     ]
@@ -656,7 +703,17 @@ def uv_settings(lock: Pylock, *, default_index: str, cudalock_version: str) -> s
     versions = locked_versions(lock)
     built = [name for name in BUILT_AGAINST_TORCH if name in versions]
     if built and "torch" in versions:
-        doc["extra-build-dependencies"] = {name: [f"torch=={versions['torch']}"] for name in built}
+        doc["extra-build-dependencies"] = {
+            name: [
+                f"torch=={versions['torch']}",
+                *(
+                    f"{tool}=={versions[tool]}"
+                    for tool in BUILD_REQUIREMENTS.get(name, ())
+                    if tool in versions and tool != "setuptools"
+                ),
+            ]
+            for name in built
+        }
     default, *others = lock_indexes(lock, default_index)
     taken: set[str] = set()
     indexes: list[dict[str, Any]] = [

@@ -22,9 +22,10 @@ INSTALL_HINT = "reinstall cudalock (it depends on uv), or: pip install uv"
 #: How long one uv run may take in all; the network limits are uv's own (--timeout, --retries).
 RUN_TIMEOUT_S = 30 * 60
 
-#: Environment variables that would let the user's uv settings re-route indexes behind
-#: cudalock's back; cudalock chooses the indexes itself (mirrors go through its own flags).
-_UV_ROUTING_VARIABLES = (
+#: Environment variables by which the user's uv and pip settings would add package sources or
+#: requirements behind cudalock's back, at lock time or at install time (install.sh unsets them);
+#: cudalock chooses the indexes itself (mirrors go through its own flags).
+INSTALL_ROUTING_VARIABLES = (
     "UV_INDEX",
     "UV_INDEX_URL",
     "UV_DEFAULT_INDEX",
@@ -33,13 +34,20 @@ _UV_ROUTING_VARIABLES = (
     "UV_INDEX_STRATEGY",
     "UV_NO_INDEX",
     "UV_CONSTRAINT",
+    "UV_BUILD_CONSTRAINT",
     "UV_OVERRIDE",
     "UV_EXCLUDE",
     "UV_TORCH_BACKEND",
     "UV_CONFIG_FILE",
-    "UV_PYTHON",
-    "UV_OFFLINE",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_NO_INDEX",
+    "PIP_CONSTRAINT",
+    "PIP_REQUIREMENT",
 )
+#: At lock time also the Python and offline mode, which cudalock sets itself.
+_UV_ROUTING_VARIABLES = (*INSTALL_ROUTING_VARIABLES, "UV_PYTHON", "UV_OFFLINE")
 
 
 def find_uv() -> str:

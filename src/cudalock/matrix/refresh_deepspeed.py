@@ -33,6 +33,9 @@ from cudalock.urls import strip_credentials
 
 #: The largest member read from an sdist (PKG-INFO, builder.py are a few tens of KiB).
 _MAX_MEMBER = 4 * 1024 * 1024
+#: A DeepSpeed sdist holds about a thousand files and 10 MiB; far more is not one.
+MAX_SDIST_MEMBERS = 10_000
+MAX_SDIST_BYTES = 256 * 2**20
 
 
 @dataclass
@@ -166,20 +169,30 @@ def read_sdist(data: bytes) -> SdistFacts:
 
 
 def _read_members(archive: tarfile.TarFile) -> SdistFacts:
-    members = [m for m in archive.getmembers() if m.isfile() and m.size <= _MAX_MEMBER]
-    # The shallowest: the sdist's own PKG-INFO, not an egg-info copy.
-    pkg_info = min(
-        (m for m in members if m.name.endswith("/PKG-INFO")),
-        key=lambda m: m.name.count("/"),
-        default=None,
-    )
-    builder = min(
-        (m for m in members if m.name.endswith("/op_builder/builder.py")),
-        key=lambda m: m.name.count("/"),
-        default=None,
-    )
-    torch = torch_requirement(_text(archive, pkg_info)) if pkg_info is not None else None
-    rule = cuda_rule(_text(archive, builder)) if builder is not None else None
+    """Member by member, within :data:`MAX_SDIST_MEMBERS` members and
+    :data:`MAX_SDIST_BYTES` of content: a tar of millions of empty headers, or of members that
+    claim gigabytes, is given up on, never listed whole."""
+    # The shallowest of each: the sdist's own PKG-INFO, not an egg-info copy.
+    pkg_info: tuple[int, str] | None = None
+    builder: tuple[int, str] | None = None
+    content = 0
+    for count, member in enumerate(archive, start=1):
+        # tarfile keeps every member it has read; nothing here needs them again.
+        archive.members.clear()  # type: ignore[attr-defined]
+        content += max(0, member.size)
+        if count > MAX_SDIST_MEMBERS or content > MAX_SDIST_BYTES:
+            raise tarfile.TarError("past the member budget")
+        if not member.isfile() or member.size > _MAX_MEMBER:
+            continue
+        depth = member.name.count("/")
+        if member.name.endswith("/PKG-INFO") and (pkg_info is None or depth < pkg_info[0]):
+            pkg_info = (depth, _text(archive, member))
+        elif member.name.endswith("/op_builder/builder.py") and (
+            builder is None or depth < builder[0]
+        ):
+            builder = (depth, _text(archive, member))
+    torch = torch_requirement(pkg_info[1]) if pkg_info is not None else None
+    rule = cuda_rule(builder[1]) if builder is not None else None
     return SdistFacts(torch, rule)
 
 
@@ -192,7 +205,8 @@ def cuda_rule(source: str) -> dict[int, list[str]] | None:
     """``cuda_minor_mismatch_ok = {11: ["11.0", ...], ...}`` from builder.py, parsed as data."""
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # Not Python, a NUL byte, or nested past the parser's stack: no rule read from it.
         return None
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
@@ -200,7 +214,7 @@ def cuda_rule(source: str) -> dict[int, list[str]] | None:
         ):
             try:
                 value = ast.literal_eval(node.value)
-            except ValueError:
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
                 return None
             if isinstance(value, dict) and all(
                 isinstance(k, int) and isinstance(v, list) and all(isinstance(s, str) for s in v)

@@ -1,0 +1,312 @@
+"""The closure's CUDA-built packages (vllm, xformers, ...), read from the wheels uv locked.
+
+A package counts as built against torch or CUDA when its wheel is platform-specific and its
+metadata requires torch or an NVIDIA ``-cuNN`` library. Its wheel is then read by range
+requests, only as far as needed: ``*/cpp_lib.json``, else the DT_NEEDED of its smallest
+extensions (``libcudart.so.12``), else its ``nvidia-*-cuNN`` requirements; a PyTorch-index
+build says its CUDA in its label. What the wheel cannot say, the matrix's ``cuda_builds.toml``
+may (an offline lock reads no wheel).
+
+:class:`BuildCheck` is the per-package check the closure runs on every resolution: a version
+built for a CUDA this torch or the target's driver cannot run is excluded and uv resolves again,
+so another version is chosen or the lock is refused naming the cause.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+import zipfile
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.pylock import Package
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from cudalock.errors import CudalockError, EnvironmentFailure, InputError
+from cudalock.fsutil import read_bounded, write_atomic
+from cudalock.lock.metadata import Metadata, fetch_metadata
+from cudalock.lock.wheelzip import MemberReader, open_wheel
+from cudalock.matrix import Matrix
+from cudalock.matrix.load import matrix_cache_dir
+from cudalock.model import Plan
+from cudalock.request import TORCH_FAMILY
+from cudalock.resolve.cudabuilt import (
+    BuiltFor,
+    first_known,
+    from_cpp_lib,
+    from_label,
+    from_matrix,
+    from_needed,
+    from_requirements,
+    mismatch,
+)
+from cudalock.sharedlibs import NotElf, needed_libraries
+
+#: Extensions read per wheel, smallest first: one that needs a CUDA library settles it.
+MAX_EXTENSIONS = 4
+#: An extension is decompressed only up to its dynamic section, at most this far.
+EXTENSION_LIMIT = 128 * 2**20
+#: Wheels read at the same time.
+PARALLEL_READS = 8
+
+
+def _applies(requirement: Requirement, environment: Mapping[str, str]) -> bool:
+    return requirement.marker is None or requirement.marker.evaluate({**environment, "extra": ""})
+
+
+def built_against_torch_or_cuda(metadata: Metadata, environment: Mapping[str, str]) -> bool:
+    """Whether the package requires torch or an NVIDIA CUDA library (outside its extras)."""
+    for line in metadata.requires_dist:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(requirement.name)
+        cuda_library = name.startswith("nvidia-") and name.rsplit("-", 1)[-1].startswith("cu")
+        if (name == "torch" or cuda_library) and _applies(requirement, environment):
+            return True
+    return False
+
+
+def _binary_wheel(package: Package) -> tuple[str, str | None] | None:
+    """(URL, sha256) of a platform-specific wheel of ``package`` (None: pure Python, or an
+    sdist only)."""
+    for wheel in package.wheels or ():
+        if not wheel.url:
+            continue
+        filename = wheel.name or urllib.parse.unquote(wheel.url.rsplit("/", 1)[-1].split("#")[0])
+        try:
+            tags = parse_wheel_filename(filename)[3]
+        except ValueError:
+            continue
+        if any(tag.platform != "any" for tag in tags):
+            return wheel.url, wheel.hashes.get("sha256")
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# What a wheel said, kept by its sha256: a file on an index never changes, so a second lock
+# reads no wheel again (and an offline lock reads what an earlier one read).
+
+
+def _cache_file(sha256: str | None) -> Path | None:
+    if not sha256 or not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        return None
+    return matrix_cache_dir() / "cuda-builds" / f"{sha256}.json"
+
+
+def _cache_read(sha256: str | None) -> tuple[bool, BuiltFor | None]:
+    """(known, what it said): known False when this wheel was never read."""
+    path = _cache_file(sha256)
+    if path is None:
+        return False, None
+    try:
+        document = json.loads(read_bounded(path, limit=64 * 2**10, what="cache file"))
+    except (InputError, OSError, ValueError):
+        return False, None
+    if document is None:
+        return True, None
+    try:
+        return True, BuiltFor(
+            package=str(document["package"]),
+            version=str(document["version"]),
+            cuda=str(document["cuda"]),
+            torch=document["torch"] if isinstance(document["torch"], str) else None,
+            evidence=str(document["evidence"]),
+        )
+    except (KeyError, TypeError):
+        return False, None
+
+
+def _cache_write(sha256: str | None, built: BuiltFor | None) -> None:
+    path = _cache_file(sha256)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(built.to_json() if built else None))
+    except (OSError, CudalockError):
+        pass  # a read-only home only costs reading the wheel again
+
+
+def read_wheel_build(
+    package: Package,
+    metadata: Metadata,
+    url: str,
+    *,
+    indexes: Sequence[str],
+    timeout_s: float,
+    retries: int,
+) -> BuiltFor | None:
+    """What the wheel at ``url`` says it was built for, reading as little of it as it can."""
+    name, version = str(package.name), str(package.version)
+    archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
+    with archive:
+        infos = archive.infolist()
+        for info in infos:
+            if info.filename.count("/") == 1 and info.filename.endswith("/cpp_lib.json"):
+                text = archive.read(info).decode("utf-8", "replace")
+                found = from_cpp_lib(name, version, text, info.filename)
+                if found is not None:
+                    return found
+        extensions = sorted(
+            (
+                i
+                for i in infos
+                if i.filename.endswith(".so") or ".so." in i.filename.rsplit("/", 1)[-1]
+            ),
+            key=lambda i: (i.file_size, i.filename),
+        )
+        needed = []
+        for info in extensions[:MAX_EXTENSIONS]:
+            reader = MemberReader(archive, info.filename, EXTENSION_LIMIT)
+            try:
+                needed.append((info.filename, needed_libraries(reader)))
+            except (NotElf, EnvironmentFailure, zipfile.BadZipFile):
+                continue
+            finally:
+                reader.close()
+            found = from_needed(name, version, needed[-1:])
+            if found is not None:
+                return found
+    return from_requirements(name, version, metadata.requires_dist)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A locked version excluded for the CUDA it was built for."""
+
+    built: BuiltFor
+    problem: str
+
+
+@dataclass
+class BuildCheck:
+    """The CUDA check of one closure: what each locked version was built for, and what was
+    excluded (``name!=version`` requirements for uv)."""
+
+    plan: Plan
+    matrix: Matrix
+    environment: Mapping[str, str]
+    indexes: Sequence[str]
+    timeout_s: float
+    retries: int
+    offline: bool
+    #: Reads each framework's metadata once with the closure (shared cache).
+    metadata: dict[tuple[str, str], Metadata | None]
+    builds: dict[tuple[str, str], BuiltFor | None] = field(default_factory=dict)
+    rejected: dict[str, list[Rejected]] = field(default_factory=dict)
+    #: What the check read, in words (with the closure's notes).
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exclusions(self) -> tuple[str, ...]:
+        return tuple(
+            f"{name}{','.join(f'!={r.built.version}' for r in rejected)}"
+            for name, rejected in self.rejected.items()
+        )
+
+    def _built_for(self, package: Package) -> BuiltFor | None:
+        name, version = str(canonicalize_name(package.name)), str(package.version)
+        labelled = from_label(name, version)
+        if labelled is not None:
+            return labelled
+        wheel = _binary_wheel(package)
+        if wheel is None:
+            return None
+        url, sha256 = wheel
+        recorded = from_matrix(self.matrix, name, version)
+        known, cached = _cache_read(sha256)
+        if known:
+            return first_known((cached, recorded))
+        if self.offline:
+            return recorded
+        read = self._read(package, url)
+        _cache_write(sha256, read)
+        return first_known((read, recorded))
+
+    def _read(self, package: Package, url: str) -> BuiltFor | None:
+        name, version = str(canonicalize_name(package.name)), str(package.version)
+        metadata = self.metadata.get((name, version))
+        if metadata is None:
+            metadata = fetch_metadata(
+                package, indexes=self.indexes, timeout_s=self.timeout_s, retries=self.retries
+            )
+            self.metadata[(name, version)] = metadata
+        if metadata is None or not built_against_torch_or_cuda(metadata, self.environment):
+            return None
+        return read_wheel_build(
+            package,
+            metadata,
+            url,
+            indexes=self.indexes,
+            timeout_s=self.timeout_s,
+            retries=self.retries,
+        )
+
+    def review(self, packages: Sequence[Package]) -> bool:
+        """Check every locked package; True when a version was excluded (resolve again)."""
+        todo = [
+            p
+            for p in packages
+            if canonicalize_name(p.name) not in TORCH_FAMILY
+            and not canonicalize_name(p.name).startswith("nvidia-")
+            and p.version is not None
+            and (str(canonicalize_name(p.name)), str(p.version)) not in self.builds
+        ]
+        with ThreadPoolExecutor(max_workers=PARALLEL_READS) as pool:
+            for package, built in zip(todo, pool.map(self._built_for, todo), strict=True):
+                self.builds[(str(canonicalize_name(package.name)), str(package.version))] = built
+        torch = self.plan.torch_pin.version
+        torch_cuda = self.plan.cuda
+        changed = False
+        for package in packages:
+            built = self.builds.get((str(canonicalize_name(package.name)), str(package.version)))
+            if built is None:
+                continue
+            problem = mismatch(
+                built,
+                torch_version=torch,
+                torch_cuda=torch_cuda,
+                matrix=self.matrix,
+                targets=self.plan.targets,
+                compat=self.plan.compat,
+            )
+            if problem is None:
+                continue
+            rejected = self.rejected.setdefault(built.package, [])
+            if all(r.built.version != built.version for r in rejected):
+                rejected.append(Rejected(built, problem))
+                self.notes.append(f"{problem} ({built.evidence}); another version is chosen")
+                changed = True
+        return changed
+
+    def refusal(self) -> tuple[str, str] | None:
+        """(problem, hint) for a closure that could not be resolved once versions were
+        excluded; None when none were."""
+        if not self.rejected:
+            return None
+        problems = []
+        hints = []
+        for name, rejected in self.rejected.items():
+            versions = ", ".join(r.built.version for r in rejected)
+            problems.append(
+                f"{rejected[0].problem}, and no other {name} release fits the plan "
+                f"(excluded: {versions})"
+            )
+            hint = f"drop {name}"
+            cuda = rejected[0].built.cuda_version
+            if cuda is not None and self.plan.targets:
+                driver = self.matrix.min_driver_for_cuda(cuda, self.plan.targets[0].platform)
+                if driver is not None:
+                    hint += (
+                        f", or run it on a driver ≥ {driver}, which runs its CUDA "
+                        f"{rejected[0].built.cuda} build"
+                    )
+            hints.append(hint)
+        return "; ".join(problems), "; ".join(hints)
