@@ -29,7 +29,12 @@ from pathlib import Path
 
 from cudalock import procs
 from cudalock.audit import audit_live
-from cudalock.audit.inspection import python_for_prefix, start_inspection
+from cudalock.audit.inspection import (
+    clean_directory,
+    isolated_argv,
+    python_for_prefix,
+    start_inspection,
+)
 from cudalock.defaults import OUTPUT_FORMATS, SPEC_FILE, OutputFormat
 from cudalock.envfiles.conda import (
     Client,
@@ -482,11 +487,13 @@ def _uv_or_none() -> str | None:
 
 def _python_version(python: Path) -> str:
     try:
-        result = procs.run(
-            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            what=f"{python} (asked for its version)",
-            timeout=60,
-        )
+        with clean_directory() as empty:
+            result = procs.run(
+                isolated_argv(python, "import sys; print('%d.%d' % sys.version_info[:2])"),
+                what=f"{python} (asked for its version)",
+                timeout=60,
+                cwd=Path(empty),
+            )
     except OSError as err:
         raise EnvironmentFailure(f"cannot run {python}: {err.strerror or err}") from None
     return result.stdout_text().strip()
