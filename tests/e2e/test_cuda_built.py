@@ -63,7 +63,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
         yield server
 
 
-def args(index: IndexServer, driver: str) -> list[str]:
+def args(index: IndexServer, driver: str, framework: str = "xformers") -> list[str]:
     pytorch, pypi = index
     return [
         "--driver-version",
@@ -75,7 +75,7 @@ def args(index: IndexServer, driver: str) -> list[str]:
         "--python",
         PY,
         "--framework",
-        "xformers",
+        framework,
         "--pytorch-index",
         pytorch,
         "--pypi-index",
@@ -135,3 +135,78 @@ def test_on_a_cuda_12_1_driver_the_cuda_12_1_xformers_is_locked(
     again = cudalock("lock", "-o", str(out), *args(index, "530.30.02"), env=env, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert [r for r in index.requests[asked:] if r[1] == wheel] == []
+
+
+# --------------------------------------------------------------------------------------------
+# flash-attn: an sdist whose setup.py imports torch, built last against the installed torch
+
+FLASH_ATTN = StandIn(
+    "flash-attn",
+    "2.8.3",
+    kind="sdist",
+    files={
+        # As flash-attn's setup.py: torch first (no torch, no build), then the metadata.
+        "setup.py": (
+            "import os\nimport torch\n"
+            "if os.environ.get('STANDIN_BACKEND_HOOK') == 'build_wheel':\n"
+            "    with open('flash_attn/built_against.txt', 'w') as out:\n"
+            "        out.write(torch.__version__)\n"
+            "requires_dist = ['torch', 'einops']\n"
+        ),
+        "flash_attn/__init__.py": "__version__ = '2.8.3'\n",
+    },
+)
+#: What flash-attn's setup.py imports, locked with it (real versions from PyPI).
+BUILD_TOOLS = [
+    StandIn("setuptools", "80.9.0"),
+    StandIn("wheel", "0.45.1"),
+    StandIn("packaging", "25.0"),
+    StandIn("psutil", "7.0.0"),
+    StandIn("ninja", "1.11.1.4"),
+    StandIn("einops", "0.8.1"),
+]
+
+
+@pytest.fixture(scope="module")
+def flash_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    with serve_indexes(
+        tmp_path_factory.mktemp("flash-index"),
+        pytorch=pytorch_index(),
+        pypi=[FLASH_ATTN, *BUILD_TOOLS],
+    ) as server:
+        yield server
+
+
+def test_flash_attn_is_planned_last_and_built_against_the_installed_torch(
+    flash_index: IndexServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "env"
+    env = offline_env() | {
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        # Its releases, stood in by the local index: no prebuilt wheel is published there.
+        "CUDALOCK_FLASH_ATTN_RELEASES": f"{flash_index.base_url}/releases",
+    }
+    done = cudalock(
+        "bootstrap",
+        "-o",
+        str(out),
+        "--format",
+        "venv",
+        *args(flash_index, "530.30.02", "flash-attn"),
+        "--create",
+        env=env,
+        timeout=600,
+    )
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text
+    last = (out / "requirements.last.txt").read_text()
+    assert "flash-attn==2.8.3" in last
+    assert "flash-attn" not in (out / "requirements.lock.txt").read_text()
+    assert "flash-attn 2.8.3 is built last against torch 2.5.1+cu121" in text
+    assert (
+        "publishes no flash_attn-2.8.3+cu12torch2.5cxx11abiTRUE-"
+        f"{CP}-{CP}-linux_x86_64.whl nor flash_attn-2.8.3+cu12torch2.5cxx11abiFALSE-" in text
+    )
+    assert "it compiles from source: that needs an nvcc of CUDA 12.1 (CUDA_HOME)" in text
+    site = next((out / ".venv").glob("lib/python3*/site-packages"))
+    assert (site / "flash_attn" / "built_against.txt").read_text() == "2.5.1+cu121"

@@ -1603,9 +1603,9 @@ _NVIDIA_LIBRARIES = (
 
 
 def _undefined_symbol(context: _Context, message: ReportedMessage) -> Finding:
-    library = message.get("library") or "?"
+    library = message.get("library") or ""
     symbol = message.get("symbol") or "?"
-    name = library.rsplit("/", 1)[-1]
+    name = library.rsplit("/", 1)[-1] or "a compiled extension"
     evidence = [_pasted(message)]
     if symbol.lower().startswith("nccl"):
         return _nccl_finding(context, evidence, f"{name} needs {symbol}")
@@ -1628,8 +1628,9 @@ def _undefined_symbol(context: _Context, message: ReportedMessage) -> Finding:
         return _finding(
             "extension-abi-mismatch",
             "error",
-            f"the compiled extension {name} was built against another torch than "
-            f"{installed}: it misses {symbol}",
+            f"{'the compiled extension ' + name if library else 'a compiled extension'} was "
+            f"built against another torch than {installed}: it misses {symbol} (the error "
+            "names the library that failed; rebuild its package against the installed torch)",
             evidence,
             ["# rebuild the package that ships it against the installed torch"],
         )

@@ -12,7 +12,8 @@ nothing changes:
 - a framework is asked for with the extras that declare its torch requirement (transformers'
   ``torch`` extra), read from the metadata of the version uv chose, so uv picks a version
   whose torch requirement accepts the planned torch;
-- with DeepSpeed in the closure, its build backend (setuptools) is locked too, and on a CUDA
+- with DeepSpeed or flash-attn in the closure, what they are built with is locked too
+  (``BUILD_REQUIREMENTS``: DeepSpeed's setuptools, flash-attn's setup.py imports), and on a CUDA
   torch nvidia-ml-py, which DeepSpeed's ``setup.py`` adds to its requirements when it is built
   against a CUDA torch (deepspeedai/DeepSpeed@3855dbb0c245bf82fac3735b7e0b089d5afd618c:
   setup.py, "Only install pynvml on nvidia gpus").
@@ -41,6 +42,7 @@ from packaging.utils import canonicalize_name
 
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.lock.cudabuilt import BuildCheck
+from cudalock.lock.flashattn import flash_attn_note
 from cudalock.lock.metadata import (
     Metadata,
     family_requirements,
@@ -49,11 +51,14 @@ from cudalock.lock.metadata import (
     torch_extras,
 )
 from cudalock.lock.pylock import (
+    BUILD_REQUIREMENTS,
     BUILT_AGAINST_TORCH,
+    COMPILE_SETTINGS,
     LOCAL_INPUT,
     LOCK_FILE,
     LockInput,
     classify_uv_failure,
+    compile_settings,
     input_project,
     input_requirements,
     lock_input,
@@ -75,9 +80,6 @@ Echo = Callable[[str], None]
 #: family routed and the extras asked for, one more if those brought in new family members, and
 #: one or two after versions built for another CUDA were excluded.
 MAX_ROUNDS = 6
-#: Locked with DeepSpeed, which is built without build isolation against the torch: pip then
-#: needs the build backend (setuptools, which has built wheels by itself since 70.1) installed.
-DEEPSPEED_BUILD_TOOLS = ("setuptools",)
 #: Added to DeepSpeed's requirements by its setup.py when it is built against a CUDA torch.
 DEEPSPEED_CUDA_REQUIREMENT = "nvidia-ml-py"
 
@@ -215,6 +217,7 @@ class _Uv:
         where = directory or self.work
         where.mkdir(parents=True, exist_ok=True)
         (where / "pyproject.toml").write_text(input_project(inp), encoding="utf-8")
+        (where / COMPILE_SETTINGS).write_text(compile_settings(), encoding="utf-8")
         local = input_requirements(inp)
         if local is not None:
             (where / LOCAL_INPUT).write_text(local, encoding="utf-8")
@@ -300,6 +303,8 @@ class _Fitter:
         self.notes: list[str] = []
         self.metadata: dict[tuple[str, str], Metadata | None] = {}
         self.glibc = target_glibc(plan.targets)
+        #: The closure's packages built against the installed torch (the last resolution's).
+        self.built: list[str] = []
         #: What the closure's CUDA-built packages were built for; versions that do not fit.
         self.builds = BuildCheck(
             plan=plan,
@@ -395,11 +400,13 @@ class _Fitter:
             if wanted:
                 self.extras[text] = (*self.extras.get(text, ()), *wanted)
                 changed = True
-        if any(name in versions for name in BUILT_AGAINST_TORCH):
-            needed = list(DEEPSPEED_BUILD_TOOLS)
-            if self.plan.cuda is not None:
+        built = [name for name in BUILT_AGAINST_TORCH if name in versions]
+        self.built = built
+        if built:
+            needed = [tool for name in built for tool in BUILD_REQUIREMENTS.get(name, ())]
+            if "deepspeed" in built and self.plan.cuda is not None:
                 needed.append(DEEPSPEED_CUDA_REQUIREMENT)
-            for name in needed:
+            for name in dict.fromkeys(needed):
                 if name not in versions and name not in self.additions:
                     self.additions.append(name)
                     changed = True
@@ -463,7 +470,10 @@ class _Fitter:
                     f"accepts torch {torch}: {fit.name} {fit.version}"
                 )
         if self.additions:
-            why = "DeepSpeed is built last, without build isolation, against the installed torch"
+            why = (
+                f"{', '.join(self.built) or 'DeepSpeed'} built last, without build isolation, "
+                "against the installed torch"
+            )
             if DEEPSPEED_CUDA_REQUIREMENT in self.additions:
                 why += (
                     f"; its setup.py adds {DEEPSPEED_CUDA_REQUIREMENT} to its requirements when "
@@ -531,6 +541,14 @@ def resolve_closure(
                 key=lambda p: (p.name != "torch", p.name),
             )
         )
+        notes = fitter.explain(fits)
+        flash_attn = locked_versions(lock).get(canonicalize_name("flash-attn"))
+        if flash_attn is not None:
+            notes.append(
+                flash_attn_note(
+                    flash_attn, plan, offline=options.offline, timeout_s=options.timeout_s
+                )
+            )
         return Closure(
             input=inp,
             uv_text=text,
@@ -539,7 +557,7 @@ def resolve_closure(
             family=family,
             frameworks=fits,
             additions=tuple(fitter.additions),
-            notes=tuple(fitter.explain(fits)),
+            notes=tuple(notes),
         )
 
 

@@ -62,9 +62,26 @@ LAST_FILE = "requirements.last.txt"
 #: The settings with which ``uv pip sync`` / ``uv pip install`` install ``pylock.toml``.
 UV_SETTINGS_FILE = "uv-install.toml"
 LOCK_FILES = (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
-#: Packages that record the torch they were built against (DeepSpeed's
-#: ``git_version_info_installed.py``); built in isolation they record none (torch "0.0").
-BUILT_AGAINST_TORCH = ("deepspeed",)
+#: Packages built against the installed torch, so installed after it without build isolation:
+#: DeepSpeed records the torch it was built against (``git_version_info_installed.py``; built in
+#: isolation it records none, torch "0.0"); flash-attn's setup.py imports torch, and takes the
+#: prebuilt wheel for that torch, CUDA, Python and C++ ABI or compiles against it.
+BUILT_AGAINST_TORCH = ("deepspeed", "flash-attn")
+#: What each is built with besides torch, locked with it (pip builds without isolation from
+#: what is installed). DeepSpeed: its build backend (setuptools builds wheels by itself since
+#: 70.1). flash-attn: what its setup.py imports (setuptools, packaging, wheel.bdist_wheel, psutil
+#: for its job count) and its setup_requires (packaging, psutil, ninja), per
+#: Dao-AILab/flash-attention@ea6443c73202667d8dae67e7ba418f2e1ac5c647:setup.py.
+BUILD_REQUIREMENTS: dict[str, tuple[str, ...]] = {
+    "deepspeed": ("setuptools",),
+    "flash-attn": ("setuptools", "wheel", "packaging", "psutil", "ninja"),
+}
+#: Core metadata uv is given for sdists whose metadata cannot be prepared without torch in the
+#: build environment (their setup.py imports torch first): flash-attn's install_requires, same
+#: source. Given, uv resolves them without building them.
+STATIC_METADATA: dict[str, tuple[str, ...]] = {"flash-attn": ("torch", "einops")}
+#: The uv settings file ``uv pip compile`` reads (the static metadata above).
+COMPILE_SETTINGS = "uv-compile.toml"
 #: The uv input file for frameworks given as a local path or a URL without a name.
 LOCAL_INPUT = "requirements.in"
 #: How each installer installs the lock (the header of pylock.toml and docs/commands.md).
@@ -293,6 +310,17 @@ def input_project(inp: LockInput) -> str:
     return dumps(doc, comments=("Input for uv, written by cudalock lock; not a real project.",))
 
 
+def compile_settings() -> str:
+    """``uv-compile.toml``: the static metadata of the sdists uv cannot prepare without torch."""
+    doc = {
+        "dependency-metadata": [
+            {"name": name, "requires-dist": list(requires)}
+            for name, requires in STATIC_METADATA.items()
+        ]
+    }
+    return dumps(doc, comments=("Settings for uv, written by cudalock lock.",))
+
+
 def input_requirements(inp: LockInput) -> str | None:
     """The ``requirements.in`` beside the input project: local and URL frameworks, if any."""
     if not inp.local:
@@ -327,6 +355,8 @@ def uv_compile_args(
         "--python-platform",
         inp.python_platform,
         "--no-config",
+        "--config-file",
+        COMPILE_SETTINGS,
         "--no-header",
         "--no-python-downloads",
     ]
@@ -658,7 +688,17 @@ def uv_settings(lock: Pylock, *, default_index: str, cudalock_version: str) -> s
     versions = locked_versions(lock)
     built = [name for name in BUILT_AGAINST_TORCH if name in versions]
     if built and "torch" in versions:
-        doc["extra-build-dependencies"] = {name: [f"torch=={versions['torch']}"] for name in built}
+        doc["extra-build-dependencies"] = {
+            name: [
+                f"torch=={versions['torch']}",
+                *(
+                    f"{tool}=={versions[tool]}"
+                    for tool in BUILD_REQUIREMENTS.get(name, ())
+                    if tool in versions and tool != "setuptools"
+                ),
+            ]
+            for name in built
+        }
     default, *others = lock_indexes(lock, default_index)
     taken: set[str] = set()
     indexes: list[dict[str, Any]] = [

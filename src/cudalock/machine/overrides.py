@@ -88,6 +88,10 @@ class Overrides:
             self.driver_version or self.driver_cuda or self.no_gpu or self.gpus or self.platform
         )
 
+    @property
+    def driver_given(self) -> bool:
+        return self.driver_version is not None or self.driver_cuda is not None
+
 
 def targets_from_options(
     options: TargetOptions,
@@ -100,13 +104,11 @@ def targets_from_options(
     if options.probe_files:
         targets = read_probe_files(options.probe_files)
         return [apply_overrides(t, overrides, matrix) for t in targets]
-    live = probe() if probe is not None else _default_probe(matrix)
+    # The driver and the GPUs given (or --no-gpu): the live values would all be replaced, so
+    # neither is probed.
+    hardware = not (overrides.no_gpu or (overrides.driver_given and overrides.gpus))
+    live = probe() if probe is not None else probe_machine(matrix=matrix, hardware=hardware)
     return [apply_overrides(live, overrides, matrix)]
-
-
-def _default_probe(matrix: Matrix) -> Target:
-
-    return probe_machine(matrix=matrix)
 
 
 def overrides_from_options(options: TargetOptions, matrix: Matrix) -> Overrides:
@@ -209,6 +211,10 @@ def gpu_model_named(name: str, matrix: Matrix) -> GpuModel:
     return model
 
 
+#: The name of a live probe once the Target flags replace its driver: it describes another machine.
+GIVEN_BY_FLAGS = "given by flags"
+
+
 def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Target:
     """``target`` with the given fields replaced; the rest stays as probed."""
     if not overrides.given:
@@ -223,7 +229,7 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
         notes.append(f"platform {platform} given; host details of {target.name} dropped")
 
     if overrides.no_gpu:
-        name = "given by flags" if target.name == "this machine" else target.name
+        name = GIVEN_BY_FLAGS if target.name == "this machine" else target.name
         return replace(
             target,
             name=name,
@@ -239,7 +245,7 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
     driver_version, driver_cuda = target.driver_version, target.driver_cuda
     # The driver's two fields are replaced together: a probed version next to a given CUDA
     # version (or the reverse) would describe neither machine.
-    driver_given = overrides.driver_version is not None or overrides.driver_cuda is not None
+    driver_given = overrides.driver_given
     if (driver_given or overrides.gpus) and target.name == "this machine":
         # The flags describe another machine: this one's RAM, cgroup limit and name are not
         # the target's, and a memory check must not judge that machine by them.
@@ -285,7 +291,7 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
     fully_replaced = driver_given and bool(overrides.gpus)
     kept = () if fully_replaced else target.notes
     # A live probe's "this machine" is no longer this machine once its driver is replaced.
-    name = "given by flags" if driver_given and target.name == "this machine" else target.name
+    name = GIVEN_BY_FLAGS if driver_given and target.name == "this machine" else target.name
     return replace(
         target,
         name=name,
@@ -577,6 +583,19 @@ def _target(
     )
     host_entry = get("host")
     host = Host() if host_entry is None else _host_from_json(host_entry)
+    if (
+        get("source") == "override"
+        and get("name") == GIVEN_BY_FLAGS
+        and (host.memory_total_bytes is not None or host.hostname is not None)
+    ):
+        # Written with the Target flags for another machine by an older cudalock: the RAM and
+        # name recorded are the writing machine's, not the target's.
+        host = replace(host, memory_total_bytes=None, cgroup_memory_limit_bytes=None, hostname=None)
+        notes = (
+            *notes,
+            "RAM, cgroup limit and hostname left out: this probe was written with the Target "
+            "flags for another machine, so they were the writing machine's",
+        )
     if file is not None:
         name = (host.hostname.strip() if host.hostname is not None else "") or file.stem
     source = get("source") or "file"
