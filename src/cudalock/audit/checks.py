@@ -1433,6 +1433,9 @@ def _with_reported_messages(context: _Context, findings: list[Finding]) -> list[
     finding of its own (a report with no torch version still has its errors diagnosed)."""
     result = list(findings)
     for message in context.installed.messages:
+        if message.kind == msg.CUDA_UNAVAILABLE:
+            result.extend(_cuda_unavailable(context, message, result))
+            continue
         finding = _message_finding(context, message)
         if finding is None:
             continue
@@ -1474,6 +1477,33 @@ def _message_finding(context: _Context, message: ReportedMessage) -> Finding | N
     if kind == msg.DEEPSPEED_OPS_MISMATCH:
         return _deepspeed_ops_message(context, message)
     return None
+
+
+def _cuda_unavailable(
+    context: _Context, message: ReportedMessage, findings: Sequence[Finding]
+) -> list[Finding]:
+    """CUDA unavailable although nothing in the build explains it: the cause is outside it."""
+    torch = context.torch
+    explained = any(f.severity == "error" for f in findings) or any(
+        f.code in ("no-driver", "cpu-only-build", "rocm-build-on-nvidia") for f in findings
+    )
+    if explained or torch is None or not torch.is_cuda or not context.target.has_driver:
+        return []
+    return [
+        _finding(
+            "cuda-unavailable",
+            "warning",
+            f"the report says CUDA is not available, yet {torch.described} is a CUDA build this "
+            "driver runs: the cause is outside the build (a container started without GPU access, "
+            "CUDA_VISIBLE_DEVICES set to no GPU, or a driver whose kernel module and user-space "
+            "library differ, e.g. after an upgrade without a reboot)",
+            [_pasted(message), *_torch_evidence(torch), *_target_evidence(context)],
+            [
+                "# check on the machine: nvidia-smi; echo $CUDA_VISIBLE_DEVICES; then "
+                "'cudalock audit --deep' in that environment",
+            ],
+        )
+    ]
 
 
 def _deepspeed_ops_message(context: _Context, message: ReportedMessage) -> Finding:

@@ -25,6 +25,8 @@ LIBRARY_MISSING = "library-missing"
 CUDNN_MISMATCH = "cudnn-mismatch"
 NVCC_MISMATCH = "nvcc-mismatch"
 XFORMERS_BUILT_FOR = "xformers-built-for"
+#: collect_env's "Is CUDA available: False": not a line of an error, but the same evidence.
+CUDA_UNAVAILABLE = "cuda-unavailable"
 DEEPSPEED_OPS_MISMATCH = "deepspeed-ops-mismatch"
 
 _MAX_TEXT = 300
@@ -202,6 +204,7 @@ def extension_package(library: str) -> str | None:
 
 __all__ = [
     "ARCH_UNSUPPORTED",
+    "CUDA_UNAVAILABLE",
     "CUDNN_MISMATCH",
     "DEEPSPEED_OPS_MISMATCH",
     "DRIVER_INSUFFICIENT",

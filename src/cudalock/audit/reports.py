@@ -768,6 +768,10 @@ def _collect_field(state: _State, handler: str, value: str, lines: list[str], nx
         state.python_version = state.python_version or (match.group(0) if match else None)
     elif handler == "cuda_available":
         state.cuda_available = _bool(value)
+        if state.cuda_available is False:
+            unavailable = ReportedMessage(messages.CUDA_UNAVAILABLE, f"Is CUDA available: {value}")
+            if unavailable not in state.messages:
+                state.messages.append(unavailable)
     elif handler == "cuda_runtime":
         state.cuda_runtime = _cuda_text(value)
         if state.cuda_runtime:
