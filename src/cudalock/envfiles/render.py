@@ -629,8 +629,9 @@ def _conda_notes(plan: Plan, part: CondaPart) -> list[str]:
             "in time.",
         ]
     notes.append(
-        "Channels: conda-forge only; if your conda configuration adds 'defaults', create with "
-        "--override-channels (bootstrap --create does)."
+        "Channels: conda-forge only. If your conda configuration adds 'defaults', it is mixed "
+        "into 'conda env create'; 'conda create -n NAME --override-channels -c conda-forge' "
+        "with the packages above keeps it out (cudalock bootstrap --create does that)."
     )
     return notes
 
