@@ -256,3 +256,28 @@ def test_an_error_line_with_nvidia_smi_is_diagnosed_without_a_torch_version(
     codes = {f["code"] for f in document["findings"]}
     assert "driver-too-old" in codes and "no-torch" not in codes
     assert not any("+cpu" in line for f in document["findings"] for line in f["fix"])
+
+
+def test_cuda_unavailable_that_the_build_does_not_explain_is_a_warning(
+    run: Runner, tmp_path: Path
+) -> None:
+    paste = tmp_path / "collect_env.txt"
+    paste.write_text(
+        "PyTorch version: 2.1.0+cu121\nCUDA used to build PyTorch: 12.1\n"
+        "Is CUDA available: False\nGPU models and configuration: GPU 0: NVIDIA A100-SXM4-80GB\n"
+        "Nvidia driver version: 535.104.05\n",
+        encoding="utf-8",
+    )
+    result = run("--report", str(paste), "--json")
+    assert result.returncode == 0
+    findings = {f["code"]: f for f in json.loads(result.stdout)["findings"]}
+    assert findings["cuda-unavailable"]["severity"] == "warning"
+    assert "outside the build" in findings["cuda-unavailable"]["message"]
+    # Explained by the build: the driver-too-old error is the finding, not a second guess.
+    paste.write_text(
+        paste.read_text(encoding="utf-8").replace("535.104.05", "470.82.01"), encoding="utf-8"
+    )
+    explained = {
+        f["code"] for f in json.loads(run("--report", str(paste), "--json").stdout)["findings"]
+    }
+    assert "cuda-unavailable" not in explained

@@ -57,6 +57,10 @@ def command_modules(modules: set[str]) -> set[str]:
     return {m for m in modules if m.startswith("cudalock.cli.")}
 
 
+#: The commands that read Target flags (through cudalock.cli.inputs).
+TAKES_A_TARGET = ("probe", "resolve", "bootstrap", "lock", "audit", "doctor")
+
+
 def nvml_loads() -> bool:
     """Whether libnvidia-ml loads here (the probe then imports pynvml, as it should)."""
     try:
@@ -74,6 +78,7 @@ def test_resolve_imports_only_its_own_command_module() -> None:
     assert command_modules(modules) == {
         "cudalock.cli.main",
         "cudalock.cli.args",
+        "cudalock.cli.inputs",
         "cudalock.cli.output",
         "cudalock.cli.resolve",
     }
@@ -98,6 +103,8 @@ def test_a_command_help_imports_only_that_command(command: str) -> None:
     shared = {"cudalock.cli.main", "cudalock.cli.args", "cudalock.cli.output"}
     if command in ("doctor", "memory"):
         shared.add("cudalock.cli.training")
+    if command in TAKES_A_TARGET:
+        shared.add("cudalock.cli.inputs")
     assert command_modules(modules) == {*shared, COMMANDS[command][0]}
     assert [m for m in HEAVY if m in modules] == []
 

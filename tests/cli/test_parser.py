@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.cli.args import request_options, target_options
+from cudalock.cli.inputs import matrix_dir, request_options, target_options
 from cudalock.cli.main import COMMANDS, build_parser, run, terminal_columns
 from cudalock.cli.training import memory_options
 from cudalock.machine.overrides import TargetOptions
@@ -495,8 +495,8 @@ def test_environment_variables(
 def test_cudalock_matrix_reaches_the_matrix_commands(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDALOCK_MATRIX", "/somewhere")
     for sub in ("check", "show", "refresh"):
-        assert parse("matrix", sub).matrix_dir == Path("/somewhere")
-        assert parse("matrix", sub, "--matrix", "here").matrix_dir == Path("here")
+        assert matrix_dir(parse("matrix", sub)) == Path("/somewhere")
+        assert matrix_dir(parse("matrix", sub, "--matrix", "here")) == Path("here")
 
 
 def test_an_environment_variable_drives_a_real_run() -> None:

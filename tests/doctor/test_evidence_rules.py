@@ -358,3 +358,77 @@ def test_doctor_takes_the_target_flags_and_a_report() -> None:
     assert "+cpu" not in fixes
     both = cudalock("doctor", "--exit-code", "-11", "--report", "-", "--probe", "-")
     assert both.returncode == 2 and "both read stdin" in both.stderr
+
+
+def test_no_cpu_torch_is_suggested_when_the_log_shows_nvidia_gpus(tmp_path: Path) -> None:
+    def audit(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
+        # What an audit on a machine without a driver offers for a CUDA torch.
+        return (
+            Finding(
+                "no-driver",
+                "error",
+                "no NVIDIA driver found",
+                fix=(
+                    "# a build this target runs: torch 2.15.0+cpu",
+                    "pip install --force-reinstall torch==2.15.0+cpu --index-url "
+                    "https://download.pytorch.org/whl/cpu",
+                    "# or install the NVIDIA driver",
+                ),
+            ),
+        )
+
+    log = write(
+        tmp_path,
+        "train.log",
+        "NCCL INFO Channel 00/02 : 0 1\n[ERROR] [launch.py:321:sigkill_handler] "
+        "['/venv/bin/python', '-u', 'train.py'] exits with return code = -11\n",
+    )
+    report = run_doctor(
+        DoctorRequest(exit_code="-11", log_path=log), Reads().readers(), audit=audit
+    )
+    fixes = finding(report.findings, "no-driver").fix
+    assert not any("+cpu" in fix or "/whl/cpu" in fix for fix in fixes)
+    assert "# or install the NVIDIA driver" in fixes
+    assert any("NVIDIA GPUs, so no CPU build" in fix for fix in fixes)
+    # Without evidence of GPUs the audit's fix stands as it is.
+    plain = write(tmp_path, "plain.log", "Segmentation fault (core dumped)\n")
+    kept = run_doctor(
+        DoctorRequest(exit_code="-11", log_path=plain), Reads().readers(), audit=audit
+    )
+    assert any("+cpu" in fix for fix in finding(kept.findings, "no-driver").fix)
+
+
+def test_memory_does_not_judge_a_node_by_a_probe_for_another_machine(tmp_path: Path) -> None:
+    # A probe written by an older cudalock with --driver-version: this machine's RAM and name
+    # were recorded under "given by flags".
+    probe = write(
+        tmp_path,
+        "other.json",
+        json.dumps(
+            {
+                "schema_version": 1,
+                "name": "given by flags",
+                "source": "override",
+                "platform": "linux-x86_64",
+                "driver_version": "535.104.05",
+                "driver_cuda": "12.2",
+                "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"}],
+                "host": {"memory_total_bytes": 16 * GIB, "hostname": "laptop"},
+            }
+        ),
+    )
+    args = ("--params", "7B", "--zero", "2", "--gpus-per-node", "8", "--json")
+    result = cudalock("memory", "--probe", probe, *args)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["host"]["total_bytes"] is None
+    assert "host-memory-unknown" in {f["code"] for f in document["findings"]}
+    from cudalock.machine.probefiles import read_probe_file
+
+    target = read_probe_file(probe)
+    assert (target.host.memory_total_bytes, target.host.hostname, target.name) == (
+        None,
+        None,
+        "other",
+    )
+    assert any("written with the Target flags for another machine" in n for n in target.notes)

@@ -269,6 +269,8 @@ def test_create_through_a_conda_client_on_this_machine(
         f"pkgs_dirs: [{tmp_path / 'pkgs'}]\n"
         f"envs_dirs: [{tmp_path / 'envs'}]\n"
         "notify_outdated_conda: false\n"
+        # A user's usual setting: --override-channels must keep it out of the solve.
+        "channels: [defaults]\n"
     )
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -284,6 +286,7 @@ def test_create_through_a_conda_client_on_this_machine(
     )
     assert done.returncode == 0, done.stderr + done.stdout
     assert f"with {client}" in done.stdout
+    assert f"note: {condarc} adds the 'defaults' channel" in done.stdout
     assert _installed(tmp_path / "envs" / "ft" / "bin" / "python")["torch"] == PLANNED_TORCH
 
 

@@ -351,6 +351,43 @@ def test_check_fails_naming_the_new_driver(index: IndexServer, locked: Path) -> 
     assert "the target's NVIDIA driver changed: 535.104.05 → 550.54.14" in report["changes"]
 
 
+def test_the_documented_lock_sequence_keeps_its_plan(
+    index: IndexServer, tmp_path: Path, uv_cache: Path
+) -> None:
+    # docs/commands.md, "cudalock lock": a lock made with flags, a plain lock, a check.
+    documented = _documented_lock_sequence()
+    assert documented[0] == [
+        "--driver-version", DRIVER, "--compute-capability", "8.0", "--torch", "2.1.0",
+        "--python", "3.11",
+    ]  # fmt: skip
+    assert documented[1:] == [[], ["--check"]]
+    cache = ["--cache-dir", str(uv_cache)]
+    first = cudalock("lock", *documented[0], *index_flags(index), *cache, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    spec = (tmp_path / "cudalock.toml").read_text()
+    assert f'driver_version = "{DRIVER}"' in spec and 'torch = "2.1.0"' in spec
+    locked = versions(read_lock(tmp_path / "pylock.toml")[0])
+    assert locked["torch"] == "2.1.0+cu121"
+    # The flags are remembered: the plain lock keeps the plan (not this machine's), ...
+    again = cudalock("lock", *documented[1], *cache, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert versions(read_lock(tmp_path / "pylock.toml")[0]) == locked
+    assert (tmp_path / "cudalock.toml").read_text() == spec
+    # ... and the check right after finds the lock current.
+    check = cudalock("lock", *documented[2], cwd=tmp_path)
+    assert check.returncode == 0, check.stderr
+    assert "is current" in check.stdout
+
+
+def _documented_lock_sequence() -> list[list[str]]:
+    """The arguments of the three commands in docs/commands.md's ``cudalock lock`` example."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "commands.md").read_text()
+    section = docs.split("## `cudalock lock`", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].split() for line in block.splitlines()]
+    return [words[2:] for words in commands if words[:2] == ["cudalock", "lock"]]
+
+
 def test_check_fails_after_the_spec_is_edited(
     index: IndexServer, tmp_path: Path, uv_cache: Path
 ) -> None:
@@ -460,6 +497,7 @@ def test_index_failure_exits_3_and_leaves_the_previous_lock(
         "requirements.lock.txt",
         "requirements.last.txt",
         "uv-install.toml",
+        "cudalock.toml",  # the flags, remembered
     }
     index.fail("/pypi/simple/*", status=500)
     try:

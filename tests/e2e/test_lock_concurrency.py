@@ -29,8 +29,11 @@ from tests.support.index import IndexServer, offline_env, serve_indexes
 pytestmark = pytest.mark.slow
 
 USER, PASSWORD = "alice", "pa55/w@rd"
-#: What one ``cudalock lock`` writes.
+#: The lock files one ``cudalock lock`` writes.
 LOCK_FILES = ["pylock.toml", "requirements.last.txt", "requirements.lock.txt", "uv-install.toml"]
+#: What a lock with Target and Request flags writes: the lock files and the spec remembering
+#: the flags.
+WRITTEN = sorted(["cudalock.toml", *LOCK_FILES])
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +93,7 @@ def test_no_password_reaches_the_lock_or_the_output(
     )
     assert done.returncode == 0, done.stderr
     written = {path.name: path.read_text() for path in tmp_path.iterdir() if path.is_file()}
-    assert sorted(written) == LOCK_FILES
+    assert sorted(written) == WRITTEN
     for text in [*written.values(), done.stdout, done.stderr]:
         assert "pa55" not in text and USER not in text
 
@@ -102,7 +105,7 @@ def test_lock_files_follow_the_umask_and_stay_as_the_user_set_them(
     done = cudalock(*argv[1:], cwd=tmp_path, umask=0o022)
     assert done.returncode == 0, done.stderr
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
-    assert modes == dict.fromkeys(LOCK_FILES, 0o644)
+    assert modes == dict.fromkeys(WRITTEN, 0o644)
 
 
 def test_a_regular_file_as_the_output_directory_is_refused_before_uv_runs(
@@ -158,7 +161,7 @@ def test_two_locks_into_one_directory_never_mix_their_files(
         requirements = (out / "requirements.lock.txt").read_text()
         python = "3.10" if 'requires-python = "==3.10.*"' in lock_text else "3.11"
         assert f"# For Python {python} on" in requirements
-        assert sorted(p.name for p in out.iterdir()) == LOCK_FILES
+        assert sorted(p.name for p in out.iterdir()) == WRITTEN
         # --check regenerates requirements.lock.txt, requirements.last.txt and uv-install.toml
         # from pylock.toml and compares: any file of the other run would not match.
         check = subprocess.run(

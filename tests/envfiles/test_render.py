@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,22 @@ def test_deepspeed_on_cuda11_needs_a_system_toolkit_and_brings_no_compiler() -> 
     assert document["channels"] == ["conda-forge"]
     assert not any("cuda" in str(d) for d in document["dependencies"] if isinstance(d, str))
     assert "a system toolkit of CUDA 11.8 is needed" in text
+
+
+def test_flash_attn_brings_the_toolkit_and_says_when_it_compiles() -> None:
+    plan = make_plan(variant="cu118", cuda=(11, 8))
+    with_flash_attn = replace(
+        plan, packages=(*plan.packages, PackagePin("flash-attn", "2.8.3", None))
+    )
+    text = render_files(with_flash_attn, RenderOptions(name="ft"))["environment.yml"]
+    assert (
+        "flash-attn compiles its kernels when no prebuilt wheel fits against a CUDA 11.8 "
+        "toolkit, which conda-forge does not have: a system toolkit of CUDA 11.8 is needed"
+    ) in text
+    cuda12 = make_plan()
+    cuda12 = replace(cuda12, packages=(*cuda12.packages, PackagePin("flash-attn", "2.8.3", None)))
+    deps = yaml.safe_load(render_files(cuda12, RenderOptions(name="ft"))["environment.yml"])
+    assert "cuda-nvcc" in deps["dependencies"] and "cuda-version=12.1" in deps["dependencies"]
 
 
 def test_cpu_plan_has_no_compilers_even_with_deepspeed() -> None:

@@ -86,6 +86,18 @@ def notes_text(target: Target) -> str:
 # NVML answers
 
 
+def test_without_hardware_the_probe_reads_the_host_and_asks_nvml_nothing(matrix: Matrix) -> None:
+    fake = FakeNvml.load(FIXTURES / "nvml" / "single_a100.json")
+    tree = TREES / "no_driver_cgroup_v2_max"
+    target = probe_machine(
+        proc_root=tree / "proc", sys_root=tree / "sys", nvml=fake, matrix=matrix, hardware=False
+    )
+    assert fake.calls == []
+    assert (target.driver_version, target.gpus) == (None, ())
+    full, _ = run_probe(matrix, "single_a100")
+    assert (target.platform, target.host) == (full.platform, full.host)
+
+
 def test_single_gpu_reads_driver_cuda_and_device(matrix: Matrix) -> None:
     target, fake = run_probe(matrix, "single_a100")
     assert target.source == "nvml"

@@ -28,6 +28,7 @@ import glob
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -99,21 +100,42 @@ def _key() -> str:
 def channel_for_tests(cache_root: Path) -> LocalChannel:
     """The channel, built under ``cache_root`` unless an earlier run built the same one.
 
-    Builds are serialised with a file lock, so parallel test processes share one build.
+    The build runs in a process of its own (rattler's indexer has been seen to crash while
+    exiting, after writing a correct index), tried twice; builds are serialised with a file
+    lock, so parallel test processes share one build.
     """
-    key = _key()
-    done = cache_root / f"conda-channel-{key}"
-    wheel = bundled_pip_wheel()
-    pip_version = wheel.name.split("-")[1]
-    channel = LocalChannel(done, _python_version(), pip_version)
+    channel = _channel_at(cache_root)
+    for _attempt in range(2):
+        if (channel.root / "complete").exists():
+            return channel
+        subprocess.run(
+            [sys.executable, "-m", "tests.support.conda_channel", str(cache_root)],
+            cwd=Path(__file__).parents[2],
+            check=False,
+            timeout=1800,
+        )
+    if not (channel.root / "complete").exists():
+        raise RuntimeError(f"the local conda channel could not be built under {cache_root}")
+    return channel
+
+
+def _channel_at(cache_root: Path) -> LocalChannel:
+    pip_version = bundled_pip_wheel().name.split("-")[1]
+    return LocalChannel(cache_root / f"conda-channel-{_key()}", _python_version(), pip_version)
+
+
+def build_channel(cache_root: Path) -> LocalChannel:
+    """Build the channel in this process (see :func:`channel_for_tests`)."""
+    channel = _channel_at(cache_root)
+    done = channel.root
     cache_root.mkdir(parents=True, exist_ok=True)
-    with open(cache_root / f"conda-channel-{key}.lock", "w") as lock:
+    with open(cache_root / f"{done.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (done / "complete").exists():
             return channel
         work = Path(tempfile.mkdtemp(prefix="conda-channel-", dir=cache_root))
         try:
-            _build(work, wheel, pip_version)
+            _build(work, bundled_pip_wheel(), channel.pip_version)
             (work / "chan" / "complete").write_text("built\n")
             shutil.rmtree(done, ignore_errors=True)
             (work / "chan").rename(done)
@@ -244,5 +266,5 @@ def _pip_recipe(where: Path, wheel: Path, version: str) -> None:
 
 if __name__ == "__main__":
     # Build (or find) the channel by hand: python -m tests.support.conda_channel DIR
-    built = channel_for_tests(Path(sys.argv[1]))
+    built = build_channel(Path(sys.argv[1]))
     print(built.root)

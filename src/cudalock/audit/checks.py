@@ -1433,10 +1433,14 @@ def _with_reported_messages(context: _Context, findings: list[Finding]) -> list[
     finding of its own (a report with no torch version still has its errors diagnosed)."""
     result = list(findings)
     for message in context.installed.messages:
+        if message.kind == msg.CUDA_UNAVAILABLE:
+            result.extend(_cuda_unavailable(context, message, result))
+            continue
         finding = _message_finding(context, message)
         if finding is None:
             continue
-        same = next((i for i, f in enumerate(result) if f.code == finding.code), None)
+        codes = {finding.code, *_SAME_CAUSE.get(finding.code, ())}
+        same = next((i for i, f in enumerate(result) if f.code in codes), None)
         if same is None:
             result.append(finding)
             continue
@@ -1451,6 +1455,10 @@ def _with_reported_messages(context: _Context, findings: list[Finding]) -> list[
                 fix=existing.fix,
             )
     return result
+
+
+#: A message's finding that a check's finding of another code already states.
+_SAME_CAUSE = {"driver-too-old": ("minor-compat-only",)}
 
 
 def _message_finding(context: _Context, message: ReportedMessage) -> Finding | None:
@@ -1474,6 +1482,33 @@ def _message_finding(context: _Context, message: ReportedMessage) -> Finding | N
     if kind == msg.DEEPSPEED_OPS_MISMATCH:
         return _deepspeed_ops_message(context, message)
     return None
+
+
+def _cuda_unavailable(
+    context: _Context, message: ReportedMessage, findings: Sequence[Finding]
+) -> list[Finding]:
+    """CUDA unavailable although nothing in the build explains it: the cause is outside it."""
+    torch = context.torch
+    explained = any(f.severity == "error" for f in findings) or any(
+        f.code in ("no-driver", "cpu-only-build", "rocm-build-on-nvidia") for f in findings
+    )
+    if explained or torch is None or not torch.is_cuda or not context.target.has_driver:
+        return []
+    return [
+        _finding(
+            "cuda-unavailable",
+            "warning",
+            f"the report says CUDA is not available, yet {torch.described} is a CUDA build this "
+            "driver runs: the cause is outside the build (a container started without GPU access, "
+            "CUDA_VISIBLE_DEVICES set to no GPU, or a driver whose kernel module and user-space "
+            "library differ, e.g. after an upgrade without a reboot)",
+            [_pasted(message), *_torch_evidence(torch), *_target_evidence(context)],
+            [
+                "# check on the machine: nvidia-smi; echo $CUDA_VISIBLE_DEVICES; then "
+                "'cudalock audit --deep' in that environment",
+            ],
+        )
+    ]
 
 
 def _deepspeed_ops_message(context: _Context, message: ReportedMessage) -> Finding:
@@ -1603,9 +1638,9 @@ _NVIDIA_LIBRARIES = (
 
 
 def _undefined_symbol(context: _Context, message: ReportedMessage) -> Finding:
-    library = message.get("library") or "?"
+    library = message.get("library") or ""
     symbol = message.get("symbol") or "?"
-    name = library.rsplit("/", 1)[-1]
+    name = library.rsplit("/", 1)[-1] or "a compiled extension"
     evidence = [_pasted(message)]
     if symbol.lower().startswith("nccl"):
         return _nccl_finding(context, evidence, f"{name} needs {symbol}")
@@ -1628,8 +1663,9 @@ def _undefined_symbol(context: _Context, message: ReportedMessage) -> Finding:
         return _finding(
             "extension-abi-mismatch",
             "error",
-            f"the compiled extension {name} was built against another torch than "
-            f"{installed}: it misses {symbol}",
+            f"{'the compiled extension ' + name if library else 'a compiled extension'} was "
+            f"built against another torch than {installed}: it misses {symbol} (the error "
+            "names the library that failed; rebuild its package against the installed torch)",
             evidence,
             ["# rebuild the package that ships it against the installed torch"],
         )

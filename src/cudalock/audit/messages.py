@@ -25,6 +25,8 @@ LIBRARY_MISSING = "library-missing"
 CUDNN_MISMATCH = "cudnn-mismatch"
 NVCC_MISMATCH = "nvcc-mismatch"
 XFORMERS_BUILT_FOR = "xformers-built-for"
+#: collect_env's "Is CUDA available: False": not a line of an error, but the same evidence.
+CUDA_UNAVAILABLE = "cuda-unavailable"
 DEEPSPEED_OPS_MISMATCH = "deepspeed-ops-mismatch"
 
 _MAX_TEXT = 300
@@ -41,6 +43,7 @@ _NO_KERNEL = re.compile(r"no kernel image is available for execution on the devi
 _ARCH = re.compile(r"with CUDA capability sm_(\d+)\s+is not compatible with the current PyTorch")
 _NOT_COMPILED = re.compile(r"Torch not compiled with CUDA enabled", re.IGNORECASE)
 _UNDEFINED = re.compile(r"([^\s:'\"()]+\.so(?:\.[\d.]+)?)[^\s:]*:\s*undefined symbol:\s*([\w.@]+)")
+_UNDEFINED_BARE = re.compile(r"undefined symbol:\s*([\w.@]+)")
 _MISSING = re.compile(
     r"(lib[A-Za-z0-9_+-]+\.so(?:\.[\d.]+)?):\s*cannot open shared object file",
 )
@@ -120,6 +123,9 @@ def read_message(line: str, *, after_xformers_header: bool = False) -> ReportedM
         return ReportedMessage(
             UNDEFINED_SYMBOL, text, (("library", match.group(1)), ("symbol", match.group(2)))
         )
+    match = _UNDEFINED_BARE.search(line)
+    if match:  # "ImportError: undefined symbol: ...", the library not named
+        return ReportedMessage(UNDEFINED_SYMBOL, text, (("symbol", match.group(1)),))
     match = _MISSING.search(line)
     if match:
         return ReportedMessage(LIBRARY_MISSING, text, (("library", match.group(1)),))
@@ -198,6 +204,7 @@ def extension_package(library: str) -> str | None:
 
 __all__ = [
     "ARCH_UNSUPPORTED",
+    "CUDA_UNAVAILABLE",
     "CUDNN_MISMATCH",
     "DEEPSPEED_OPS_MISMATCH",
     "DRIVER_INSUFFICIENT",

@@ -562,6 +562,11 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
     if dotted:
         _ds_field(state, dotted.group(1).strip().lower(), dotted.group(2).strip())
         return nxt
+    typed = _HAND_TORCH_BARE.match(line)
+    if typed:
+        state.torch_version = state.torch_version or typed.group(1)
+        state.saw(HAND_TYPED, "torch")
+        return nxt
     bare = _PYTORCH_VERSION_BARE.match(line)
     if bare:
         state.torch_version = state.torch_version or bare.group(1)
@@ -719,10 +724,24 @@ def _conda_location(build: str, channel: str) -> str:
 
 #: Hand-typed "torch: 2.3.0" / "PyTorch: 2.3.1+cu121" / "flash-attn: 2.5.7" lines.
 _HAND_TORCH_KEYS = {"torch", "pytorch", "torch version", "pytorch version"}
+#: Hand-typed machine lines: "Driver: 520.56.06", "GPU: NVIDIA RTX 4060 Ti (16GB VRAM)".
+_HAND_DRIVER_KEYS = {"driver", "nvidia driver", "driver version", "gpu driver"}
+_HAND_GPU_KEYS = {"gpu", "gpus", "graphics card"}
+_HAND_TORCH_BARE = re.compile(r"^-?\s*(?:PyTorch|torch)\s+(\d+\.\d+[\w.+]*)\s*$", re.IGNORECASE)
 
 
 def _hand_typed_version(state: _State, key: str, value: str) -> None:
     name = key.strip("- ").strip()
+    if name in _HAND_DRIVER_KEYS:
+        driver = _driver(value)
+        if driver:
+            state.driver_version = state.driver_version or driver
+            state.saw(HAND_TYPED, "driver")
+        return
+    if name in _HAND_GPU_KEYS and re.search(r"nvidia|geforce|rtx|tesla|quadro", value, re.I):
+        state.add_gpu(re.sub(r"\s*\([^)]*\)\s*$", "", value).strip())
+        state.saw(HAND_TYPED, "GPU")
+        return
     version = _version_token(value)
     if version is None or not re.match(r"\d+\.\d+", version):
         return
@@ -749,6 +768,10 @@ def _collect_field(state: _State, handler: str, value: str, lines: list[str], nx
         state.python_version = state.python_version or (match.group(0) if match else None)
     elif handler == "cuda_available":
         state.cuda_available = _bool(value)
+        if state.cuda_available is False:
+            unavailable = ReportedMessage(messages.CUDA_UNAVAILABLE, f"Is CUDA available: {value}")
+            if unavailable not in state.messages:
+                state.messages.append(unavailable)
     elif handler == "cuda_runtime":
         state.cuda_runtime = _cuda_text(value)
         if state.cuda_runtime:

@@ -1,17 +1,15 @@
 """Argument groups several commands share, each declared once, and the value types they read.
 
 The Target flags (which machine) and the Request flags (what to install) are added to a command's
-parser as one argument group each, and read back into the core's value types,
-:class:`~cudalock.machine.overrides.TargetOptions` and
-:class:`~cudalock.request.RequestOptions`. Standard library only at the top: every
-command imports this module, and ``cudalock resolve`` must start fast.
+parser as one argument group each; :mod:`cudalock.cli.inputs` reads them back, with the
+environment, into the core's value types. Standard library only at the top: every command
+imports this module, and ``cudalock resolve`` must start fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,8 +18,7 @@ from cudalock.defaults import SPEC_FILE
 from cudalock.platforms import PLATFORMS
 
 if TYPE_CHECKING:
-    from cudalock.machine.overrides import TargetOptions
-    from cudalock.request import Compat, RequestOptions
+    from cudalock.request import Compat
 
 #: The platform names, for help texts.
 PLATFORM_HELP = "One of " + ", ".join(platform.name for platform in PLATFORMS) + "."
@@ -38,11 +35,6 @@ exit status:
   1  problems found, or nothing satisfies the request
   2  usage error or bad input (a bad flag or value, a malformed file)
   3  the environment failed (network, permissions, disk)"""
-
-
-def from_environment(variable: str) -> str | None:
-    """The variable's value; None when it is unset or empty (an empty one counts as not given)."""
-    return os.environ.get(variable) or None
 
 
 def epilog(examples: str, exit_codes: str = EXIT_CODES) -> str:
@@ -99,7 +91,7 @@ def add_json_flag(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    """The Target flags, read back with :func:`target_options`."""
+    """The Target flags, read back with :func:`cudalock.cli.inputs.target_options`."""
     group = parser.add_argument_group(
         TARGET_GROUP, "No flag: this machine. Flags given replace the probed values field by field."
     )
@@ -115,14 +107,12 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--driver-version",
         metavar="VERSION",
-        default=from_environment("CUDALOCK_DRIVER_VERSION"),
         help="Target NVIDIA driver version, e.g. 535.104.05 (default: "
         "$CUDALOCK_DRIVER_VERSION, else this machine's).",
     )
     group.add_argument(
         "--driver-cuda",
         metavar="X.Y",
-        default=from_environment("CUDALOCK_DRIVER_CUDA"),
         help="Highest CUDA version the target driver supports, e.g. 12.2 (default: "
         "$CUDALOCK_DRIVER_CUDA, else the driver's).",
     )
@@ -154,38 +144,21 @@ SPEC_HELP = (
 
 
 def add_spec_argument(parser: argparse._ActionsContainer, help: str = SPEC_HELP) -> None:
-    """``--spec FILE``: bootstrap and lock read it as one (:func:`cudalock.envfiles.read_inputs`);
-    audit and doctor read its policy (:func:`compat_policy`)."""
+    """``--spec FILE``: bootstrap and lock read it as one
+    (:func:`cudalock.cli.inputs.compute_inputs`); audit and doctor read its policy
+    (:func:`compat_policy`)."""
     parser.add_argument("--spec", type=Path, metavar="FILE", help=help)
 
 
 def add_matrix_argument(parser: argparse._ActionsContainer) -> None:
     """``--matrix DIR`` (or CUDALOCK_MATRIX): a matrix directory instead of the shipped one."""
-    matrix = from_environment("CUDALOCK_MATRIX")
     parser.add_argument(
         "--matrix",
         dest="matrix_dir",
         type=Path,
         metavar="DIR",
-        default=Path(matrix) if matrix is not None else None,
         help="Use this compatibility matrix directory (default: $CUDALOCK_MATRIX, else the "
         "shipped one).",
-    )
-
-
-def target_options(args: argparse.Namespace) -> TargetOptions:
-    """The Target flags of a command line parsed with :func:`add_target_arguments`."""
-    from cudalock.machine.overrides import TargetOptions
-
-    return TargetOptions(
-        probe_files=tuple(args.probe_files or ()),
-        driver_version=args.driver_version,
-        driver_cuda=args.driver_cuda,
-        no_gpu=args.no_gpu,
-        compute_capabilities=tuple(args.compute_capabilities or ()),
-        gpu_names=tuple(args.gpu_names or ()),
-        platform=args.platform,
-        matrix_dir=args.matrix_dir,
     )
 
 
@@ -194,7 +167,7 @@ def target_options(args: argparse.Namespace) -> TargetOptions:
 
 
 def add_request_arguments(parser: argparse.ArgumentParser) -> None:
-    """The Request flags, read back with :func:`request_options`.
+    """The Request flags, read back with :func:`cudalock.cli.inputs.request_options`.
 
     Values not given stay None, so a spec file (``cudalock.toml``) can fill them.
     """
@@ -236,14 +209,12 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--pytorch-index",
         metavar="URL",
-        default=from_environment("CUDALOCK_PYTORCH_INDEX"),
         help="PyTorch index base URL; the build variant (/cu121) is appended (default: "
         "$CUDALOCK_PYTORCH_INDEX, else https://download.pytorch.org/whl).",
     )
     group.add_argument(
         "--pypi-index",
         metavar="URL",
-        default=from_environment("CUDALOCK_PYPI_INDEX"),
         help="PyPI-compatible simple index URL for everything else (default: "
         "$CUDALOCK_PYPI_INDEX, else pip's own).",
     )
@@ -301,20 +272,3 @@ def compat_policy(args: argparse.Namespace) -> tuple[Compat, str]:
         raise InputError(f"spec file {path} does not exist")
     recorded = spec.request.compat
     return parse_compat(recorded) if recorded else "strict", f"from {path}"
-
-
-def request_options(args: argparse.Namespace) -> RequestOptions:
-    """The Request flags of a command line parsed with :func:`add_request_arguments`."""
-    from cudalock.request import RequestOptions
-
-    return RequestOptions(
-        torch=args.torch,
-        python=args.python,
-        cuda=args.cuda,
-        compat=args.compat,
-        with_packages=tuple(args.with_packages) if args.with_packages else None,
-        frameworks=tuple(args.frameworks) if args.frameworks else None,
-        pytorch_index=args.pytorch_index,
-        pypi_index=args.pypi_index,
-        allow_insecure_index=args.allow_insecure_index,
-    )

@@ -18,8 +18,8 @@ from cudalock.cli.args import (
     compat_policy,
     epilog,
     number,
-    target_options,
 )
+from cudalock.cli.inputs import target_options
 
 if TYPE_CHECKING:
     from cudalock.audit.runner import AuditOutcome

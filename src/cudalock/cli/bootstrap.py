@@ -12,9 +12,8 @@ from cudalock.cli.args import (
     add_spec_argument,
     add_target_arguments,
     epilog,
-    request_options,
-    target_options,
 )
+from cudalock.cli.inputs import compute_inputs
 
 DESCRIPTION = """\
 Resolve the PyTorch stack for the target (as 'cudalock resolve' does), resolve its whole closure
@@ -115,14 +114,16 @@ def run(args: argparse.Namespace) -> None:
         no_cache=args.no_cache,
         venv=args.venv,
         force=args.force,
-        spec_file=args.spec,
         uv=UvOptions(allow_insecure=args.allow_insecure_index, offline=args.offline),
     )
     # One bootstrap (or lock) at a time per directory: two would mix their files.
     with output_lock(args.output_dir, command="cudalock bootstrap"):
+        inputs = compute_inputs(args, read_spec=True)
+        assert inputs.spec is not None  # read_spec
         result = run_bootstrap(
-            target_options(args),
-            request_options(args),
+            inputs.spec,
+            inputs.matrix,
+            inputs.targets,
             options,
             progress,
             live_line(err=json_output),

@@ -12,8 +12,8 @@ from cudalock.cli.args import (
     add_target_arguments,
     compat_policy,
     epilog,
-    target_options,
 )
+from cudalock.cli.inputs import target_options
 from cudalock.cli.training import add_training_run_arguments, memory_options
 
 DESCRIPTION = """\

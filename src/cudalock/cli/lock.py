@@ -15,9 +15,8 @@ from cudalock.cli.args import (
     add_target_arguments,
     epilog,
     number,
-    request_options,
-    target_options,
 )
+from cudalock.cli.inputs import Inputs, compute_inputs
 
 DESCRIPTION = """\
 Lock the whole dependency closure, every file pinned by URL and sha256, resolved once by uv as
@@ -118,30 +117,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
 
-    from cudalock.cli.output import echo, emit_json, load_matrix_for
-    from cudalock.envfiles.spec import read_inputs
+    from cudalock.cli.output import echo, emit_json
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions, check_framework_paths, check_lock, make_lock
     from cudalock.lock.frameworks import plan_with_frameworks
     from cudalock.lock.http import cache_disabled
     from cudalock.lock.pylock import default_index_of
-    from cudalock.machine import targets_from_options
 
     out: Path = args.output_dir
     if out.exists() and not out.is_dir():  # before any work: uv would run for nothing
         raise UsageError(f"-o {str(out)!r} is not a directory; expected the lock's directory")
     json_output: bool = args.json_output
     quiet: bool = args.quiet
-    request_opts = request_options(args)
-    inputs = read_inputs(request_opts, target_options(args), spec_file=args.spec, output_dir=out)
-    request, target_opts = inputs.request, inputs.target_options
+    inputs = compute_inputs(args, read_spec=True)
+    request, request_opts = inputs.request, inputs.request_given
     check_framework_paths(request.frameworks)
-    matrix = load_matrix_for(target_opts)
-    targets = targets_from_options(target_opts, matrix)
     plan, _frameworks = plan_with_frameworks(
-        matrix,
-        targets,
+        inputs.matrix,
+        inputs.targets,
         request,
         default_index=default_index_of(
             request,
@@ -191,7 +185,8 @@ def run(args: argparse.Namespace) -> None:
             options=options,
             force=args.force,
             echo=progress,
-            matrix=matrix,
+            matrix=inputs.matrix,
+            also=_remembered(inputs, out),
         )
     if json_output:
         emit_json(
@@ -207,3 +202,30 @@ def run(args: argparse.Namespace) -> None:
         f"locked {len(result.packages)} packages (torch {torch}) for Python "
         f"{plan.python} on {plan.platform}: {result.lock_path}, {result.requirements_path}"
     )
+
+
+def _remembered(inputs: Inputs, out: Path) -> dict[Path, str]:
+    """``out/cudalock.toml`` recording the inputs, as bootstrap records them, when a Target or
+    Request flag (or its environment variable) was given: so ``lock --check`` and a plain
+    ``lock`` afterwards keep the plan this lock was made for. Nothing without such flags."""
+    from cudalock.defaults import SPEC_FILE
+    from cudalock.envfiles.spec import OutputSpec, Spec, TargetSummary, update_spec
+    from cudalock.request import RequestOptions
+
+    target, request = inputs.target_given, inputs.request_given
+    flags_given = (
+        target.overrides_given
+        or bool(target.probe_files)
+        or request != RequestOptions(allow_insecure_index=request.allow_insecure_index)
+    )
+    if not flags_given:
+        return {}
+    read = inputs.spec
+    spec = Spec(
+        request=RequestOptions.of(inputs.request),
+        target=TargetSummary.of(inputs.targets),
+        output=read.spec.output if read is not None and read.spec is not None else OutputSpec(),
+    )
+    path = out / SPEC_FILE
+    existing = path if path.exists() or read is None else read.spec_path
+    return {path: update_spec(existing, spec)}

@@ -166,11 +166,12 @@ def run(args: argparse.Namespace) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
+    from cudalock.cli.inputs import matrix_dir
     from cudalock.cli.output import echo
     from cudalock.matrix.check import check_matrix_dir
     from cudalock.matrix.load import matrix_dir_from
 
-    chosen = matrix_dir_from(args.directory or args.matrix_dir)
+    chosen = matrix_dir_from(args.directory or matrix_dir(args))
     problems = check_matrix_dir(chosen)
     for problem in problems:
         echo(str(problem))
@@ -181,6 +182,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def show(args: argparse.Namespace) -> None:
+    from cudalock.cli.inputs import matrix_dir
     from cudalock.cli.output import echo, emit_json
     from cudalock.errors import UsageError
     from cudalock.machine.overrides import gpu_model_named
@@ -194,7 +196,7 @@ def show(args: argparse.Namespace) -> None:
     cuda: str | None = args.cuda
     gpu: str | None = args.gpu
     platform: str | None = args.platform
-    matrix = load_matrix(args.matrix_dir)
+    matrix = load_matrix(matrix_dir(args))
     torch_spec = parse_torch_spec(torch) if torch else None
     try:
         cuda_version = parse_cuda_version(cuda) if cuda else None
@@ -238,12 +240,13 @@ def show(args: argparse.Namespace) -> None:
 
 
 def refresh(args: argparse.Namespace) -> None:
+    from cudalock.cli.inputs import matrix_dir
     from cudalock.cli.output import echo
     from cudalock.matrix.load import matrix_dir_from
     from cudalock.matrix.refresh import refresh_matrix
 
     result = refresh_matrix(
-        matrix_dir_from(args.matrix_dir),
+        matrix_dir_from(matrix_dir(args)),
         pypi_url=args.pypi_url,
         pytorch_index=args.pytorch_index,
         allow_insecure=args.allow_insecure_index,

@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from cudalock.cli.args import add_json_flag, add_target_arguments, epilog, target_options
+from cudalock.cli.args import add_json_flag, add_target_arguments, epilog
+from cudalock.cli.inputs import target_options
 
 if TYPE_CHECKING:
     from cudalock.model import Target

@@ -15,9 +15,8 @@ from cudalock.cli.args import (
     add_request_arguments,
     add_target_arguments,
     epilog,
-    request_options,
-    target_options,
 )
+from cudalock.cli.inputs import compute_inputs
 
 if TYPE_CHECKING:
     from cudalock.machine.overrides import TargetOptions
@@ -56,37 +55,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from cudalock.cli.output import echo, emit_json, load_matrix_for
+    from cudalock.cli.output import echo, emit_json
     from cudalock.errors import Unsatisfiable
-    from cudalock.machine.overrides import targets_from_options
     from cudalock.resolve.explain import render_plan, render_unsatisfiable, unsatisfiable_json
     from cudalock.resolve.search import resolve as resolve_plan
     from cudalock.urls import redact
 
-    target_opts, request_opts = target_options(args), request_options(args)
-    request = request_opts.to_request(base=None)
-    matrix = load_matrix_for(target_opts)
-    targets = targets_from_options(target_opts, matrix)
+    inputs = compute_inputs(args)  # resolve reads no cudalock.toml: see cudalock.cli.inputs
     # The plan keeps index credentials (bootstrap writes them into the files that need them);
     # what resolve prints never shows them.
     try:
-        if request.frameworks:
+        if inputs.request.frameworks:
             # Frameworks take part in choosing torch: their releases are read from the index.
             from cudalock.lock.frameworks import plan_with_frameworks
             from cudalock.lock.http import cache_disabled
             from cudalock.lock.pylock import default_index_of
 
             plan, _frameworks = plan_with_frameworks(
-                matrix,
-                targets,
-                request,
+                inputs.matrix,
+                inputs.targets,
+                inputs.request,
                 default_index=default_index_of(
-                    request, allow_insecure=request_opts.allow_insecure_index
+                    inputs.request, allow_insecure=inputs.request_given.allow_insecure_index
                 ),
                 use_cache=not cache_disabled(),
             )
         else:
-            plan = resolve_plan(matrix, targets, request)
+            plan = resolve_plan(inputs.matrix, inputs.targets, inputs.request)
     except Unsatisfiable as err:
         if args.json_output:
             emit_json(_redacted(unsatisfiable_json(err)))
@@ -99,7 +94,8 @@ def run(args: argparse.Namespace) -> None:
     if args.json_output:
         emit_json(_redacted(plan.to_json()))
         return
-    echo(redact(render_plan(plan, bootstrap_command(target_opts, request_opts))))
+    command = bootstrap_command(inputs.target_given, inputs.request_given)
+    echo(redact(render_plan(plan, command)))
 
 
 def _redacted(document: object) -> object:

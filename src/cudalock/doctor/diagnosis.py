@@ -24,6 +24,7 @@ job's accounting (:mod:`cudalock.doctor.slurm_findings`) decides how the job end
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -943,6 +944,23 @@ def explain_audit_finding(finding: Finding) -> Finding:
     return replace(finding, message=f"{message}{separator}Why -11: {meaning}.")
 
 
+#: A fix line that installs a CPU build of torch (a ``+cpu`` version, the ``/whl/cpu`` index).
+_CPU_BUILD = re.compile(r"\+cpu\b|/whl/cpu\b")
+
+
+def without_cpu_builds(finding: Finding) -> Finding:
+    """``finding`` without fix lines that install a CPU torch: wrong for a machine whose
+    NVIDIA GPUs the evidence shows, however little else of it is known."""
+    kept = tuple(line for line in finding.fix if not _CPU_BUILD.search(line))
+    if kept == finding.fix:
+        return finding
+    note = (
+        "# the crashed machine has NVIDIA GPUs, so no CPU build: give its driver "
+        "(--driver-version, --probe) or its collect_env (--report) for the CUDA build it runs"
+    )
+    return replace(finding, fix=(*kept, note))
+
+
 def _sigsegv_findings(
     log: LogFacts | None,
     seen: Observations,
@@ -950,10 +968,13 @@ def _sigsegv_findings(
     audit_findings: Sequence[Finding] | None,
     audit_error: str | None,
     slurm: SlurmEvidence | None,
+    gpus_evident: bool = False,
 ) -> tuple[str, list[Finding]]:
     findings: list[Finding] = []
     verdict = "segfault"
     explained = [explain_audit_finding(f) for f in audit_findings or ()]
+    if gpus_evident:
+        explained = [without_cpu_builds(f) for f in explained]
     # A build newer than the driver comes first: the kernel lines below are then its symptoms.
     for finding in explained:
         if _is_driver_mismatch(finding):
@@ -1138,6 +1159,7 @@ def diagnose(
     scope: RunScope | None = None,
     slurm: SlurmEvidence | None = None,
     audited: str | None = None,
+    gpus_evident: bool = False,
 ) -> DoctorReport:
     """The verdict and findings for one crash (pure).
 
@@ -1219,7 +1241,9 @@ def diagnose(
         if verdict == "undetermined":
             findings.append(_undetermined_finding(view.scope, seen, slurm))
     elif sig == SIGSEGV:
-        verdict, found = _sigsegv_findings(log, seen, view, audit_findings, audit_error, slurm)
+        verdict, found = _sigsegv_findings(
+            log, seen, view, audit_findings, audit_error, slurm, gpus_evident
+        )
         findings.extend(found)
         findings.extend(_machine_not_read_findings(seen, scope))
         if audited is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,7 +68,8 @@ from cudalock.machine.host import (
     read_cgroup_memory,
     read_shm,
 )
-from cudalock.machine.overrides import TargetOptions, read_probe_files
+from cudalock.machine.overrides import TargetOptions
+from cudalock.machine.probefiles import read_probe_files
 from cudalock.memory import (
     HostMemory,
     MemoryVerdict,
@@ -142,7 +144,7 @@ def host_memory_from(
     if override is not None:
         return HostMemory(override, None, "--host-memory")
     if host is None:
-        return HostMemory(source="not read")
+        return HostMemory(source=source if source.startswith("not read") else "not read")
     return HostMemory(host.memory_total_bytes, host.cgroup_memory_limit_bytes, source)
 
 
@@ -316,6 +318,32 @@ def _probe_targets(options: TargetOptions | None) -> tuple[Target, ...]:
     return tuple(read_probe_files(options.probe_files))
 
 
+#: Words that show NVIDIA GPUs in a training log or report (CUDA devices, NCCL, nvidia-smi).
+_NVIDIA_WORDS = re.compile(r"\bNVIDIA\b|\bNCCL\b|\bcuda:\d|CUDA out of memory|nvidia-smi")
+
+
+def gpus_evident(
+    request: DoctorRequest, texts: Sequence[str | None], probed: Sequence[Target]
+) -> bool:
+    """Whether the evidence shows the crashed machine had NVIDIA GPUs: the Target flags or
+    probe files say so, or the log or report names NVIDIA, NCCL or CUDA devices."""
+    options = request.target
+    if (
+        options is not None
+        and not options.no_gpu
+        and (
+            options.driver_version
+            or options.driver_cuda
+            or options.gpu_names
+            or options.compute_capabilities
+        )
+    ):
+        return True
+    if any(t.gpus or t.driver_version for t in probed):
+        return True
+    return any(text is not None and _NVIDIA_WORDS.search(text) for text in texts)
+
+
 def _not_read_reason(scope: RunScope) -> str:
     """Why this machine's kernel log, cgroup counters and /dev/shm do not speak for the run."""
     here = scope.local_host or "this machine"
@@ -415,6 +443,7 @@ def run_doctor(
         audited=request.report_name,
         scope=scope,
         slurm=slurm,
+        gpus_evident=sig == SIGSEGV and gpus_evident(request, (text, request.report_text), probed),
     )
 
 

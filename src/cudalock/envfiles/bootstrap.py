@@ -23,13 +23,11 @@ import shutil
 import sys
 import sysconfig
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cudalock import procs
-from cudalock.audit import audit_live
-from cudalock.audit.inspection import python_for_prefix, start_inspection
 from cudalock.defaults import OUTPUT_FORMATS, SPEC_FILE, OutputFormat
 from cudalock.envfiles.conda import (
     Client,
@@ -55,10 +53,10 @@ from cudalock.envfiles.render import (
     render_files,
 )
 from cudalock.envfiles.spec import (
+    Inputs,
     OutputSpec,
     Spec,
     TargetSummary,
-    read_inputs,
     update_spec,
 )
 from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
@@ -83,9 +81,8 @@ from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
 from cudalock.lock.pylock import default_index_of
-from cudalock.machine import TargetOptions, targets_from_options
-from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Plan
+from cudalock.matrix import Matrix
+from cudalock.model import Plan, Target
 from cudalock.platforms import platform_named
 from cudalock.request import Request, RequestOptions
 from cudalock.urls import redact
@@ -133,8 +130,6 @@ class BootstrapOptions:
     no_cache: bool = False
     venv: Path | None = None
     force: bool = False
-    #: ``--spec``: the spec file to read (default: ``output_dir/cudalock.toml``).
-    spec_file: Path | None = None
     #: How uv resolves the closure (cache, network limits).
     uv: UvOptions = dataclasses.field(default_factory=UvOptions)
 
@@ -165,14 +160,17 @@ def choose_format(given: str | None, spec: Spec | None) -> OutputFormat:
 
 
 def run_bootstrap(
-    target_opts: TargetOptions,
-    request_opts: RequestOptions,
+    inputs: Inputs,
+    matrix: Matrix,
+    targets: Sequence[Target],
     options: BootstrapOptions,
     show: Echo,
     live: Live | None = None,
 ) -> BootstrapResult:
-    """Everything ``cudalock bootstrap`` does; ``show`` prints progress to the user, ``live``
-    (given on a terminal) keeps a status line of a long install step up to date."""
+    """Everything ``cudalock bootstrap`` does with its inputs (the spec and the flags over it,
+    the matrix, the targets: computed once by the command line); ``show`` prints progress to
+    the user, ``live`` (given on a terminal) keeps a status line of a long install step up to
+    date."""
 
     def echo(line: str) -> None:
         show(redact(line))  # the plan's explanation names index URLs, credentials and all
@@ -180,7 +178,6 @@ def run_bootstrap(
     out_dir = options.output_dir
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"-o {str(out_dir)!r} is not a directory")
-    inputs = read_inputs(request_opts, target_opts, spec_file=options.spec_file, output_dir=out_dir)
     spec_path, spec, request = inputs.spec_path, inputs.spec, inputs.request
     check_framework_paths(request.frameworks)
     output_format = choose_format(options.output_format, spec)
@@ -203,11 +200,8 @@ def run_bootstrap(
     if options.create and output_format == "pixi":
         find_pixi()
 
-    target_opts = inputs.target_options
     if inputs.recorded_target:
         echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
-    matrix = load_matrix(target_opts.matrix_dir)
-    targets = targets_from_options(target_opts, matrix)
     plan, _frameworks = plan_with_frameworks(
         matrix,
         targets,
@@ -494,12 +488,16 @@ def _uv_or_none() -> str | None:
 
 
 def _python_version(python: Path) -> str:
+    from cudalock.audit.inspection import clean_directory, isolated_argv
+
     try:
-        result = procs.run(
-            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            what=f"{python} (asked for its version)",
-            timeout=60,
-        )
+        with clean_directory() as empty:
+            result = procs.run(
+                isolated_argv(python, "import sys; print('%d.%d' % sys.version_info[:2])"),
+                what=f"{python} (asked for its version)",
+                timeout=60,
+                cwd=Path(empty),
+            )
     except OSError as err:
         raise EnvironmentFailure(f"cannot run {python}: {err.strerror or err}") from None
     return result.stdout_text().strip()
@@ -821,6 +819,10 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
     Errors mean the environment cannot be trusted on the target even though every step
     succeeded: exit 1, with the findings shown.
     """
+
+    # Only --create audits: a bootstrap that writes files loads no audit code.
+    from cudalock.audit import audit_live
+    from cudalock.audit.inspection import python_for_prefix, start_inspection
 
     with start_inspection(python=python_for_prefix(environment)) as inspection:
         # Judged with the policy the plan was resolved with.

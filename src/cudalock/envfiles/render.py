@@ -156,13 +156,25 @@ def companions(plan: Plan) -> tuple[PackagePin, ...]:
     return tuple(p for p in plan.packages if p.name not in family)
 
 
-def builds_deepspeed_ops(plan: Plan, closure: Closure | None = None) -> bool:
-    """Whether DeepSpeed is built (its ops JIT-compiled later) against a CUDA torch."""
+def built_against_cuda_torch(plan: Plan, closure: Closure | None = None) -> tuple[str, ...]:
+    """What is built against a CUDA torch and may need nvcc: DeepSpeed (its ops JIT-compiled
+    later), flash-attn (compiled where no prebuilt wheel fits)."""
     if plan.cuda is None:
-        return False
+        return ()
     if closure is not None and closure.built_last:
-        return True
-    return any(canonicalize_name(p.name) in BUILT_AGAINST_TORCH for p in plan.packages)
+        return closure.built_last
+    return tuple(
+        name
+        for name in BUILT_AGAINST_TORCH
+        if any(canonicalize_name(p.name) == name for p in plan.packages)
+    )
+
+
+#: How each package of BUILT_AGAINST_TORCH uses the toolkit, in words.
+_BUILDS = {
+    "deepspeed": "DeepSpeed builds its ops just in time",
+    "flash-attn": "flash-attn compiles its kernels when no prebuilt wheel fits",
+}
 
 
 def yaml_scalar(text: str) -> str:
@@ -539,20 +551,23 @@ class CondaPart:
 def conda_part(plan: Plan, closure: Closure | None = None) -> CondaPart:
     """The conda part of the environment (what environment.yml lists outside ``pip:``).
 
-    When DeepSpeed's ops are built just in time against a CUDA torch, a CUDA 12+ toolkit comes
+    When DeepSpeed's ops (just in time) or flash-attn (where no prebuilt wheel fits) are built
+    against a CUDA torch, a CUDA 12+ toolkit comes
     from conda-forge: its compiler and the development libraries conda-forge's own DeepSpeed
     recipe builds against (:data:`CUDA_DEV_PACKAGES`), of torch's CUDA (``cuda-version``).
     conda-forge has no CUDA 11 compiler, so there the toolkit must be the system's.
     """
     specs = [*_conda_python(plan), "pip"]
     toolkit = None
-    if builds_deepspeed_ops(plan, closure) and plan.cuda is not None:
+    built = built_against_cuda_torch(plan, closure)
+    if built and plan.cuda is not None:
         cuda = format_cuda(plan.cuda)
         if plan.cuda[0] >= CONDA_FORGE_FIRST_NVCC_MAJOR:
             specs += [*CUDA_DEV_PACKAGES, f"cuda-version={cuda}"]
         else:
             toolkit = (
-                f"DeepSpeed builds its ops just in time against a CUDA {cuda} toolkit, which "
+                f"{' and '.join(_BUILDS.get(name, name) for name in built)} against a CUDA "
+                f"{cuda} toolkit, which "
                 f"conda-forge does not have: a system toolkit of CUDA {cuda} is needed "
                 f"(nvcc and headers; point CUDA_HOME at it, e.g. CUDA_HOME=/usr/local/cuda-{cuda})"
             )
@@ -614,8 +629,9 @@ def _conda_notes(plan: Plan, part: CondaPart) -> list[str]:
             "in time.",
         ]
     notes.append(
-        "Channels: conda-forge only; if your conda configuration adds 'defaults', create with "
-        "--override-channels (bootstrap --create does)."
+        "Channels: conda-forge only. If your conda configuration adds 'defaults', it is mixed "
+        "into 'conda env create'; 'conda create -n NAME --override-channels -c conda-forge' "
+        "with the packages above keeps it out (cudalock bootstrap --create does that)."
     )
     return notes
 
@@ -679,12 +695,15 @@ def _conda_lock_pip(plan: Plan, options: RenderOptions) -> tuple[list[str], list
 
 
 def _target_wheel(package: Package, plan: Plan) -> str | None:
-    """``URL#sha256=HASH`` of the package's locked wheel for the plan's Python and platform."""
+    """``URL#sha256=HASH`` of the package's locked https wheel for the plan's Python and
+    platform (None: there is none)."""
     python = plan.python.rstrip("t").replace(".", "")
     arch = platform_named(plan.platform).wheel_tag_arch
     for wheel in package.wheels or ():
         sha256 = wheel.hashes.get("sha256")
-        if not wheel.url or not sha256:
+        # conda-lock reads a direct reference as a URL only when it is https (an http one
+        # becomes a local path): an insecure index stays a repository.
+        if not wheel.url or not wheel.url.startswith("https://") or not sha256:
             continue
         # PEP 751 makes the name optional (uv leaves it out): the URL's last segment is it.
         filename = wheel.name or unquote(urlsplit(wheel.url).path.rsplit("/", 1)[-1])

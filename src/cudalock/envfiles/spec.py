@@ -378,16 +378,18 @@ def read_inputs(
     *,
     spec_file: Path | None,
     output_dir: Path,
+    cwd: Path | None = None,
 ) -> Inputs:
     """Read ``spec_file`` (``--spec``), else ``output_dir/cudalock.toml`` if it exists, and lay
     the flags over it: each Request flag replaces its value; the Target flags replace the
     recorded target by part (the driver, the GPUs, the platform), and ``--probe`` replaces it
-    whole. A ``--spec`` that does not exist is an :class:`InputError`."""
+    whole. A ``--spec`` that does not exist is an :class:`InputError`. Relative framework
+    paths count from ``cwd`` (default: the current directory)."""
     path = spec_file if spec_file is not None else output_dir / SPEC_FILE
     spec = read_spec(path)
     if spec is None and spec_file is not None:
         raise InputError(f"spec file {spec_file} does not exist")
-    request = request_options.to_request(spec.request if spec else None)
+    request = request_options.to_request(spec.request if spec else None, cwd=cwd)
     recorded = spec.target if spec is not None else None
     if recorded is None or target_options.probe_files:
         return Inputs(path, spec, request, target_options, recorded_target=False)

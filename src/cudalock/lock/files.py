@@ -9,6 +9,7 @@ closure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,8 +104,10 @@ def make_lock(
     force: bool = False,
     echo: Echo | None = None,
     matrix: Matrix | None = None,
+    also: Mapping[Path, str] | None = None,
 ) -> LockResult:
-    """Resolve the closure of ``plan`` with uv and write the lock files into ``output_dir``.
+    """Resolve the closure of ``plan`` with uv and write the lock files into ``output_dir``,
+    with the files ``also`` holds (the spec that records the inputs) in the same write.
 
     On any failure nothing is written and the previous files stay as they were.
     """
@@ -130,14 +133,12 @@ def make_lock(
     for line in closure.notes:
         say(f"cudalock: {line}")
     files = {paths[name]: text for name, text in texts.items()}
+    files.update(also or {})
     secret = write_outputs(files)
     if secret:
         say(f"cudalock: {credentials_note(secret)}")
     versions = closure.versions
-    say(
-        f"cudalock: wrote {', '.join(str(paths[name]) for name in texts)} "
-        f"({len(versions)} packages)"
-    )
+    say(f"cudalock: wrote {', '.join(str(path) for path in files)} ({len(versions)} packages)")
     return LockResult(
         lock_path=lock_path,
         requirements_path=paths[REQUIREMENTS_FILE],

@@ -95,10 +95,21 @@ def probe_machine(
     environ: Mapping[str, str] | None = None,
     run_nvidia_smi: Callable[[], str | None] | None = None,
     matrix: Matrix | None = None,
+    hardware: bool = True,
 ) -> Target:
-    """Describe this machine. Never raises for machine problems: they become ``notes``."""
+    """Describe this machine. Never raises for machine problems: they become ``notes``.
+
+    ``hardware`` False reads the platform and the host only, no driver or GPU (for flags that
+    give both: what NVML would say is replaced anyway)."""
     env = os.environ if environ is None else environ
     platform = platform_for(*system_and_machine())
+    if not hardware:
+        return Target(
+            platform=platform,
+            host=probe_host(proc_root=proc_root, sys_root=sys_root),
+            name="this machine",
+            source="none",
+        )
     matrix_source = MatrixOnDemand(matrix)
     found = DriverFindings()
 
