@@ -126,6 +126,15 @@ def test_offline_the_matrix_answers_and_the_version_is_excluded(cache_home: Path
     assert not builds.review([xformers_package("0.0.28.post3", "a" * 64)])
 
 
+def test_a_wheel_the_matrix_read_is_not_read_again(cache_home: Path) -> None:
+    # The sha256 of the real xformers-0.0.31-cp39-abi3-manylinux_2_28_x86_64.whl, which
+    # cuda_builds.toml names: online, no request is made for it.
+    sha = "50aedaea82a38d7d28631f77617d1ed1f6f37c60bdc4bf167a69cbc0e39cee76"
+    builds = check(offline=False)
+    assert builds.review([xformers_package("0.0.31", sha)])
+    assert "(cuda_builds.toml (xformers/cpp_lib.json))" in builds.notes[0]
+
+
 def test_what_an_earlier_lock_read_is_used_without_the_wheel(cache_home: Path) -> None:
     sha = "b" * 64
     assert _cache_read(sha) == (False, None)
