@@ -212,6 +212,20 @@ def test_create_with_an_absolute_o_and_a_prefix_elsewhere(scene: Scene, tmp_path
     assert _installed(prefix / "bin" / "python")["torch"] == PLANNED_TORCH
 
 
+def test_a_failed_create_offers_to_remove_nothing_when_nothing_was_made(
+    scene: Scene, tmp_path: Path
+) -> None:
+    empty = tmp_path / "mirror"  # a channel_alias under which conda-forge has nothing
+    (empty / "conda-forge" / "noarch").mkdir(parents=True)
+    env = scene.env(CONDA_CHANNEL_ALIAS=empty.as_uri())
+    done = cudalock(*scene.bootstrap_args("caseC", "--create"), cwd=tmp_path, env=env)
+    assert done.returncode == 3, done.stderr + done.stdout
+    assert "py-rattler could not create" in done.stderr
+    assert "remove" not in done.stderr and "rm -rf" not in done.stderr
+    assert not (tmp_path / "caseC" / ".conda-env").exists()
+    assert "Traceback" not in done.stderr
+
+
 def test_an_environment_not_made_from_this_plan_is_not_reused(scene: Scene, tmp_path: Path) -> None:
     prefix = tmp_path / "other"
     _rattler_install(scene.channel, ["conda-forge"], ["python", "pip", "cuda-version=12.1"], prefix)
