@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cudalock.errors import InputError
-from cudalock.machine.overrides import read_probe_stream
+from cudalock.machine.probefiles import read_probe_stream
 from cudalock.model import Gpu, Host, Target
 from cudalock.versions import DriverVersion
 from tests.support.cli import CUDALOCK, cudalock

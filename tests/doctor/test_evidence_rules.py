@@ -423,7 +423,7 @@ def test_memory_does_not_judge_a_node_by_a_probe_for_another_machine(tmp_path: P
     document = json.loads(result.stdout)
     assert document["host"]["total_bytes"] is None
     assert "host-memory-unknown" in {f["code"] for f in document["findings"]}
-    from cudalock.machine.overrides import read_probe_file
+    from cudalock.machine.probefiles import read_probe_file
 
     target = read_probe_file(probe)
     assert (target.host.memory_total_bytes, target.host.hostname, target.name) == (

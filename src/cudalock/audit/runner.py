@@ -19,7 +19,8 @@ from cudalock.audit.inspection import start_inspection
 from cudalock.audit.installed import Installed
 from cudalock.audit.reports import report_target
 from cudalock.machine import probe_machine
-from cudalock.machine.overrides import apply_overrides, overrides_from_options, read_probe_files
+from cudalock.machine.overrides import apply_overrides, overrides_from_options
+from cudalock.machine.probefiles import read_probe_files
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Finding, Target
 from cudalock.request import Compat

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> None:
     host_override = memory_opts.host_memory_bytes()
     target = None
     if probe_file is not None:
-        from cudalock.machine.overrides import read_probe_file
+        from cudalock.machine.probefiles import read_probe_file
 
         target = read_probe_file(probe_file)
     elif host_override is None or hints.gpus_per_node is None:

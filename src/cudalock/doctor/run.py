@@ -68,7 +68,8 @@ from cudalock.machine.host import (
     read_cgroup_memory,
     read_shm,
 )
-from cudalock.machine.overrides import TargetOptions, read_probe_files
+from cudalock.machine.overrides import TargetOptions
+from cudalock.machine.probefiles import read_probe_files
 from cudalock.memory import (
     HostMemory,
     MemoryVerdict,

@@ -475,12 +475,16 @@ def _uv_or_none() -> str | None:
 
 
 def _python_version(python: Path) -> str:
+    from cudalock.audit.inspection import clean_directory, isolated_argv
+
     try:
-        result = procs.run(
-            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            what=f"{python} (asked for its version)",
-            timeout=60,
-        )
+        with clean_directory() as empty:
+            result = procs.run(
+                isolated_argv(python, "import sys; print('%d.%d' % sys.version_info[:2])"),
+                what=f"{python} (asked for its version)",
+                timeout=60,
+                cwd=Path(empty),
+            )
     except OSError as err:
         raise EnvironmentFailure(f"cannot run {python}: {err.strerror or err}") from None
     return result.stdout_text().strip()

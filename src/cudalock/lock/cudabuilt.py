@@ -46,6 +46,7 @@ from cudalock.resolve.cudabuilt import (
     mismatch,
 )
 from cudalock.sharedlibs import NotElf, needed_libraries
+from cudalock.urls import redact
 
 #: Extensions read per wheel, smallest first: one that needs a CUDA library settles it.
 MAX_EXTENSIONS = 4
@@ -221,6 +222,15 @@ class BuildCheck:
             return None
         url, sha256 = wheel
         recorded = from_matrix(self.matrix, name, version)
+        entry = self.matrix.package_build(name, version)
+        # The matrix read this very file (its sources name the sha256): no need to again.
+        if (
+            recorded is not None
+            and entry is not None
+            and sha256
+            and any(f"sha256:{sha256}" in source for source in entry.provenance.source)
+        ):
+            return recorded
         known, cached = _cache_read(sha256)
         if known:
             return first_known((cached, recorded))
@@ -240,14 +250,21 @@ class BuildCheck:
             self.metadata[(name, version)] = metadata
         if metadata is None or not built_against_torch_or_cuda(metadata, self.environment):
             return None
-        return read_wheel_build(
-            package,
-            metadata,
-            url,
-            indexes=self.indexes,
-            timeout_s=self.timeout_s,
-            retries=self.retries,
-        )
+        try:
+            return read_wheel_build(
+                package,
+                metadata,
+                url,
+                indexes=self.indexes,
+                timeout_s=self.timeout_s,
+                retries=self.retries,
+            )
+        except FileNotFoundError:
+            self.notes.append(
+                f"{name} {version}: its wheel {redact(url)} is not on the index (HTTP 404), so "
+                "the CUDA it was built for was not read"
+            )
+            return None
 
     def review(self, packages: Sequence[Package]) -> bool:
         """Check every locked package; True when a version was excluded (resolve again)."""

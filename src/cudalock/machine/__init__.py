@@ -5,12 +5,10 @@ from cudalock.machine.overrides import (
     TargetOptions,
     apply_overrides,
     gpu_model_named,
-    read_probe_file,
-    read_probe_files,
-    target_from_json,
     targets_from_options,
 )
 from cudalock.machine.probe import probe_machine
+from cudalock.machine.probefiles import read_probe_file, read_probe_files, target_from_json
 
 __all__ = [
     "TargetOptions",
