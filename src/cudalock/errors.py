@@ -56,5 +56,8 @@ class EnvironmentFailure(CudalockError):
 
 
 class Terminated(BaseException):
+    #: The signal that ended the run (SIGTERM or SIGHUP); the exit status is 128 + it.
+    signum: int = 15
+
     """SIGTERM arrived: raised in the main thread so that every ``finally`` runs (temporary files
     removed, children killed), as for Ctrl-C. Not an Exception: nothing may swallow it."""

@@ -586,3 +586,19 @@ def test_a_replacement_that_still_leaves_an_error_is_not_offered(matrix: Matrix)
     assert "nvcc-mismatch" in {f.code for f in audit(applied, machine, matrix)}
     finding = only(audit(installed, machine, matrix), "minor-compat-only")
     assert not any(pin.endswith("+cu118") for pin in _pins(finding))
+
+
+def test_a_pasted_error_line_is_evidence_of_the_finding_a_check_already_made(
+    matrix: Matrix,
+) -> None:
+    from cudalock.audit.installed import ReportedMessage
+
+    line = "RuntimeError: The NVIDIA driver on your system is too old (found version 12020)."
+    installed = env(
+        "2.9.1+cu128",
+        "12.8",
+        messages=(ReportedMessage("driver-too-old", line, (("found", "12020"),)),),
+    )
+    findings = audit(installed, target("535.104.05", (12, 2), (8, 0)), matrix)
+    assert [f.code for f in findings if f.severity == "error"] == ["minor-compat-only"]
+    assert f"pasted: {line}" in only(findings, "minor-compat-only").evidence

@@ -81,14 +81,17 @@ def test_conda_format_writes_the_files(tmp_path: Path, index: IndexServer) -> No
     locked = parse_environment_file(
         out / "environment.conda-lock.yml", ["linux-64"], mapping_url=str(mapping)
     )
-    # Only the PyPI-like index is a repository: conda-lock would offer the PyTorch index for
-    # every package, so the torch family are direct references to the locked wheels.
-    assert [r.url for r in locked.pip_repositories] == [index.pypi_url]
-    pip = yaml.safe_load((out / "environment.conda-lock.yml").read_text())["dependencies"][-1]
-    wheel = f"{index.pytorch_url}/cu121/torch-2.1.0%2Bcu121-py3-none-any.whl#sha256="
-    assert pip["pip"][0].startswith(f"torch @ {wheel}")
-    assert pip["pip"][0].rsplit("=", 1)[1] in lock  # the hash pylock.toml holds
-    assert pip["pip"][1].startswith("torchvision @ ")
+    # The stand-in PyTorch index is http, and conda-lock reads an http direct reference as a
+    # local path: so it stays a repository and the closure is pinned to the locked versions
+    # (an https index gets direct references: tests/envfiles/test_render.py).
+    assert [r.url for r in locked.pip_repositories] == [
+        f"{index.pytorch_url}/cu121",
+        index.pypi_url,
+    ]
+    assert {d.name: d.version for d in locked.dependencies["linux-64"] if d.manager == "pip"} == {
+        "torch": "==2.1.0+cu121",
+        "torchvision": "==0.16.0+cu121",
+    }
 
 
 def test_offline_without_a_cache_writes_the_rest_and_says_how_to_finish(
@@ -335,3 +338,63 @@ def test_bootstrap_cli_module_imports_only_the_standard_library_at_top() -> None
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_hard_link_planted_as_the_lock_file_is_left_as_it_is(tmp_path: Path) -> None:
+    import os
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(victim, out / ".cudalock.lock")
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert "is a hard link to another file" in done.stderr and "Traceback" not in done.stderr
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("out", ["a" * 300, "new/" + "b" * 300 + "/c", "/" + "d/" * 2100])
+def test_an_output_directory_past_the_systems_name_limits_is_a_usage_error(
+    tmp_path: Path, out: str
+) -> None:
+    done = cudalock("bootstrap", "-o", out, *TARGET, *REQUEST, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "longer than the system allows" in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_bootstrap_into_new_nested_directories_leaves_none_of_them(
+    tmp_path: Path, index: IndexServer
+) -> None:
+    request = ["--torch", "==2.1.2", "--python", "3.11", "--framework", "finetunekit"]
+    done = cudalock("bootstrap", "-o", "new/a/b", *TARGET, *request, *indexes(index), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_create_into_a_users_directory_that_is_no_venv_is_refused_and_left_alone(
+    tmp_path: Path, index: IndexServer
+) -> None:
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    done = cudalock(
+        "bootstrap",
+        "-o",
+        "out",
+        *TARGET,
+        *REQUEST,
+        *indexes(index),
+        "--format",
+        "venv",
+        "--create",
+        "--venv",
+        mine,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "holds files but no virtual environment" in done.stderr
+    assert "rm -rf" not in done.stdout + done.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]

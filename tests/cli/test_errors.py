@@ -418,7 +418,8 @@ HOSTILE_INDEX = (
 
 
 #: A framework git URL hostile to a shell (valid: no whitespace), and a requirement with a marker.
-HOSTILE_FRAMEWORK_URL = "git+https://x.example/r$(touch${IFS}PWNED_G);`touch${IFS}PWNED_H`'\".git"
+# $IFS, not ${IFS}: a "${" is refused before anything is written (uv would expand it).
+HOSTILE_FRAMEWORK_URL = "git+https://x.example/r$(touch$IFS'PWNED_G');`touch$IFS'PWNED_H'`'\".git"
 
 
 @pytest.mark.parametrize("kind", ["path", "url", "requirement"])
@@ -429,6 +430,7 @@ def test_install_sh_with_hostile_index_and_framework_runs_nothing_injected(
     if kind == "path":
         directory = tmp_path / "my fw $(touch PWNED_D); `touch PWNED_E` 'q\" ;touch PWNED_F"
         directory.mkdir()
+        (directory / "pyproject.toml").write_text('[project]\nname = "fw"\nversion = "0"\n')
         framework = str(directory)
     elif kind == "url":
         framework = HOSTILE_FRAMEWORK_URL

@@ -127,7 +127,9 @@ def test_a_link_planted_at_the_log_is_replaced_not_followed(
     assert not log.is_symlink() and "### create the virtual environment" in log.read_text()
 
 
-@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
+)
 def test_a_signal_during_create_stops_the_children_and_keeps_the_log(
     tmp_path: Path, index: IndexServer, sig: signal.Signals, status: int
 ) -> None:

@@ -203,6 +203,20 @@ def test_memory_command_takes_the_adapter_flags_and_configs(tmp_path: Path) -> N
     assert qlora.returncode == 0, qlora.stderr
     document = json.loads(qlora.stdout)
     assert document["needs"]["setup"]["base_bits"] == 4
+    text = cudalock(
+        "memory",
+        "--params",
+        "7B",
+        "--finetuning",
+        "qlora",
+        "--trainable-params",
+        "4.2M",
+        *args[:-1],
+    )
+    assert (
+        "(QLoRA: the table is for the 4M trainable parameters; each GPU also holds" in text.stdout
+    )
+    assert "model load: every one of the 8 ranks on a node materialises" in text.stdout
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 16}')

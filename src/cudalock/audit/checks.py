@@ -1439,7 +1439,8 @@ def _with_reported_messages(context: _Context, findings: list[Finding]) -> list[
         finding = _message_finding(context, message)
         if finding is None:
             continue
-        same = next((i for i, f in enumerate(result) if f.code == finding.code), None)
+        codes = {finding.code, *_SAME_CAUSE.get(finding.code, ())}
+        same = next((i for i, f in enumerate(result) if f.code in codes), None)
         if same is None:
             result.append(finding)
             continue
@@ -1454,6 +1455,10 @@ def _with_reported_messages(context: _Context, findings: list[Finding]) -> list[
                 fix=existing.fix,
             )
     return result
+
+
+#: A message's finding that a check's finding of another code already states.
+_SAME_CAUSE = {"driver-too-old": ("minor-compat-only",)}
 
 
 def _message_finding(context: _Context, message: ReportedMessage) -> Finding | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudalock.audit.inspection import clean_directory, isolated_argv
 from cudalock.errors import InputError
 from cudalock.model import Finding
 from cudalock.procs import ChildOutputTooLarge, ChildTimedOut, run, signal_name
@@ -74,15 +75,20 @@ class DeepResult:
 def deep_inspect(python: Path, timeout: float = 120) -> DeepResult:
     if not Path(python).exists():
         raise InputError(f"Python interpreter {str(python)!r} does not exist")
-    env = dict(os.environ)
-    # A crash then prints the Python stack of the crashing thread on stderr: evidence.
-    env["PYTHONFAULTHANDLER"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    command = [str(python), "-c", _CHILD]
+    # -X faulthandler: a crash prints the Python stack of the crashing thread on stderr.
+    command = isolated_argv(python, _CHILD, options=("-X", "faulthandler"))
     try:
         # Its own process group, killed whole on a timeout: a hung CUDA initialisation may
         # have started helpers that would otherwise outlive the audit.
-        done = run(command, what="the torch check", timeout=timeout, env=env, output_limit=_LIMIT)
+        with clean_directory() as empty:
+            done = run(
+                command,
+                what="the torch check",
+                timeout=timeout,
+                cwd=Path(empty),
+                env=dict(os.environ),
+                output_limit=_LIMIT,
+            )
     except OSError as failure:
         raise InputError(f"cannot run {str(python)!r}: {failure.strerror or failure}") from None
     except ChildTimedOut as stopped:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -115,12 +116,25 @@ def start_inspection(
             f"{str(python / 'bin' / 'python')!r} (or use --prefix for an environment root)"
         )
     source = _SCRIPT.read_text(encoding="utf-8")
-    env = dict(os.environ)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.pop("PYTHONSTARTUP", None)
     if not os.access(python, os.X_OK):
         raise InputError(f"{str(python)!r} is not executable")
-    return RunningInspection(python, [str(python), "-c", source, str(_SHAREDLIBS)], env, timeout)
+    argv = isolated_argv(python, source, str(_SHAREDLIBS))
+    return RunningInspection(python, argv, dict(os.environ), timeout)
+
+
+def isolated_argv(python: Path, code: str, *args: str, options: Sequence[str] = ()) -> list[str]:
+    """``python`` running ``code`` isolated from where cudalock was started: ``-I`` (no current
+    directory or script directory on ``sys.path``, no PYTHON* variables, no user site), ``-B``
+    (no bytecode written into the audited environment), and the interpreter named by its
+    absolute path (``./python3`` is that file, never ``python3`` from PATH). Run it with
+    ``cwd`` a fresh empty directory (:func:`clean_directory`), so that nothing the user's
+    working directory holds (a ``json.py`` in an untrusted repository) can be imported."""
+    return [os.path.abspath(python), "-I", "-B", *options, "-c", code, *args]
+
+
+def clean_directory() -> tempfile.TemporaryDirectory[str]:
+    """An empty directory to run an audited interpreter in, removed afterwards."""
+    return tempfile.TemporaryDirectory(prefix="cudalock-audit-")
 
 
 class RunningInspection:
@@ -139,14 +153,16 @@ class RunningInspection:
 
     def _run(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
         try:
-            self._outcome = run(
-                argv,
-                what=f"{str(self.python)!r}",
-                timeout=self._timeout,
-                env=env,
-                output_limit=_MAX_OUTPUT,
-                cancel=self._cancel,
-            )
+            with clean_directory() as empty:
+                self._outcome = run(
+                    argv,
+                    what=f"{str(self.python)!r}",
+                    timeout=self._timeout,
+                    cwd=Path(empty),
+                    env=env,
+                    output_limit=_MAX_OUTPUT,
+                    cancel=self._cancel,
+                )
         except BaseException as err:  # handed to the caller by installed()
             self._outcome = err
 

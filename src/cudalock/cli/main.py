@@ -10,6 +10,8 @@ importing them.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import os
 import signal
@@ -77,7 +79,9 @@ exit status:
   1    problems found, or nothing satisfies the request
   2    usage error or bad input (a bad flag or value, a malformed file)
   3    the environment failed (network, permissions, disk)
+  129  hung up (SIGHUP: the terminal went away), handled like SIGTERM
   130  interrupted (Ctrl-C)
+  141  the reader of the output went away (a closed pipe, as in '| head -1')
   143  terminated (SIGTERM)"""
 
 #: The function that runs a parsed command line (each command's ``run``).
@@ -255,6 +259,7 @@ def run(argv: Sequence[str] | None = None) -> None:
     interrupted 130).
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    _usable_output_streams()
     previous = _terminate_like_ctrl_c()
     try:
         if args and args[0] in COMMANDS:
@@ -268,32 +273,131 @@ def run(argv: Sequence[str] | None = None) -> None:
         namespace = parser.parse_args(args)
         handler: Handler = namespace.handler
         handler(namespace)
+        sys.stdout.flush()  # a full disk or a closed pipe is said here, not at exit
     except CudalockError as err:
-        report_error(err)
+        _quietly(report_error, err)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
-        echo("cudalock: interrupted", err=True)
+        _quietly(echo, "cudalock: interrupted", err=True)
         sys.exit(130)
-    except Terminated:
-        echo("cudalock: terminated", err=True)
-        sys.exit(143)
+    except Terminated as stopped:
+        said = "hung up" if stopped.signum == getattr(signal, "SIGHUP", None) else "terminated"
+        _quietly(echo, f"cudalock: {said}", err=True)
+        sys.exit(128 + stopped.signum)
+    except BrokenPipeError:
+        # The reader went away (| head -1): stop quietly, as other command-line tools do.
+        _discard_output()
+        sys.exit(141)
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:  # a path the user named, past NAME_MAX or PATH_MAX
+            from cudalock.fsutil import name_too_long
+
+            usage = name_too_long(err.filename)
+            _quietly(report_error, usage)
+            sys.exit(usage.exit_code)
+        if not _is_output_failure(err):
+            raise
+        _discard_output("stdout")
+        _quietly(echo, f"cudalock: error: cannot write the output: {err.strerror}", err=True)
+        sys.exit(3)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler_before in previous.items():
+            signal.signal(signum, handler_before)
 
 
-def _terminate_like_ctrl_c() -> signal.Handlers | Callable[[int, Any], Any] | int | None:
-    """SIGTERM raises :class:`Terminated` in the main thread, so it unwinds like Ctrl-C: child
-    processes are killed and temporary files removed on the way out (the default action would
-    end cudalock at once and leave both behind). Returns the handler it replaced."""
+def _terminate_like_ctrl_c() -> dict[int, Any]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread, so they unwind like
+    Ctrl-C: child processes are killed and temporary files removed on the way out (the default
+    action would end cudalock at once and leave both behind, install.sh and uv running
+    detached). Returns the handlers it replaced."""
 
     def terminate(signum: int, frame: Any) -> None:
-        raise Terminated
+        stopped = Terminated()
+        stopped.signum = signum
+        raise stopped
 
+    replaced: dict[int, Any] = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is None:
+            continue
+        try:
+            replaced[number] = signal.signal(number, terminate)
+        except ValueError:  # not the main thread (cudalock run as a library): leave it be
+            break
+    return replaced
+
+
+#: Characters cudalock prints that an ASCII terminal cannot show, and what stands for them.
+_ASCII_FORMS = {
+    "≥": ">=",
+    "≤": "<=",
+    "→": "->",
+    "←": "<-",
+    "…": "...",
+    "—": "-",
+    "–": "-",
+    "×": "x",
+    "≈": "~",
+    "·": "*",
+    "‘": "'",
+    "’": "'",
+    "“": '"',
+    "”": '"',
+}
+
+
+def _degrade(err: UnicodeError) -> tuple[str, int]:
+    """The ``cudalock-degrade`` codec error handler: ``≥`` becomes ``>=``, anything else
+    without an ASCII form ``?``."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    text = err.object[err.start : err.end]
+    return "".join(_ASCII_FORMS.get(char, "?") for char in text), err.end
+
+
+def _usable_output_streams() -> None:
+    """Streams that take whatever cudalock prints: one closed at start (``>&-``) goes to the
+    null device, and characters the output encoding lacks (PYTHONIOENCODING=ascii) degrade."""
+    import codecs
+
+    codecs.register_error("cudalock-degrade", _degrade)
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
+            continue
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="cudalock-degrade")
+
+
+def _is_output_failure(err: OSError) -> bool:
+    """Whether ``err`` came from writing cudalock's own stdout or stderr (full, closed)."""
+    return err.errno in (errno.ENOSPC, errno.EBADF, errno.EPIPE, errno.EIO, errno.EDQUOT)
+
+
+def _discard_output(*names: str) -> None:
+    """Point stdout (and stderr) at the null device, so that nothing still buffered fails
+    again when the interpreter exits."""
+    for name in names or ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
+
+
+def _quietly(say: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Say it on stderr if stderr can take it; a closed or full stderr is not a second error."""
     try:
-        return signal.signal(signal.SIGTERM, terminate)
-    except ValueError:  # not the main thread (cudalock run as a library): leave it be
-        return None
+        say(*args, **kwargs)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        _discard_output("stderr")
 
 
 def unknown_command(word: str) -> str:

@@ -695,12 +695,15 @@ def _conda_lock_pip(plan: Plan, options: RenderOptions) -> tuple[list[str], list
 
 
 def _target_wheel(package: Package, plan: Plan) -> str | None:
-    """``URL#sha256=HASH`` of the package's locked wheel for the plan's Python and platform."""
+    """``URL#sha256=HASH`` of the package's locked https wheel for the plan's Python and
+    platform (None: there is none)."""
     python = plan.python.rstrip("t").replace(".", "")
     arch = platform_named(plan.platform).wheel_tag_arch
     for wheel in package.wheels or ():
         sha256 = wheel.hashes.get("sha256")
-        if not wheel.url or not sha256:
+        # conda-lock reads a direct reference as a URL only when it is https (an http one
+        # becomes a local path): an insecure index stays a repository.
+        if not wheel.url or not wheel.url.startswith("https://") or not sha256:
             continue
         # PEP 751 makes the name optional (uv leaves it out): the URL's last segment is it.
         filename = wheel.name or unquote(urlsplit(wheel.url).path.rsplit("/", 1)[-1])

@@ -35,6 +35,7 @@ from cudalock.matrix import Matrix
 from cudalock.matrix.load import matrix_cache_dir
 from cudalock.model import Plan
 from cudalock.request import TORCH_FAMILY
+from cudalock.resolve.compat import driver_verdict
 from cudalock.resolve.cudabuilt import (
     BuiltFor,
     first_known,
@@ -46,6 +47,7 @@ from cudalock.resolve.cudabuilt import (
     mismatch,
 )
 from cudalock.sharedlibs import NotElf, needed_libraries
+from cudalock.urls import redact
 
 #: Extensions read per wheel, smallest first: one that needs a CUDA library settles it.
 MAX_EXTENSIONS = 4
@@ -221,6 +223,15 @@ class BuildCheck:
             return None
         url, sha256 = wheel
         recorded = from_matrix(self.matrix, name, version)
+        entry = self.matrix.package_build(name, version)
+        # The matrix read this very file (its sources name the sha256): no need to again.
+        if (
+            recorded is not None
+            and entry is not None
+            and sha256
+            and any(f"sha256:{sha256}" in source for source in entry.provenance.source)
+        ):
+            return recorded
         known, cached = _cache_read(sha256)
         if known:
             return first_known((cached, recorded))
@@ -240,14 +251,21 @@ class BuildCheck:
             self.metadata[(name, version)] = metadata
         if metadata is None or not built_against_torch_or_cuda(metadata, self.environment):
             return None
-        return read_wheel_build(
-            package,
-            metadata,
-            url,
-            indexes=self.indexes,
-            timeout_s=self.timeout_s,
-            retries=self.retries,
-        )
+        try:
+            return read_wheel_build(
+                package,
+                metadata,
+                url,
+                indexes=self.indexes,
+                timeout_s=self.timeout_s,
+                retries=self.retries,
+            )
+        except FileNotFoundError:
+            self.notes.append(
+                f"{name} {version}: its wheel {redact(url)} is not on the index (HTTP 404), so "
+                "the CUDA it was built for was not read"
+            )
+            return None
 
     def review(self, packages: Sequence[Package]) -> bool:
         """Check every locked package; True when a version was excluded (resolve again)."""
@@ -286,6 +304,42 @@ class BuildCheck:
                 changed = True
         return changed
 
+    def _recorded_fit(self, name: str) -> tuple[str, str] | None:
+        """(version, torch) of the newest release cuda_builds.toml records for ``name`` whose
+        build runs beside a torch of that version this target runs (the CUDA build of the
+        driver's major the policy allows): a next step from sourced facts, for uv to confirm."""
+        for entry in reversed(self.matrix.package_builds):
+            if entry.package != name or entry.torch is None:
+                continue
+            public = entry.torch.split("+", 1)[0]
+            release = self.matrix.torch_release(public)
+            built = from_matrix(self.matrix, name, entry.version)
+            if release is None or built is None:
+                continue
+            for build in sorted(
+                release.builds_for(self.plan.platform), key=lambda b: b.cuda or (0, 0), reverse=True
+            ):
+                if build.cuda is None or build.cuda[0] != built.cuda_major:
+                    continue
+                runs = all(
+                    driver_verdict(self.matrix, build.cuda, t, self.plan.compat).allowed
+                    for t in self.plan.targets
+                    if t.has_driver
+                )
+                if runs and (
+                    mismatch(
+                        built,
+                        torch_version=f"{public}+{build.variant}",
+                        torch_cuda=build.cuda,
+                        matrix=self.matrix,
+                        targets=self.plan.targets,
+                        compat=self.plan.compat,
+                    )
+                    is None
+                ):
+                    return entry.version, public
+        return None
+
     def refusal(self) -> tuple[str, str] | None:
         """(problem, hint) for a closure that could not be resolved once versions were
         excluded; None when none were."""
@@ -296,10 +350,13 @@ class BuildCheck:
         for name, rejected in self.rejected.items():
             versions = ", ".join(r.built.version for r in rejected)
             problems.append(
-                f"{rejected[0].problem}, and no other {name} release fits the plan "
-                f"(excluded: {versions})"
+                f"{rejected[0].problem} ({rejected[0].built.evidence}), and no other {name} "
+                f"release fits the plan (excluded: {versions})"
             )
             hint = f"drop {name}"
+            other = self._recorded_fit(name)
+            if other is not None:
+                hint += f", or --framework '{name}=={other[0]}' --torch {other[1]}"
             cuda = rejected[0].built.cuda_version
             if cuda is not None and self.plan.targets:
                 driver = self.matrix.min_driver_for_cuda(cuda, self.plan.targets[0].platform)

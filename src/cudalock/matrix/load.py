@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cudalock.errors import InputError
-from cudalock.fsutil import read_bounded
+from cudalock.fsutil import cudalock_cache_dir, read_bounded
 from cudalock.matrix.model import (
     MATRIX_FILES,
     OPTIONAL_MATRIX_FILES,
@@ -86,10 +86,8 @@ def load_matrix(directory: str | os.PathLike[str] | None = None) -> Matrix:
 
 
 def matrix_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``: where cudalock keeps what it
-    read once and need not read again."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cudalock"
+    """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``."""
+    return cudalock_cache_dir()
 
 
 def _present(path: Path) -> tuple[str, ...]:
