@@ -184,6 +184,12 @@ def file_mode(*, executable: bool = False, secret: bool = False) -> int:
     return (0o777 if executable else 0o666) & ~current_umask()
 
 
+def cudalock_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cudalock"
+
+
 def write_atomic(
     path: Path,
     content: str | bytes,

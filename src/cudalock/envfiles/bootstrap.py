@@ -77,12 +77,14 @@ from cudalock.lock import (
     lock_texts,
     resolve_closure,
 )
+from cudalock.lock.frameworks import plan_with_frameworks
+from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
+from cudalock.lock.pylock import default_index_of
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Target
 from cudalock.platforms import platform_named
 from cudalock.request import Request, RequestOptions
-from cudalock.resolve import resolve
 from cudalock.urls import redact
 
 LOG_FILE = "cudalock-bootstrap.log"
@@ -200,7 +202,18 @@ def run_bootstrap(
 
     if inputs.recorded_target:
         echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
-    plan = resolve(matrix, targets, request)
+    plan, _frameworks = plan_with_frameworks(
+        matrix,
+        targets,
+        request,
+        default_index=default_index_of(
+            request, pypi_index=request.pypi_index, allow_insecure=options.uv.allow_insecure
+        ),
+        timeout_s=options.uv.timeout_s,
+        retries=options.uv.retries,
+        offline=options.uv.offline,
+        use_cache=not cache_disabled(options.uv.environ),
+    )
 
     name = check_env_name(
         options.name or (spec.output.name if spec else None) or default_env_name(plan)

@@ -34,7 +34,7 @@ from typing import Any
 import cudalock.versions
 from cudalock import __version__
 from cudalock.errors import InputError
-from cudalock.fsutil import read_bounded
+from cudalock.fsutil import cudalock_cache_dir, read_bounded
 from cudalock.matrix.model import (
     MATRIX_FILES,
     OPTIONAL_MATRIX_FILES,
@@ -119,8 +119,7 @@ _RACY_SECONDS = 2.0
 
 def matrix_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cudalock"
+    return cudalock_cache_dir()
 
 
 def _cache_key(path: Path) -> tuple[Any, ...] | None:
