@@ -11,6 +11,7 @@ pinning it), and the next DeepSpeed patch release.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import io
 import json
@@ -38,6 +39,7 @@ from cudalock.matrix.refresh import (
     torch_pin,
 )
 from cudalock.matrix.refresh_deepspeed import cuda_rule, read_sdist, torch_requirement
+from cudalock.tomlfile import tomllib
 from cudalock.versions import format_cuda
 from tests.support.cli import cudalock
 from tests.support.invariants import violations
@@ -737,3 +739,32 @@ def test_a_builder_nested_past_the_parsers_stack_has_no_rule() -> None:
     assert cuda_rule("cuda_minor_mismatch_ok = " + "(" * 200_000 + ")" * 200_000 + "\n") is None
     assert cuda_rule("cuda_minor_mismatch_ok = " + "[" * 100 + "]" * 100 + "\n") is None
     assert cuda_rule("x = 1\0\n") is None
+
+
+def matrix_files(directory: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(directory.glob("*.toml"))}
+
+
+@pytest.mark.parametrize("requires_python", [">=3.10,<<4", ">=3.10; rm -rf ~", "x" * 300])
+def test_values_the_loader_refuses_stop_the_refresh_with_nothing_written(
+    index: FakeIndex, matrix_copy: Path, requires_python: str
+) -> None:
+    new = dataclasses.replace(scenario_of(SHIPPED), requires_python=requires_python)
+    serve_new_torch(index, new)
+    before = matrix_files(matrix_copy)
+    with pytest.raises(EnvironmentFailure, match="values the matrix loader refuses"):
+        run_refresh(index, matrix_copy)
+    assert matrix_files(matrix_copy) == before
+    load_matrix(matrix_copy, use_cache=False)  # every command still runs
+
+
+def test_a_release_read_from_the_index_stays_unverified(
+    index: FakeIndex, matrix_copy: Path
+) -> None:
+    new = scenario_of(SHIPPED)
+    serve_new_torch(index, new)
+    run_refresh(index, matrix_copy)
+    added = tomllib.loads((matrix_copy / "torch.toml").read_text())
+    release = next(r for r in added["release"] if r["version"] == new.version)
+    assert release["status"] == "unverified"
+    assert run_refresh(index, matrix_copy).changes == ()  # and a second refresh changes nothing
