@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from cudalock.errors import EnvironmentFailure, InputError, UsageError
+from cudalock.errors import CudalockError, EnvironmentFailure, InputError, UsageError
 from cudalock.urls import holds_credentials
 
 
@@ -182,6 +182,12 @@ def file_mode(*, executable: bool = False, secret: bool = False) -> int:
     if secret:
         return SECRET_MODE | (0o100 if executable else 0)
     return (0o777 if executable else 0o666) & ~current_umask()
+
+
+def cudalock_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cudalock"
 
 
 def write_atomic(
@@ -421,7 +427,24 @@ def _reason(err: OSError) -> str:
     return err.strerror or str(err)
 
 
-def _failure(path: Path, err: OSError, *, inside: bool = False) -> EnvironmentFailure:
+def name_too_long(path: str | os.PathLike[str] | None) -> UsageError:
+    """The usage error for a path past the system's limits (ENAMETOOLONG)."""
+    shown = os.fspath(path) if path is not None else "a path"
+    if len(shown) > 120:
+        shown = shown[:60] + "…" + shown[-40:]
+    return UsageError(
+        f"{shown!r}: a name in it is longer than the system allows "
+        f"({_NAME_MAX} bytes a name, {_PATH_MAX} bytes a path)"
+    )
+
+
+_NAME_MAX = 255
+_PATH_MAX = 4096
+
+
+def _failure(path: Path, err: OSError, *, inside: bool = False) -> CudalockError:
+    if err.errno == errno.ENAMETOOLONG:
+        return name_too_long(path)
     if err.errno == errno.ENOSPC:
         reason = "the disk is full"
     elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -449,7 +472,7 @@ def output_lock(directory: Path, *, command: str, flag: str = "-o") -> Iterator[
 
     ``flag`` names the option in the message when ``directory`` is not a directory (exit 2).
     """
-    created = _make_directory(directory, flag)
+    created = _make_directories(directory, flag)
     path = directory / LOCK_FILE
     try:
         fd = _acquire(path, directory)
@@ -465,28 +488,56 @@ def output_lock(directory: Path, *, command: str, flag: str = "-o") -> Iterator[
                     os.unlink(path)
             os.close(fd)
     finally:
-        if created:
-            with contextlib.suppress(OSError):
-                directory.rmdir()  # only when empty: what the run wrote stays
+        # Innermost first, each only when empty: what the run wrote stays, and so does every
+        # directory that was there before (a failed '-o new/a/b' leaves no 'new').
+        for made in reversed(created):
+            try:
+                made.rmdir()
+            except OSError:
+                break
 
 
-def _make_directory(directory: Path, flag: str) -> bool:
-    if directory.is_dir():
-        return False
-    if os.path.lexists(directory):
-        raise UsageError(f"{flag} {str(directory)!r} is not a directory")
+def _make_directories(directory: Path, flag: str) -> list[Path]:
+    """Create ``directory`` and its missing parents; the ones this call created, outermost
+    first."""
     try:
-        directory.mkdir(parents=True)
-    except FileExistsError:
-        return False
+        if directory.is_dir():
+            return []
+        if os.path.lexists(directory):
+            raise UsageError(f"{flag} {str(directory)!r} is not a directory")
+    except OSError as err:
+        raise _failure(directory, err) from None
+    missing = []
+    for candidate in (directory, *directory.parents):
+        if os.path.lexists(candidate):
+            break
+        missing.append(candidate)
+    created: list[Path] = []
+    try:
+        for candidate in reversed(missing):
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                if not candidate.is_dir():
+                    raise NotADirectoryError(str(candidate)) from None
+                continue
+            created.append(candidate)
     except NotADirectoryError:
+        _remove_made(created)
         raise UsageError(
             f"{flag} {str(directory)!r} cannot be created: Not a directory (a part of its path "
             "is a file)"
         ) from None
     except OSError as err:
+        _remove_made(created)
         raise _failure(directory, err) from None
-    return True
+    return created
+
+
+def _remove_made(created: list[Path]) -> None:
+    for made in reversed(created):
+        with contextlib.suppress(OSError):
+            made.rmdir()
 
 
 def _acquire(path: Path, directory: Path) -> int:
@@ -494,7 +545,11 @@ def _acquire(path: Path, directory: Path) -> int:
         try:
             fd = os.open(
                 path,
-                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                os.O_RDWR
+                | os.O_CREAT
+                | os.O_NOFOLLOW
+                | getattr(os, "O_NONBLOCK", 0)  # a planted FIFO must not block the open
+                | getattr(os, "O_CLOEXEC", 0),
                 0o666 & ~current_umask(),
             )
         except OSError as err:
@@ -504,8 +559,16 @@ def _acquire(path: Path, directory: Path) -> int:
                 ) from None
             raise _failure(directory.absolute(), err, inside=True) from None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            opened = os.fstat(fd)
+            if not stat.S_ISREG(opened.st_mode):
                 raise EnvironmentFailure(f"cannot lock {directory}: {path} is not a regular file")
+            if opened.st_nlink != 1:
+                # A second name of another file (a planted hard link): writing the holder line
+                # would change that file.
+                raise EnvironmentFailure(
+                    f"cannot lock {directory}: {path} is a hard link to another file, which "
+                    "cudalock does not write into",
+                )
             _flock(fd, directory, path)
             # The holder before us may have removed the file after we opened it: then this
             # lock is on a name nobody else will find, and we try again.

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.audit import audit, audit_live, start_inspection
+from cudalock.audit.checks import audit
 from cudalock.audit.deep import deep_inspect
-from cudalock.audit.inspection import inspect_environment
+from cudalock.audit.inspection import inspect_environment, start_inspection
+from cudalock.audit.runner import audit_live
 from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
 from cudalock.doctor.kernel import CommandResult, read_kernel_log
 from cudalock.machine.host import CgroupMemory

@@ -77,12 +77,14 @@ from cudalock.lock import (
     lock_texts,
     resolve_closure,
 )
+from cudalock.lock.frameworks import plan_with_frameworks
+from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
+from cudalock.lock.pylock import default_index_of
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Target
 from cudalock.platforms import platform_named
 from cudalock.request import Request, RequestOptions
-from cudalock.resolve import resolve
 from cudalock.urls import redact
 
 LOG_FILE = "cudalock-bootstrap.log"
@@ -200,7 +202,18 @@ def run_bootstrap(
 
     if inputs.recorded_target:
         echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
-    plan = resolve(matrix, targets, request)
+    plan, _frameworks = plan_with_frameworks(
+        matrix,
+        targets,
+        request,
+        default_index=default_index_of(
+            request, pypi_index=request.pypi_index, allow_insecure=options.uv.allow_insecure
+        ),
+        timeout_s=options.uv.timeout_s,
+        retries=options.uv.retries,
+        offline=options.uv.offline,
+        use_cache=not cache_disabled(options.uv.environ),
+    )
 
     name = check_env_name(
         options.name or (spec.output.name if spec else None) or default_env_name(plan)
@@ -385,8 +398,19 @@ def create_venv(
     (with ``uv`` when given, else pip)."""
     venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    theirs = os.path.lexists(venv)
+    if theirs and not python.exists() and venv.is_dir() and any(venv.iterdir()):
+        raise UsageError(
+            f"--venv {str(venv)!r} is a directory that holds files but no virtual environment; "
+            "choose a new or empty directory"
+        )
     log = _start_log(out_dir)
-    removal = f"rm -rf {shlex.quote(str(venv))}"
+    # Only what cudalock made is offered for removal; a directory that was there is the user's.
+    removal = (
+        KEPT + f"{venv} was there before and is left as it is"
+        if theirs
+        else (f"rm -rf {shlex.quote(str(venv))}")
+    )
     if python.exists():
         echo(f"environment: reusing {venv}")
     else:
@@ -406,7 +430,8 @@ def create_venv(
     if found != plan.python.rstrip("t"):
         raise UsageError(
             f"the environment at {venv} has Python {found}, the plan needs "
-            f"{plan.python}; remove it ({removal}) or choose --venv"
+            f"{plan.python}; "
+            + ("choose another --venv" if theirs else f"remove it ({removal}) or choose --venv")
         )
     env = dict(os.environ)
     env.update(
@@ -793,10 +818,16 @@ def _run_logged(
     raise EnvironmentFailure(message, hint=hint)
 
 
+#: A removal that is no command: what stays, said as it is (the user's own directory).
+KEPT = "kept: "
+
+
 def _left(removal: str | None) -> str:
     """What is left behind and how to remove it (None: nothing was made)."""
     if removal is None:
         return "no environment was created"
+    if removal.startswith(KEPT):
+        return removal[len(KEPT) :]
     return f"the environment is left for inspection; remove it with: {removal}"
 
 
@@ -808,8 +839,8 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
     """
 
     # Only --create audits: a bootstrap that writes files loads no audit code.
-    from cudalock.audit import audit_live
     from cudalock.audit.inspection import python_for_prefix, start_inspection
+    from cudalock.audit.runner import audit_live
 
     with start_inspection(python=python_for_prefix(environment)) as inspection:
         # Judged with the policy the plan was resolved with.

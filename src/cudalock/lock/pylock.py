@@ -222,6 +222,7 @@ def lock_input(
     family: Sequence[PackagePin] = (),
     extras: Mapping[str, Sequence[str]] | None = None,
     additions: Sequence[str] = (),
+    variant_packages: Sequence[str] = (),
 ) -> LockInput:
     """uv's input for ``plan``: its pins, routed, plus requested packages it does not pin.
 
@@ -230,6 +231,9 @@ def lock_input(
     ``extras`` adds extras to a framework (by the text the user gave). ``family`` are further
     torch-family pins the closure was found to need, routed like the Plan's; ``additions`` are
     further requirements (DeepSpeed's build tools), from the default index.
+    ``variant_packages`` are packages the plan's variant index builds (xformers, torchao, ...):
+    required (unpinned, so uv takes the framework's constraint on them) and routed to that
+    index, direct requirements or not: uv honours an index route on direct requirements only.
     """
     default_index = default_index_of(request, pypi_index=pypi_index, allow_insecure=allow_insecure)
     requirements: list[str] = []
@@ -282,6 +286,17 @@ def lock_input(
         elif addition.specifier:
             # A version excluded for the CUDA it was built for narrows what was asked for.
             requirements[:] = [_narrowed(r, name, addition) for r in requirements]
+    if variant_packages and plan.index_url:
+        url = validate_index_url(
+            plan.index_url, flag="--pytorch-index", allow_insecure=allow_insecure
+        )
+        for variant_name in map(canonicalize_name, variant_packages):
+            if variant_name not in pinned:
+                requirements.append(variant_name)
+                pinned.add(variant_name)
+            names = routed.setdefault(url, [])
+            if variant_name not in names and url != default_index:
+                names.append(variant_name)
     taken: set[str] = set()
     routes = tuple(
         IndexRoute(name=_index_name(url, taken), url=url, packages=tuple(names))
