@@ -755,7 +755,7 @@ def test_values_the_loader_refuses_stop_the_refresh_with_nothing_written(
     with pytest.raises(EnvironmentFailure, match="values the matrix loader refuses"):
         run_refresh(index, matrix_copy)
     assert matrix_files(matrix_copy) == before
-    load_matrix(matrix_copy, use_cache=False)  # every command still runs
+    load_matrix(matrix_copy)  # every command still runs
 
 
 def test_a_release_read_from_the_index_stays_unverified(
