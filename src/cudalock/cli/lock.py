@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.lock import UvOptions, check_framework_paths, check_lock, make_lock
     from cudalock.lock.frameworks import plan_with_frameworks
     from cudalock.lock.http import cache_disabled
-    from cudalock.lock.pylock import default_index_of
+    from cudalock.lock.uvinput import default_index_of
 
     out: Path = args.output_dir
     if out.exists() and not out.is_dir():  # before any work: uv would run for nothing

@@ -80,7 +80,7 @@ from cudalock.lock import (
 from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
-from cudalock.lock.pylock import default_index_of
+from cudalock.lock.uvinput import default_index_of
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Target
 from cudalock.platforms import platform_named
