@@ -80,6 +80,11 @@ def test_qlora_base_is_four_and_a_half_bits_per_parameter() -> None:
             "adapter: lora\nlora_r: 8\nlora_target_linear: true\n",
             FineTuning("lora", 8, ("all",)),
         ),
+        (
+            "adapter: qlora\nlora_r: 8\n[INFO|2024-11-18 15:42:32] llamafactory.model.adapter:157 "
+            ">> Upcasting trainable params to float32.\n",
+            FineTuning("qlora", 8, (), base_bits=4),
+        ),
         ("finetuning_type: full\n", FineTuning("full")),
         ("learning_rate: 1e-5\nbf16: true\n", None),
     ],

@@ -839,8 +839,8 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
     """
 
     # Only --create audits: a bootstrap that writes files loads no audit code.
-    from cudalock.audit import audit_live
     from cudalock.audit.inspection import python_for_prefix, start_inspection
+    from cudalock.audit.runner import audit_live
 
     with start_inspection(python=python_for_prefix(environment)) as inspection:
         # Judged with the policy the plan was resolved with.

@@ -59,26 +59,23 @@ from cudalock.lock.metadata import (
     requirements_with,
     torch_extras,
 )
+from cudalock.lock.names import BUILD_REQUIREMENTS, BUILT_AGAINST_TORCH, LOCK_FILE
 from cudalock.lock.pylock import (
-    BUILD_REQUIREMENTS,
-    BUILT_AGAINST_TORCH,
     COMPILE_SETTINGS,
     LOCAL_INPUT,
-    LOCK_FILE,
     LockInput,
-    classify_uv_failure,
     compile_settings,
     input_project,
     input_requirements,
     lock_input,
     locked_versions,
-    missing_from_index,
     read_toml_lock,
     target_glibc,
     uv_compile_args,
     validate_lock,
 )
 from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
+from cudalock.lock.uvfailures import classify_uv_failure, missing_from_index
 from cudalock.lock.variant import Reader, VariantIndex, labelled_versions, read_variant_index
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import PackagePin, Plan

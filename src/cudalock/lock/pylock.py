@@ -39,9 +39,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from cudalock.defaults import DEFAULT_PYPI_INDEX
-from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
+from cudalock.errors import EnvironmentFailure, InputError, UsageError
 from cudalock.fsutil import read_bounded
 from cudalock.lock.check import LockState
+from cudalock.lock.names import INSTALL_LINES, LOCK_FILE
 from cudalock.model import PackagePin, Plan, Target
 from cudalock.platforms import platform_named
 from cudalock.request import Request, recorded_request
@@ -55,27 +56,6 @@ from cudalock.urls import (
 )
 from cudalock.versions import format_cc, format_cuda
 
-LOCK_FILE = "pylock.toml"
-REQUIREMENTS_FILE = "requirements.lock.txt"
-#: DeepSpeed (and any other package built against the installed torch), installed last.
-LAST_FILE = "requirements.last.txt"
-#: The settings with which ``uv pip sync`` / ``uv pip install`` install ``pylock.toml``.
-UV_SETTINGS_FILE = "uv-install.toml"
-LOCK_FILES = (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
-#: Packages built against the installed torch, so installed after it without build isolation:
-#: DeepSpeed records the torch it was built against (``git_version_info_installed.py``; built in
-#: isolation it records none, torch "0.0"); flash-attn's setup.py imports torch, and takes the
-#: prebuilt wheel for that torch, CUDA, Python and C++ ABI or compiles against it.
-BUILT_AGAINST_TORCH = ("deepspeed", "flash-attn")
-#: What each is built with besides torch, locked with it (pip builds without isolation from
-#: what is installed). DeepSpeed: its build backend (setuptools builds wheels by itself since
-#: 70.1). flash-attn: what its setup.py imports (setuptools, packaging, wheel.bdist_wheel, psutil
-#: for its job count) and its setup_requires (packaging, psutil, ninja), per
-#: Dao-AILab/flash-attention@ea6443c73202667d8dae67e7ba418f2e1ac5c647:setup.py.
-BUILD_REQUIREMENTS: dict[str, tuple[str, ...]] = {
-    "deepspeed": ("setuptools",),
-    "flash-attn": ("setuptools", "wheel", "packaging", "psutil", "ninja"),
-}
 #: Core metadata uv is given for sdists whose metadata cannot be prepared without torch in the
 #: build environment (their setup.py imports torch first): flash-attn's install_requires, same
 #: source. Given, uv resolves them without building them.
@@ -84,17 +64,6 @@ STATIC_METADATA: dict[str, tuple[str, ...]] = {"flash-attn": ("torch", "einops")
 COMPILE_SETTINGS = "uv-compile.toml"
 #: The uv input file for frameworks given as a local path or a URL without a name.
 LOCAL_INPUT = "requirements.in"
-#: How each installer installs the lock (the header of pylock.toml and docs/commands.md).
-PIP_FIRST = f"pip install --no-deps --require-hashes -r {REQUIREMENTS_FILE}"
-PIP_LAST = (
-    "pip install --no-deps --no-build-isolation --no-cache-dir --force-reinstall "
-    f"--require-hashes -r {LAST_FILE}"
-)
-INSTALL_LINES = (
-    f"Install with uv: uv pip sync --config-file {UV_SETTINGS_FILE} {LOCK_FILE}",
-    f"With pip: {PIP_FIRST}",
-    f"  then, against the installed torch: {PIP_LAST}",
-)
 #: The name of the throw-away project uv compiles (uv's messages name it).
 INPUT_PROJECT = "cudalock-lock-input"
 #: Written into ``[tool.cudalock]``; bump when the record's shape changes.
@@ -191,7 +160,7 @@ class LockInput:
         return (self.default_index, *(route.url for route in self.routes))
 
 
-def _index_name(url: str, taken: set[str]) -> str:
+def index_name(url: str, taken: set[str]) -> str:
     tail = re.sub(r"[^A-Za-z0-9._-]+", "-", url.rstrip("/").rsplit("/", 1)[-1]) or "index"
     name = f"pytorch-{tail}"
     counter = 2
@@ -299,7 +268,7 @@ def lock_input(
                 names.append(variant_name)
     taken: set[str] = set()
     routes = tuple(
-        IndexRoute(name=_index_name(url, taken), url=url, packages=tuple(names))
+        IndexRoute(name=index_name(url, taken), url=url, packages=tuple(names))
         for url, names in routed.items()
     )
     return LockInput(
@@ -592,142 +561,6 @@ def _file_urls(package: Package) -> list[str]:
     return urls
 
 
-def _sha256s(package: Package) -> list[str]:
-    hashes = [w.hashes.get("sha256") for w in package.wheels or ()]
-    if package.sdist is not None:
-        hashes.append(package.sdist.hashes.get("sha256"))
-    if package.archive is not None:
-        hashes.append(package.archive.hashes.get("sha256"))
-    return sorted({h for h in hashes if h})
-
-
-def _hashed_line(package: Package) -> str:
-    hashes = _sha256s(package)
-    if not hashes:
-        raise EnvironmentFailure(f"the lock has no sha256 for {package.name}")
-    if package.archive is not None and package.archive.url:
-        head = f"{package.name} @ {package.archive.url}"
-    else:
-        head = f"{package.name}=={package.version}"
-    if package.marker is not None:
-        head += f" ; {package.marker}"
-    return " \\\n".join([head, *(f"    --hash=sha256:{h}" for h in hashes)])
-
-
-def is_built_last(package: Package) -> bool:
-    return canonicalize_name(package.name) in BUILT_AGAINST_TORCH
-
-
-def is_local(package: Package) -> bool:
-    """A directory or VCS checkout: pip cannot check it by hash; installed with --no-deps."""
-    return package.vcs is not None or package.directory is not None
-
-
-def lock_indexes(lock: Pylock, default_index: str) -> list[str]:
-    """The default index, then every other index the lock's packages come from (credentials
-    stripped: the lock records none)."""
-    indexes = [strip_credentials(default_index)]
-    for package in sorted(lock.packages, key=lambda p: p.name):
-        index = strip_credentials(package.index) if package.index else None
-        if index and index not in indexes:
-            indexes.append(index)
-    return indexes
-
-
-def requirements_files(
-    lock: Pylock,
-    *,
-    default_index: str,
-    python: str,
-    platform: str,
-    cudalock_version: str,
-) -> dict[str, str]:
-    """pip's ``--require-hashes`` rendering of the lock, as two files: ``requirements.lock.txt``
-    (installed first, with ``--no-deps``) and ``requirements.last.txt`` (packages built against
-    the installed torch, installed after it without build isolation).
-
-    Index lines carry no credentials (pip takes them from the command line, netrc or keyring);
-    hash checking makes the extra index safe: pip only accepts a file whose sha256 is listed.
-    """
-    indexes = lock_indexes(lock, default_index)
-    default = indexes[0]
-    packages = sorted(lock.packages, key=lambda p: p.name)
-    first = [p for p in packages if not is_built_last(p) and not is_local(p)]
-    last = [p for p in packages if is_built_last(p) and not is_local(p)]
-    local = [p for p in packages if is_local(p)]
-    head = [
-        f"# Generated by cudalock {cudalock_version} from {LOCK_FILE}; do not edit.",
-        f"# For Python {python} on {platform}. Install with:",
-        f"#   {PIP_FIRST}",
-        f"#   {PIP_LAST}",
-    ]
-    if local:
-        names = ", ".join(p.name for p in local)
-        head.append(
-            f"# Not here: {names}, from a directory or a VCS checkout (no hash to check): "
-            "install.sh installs it with --no-deps."
-        )
-    lines = [
-        *head,
-        f"--index-url {indexes[0]}",
-        *(f"--extra-index-url {url}" for url in indexes[1:]),
-        "",
-        *(_hashed_line(p) for p in first),
-    ]
-    last_lines = [
-        f"# Generated by cudalock {cudalock_version} from {LOCK_FILE}; do not edit.",
-        "# Built against the installed torch, so installed after everything in "
-        f"{REQUIREMENTS_FILE}:",
-        f"#   {PIP_LAST}",
-    ]
-    if last:
-        last_lines += [f"--index-url {default}", "", *(_hashed_line(p) for p in last)]
-    else:
-        last_lines.append("# Nothing in this closure is built against torch.")
-    return {
-        REQUIREMENTS_FILE: "\n".join(lines) + "\n",
-        LAST_FILE: "\n".join(last_lines) + "\n",
-    }
-
-
-def uv_settings(lock: Pylock, *, default_index: str, cudalock_version: str) -> str:
-    """``uv-install.toml``: how uv installs ``pylock.toml`` so that it gives the environment
-    install.sh gives.
-
-    uv builds an sdist in an isolated environment; for DeepSpeed that environment gets the
-    locked torch (``extra-build-dependencies``), so DeepSpeed records that torch, and uv keys
-    the built wheel on it (a wheel built against another torch is never reused). The indexes
-    serve that build environment only: the lock names every file it installs by URL.
-    """
-    doc: dict[str, Any] = {}
-    versions = locked_versions(lock)
-    built = [name for name in BUILT_AGAINST_TORCH if name in versions]
-    if built and "torch" in versions:
-        doc["extra-build-dependencies"] = {
-            name: [
-                f"torch=={versions['torch']}",
-                *(
-                    f"{tool}=={versions[tool]}"
-                    for tool in BUILD_REQUIREMENTS.get(name, ())
-                    if tool in versions and tool != "setuptools"
-                ),
-            ]
-            for name in built
-        }
-    default, *others = lock_indexes(lock, default_index)
-    taken: set[str] = set()
-    indexes: list[dict[str, Any]] = [
-        {"name": _index_name(url, taken), "url": url} for url in others
-    ]
-    indexes.append({"name": "default", "url": default, "default": True})
-    doc["index"] = indexes
-    comments = (
-        f"Generated by cudalock {cudalock_version} from {LOCK_FILE}; do not edit. Use it as:",
-        f"  uv pip sync --config-file {UV_SETTINGS_FILE} {LOCK_FILE}",
-    )
-    return dumps(doc, comments=comments)
-
-
 def locked_versions(lock: Pylock | Mapping[str, Any]) -> dict[str, str]:
     """Name → version of each package of a lock (local ones have none), validated or as read."""
     named: list[tuple[str, object]]
@@ -781,79 +614,6 @@ def is_ours(path: Path) -> bool:
         except (tomllib.TOMLDecodeError, RecursionError):
             return False
     return text.startswith("# Generated by cudalock")
-
-
-class NotOnIndex(EnvironmentFailure):
-    """The index does not serve the build the plan chose (an incomplete mirror, say): exit 3,
-    but not a network failure that trying again later would mend."""
-
-
-def missing_from_index(stderr: str, inp: LockInput) -> NotOnIndex | None:
-    """The routed pin uv found no file for ("torch was not found in the package registry"):
-    the index does not serve the build the plan chose, which no framework can change."""
-    for route in inp.routes:
-        for name in route.packages:
-            pattern = (
-                rf"(?:\b{re.escape(name)} was not found in the package registry"
-                rf"|there is no version of {re.escape(name)}==)"
-            )
-            if re.search(pattern, stderr):
-                version = next(
-                    (r.split("==", 1)[1] for r in inp.requirements if r.startswith(f"{name}==")),
-                    "?",
-                )
-                return NotOnIndex(
-                    f"{redact(route.url)} serves no {name}=={version} for Python {inp.python} "
-                    f"on {inp.platform}",
-                    hint="check --pytorch-index (a mirror must carry this build), or choose "
-                    "another build with --torch or --cuda",
-                )
-    return None
-
-
-def classify_uv_failure(stderr: str) -> Exception:
-    """Turn uv's failure into cudalock's: no solution → exit 1, anything else → exit 3."""
-    text = stderr.replace(f"{INPUT_PROJECT} depends on", "the request needs")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith("warning:")]
-    missing = re.search(r"Because (\S+) was not found in the cache", text)
-    if missing or "the network was disabled" in text:
-        what = missing.group(1) if missing else "what the closure needs"
-        return EnvironmentFailure(
-            f"offline, and uv's cache does not hold {what}",
-            hint="run it again where the indexes can be reached (without --offline)",
-        )
-    causes = [
-        line.removeprefix("cause:").strip()
-        for line in lines
-        if line.startswith(("cause:", "╰─▶", "Caused by:"))
-    ]
-    if "no solution found" in text.lower() or "unsatisfiable" in text.lower():
-        explanation = " ".join(c.removeprefix("╰─▶").strip() for c in causes) or lines[-1]
-        return Unsatisfiable(
-            "uv found no set of versions that fits the plan: " + explanation,
-            hint="relax the framework or --with requirements, or pin another torch with --torch",
-        )
-    build = re.search(r"Failed to build `?([^`\s:]+)", text)
-    if build:
-        return EnvironmentFailure(
-            f"uv had to build {build.group(1)} from source to read its dependencies, and the "
-            "build failed",
-            hint="packages without wheels (DeepSpeed is an sdist) run their setup code while "
-            "locking; see uv's output above, or lock without that package (--with)",
-        )
-    first = next(
-        (line for line in lines if line.startswith("error:")),
-        lines[0] if lines else "uv failed without a message",
-    )
-    detail = first.removeprefix("error:").strip()
-    if causes and causes[-1] not in detail:
-        detail += f" ({causes[-1].removeprefix('Caused by:').strip()})"
-    return EnvironmentFailure(
-        f"resolving the closure failed: {detail}",
-        hint="check the network and the index URLs (--pytorch-index, --pypi-index); uv retried "
-        "each request --retries times, waiting --timeout seconds",
-    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -192,8 +192,14 @@ def finetuning_from_text(text: str) -> FineTuning | None:
         elif lowered in ("full", "freeze"):
             method = "full"
         sources.append(f"finetuning_type {named}")
-    adapter = _last_value(_ADAPTER, text) or _last_value(_PEFT_TYPE, text)
-    if method is None and adapter is not None and adapter.lower() in ("lora", "qlora"):
+    # "adapter" also names modules ("llamafactory.model.adapter:157"): only a method counts.
+    adapters = [
+        match.group("value").strip(",.'\"").lower()
+        for pattern in (_ADAPTER, _PEFT_TYPE)
+        for match in pattern.finditer(text)
+    ]
+    adapter = next((a for a in reversed(adapters) if a in ("lora", "qlora")), None)
+    if method is None and adapter is not None:
         method = "qlora" if adapter.lower() == "qlora" else "lora"
         sources.append(f"adapter {adapter}")
     bits = 16
