@@ -43,7 +43,12 @@ from packaging.utils import canonicalize_name
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.lock.cudabuilt import BuildCheck
 from cudalock.lock.flashattn import flash_attn_note
-from cudalock.lock.frameworks import matching, project_releases, release_metadata
+from cudalock.lock.frameworks import (
+    matching,
+    project_releases,
+    release_metadata,
+    torch_specifier,
+)
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.metadata import (
     Metadata,
@@ -83,6 +88,8 @@ Echo = Callable[[str], None]
 MAX_ROUNDS = 6
 #: Metadata and index pages read at once.
 CONCURRENCY = 8
+#: Releases of a framework whose metadata is read, newest first, to find the one uv will take.
+PREDICTED_RELEASES = 40
 #: Added to DeepSpeed's requirements by its setup.py when it is built against a CUDA torch.
 DEEPSPEED_CUDA_REQUIREMENT = "nvidia-ml-py"
 
@@ -433,7 +440,21 @@ class _Fitter:
                 requirement,
                 self.plan.python,
             )
-            return release_metadata(releases[0], reader) if releases else None
+            if quiet:
+                # A framework's own requirement: its newest release, the one uv takes unless
+                # its torch extra is asked for.
+                return release_metadata(releases[0], reader) if releases else None
+            # A framework: the newest release whose torch requirement accepts the planned
+            # torch, the one uv will take (the torch was chosen with the frameworks' releases).
+            torch = self.plan.torch_pin.version
+            for release in releases[:PREDICTED_RELEASES]:
+                metadata = release_metadata(release, reader)
+                if metadata is None:
+                    continue
+                spec = torch_specifier(metadata, self.plan.python, self.plan.platform)
+                if spec.contains(torch, prereleases=True):
+                    return metadata
+            return None
         except (CudalockError, FileNotFoundError, ValueError) as err:
             if not quiet:
                 reason = err.message if isinstance(err, CudalockError) else type(err).__name__
