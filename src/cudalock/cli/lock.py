@@ -228,4 +228,4 @@ def _remembered(inputs: Inputs, out: Path) -> dict[Path, str]:
     )
     path = out / SPEC_FILE
     existing = path if path.exists() or read is None else read.spec_path
-    return {path: update_spec(existing, spec)}
+    return {path: update_spec(existing, spec, read)}

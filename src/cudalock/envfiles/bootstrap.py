@@ -272,7 +272,7 @@ def run_bootstrap(
     # --spec read from elsewhere lends its comments to a new one.
     written_spec = out_dir / SPEC_FILE
     files[written_spec] = update_spec(
-        written_spec if written_spec.exists() else spec_path, new_spec
+        written_spec if written_spec.exists() else spec_path, new_spec, inputs
     )
     secret = write_outputs(files, executable=[out_dir / "install.sh"])
     if secret:
