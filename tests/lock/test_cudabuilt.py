@@ -20,7 +20,7 @@ from cudalock.lock.cudabuilt import (
 )
 from cudalock.lock.flashattn import prebuilt_wheel_names
 from cudalock.lock.metadata import Metadata, marker_environment
-from cudalock.lock.pylock import compile_settings, lock_input
+from cudalock.lock.uvinput import compile_settings, lock_input
 from cudalock.matrix import load_matrix
 from cudalock.model import PackagePin, Plan, Target
 from cudalock.request import make_request

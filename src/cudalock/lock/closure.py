@@ -60,7 +60,10 @@ from cudalock.lock.metadata import (
     torch_extras,
 )
 from cudalock.lock.names import BUILD_REQUIREMENTS, BUILT_AGAINST_TORCH, LOCK_FILE
-from cudalock.lock.pylock import (
+from cudalock.lock.pylock import locked_versions, read_toml_lock, validate_lock
+from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
+from cudalock.lock.uvfailures import classify_uv_failure, missing_from_index
+from cudalock.lock.uvinput import (
     COMPILE_SETTINGS,
     LOCAL_INPUT,
     LockInput,
@@ -68,14 +71,9 @@ from cudalock.lock.pylock import (
     input_project,
     input_requirements,
     lock_input,
-    locked_versions,
-    read_toml_lock,
     target_glibc,
     uv_compile_args,
-    validate_lock,
 )
-from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
-from cudalock.lock.uvfailures import classify_uv_failure, missing_from_index
 from cudalock.lock.variant import Reader, VariantIndex, labelled_versions, read_variant_index
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import PackagePin, Plan

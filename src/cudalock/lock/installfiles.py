@@ -21,7 +21,8 @@ from cudalock.lock.names import (
     REQUIREMENTS_FILE,
     UV_SETTINGS_FILE,
 )
-from cudalock.lock.pylock import index_name, locked_versions
+from cudalock.lock.pylock import locked_versions
+from cudalock.lock.uvinput import index_name
 from cudalock.tomlfile import dumps
 from cudalock.urls import strip_credentials
 

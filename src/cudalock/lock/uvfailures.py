@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from cudalock.errors import EnvironmentFailure, Unsatisfiable
-from cudalock.lock.pylock import INPUT_PROJECT, LockInput
+from cudalock.lock.uvinput import INPUT_PROJECT, LockInput
 from cudalock.urls import redact
 
 __all__ = ["NotOnIndex", "classify_uv_failure", "missing_from_index"]
