@@ -268,7 +268,7 @@ STARTUP_STEPS = (
         "import cudalock.machine.probe",
     ),
     (
-        "+ `load_matrix()` (from its precompiled cache)",
+        "+ `load_matrix()` (the TOML files, parsed and typed)",
         "from cudalock.matrix.load import load_matrix; load_matrix()",
     ),
 )

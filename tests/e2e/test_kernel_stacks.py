@@ -7,7 +7,9 @@ family, xformers builds with the variant's label, and plain unlabelled copies of
 as the real variant indexes do; the real cudalock CLI, real uv:
 
 - a framework that pins torch chooses the torch: ``--framework vllm==0.6.6.post1`` on an A100
-  with driver 530.30.02 (CUDA 12.1) gives torch 2.5.1+cu121, and ``resolve`` says so;
+  with driver 530.30.02 (CUDA 12.1) gives torch 2.5.1+cu121, and ``resolve`` says so; plain
+  ``--framework vllm`` passes over vllm 0.10.1.1 (a CUDA 12.8 build, which torch 2.7.1+cu118,
+  the newest torch for that driver, cannot run beside) for 0.6.6.post1;
 - every package the variant index builds is routed to it, in the first uv pass: vllm's xformers
   is 0.0.28.post3+cu121 from the cu121 index, numpy (a plain copy there) comes from PyPI, and uv
   runs once; ``--with xformers`` is accepted, ``--with numpy`` is refused;
@@ -135,6 +137,24 @@ def test_a_framework_that_pins_torch_chooses_it_and_its_variant_packages_route_i
     assert "transformers 5.24.0 is in the closure" in done.stderr
     assert done.stderr.count("  uv: Resolved") == 1, done.stderr
     assert "resolving again" not in done.stderr
+
+
+def test_the_newest_framework_release_whose_build_fits_chooses_the_torch(
+    kernels: IndexServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    pytorch, _pypi = kernels
+    out = tmp_path / "vllm-any"
+    out.mkdir()
+    done = run(kernels, env, "lock", "--framework", "vllm", out=out)
+    assert done.returncode == 0, done.stderr
+    pins = locked(out)
+    assert pins["vllm"][0] == "0.6.6.post1"
+    assert pins["torch"] == ("2.5.1+cu121", f"{pytorch}/cu121")
+    assert pins["xformers"] == ("0.0.28.post3+cu121", f"{pytorch}/cu121")
+    assert "torchaudio" not in pins  # vllm 0.10.1.1 requires it; 0.6.6.post1 does not
+    assert done.stderr.count("  uv: Resolved") == 1, done.stderr
+    shown = run(kernels, env, "resolve", "--framework", "vllm")
+    assert "vllm 0.10.1.1 is built for CUDA 12" in shown.stdout, shown.stdout
 
 
 def test_resolve_shows_the_framework_release_that_goes_with_the_torch(

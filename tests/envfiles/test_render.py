@@ -26,7 +26,7 @@ from cudalock.envfiles.render import (
 )
 from cudalock.errors import UsageError
 from cudalock.lock import Closure
-from cudalock.lock.pylock import LockInput
+from cudalock.lock.uvinput import LockInput
 from cudalock.model import Gpu, PackagePin, Plan, Target
 from cudalock.request import Framework, parse_framework
 from cudalock.tomlfile import tomllib

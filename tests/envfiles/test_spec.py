@@ -13,11 +13,13 @@ from cudalock.envfiles.spec import (
     Spec,
     TargetSummary,
     parse_spec,
+    read_inputs,
     read_spec,
     update_spec,
     update_spec_text,
 )
 from cudalock.errors import InputError
+from cudalock.machine import TargetOptions
 from cudalock.model import Gpu, Target
 from cudalock.request import RequestOptions, make_request
 from cudalock.versions import DriverVersion
@@ -212,3 +214,12 @@ def test_no_text_makes_the_spec_parser_raise_anything_but_input_error(text: str)
     except InputError:
         return
     assert isinstance(spec, Spec)
+
+
+def test_updating_the_spec_just_read_reuses_its_text(tmp_path: Path) -> None:
+    path = tmp_path / "cudalock.toml"
+    path.write_text('# ours\nspec_version = 1\n\n[request]\ntorch = "2.4.1"\n')
+    read = read_inputs(RequestOptions(), TargetOptions(), spec_file=None, output_dir=tmp_path)
+    path.write_text("not read again")  # what bootstrap and lock rewrite is what they read
+    text = update_spec(path, Spec(request=RequestOptions.of(read.request)), read)
+    assert text.startswith("# ours\n") and 'torch = "2.4.1"' in text

@@ -20,6 +20,7 @@ from cudalock.resolve.cudabuilt import (
     from_label,
     from_matrix,
     from_needed,
+    from_per_cuda_extensions,
     mismatch,
 )
 from cudalock.versions import parse_cuda_version
@@ -32,6 +33,7 @@ def built_for(dist: Distribution, files: ExtensionBuild | None, matrix: Matrix) 
         return None
     readings = []
     if files is not None:
+        readings.append(from_per_cuda_extensions(dist.name, version, files.per_cuda))
         if files.cpp_lib is not None:
             readings.append(from_cpp_lib(dist.name, version, files.cpp_lib[1], files.cpp_lib[0]))
         readings.append(from_needed(dist.name, version, files.needed))

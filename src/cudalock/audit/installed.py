@@ -168,6 +168,8 @@ class ExtensionBuild:
     cpp_lib: tuple[str, str] | None = None
     #: (path, DT_NEEDED sonames) of the extensions read, up to the first that needs CUDA.
     needed: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Its extensions built once per CUDA version (``libbitsandbytes_cuda121.so``), if any.
+    per_cuda: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -175,6 +177,7 @@ class ExtensionBuild:
             "version": self.version,
             "cpp_lib": list(self.cpp_lib) if self.cpp_lib else None,
             "needed": [[path, list(sonames)] for path, sonames in self.needed],
+            "per_cuda": list(self.per_cuda),
         }
 
 

@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.lock import UvOptions, check_framework_paths, check_lock, make_lock
     from cudalock.lock.frameworks import plan_with_frameworks
     from cudalock.lock.http import cache_disabled
-    from cudalock.lock.pylock import default_index_of
+    from cudalock.lock.uvinput import default_index_of
 
     out: Path = args.output_dir
     if out.exists() and not out.is_dir():  # before any work: uv would run for nothing
@@ -228,4 +228,4 @@ def _remembered(inputs: Inputs, out: Path) -> dict[Path, str]:
     )
     path = out / SPEC_FILE
     existing = path if path.exists() or read is None else read.spec_path
-    return {path: update_spec(existing, spec)}
+    return {path: update_spec(existing, spec, read)}

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> None:
             # Frameworks take part in choosing torch: their releases are read from the index.
             from cudalock.lock.frameworks import plan_with_frameworks
             from cudalock.lock.http import cache_disabled
-            from cudalock.lock.pylock import default_index_of
+            from cudalock.lock.uvinput import default_index_of
 
             plan, _frameworks = plan_with_frameworks(
                 inputs.matrix,

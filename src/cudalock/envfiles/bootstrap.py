@@ -80,7 +80,7 @@ from cudalock.lock import (
 from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
-from cudalock.lock.pylock import default_index_of
+from cudalock.lock.uvinput import default_index_of
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Target
 from cudalock.platforms import platform_named
@@ -272,7 +272,7 @@ def run_bootstrap(
     # --spec read from elsewhere lends its comments to a new one.
     written_spec = out_dir / SPEC_FILE
     files[written_spec] = update_spec(
-        written_spec if written_spec.exists() else spec_path, new_spec
+        written_spec if written_spec.exists() else spec_path, new_spec, inputs
     )
     secret = write_outputs(files, executable=[out_dir / "install.sh"])
     if secret:
@@ -839,8 +839,8 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
     """
 
     # Only --create audits: a bootstrap that writes files loads no audit code.
-    from cudalock.audit import audit_live
     from cudalock.audit.inspection import python_for_prefix, start_inspection
+    from cudalock.audit.runner import audit_live
 
     with start_inspection(python=python_for_prefix(environment)) as inspection:
         # Judged with the policy the plan was resolved with.

@@ -87,6 +87,9 @@ class Spec:
     request: RequestOptions = field(default_factory=RequestOptions)
     target: TargetSummary | None = None
     output: OutputSpec = field(default_factory=OutputSpec)
+    #: The text the spec was read from (None for one built in memory): updating the file keeps
+    #: its comments without reading it again.
+    text: str | None = field(default=None, compare=False, repr=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,6 +138,7 @@ def parse_spec(text: str, where: str = SPEC_FILE) -> Spec:
         request=_request(request_table),
         target=_target(target_table) if target_table is not None else None,
         output=_output(output_table),
+        text=text,
     )
 
 
@@ -310,9 +314,14 @@ def spec_values(spec: Spec) -> dict[str, dict[str, Any]]:
     return tables
 
 
-def update_spec(path: Path, spec: Spec) -> str:
-    """The new text of ``path`` holding ``spec``: its comments and layout kept where it exists."""
-    return update_spec_text(_read_spec_text(path), spec, str(path))
+def update_spec(path: Path, spec: Spec, read: Inputs | None = None) -> str:
+    """The new text of ``path`` holding ``spec``: its comments and layout kept where it exists.
+    When ``read`` (what :func:`read_inputs` read) is that file, its text is not read again."""
+    if read is not None and read.spec is not None and read.spec_path == path:
+        existing = read.spec.text
+    else:
+        existing = _read_spec_text(path)
+    return update_spec_text(existing, spec, str(path))
 
 
 def update_spec_text(existing: str | None, spec: Spec, where: str = SPEC_FILE) -> str:

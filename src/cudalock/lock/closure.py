@@ -43,7 +43,12 @@ from packaging.utils import canonicalize_name
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.lock.cudabuilt import BuildCheck
 from cudalock.lock.flashattn import flash_attn_note
-from cudalock.lock.frameworks import matching, project_releases, release_metadata
+from cudalock.lock.frameworks import (
+    matching,
+    project_releases,
+    release_metadata,
+    torch_specifier,
+)
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.metadata import (
     Metadata,
@@ -54,26 +59,21 @@ from cudalock.lock.metadata import (
     requirements_with,
     torch_extras,
 )
-from cudalock.lock.pylock import (
-    BUILD_REQUIREMENTS,
-    BUILT_AGAINST_TORCH,
+from cudalock.lock.names import BUILD_REQUIREMENTS, BUILT_AGAINST_TORCH, LOCK_FILE
+from cudalock.lock.pylock import locked_versions, read_toml_lock, validate_lock
+from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
+from cudalock.lock.uvfailures import classify_uv_failure, missing_from_index
+from cudalock.lock.uvinput import (
     COMPILE_SETTINGS,
     LOCAL_INPUT,
-    LOCK_FILE,
     LockInput,
-    classify_uv_failure,
     compile_settings,
     input_project,
     input_requirements,
     lock_input,
-    locked_versions,
-    missing_from_index,
-    read_toml_lock,
     target_glibc,
     uv_compile_args,
-    validate_lock,
 )
-from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
 from cudalock.lock.variant import Reader, VariantIndex, labelled_versions, read_variant_index
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import PackagePin, Plan
@@ -88,6 +88,8 @@ Echo = Callable[[str], None]
 MAX_ROUNDS = 6
 #: Metadata and index pages read at once.
 CONCURRENCY = 8
+#: Releases of a framework whose metadata is read, newest first, to find the one uv will take.
+PREDICTED_RELEASES = 40
 #: Added to DeepSpeed's requirements by its setup.py when it is built against a CUDA torch.
 DEEPSPEED_CUDA_REQUIREMENT = "nvidia-ml-py"
 
@@ -438,7 +440,21 @@ class _Fitter:
                 requirement,
                 self.plan.python,
             )
-            return release_metadata(releases[0], reader) if releases else None
+            if quiet:
+                # A framework's own requirement: its newest release, the one uv takes unless
+                # its torch extra is asked for.
+                return release_metadata(releases[0], reader) if releases else None
+            # A framework: the newest release whose torch requirement accepts the planned
+            # torch, the one uv will take (the torch was chosen with the frameworks' releases).
+            torch = self.plan.torch_pin.version
+            for release in releases[:PREDICTED_RELEASES]:
+                metadata = release_metadata(release, reader)
+                if metadata is None:
+                    continue
+                spec = torch_specifier(metadata, self.plan.python, self.plan.platform)
+                if spec.contains(torch, prereleases=True):
+                    return metadata
+            return None
         except (CudalockError, FileNotFoundError, ValueError) as err:
             if not quiet:
                 reason = err.message if isinstance(err, CudalockError) else type(err).__name__

@@ -43,6 +43,7 @@ from cudalock.resolve.cudabuilt import (
     from_label,
     from_matrix,
     from_needed,
+    from_per_cuda_extensions,
     from_requirements,
     mismatch,
 )
@@ -99,7 +100,8 @@ def _binary_wheel(package: Package) -> tuple[str, str | None] | None:
 def _cache_file(sha256: str | None) -> Path | None:
     if not sha256 or not re.fullmatch(r"[0-9a-f]{64}", sha256):
         return None
-    return matrix_cache_dir() / "cuda-builds" / f"{sha256}.json"
+    # v2: wheels with one build per CUDA are read as such (v1 read their smallest extension).
+    return matrix_cache_dir() / "cuda-builds" / "v2" / f"{sha256}.json"
 
 
 def _cache_read(sha256: str | None) -> tuple[bool, BuiltFor | None]:
@@ -120,6 +122,7 @@ def _cache_read(sha256: str | None) -> tuple[bool, BuiltFor | None]:
             cuda=str(document["cuda"]),
             torch=document["torch"] if isinstance(document["torch"], str) else None,
             evidence=str(document["evidence"]),
+            choices=tuple(str(c) for c in document.get("choices") or ()),
         )
     except (KeyError, TypeError):
         return False, None
@@ -156,6 +159,9 @@ def read_wheel_build(
                 found = from_cpp_lib(name, version, text, info.filename)
                 if found is not None:
                     return found
+        per_cuda = from_per_cuda_extensions(name, version, [i.filename for i in infos])
+        if per_cuda is not None:
+            return per_cuda
         extensions = sorted(
             (
                 i

@@ -44,6 +44,7 @@ from cudalock.matrix import Matrix
 from cudalock.model import Plan, Rejection, Target
 from cudalock.request import Request, parse_torch_spec
 from cudalock.resolve import resolve
+from cudalock.resolve.cudabuilt import from_label, from_matrix, mismatch
 
 #: Framework releases whose metadata is read at once.
 BATCH = 8
@@ -51,6 +52,28 @@ BATCH = 8
 #: A further check of a framework release against a plan: the reason it cannot be used, or
 #: None. (The CUDA its wheels were built for, say.)
 ReleaseCheck = Callable[[str, str, Plan], str | None]
+
+
+def cuda_build_check(matrix: Matrix) -> ReleaseCheck:
+    """A framework release built for a CUDA the plan's torch or driver cannot run (vllm
+    0.10.1.1, a CUDA 12.8 build, beside torch 2.7.1+cu118) is passed over, from the matrix's
+    sourced facts about PyPI's CUDA-built wheels (``cuda_builds.toml``) or the build's label;
+    the closure's own check reads the locked wheels for the rest."""
+
+    def check(name: str, version: str, plan: Plan) -> str | None:
+        built = from_label(name, version) or from_matrix(matrix, name, version)
+        if built is None:
+            return None
+        return mismatch(
+            built,
+            torch_version=plan.torch_pin.version,
+            torch_cuda=plan.cuda,
+            matrix=matrix,
+            targets=plan.targets,
+            compat=plan.compat,
+        )
+
+    return check
 
 
 @dataclass(frozen=True)
@@ -214,6 +237,10 @@ def fit_frameworks(
             continue
         current = choice.request
         fit = _first_fit(matrix, targets, current, reader, requirement, releases, checks)
+        if fit is None and checks:
+            # Every release the torch allows fails a check (the CUDA it was built for): the
+            # closure's own check reads the locked wheels and refuses with their evidence.
+            fit = _first_fit(matrix, targets, current, reader, requirement, releases, ())
         if fit is None:
             raise _no_release(matrix, targets, current, reader, requirement, releases, checks)
         release, spec, plan, rejected = fit
@@ -367,6 +394,7 @@ __all__ = [
     "FrameworkFit",
     "Release",
     "ReleaseCheck",
+    "cuda_build_check",
     "fit_frameworks",
     "matching",
     "plan_with_frameworks",
@@ -386,10 +414,13 @@ def plan_with_frameworks(
     retries: int = 3,
     offline: bool = False,
     use_cache: bool = True,
-    checks: Sequence[ReleaseCheck] = (),
+    checks: Sequence[ReleaseCheck] | None = None,
 ) -> tuple[Plan, FrameworkChoice]:
     """The plan for ``request`` with torch chosen together with its frameworks
-    (:func:`fit_frameworks`), the frameworks' releases said in its explanation."""
+    (:func:`fit_frameworks`), the frameworks' releases said in its explanation. ``checks``
+    (default: :func:`cuda_build_check`) pass over releases that cannot run beside a plan."""
+    if checks is None:
+        checks = (cuda_build_check(matrix),)
     if not any(f.requirement is not None for f in request.frameworks):
         return resolve(matrix, targets, request), FrameworkChoice(request=request)
     reader = Reader(
@@ -417,5 +448,5 @@ def plan_with_frameworks(
         f"{fit.text!r} allows whose torch requirement a build for this target meets)."
         for fit in choice.fits
     ]
-    lines += [note[0].upper() + note[1:] + "." for note in choice.notes]
+    lines += [f"{note}." for note in choice.notes]
     return replace(plan, explanation=(*plan.explanation, *lines)), choice

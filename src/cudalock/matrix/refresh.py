@@ -332,7 +332,7 @@ def _check_loads(directory: Path, changed: Mapping[str, str]) -> None:
         for name, text in changed.items():
             (trial / name).write_text(text, encoding="utf-8")
         try:
-            load_matrix(trial, use_cache=False)
+            load_matrix(trial)
         except InputError as err:
             raise EnvironmentFailure(
                 "the index answered values the matrix loader refuses, so nothing was written: "
