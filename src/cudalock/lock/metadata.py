@@ -161,6 +161,13 @@ def torch_extras(metadata: Metadata, environment: Mapping[str, str]) -> tuple[st
     """
     if not _mentions_family(metadata):
         return ()
+    # The same metadata is asked about for the prediction, each review and the diagnosis.
+    return _torch_extras(metadata, tuple(sorted(environment.items())))
+
+
+@functools.lru_cache(maxsize=1024)
+def _torch_extras(metadata: Metadata, items: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    environment = dict(items)
     requirements = _requirements(metadata)
     # Only the extras a family requirement's marker names can count.
     named = {
