@@ -29,6 +29,34 @@ from cudalock import procs
 from cudalock.errors import InputError
 from cudalock.fsutil import read_tail
 
+__all__ = [
+    "DEFAULT_LOG_COMMANDS",
+    "DEFAULT_LOG_FILES",
+    "HOW_TO_READ",
+    "PASTED_SOURCE",
+    "READ_LIMIT",
+    "CommandResult",
+    "CommandRunner",
+    "KernelEvents",
+    "KernelLog",
+    "LineContext",
+    "LogSource",
+    "OomKill",
+    "Scope",
+    "Segfault",
+    "Stamp",
+    "Xid",
+    "described_source",
+    "is_kernel_line",
+    "kernel_log_of",
+    "line_stamp",
+    "merge_kernel_logs",
+    "parse_kernel_log",
+    "read_kernel_log",
+    "run_command",
+    "year_for",
+]
+
 READ_LIMIT = 64 * 2**20  # kernel logs can be large; the newest part is what matters
 
 DEFAULT_LOG_COMMANDS: tuple[tuple[str, ...], ...] = (

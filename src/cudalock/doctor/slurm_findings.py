@@ -24,6 +24,14 @@ from cudalock.doctor.slurm import (
 from cudalock.memory import MemoryVerdict, format_gib
 from cudalock.model import Finding
 
+__all__ = [
+    "GIB",
+    "SlurmEvidence",
+    "job_end_findings",
+    "memory_request_finding",
+    "signal_finding",
+]
+
 GIB = 2**30
 
 

@@ -87,6 +87,31 @@ from cudalock.platforms import platform_named
 from cudalock.request import Request, RequestOptions
 from cudalock.urls import redact
 
+__all__ = [
+    "INSTALL_OUTPUT_LIMIT",
+    "INSTALL_TIMEOUT_S",
+    "KEPT",
+    "LOG_FILE",
+    "RATTLER_PREFIX",
+    "STEP_MARKER",
+    "BootstrapOptions",
+    "BootstrapResult",
+    "Echo",
+    "Live",
+    "audit_new_environment",
+    "bundled_pip",
+    "choose_format",
+    "create_conda",
+    "create_pixi",
+    "create_venv",
+    "find_pixi",
+    "next_steps",
+    "python_for",
+    "run_bootstrap",
+    "run_install_script",
+    "venv_commands",
+]
+
 LOG_FILE = "cudalock-bootstrap.log"
 #: Where py-rattler puts the conda environment when no --venv is given (inside -o).
 RATTLER_PREFIX = ".conda-env"

@@ -45,6 +45,42 @@ from cudalock.shipped import shipped_dir
 from cudalock.urls import redact
 from cudalock.versions import format_cuda
 
+__all__ = [
+    "CONDA_FORGE_FIRST_NVCC_MAJOR",
+    "CUDA_DEV_PACKAGES",
+    "CUDA_TARGETS_DIRS",
+    "HEREDOC_END",
+    "PYTHON",
+    "UV",
+    "CondaPart",
+    "Installer",
+    "RenderOptions",
+    "Step",
+    "build_script",
+    "built_against_cuda_torch",
+    "check_env_name",
+    "companions",
+    "conda_part",
+    "cuda_targets_dir",
+    "default_env_name",
+    "default_templates_dir",
+    "fill",
+    "framework_args",
+    "install_indexes",
+    "install_steps",
+    "render_conda_lock_yml",
+    "render_constraints_txt",
+    "render_environment_yml",
+    "render_files",
+    "render_install_sh",
+    "render_requirements_txt",
+    "render_uv_pyproject",
+    "toml_string",
+    "torch_family",
+    "verify_script",
+    "yaml_scalar",
+]
+
 Installer = Literal["uv", "pip"]
 
 #: conda-forge ships cuda-nvcc / cuda-version from CUDA 12.0; older compilers are NVIDIA's.

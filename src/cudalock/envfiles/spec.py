@@ -40,6 +40,21 @@ if TYPE_CHECKING:
 
     from cudalock.matrix import Matrix
 
+__all__ = [
+    "MAX_SPEC_BYTES",
+    "SPEC_VERSION",
+    "Inputs",
+    "OutputSpec",
+    "Spec",
+    "TargetSummary",
+    "parse_spec",
+    "read_inputs",
+    "read_spec",
+    "spec_values",
+    "update_spec",
+    "update_spec_text",
+]
+
 SPEC_VERSION = 1
 
 _HEADER = (

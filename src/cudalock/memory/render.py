@@ -5,6 +5,11 @@ from __future__ import annotations
 from cudalock.memory.estimates import MemoryNeeds, MemoryVerdict
 from cudalock.memory.sizes import format_gib, format_params
 
+__all__ = [
+    "render_needs",
+    "render_verdict",
+]
+
 
 def render_needs(needs: MemoryNeeds) -> list[str]:
     """DeepSpeed-style report: the estimator table (GiB = 2**30 bytes), then the host phases."""

@@ -12,6 +12,16 @@ import re
 
 from cudalock.errors import InputError
 
+__all__ = [
+    "GIB",
+    "MIN_BARE_PARAMS",
+    "format_gib",
+    "format_params",
+    "kubernetes_quantity",
+    "parse_bytes",
+    "parse_param_count",
+]
+
 GIB = 2**30
 
 _BYTE_UNITS: dict[str, int] = {
