@@ -89,9 +89,22 @@ def read_stream(stream: BinaryIO, *, limit: int) -> tuple[bytes, bool]:
 _CHUNK = 1 << 20
 
 
+#: How long a pipe the user names (``--log <(dmesg)``, a FIFO) may take to reach its end.
+PIPE_READ_SECONDS = 60.0
+
+
 def read_tail(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
-    """The last ``limit`` bytes of the regular file ``path`` and whether it held more; errors
-    as :func:`read_bounded`. A cut at the start drops the partial first line."""
+    """The last ``limit`` bytes of the log ``path`` and whether it held more; errors as
+    :func:`read_bounded`. A cut at the start drops the partial first line.
+
+    A pipe or FIFO the user names is read too, within the same size and
+    :data:`PIPE_READ_SECONDS`; devices are refused (``/dev/urandom`` never ends), and so are the
+    kernel's files under /proc (``/proc/kmsg`` blocks, and reading it takes its messages away).
+    """
+    pipe = _open_pipe(path)
+    if pipe is not None:
+        return _tail_of_pipe(pipe, path, limit=limit, what=what)
+    _refuse_proc(path, what)
     with _open_regular(path, what) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size <= limit:
@@ -100,6 +113,72 @@ def read_tail(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
         data = handle.read(limit)
     newline = data.find(b"\n")
     return (data[newline + 1 :] if newline >= 0 else b""), True
+
+
+def _open_pipe(path: Path) -> int | None:
+    """A non-blocking descriptor of ``path`` when it is a FIFO or pipe (None otherwise)."""
+    try:
+        if not stat.S_ISFIFO(os.stat(path).st_mode):
+            return None
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None  # the regular path says what is wrong with it
+
+
+def _tail_of_pipe(fd: int, path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
+    import collections
+    import select
+
+    kept: collections.deque[bytes] = collections.deque()
+    size, cut = 0, False
+    deadline = time.monotonic() + PIPE_READ_SECONDS
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise InputError(
+                    f"{what} {str(path)!r} is a pipe that did not end within "
+                    f"{PIPE_READ_SECONDS:g} s; write it to a file and pass that"
+                )
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            kept.append(chunk)
+            size += len(chunk)
+            while size - len(kept[0]) >= limit:
+                size -= len(kept.popleft())
+                cut = True
+    except OSError as err:
+        raise _unreadable(what, path, err) from None
+    finally:
+        os.close(fd)
+    data = b"".join(kept)
+    if len(data) > limit:
+        data, cut = data[-limit:], True
+    if not cut:
+        return data, False
+    newline = data.find(b"\n")
+    return (data[newline + 1 :] if newline >= 0 else b""), True
+
+
+def _refuse_proc(path: Path, what: str) -> None:
+    """Refuse a file of the kernel's /proc file system (by device, whatever its name)."""
+    try:
+        on_proc = os.stat(path).st_dev == os.stat("/proc").st_dev
+    except OSError:
+        return
+    if on_proc:
+        raise InputError(
+            f"{what} {str(path)!r} is a kernel interface under /proc, not a file (reading "
+            "/proc/kmsg blocks and takes its messages away); pass a file, such as the output of "
+            "'dmesg -T' or 'journalctl -k'"
+        )
 
 
 @contextlib.contextmanager

@@ -42,6 +42,7 @@ from cudalock.doctor.kernel import (
     merge_kernel_logs,
 )
 from cudalock.doctor.logs import (
+    MAX_LINE_CHARS,
     ExitStatus,
     LogFacts,
     RunShape,
@@ -90,6 +91,17 @@ def in_kubernetes(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
         "KUBERNETES_SERVICE_HOST" in environ
         or (root / "var/run/secrets/kubernetes.io/serviceaccount").is_dir()
     )
+
+
+def _longest_line(text: str) -> int:
+    """The length of the longest line (one ``find`` per line: linear, whatever the lines)."""
+    longest, start = 0, 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        longest = max(longest, end - start)
+        start = end + 1
+    return longest
 
 
 def read_log(path: Path) -> str:
@@ -415,6 +427,12 @@ def run_doctor(
     if as_kill:
         memory, notes = _memory_for_doctor(
             request, log, readers, read_model_size, slurm, probed=probed, ran_here=ran_here
+        )
+    if text is not None and (longest := _longest_line(text)) > MAX_LINE_CHARS:
+        notes.append(
+            f"the log has a line of {longest:,} characters; only the first "
+            f"{MAX_LINE_CHARS // 2**10} KiB of each line are read, so a crash message further "
+            "along such a line is not seen"
         )
 
     audit_findings: Sequence[Finding] | None = None

@@ -263,7 +263,7 @@ def run_bootstrap(
             echo(f"  {line}")
     new_spec = Spec(
         request=RequestOptions.of(request),
-        target=TargetSummary.of(targets),
+        target=TargetSummary.of(targets, matrix),
         output=OutputSpec(
             format=output_format, name=options.name or (spec.output.name if spec else None)
         ),
