@@ -24,6 +24,7 @@ BASE = frozenset(
         "safetext",
         "request",
         "defaults",
+        "units",
         "sharedlibs",
     }
 )

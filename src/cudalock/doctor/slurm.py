@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from cudalock import procs
 from cudalock.errors import EnvironmentFailure, InputError, UsageError
+from cudalock.units import GIB, format_gib
 
 __all__ = [
     "COMMAND_TIMEOUT",
@@ -367,8 +368,8 @@ def _unit_bytes(unit: str) -> int:
 
 
 def format_bytes(value: int) -> str:
-    if value >= 2**30:
-        return f"{value / 2**30:.2f} GiB"
+    if value >= GIB:
+        return format_gib(value)
     return f"{value / 2**20:.1f} MiB"
 
 

@@ -23,16 +23,14 @@ from cudalock.doctor.slurm import (
 )
 from cudalock.memory import MemoryVerdict, format_gib
 from cudalock.model import Finding
+from cudalock.units import GIB
 
 __all__ = [
-    "GIB",
     "SlurmEvidence",
     "job_end_findings",
     "memory_request_finding",
     "signal_finding",
 ]
-
-GIB = 2**30
 
 
 @dataclass(frozen=True)

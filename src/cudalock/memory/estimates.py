@@ -21,8 +21,9 @@ from typing import Any
 
 from cudalock.errors import UsageError
 from cudalock.memory.finetuning import BASE_BITS, Method, base_weight_bytes
-from cudalock.memory.sizes import format_gib, format_params, kubernetes_quantity
+from cudalock.memory.sizes import format_params, kubernetes_quantity
 from cudalock.model import Finding
+from cudalock.units import format_gib
 
 __all__ = [
     "ADDITIONAL_BUFFER_FACTOR",
