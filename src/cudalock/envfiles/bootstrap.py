@@ -50,6 +50,7 @@ from cudalock.envfiles.render import (
     conda_part,
     default_env_name,
     install_steps,
+    output_files,
     render_files,
 )
 from cudalock.envfiles.spec import (
@@ -249,7 +250,7 @@ def run_bootstrap(
         frameworks=request.frameworks,
         pypi_index=request.pypi_index,
     )
-    planned = [out_dir / file for file in render_files(plan, render_options)]
+    planned = [out_dir / file for file in output_files(output_format)]
     lock_paths = [out_dir / file for file in LOCK_FILES]
     # Refused before the closure is resolved: a clash should not cost a resolution.
     refuse_existing([*planned, *lock_paths], force=options.force)
