@@ -268,7 +268,7 @@ STARTUP_STEPS = (
         "import cudalock.machine.probe",
     ),
     (
-        "+ `load_matrix()` (from its precompiled cache)",
+        "+ `load_matrix()` (the TOML files, parsed and typed)",
         "from cudalock.matrix.load import load_matrix; load_matrix()",
     ),
 )
@@ -587,7 +587,7 @@ def case_lock(ctx: Context, fig: Figure) -> None:
         raise CaseFailed(f"the lock does not pin torch {STACK_TORCH}+cu128")
     count = ours_lock.count("[[packages]]")
     fig.value = a.median / b.median
-    fig.met = fig.value <= 1.5
+    fig.met = fig.value <= 1.3
     fig.notes.append(
         f"The closure has {count} packages (uv's own lock of the same input: "
         f"{theirs_lock.count('[[packages]]')}); pylock.toml is {len(ours_lock) // 1024} KiB. "
@@ -597,6 +597,141 @@ def case_lock(ctx: Context, fig: Figure) -> None:
         "planned build and routed to its index, the framework and DeepSpeed as cudalock pins them."
     )
     fig.notes.append(lock_breakdown(profile, a.median))
+
+
+#: The vllm request of the kernels recording: vllm 0.6.6.post1 (pins torch 2.5.1 and xformers
+#: 0.0.28.post3) on an A100 whose driver (530.30.02) runs CUDA 12.1.
+VLLM_FRAMEWORK = "vllm==0.6.6.post1"
+VLLM_ARGS = (
+    "--driver-version",
+    "530.30.02",
+    "--gpu",
+    "A100",
+    "--platform",
+    "linux-x86_64",
+    "--python",
+    "3.11",
+    "--framework",
+    VLLM_FRAMEWORK,
+)
+#: What ``uv pip compile --torch-backend cu121`` routes to the PyTorch index for this request
+#: (the packages of its closure the variant index builds). uv's --torch-backend reads only
+#: download.pytorch.org (the URLs are compiled into uv), so against the stand-in index the uv
+#: side states the same routing as explicit sources.
+VLLM_TORCH_BACKEND_ROUTED = ("torch", "torchvision", "xformers")
+
+
+def torch_backend_project(pytorch_index: str) -> str:
+    """The uv project that does what ``--torch-backend cu121`` does for the vllm request."""
+    dependencies = [VLLM_FRAMEWORK, *VLLM_TORCH_BACKEND_ROUTED]
+    return "\n".join(
+        [
+            "[project]",
+            'name = "vllm-env"',
+            'version = "0"',
+            'requires-python = ">=3.11"',
+            "dependencies = [" + ", ".join(json.dumps(d) for d in dependencies) + "]",
+            "",
+            "[tool.uv.sources]",
+            *(f'{name} = {{ index = "pytorch" }}' for name in VLLM_TORCH_BACKEND_ROUTED),
+            "",
+            "[[tool.uv.index]]",
+            'name = "pytorch"',
+            f'url = "{pytorch_index}/cu121"',
+            "explicit = true",
+            "",
+        ]
+    )
+
+
+def case_lock_vllm(ctx: Context, fig: Figure) -> None:
+    """cudalock lock of the vllm request against uv pip compile routed as --torch-backend
+    cu121 routes it; one warm uv cache, the same stand-in indexes."""
+    import dataclasses
+
+    uv = find_uv(ctx)
+    sys.path.insert(0, str(ROOT))
+    from tests.support.realstack import KERNELS_RECORDING, load_recording, serve_real_stack
+
+    recording = load_recording(KERNELS_RECORDING)
+    cu121 = dataclasses.replace(recording.torch_build("2.5.1"), variant="cu121", cuda="12.1")
+    base = ctx.work / "lock-vllm"
+    if base.exists():
+        shutil.rmtree(base)
+    cache = base / "uv-cache"
+    ours, theirs = base / "cudalock", base / "uv"
+    ours.mkdir(parents=True)
+    theirs.mkdir()
+    env = offline(ctx.env)
+    with serve_real_stack(base / "served", recording, extra_builds=[cu121]) as server:
+        index_args = ("--pytorch-index", server.pytorch_url, "--pypi-index", server.pypi_url)
+        a_argv: list[str | Path] = [
+            ctx.cudalock,
+            "lock",
+            *VLLM_ARGS,
+            *index_args,
+            "--allow-insecure-index",
+            "--cache-dir",
+            cache,
+            "--quiet",
+            "--output-dir",
+            ours,
+        ]
+        run_timed(a_argv, env)
+        (theirs / "pyproject.toml").write_text(
+            torch_backend_project(server.pytorch_url), encoding="utf-8"
+        )
+        b_argv: list[str | Path] = [
+            uv,
+            "pip",
+            "compile",
+            "pyproject.toml",
+            "--default-index",
+            server.pypi_url,
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            "x86_64-manylinux_2_28",
+            "--format",
+            "pylock.toml",
+            "--generate-hashes",
+            "--quiet",
+            "-o",
+            "pylock.toml",
+            "--cache-dir",
+            cache,
+        ]
+        a = Series("cudalock lock (second run)", command_text(a_argv))
+        b = Series(
+            "uv pip compile (routed as --torch-backend cu121)",
+            f"cd {shown(theirs)} && {command_text(b_argv, cwd=theirs)}",
+        )
+        fig.series = [a, b]
+        run_timed(b_argv, env, cwd=theirs)
+        for round_ in range(ctx.repeat):
+            order = [(a, a_argv, ROOT), (b, b_argv, theirs)]
+            if round_ % 2:
+                order.reverse()
+            for series, argv, cwd in order:
+                elapsed, _, peak = run_timed(argv, env, cwd=cwd)
+                series.record(elapsed, peak)
+    ours_lock = (ours / "pylock.toml").read_text(encoding="utf-8")
+    theirs_lock = (theirs / "pylock.toml").read_text(encoding="utf-8")
+    for pin in ("2.5.1+cu121", "0.0.28.post3+cu121"):
+        if pin not in ours_lock:
+            raise CaseFailed(f"the lock does not pin {pin}")
+    fig.value = a.median / b.median
+    fig.met = fig.value <= 1.5
+    fig.notes.append(
+        f"The closure has {ours_lock.count('[[packages]]')} packages (uv's: "
+        f"{theirs_lock.count('[[packages]]')}). The indexes are the recorded vllm closure "
+        "(tests/fixtures/closures/kernels-stack.json) served on 127.0.0.1. `uv pip compile "
+        "--torch-backend cu121` reads only download.pytorch.org (its URLs are compiled into "
+        "uv), so the uv side routes what that flag routes for this request (torch, "
+        "torchvision, xformers) to the stand-in cu121 index as explicit sources. cudalock "
+        "also fits vllm's transformers to torch 2.5.1 (its 'torch' extra), which uv does not: "
+        "uv's lock holds a transformers whose torch extra needs torch 2.6."
+    )
 
 
 #: What a lock spends its time on, by the functions that do each part (cumulative, in process).
@@ -1155,8 +1290,15 @@ CASES: dict[str, tuple[str, str, str, Callable[[Context, Figure], None]]] = {
         "`cudalock lock` of a real fine-tuning stack (llamafactory + DeepSpeed, 100+ packages), "
         "second run, warm cache",
         "`uv pip compile` of the same stack with the same index routing",
-        "≤ 1.5× its time",
+        "≤ 1.3× its time",
         case_lock,
+    ),
+    "lock-vllm": (
+        "`cudalock lock --framework vllm==0.6.6.post1` on an A100 with a CUDA 12.1 driver "
+        "(torch, xformers from the cu121 index; 140+ packages), second run, warm cache",
+        "`uv pip compile` routed as `--torch-backend cu121` routes the same request",
+        "≤ 1.5× its time",
+        case_lock_vllm,
     ),
     "time-to-env": (
         "from nothing to a working environment of that stack: `cudalock bootstrap --format venv "

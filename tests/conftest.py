@@ -29,6 +29,8 @@ def no_cudalock_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name in [name for name in os.environ if name.startswith("CUDALOCK_")]:
         monkeypatch.delenv(name)
+    # Index pages are cached by URL, and a stand-in index's port can be another test's later.
+    monkeypatch.setenv("CUDALOCK_NO_CACHE", "1")
 
 
 @pytest.fixture

@@ -47,11 +47,13 @@ def test_devices_are_refused_at_once(device: str) -> None:
         read_bounded(Path(device), limit=1 << 20, what="probe file")
 
 
-def test_a_fifo_nobody_writes_to_is_refused_without_waiting(tmp_path: Path) -> None:
+def test_a_fifo_nobody_writes_to_is_not_waited_for(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
+    # A spec or probe file must be a file; a log may be a pipe, read within bounds.
     with pytest.raises(InputError, match="not a regular file"):
-        read_tail(fifo, limit=1 << 20, what="log")
+        read_bounded(fifo, limit=1 << 20, what="spec")
+    assert read_tail(fifo, limit=1 << 20, what="log") == (b"", False)
 
 
 def test_a_directory_and_a_missing_file(tmp_path: Path) -> None:
@@ -69,3 +71,44 @@ def test_the_tail_keeps_whole_lines(tmp_path: Path) -> None:
     assert len(data) <= 100
     whole, cut = read_tail(path, limit=1 << 20, what="log")
     assert not cut and whole == path.read_bytes()
+
+
+def test_a_fifo_log_is_read_to_its_end_keeping_the_tail(tmp_path: Path) -> None:
+    import threading
+
+    from cudalock.fsutil import read_tail
+
+    fifo = tmp_path / "log"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as handle:
+            for number in range(2000):
+                handle.write(f"line {number}\n".encode())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    data, cut = read_tail(fifo, limit=1000, what="log file")
+    writer.join()
+    assert cut and data.endswith(b"line 1999\n") and len(data) <= 1000
+    assert data.startswith(b"line ")  # the partial first line is dropped
+
+
+def test_a_fifo_that_never_ends_is_refused_after_its_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from cudalock import fsutil
+
+    fifo = tmp_path / "log"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # held open, never written
+    monkeypatch.setattr(fsutil, "PIPE_READ_SECONDS", 1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(InputError, match="did not end within 1 s"):
+            fsutil.read_tail(fifo, limit=1000, what="log file")
+    finally:
+        os.close(writer)
+    assert time.monotonic() - started < 5

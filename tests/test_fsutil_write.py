@@ -248,6 +248,21 @@ def test_a_failed_run_leaves_no_directory_it_created(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), output_lock(out, command="x"):
         raise RuntimeError("the command failed")
     assert not out.exists()
+    assert not (tmp_path / "new").exists()  # every directory it made, not only the last
+
+
+def test_a_failed_run_removes_only_the_directories_it_created(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    out = tmp_path / "mine" / "a" / "b"
+    with pytest.raises(RuntimeError), output_lock(out, command="x"):
+        raise RuntimeError("the command failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    assert list((tmp_path / "mine").iterdir()) == []
+    # A directory that fills meanwhile stays, and so does everything above it.
+    with pytest.raises(RuntimeError), output_lock(out, command="x"):
+        (tmp_path / "mine" / "a" / "kept").write_text("")
+        raise RuntimeError("the command failed")
+    assert sorted(p.name for p in (tmp_path / "mine" / "a").iterdir()) == ["kept"]
 
 
 def test_the_output_directory_must_be_a_directory(tmp_path: Path) -> None:
@@ -272,3 +287,35 @@ def test_a_link_planted_as_the_lock_file_is_not_followed(tmp_path: Path) -> None
     with pytest.raises(EnvironmentFailure, match="symbolic link"), output_lock(out, command="x"):
         pass
     assert victim.read_text() == "precious\n"
+
+
+def test_a_hard_link_planted_as_the_lock_file_is_not_written_into(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(victim, out / LOCK_FILE)
+    with pytest.raises(EnvironmentFailure, match="hard link"), output_lock(out, command="x"):
+        pass
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_fifo_planted_as_the_lock_file_is_refused_at_once(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / LOCK_FILE)
+    with (
+        pytest.raises(EnvironmentFailure, match="not a regular file"),
+        output_lock(out, command="x"),
+    ):
+        pass
+
+
+def test_a_name_past_name_max_is_a_usage_error(tmp_path: Path) -> None:
+    for out in (tmp_path / ("a" * 300), tmp_path / "new" / ("b" * 300) / "c"):
+        with (
+            pytest.raises(UsageError, match="longer than the system allows"),
+            output_lock(out, command="x"),
+        ):
+            pass
+    assert list(tmp_path.iterdir()) == []

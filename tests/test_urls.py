@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from cudalock.envfiles import RenderOptions, render_files
+from cudalock.envfiles.render import RenderOptions, render_files
 from cudalock.errors import UsageError
 from cudalock.urls import (
     holds_credentials,

@@ -27,8 +27,31 @@ from collections.abc import Collection, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from cudalock.errors import EnvironmentFailure, InputError, UsageError
+from cudalock.errors import CudalockError, EnvironmentFailure, InputError, UsageError
 from cudalock.urls import holds_credentials
+
+__all__ = [
+    "LOCK_FILE",
+    "PIPE_READ_SECONDS",
+    "SECRET_MODE",
+    "append_log",
+    "credentials_note",
+    "cudalock_cache_dir",
+    "current_umask",
+    "file_mode",
+    "name_too_long",
+    "open_regular",
+    "output_lock",
+    "read_bounded",
+    "read_head",
+    "read_stream",
+    "read_tail",
+    "refuse_existing",
+    "start_log",
+    "write_atomic",
+    "write_group",
+    "write_outputs",
+]
 
 
 def read_bounded(path: Path, *, limit: int, what: str) -> bytes:
@@ -89,9 +112,22 @@ def read_stream(stream: BinaryIO, *, limit: int) -> tuple[bytes, bool]:
 _CHUNK = 1 << 20
 
 
+#: How long a pipe the user names (``--log <(dmesg)``, a FIFO) may take to reach its end.
+PIPE_READ_SECONDS = 60.0
+
+
 def read_tail(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
-    """The last ``limit`` bytes of the regular file ``path`` and whether it held more; errors
-    as :func:`read_bounded`. A cut at the start drops the partial first line."""
+    """The last ``limit`` bytes of the log ``path`` and whether it held more; errors as
+    :func:`read_bounded`. A cut at the start drops the partial first line.
+
+    A pipe or FIFO the user names is read too, within the same size and
+    :data:`PIPE_READ_SECONDS`; devices are refused (``/dev/urandom`` never ends), and so are the
+    kernel's files under /proc (``/proc/kmsg`` blocks, and reading it takes its messages away).
+    """
+    pipe = _open_pipe(path)
+    if pipe is not None:
+        return _tail_of_pipe(pipe, path, limit=limit, what=what)
+    _refuse_proc(path, what)
     with _open_regular(path, what) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size <= limit:
@@ -100,6 +136,72 @@ def read_tail(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
         data = handle.read(limit)
     newline = data.find(b"\n")
     return (data[newline + 1 :] if newline >= 0 else b""), True
+
+
+def _open_pipe(path: Path) -> int | None:
+    """A non-blocking descriptor of ``path`` when it is a FIFO or pipe (None otherwise)."""
+    try:
+        if not stat.S_ISFIFO(os.stat(path).st_mode):
+            return None
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None  # the regular path says what is wrong with it
+
+
+def _tail_of_pipe(fd: int, path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
+    import collections
+    import select
+
+    kept: collections.deque[bytes] = collections.deque()
+    size, cut = 0, False
+    deadline = time.monotonic() + PIPE_READ_SECONDS
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise InputError(
+                    f"{what} {str(path)!r} is a pipe that did not end within "
+                    f"{PIPE_READ_SECONDS:g} s; write it to a file and pass that"
+                )
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            kept.append(chunk)
+            size += len(chunk)
+            while size - len(kept[0]) >= limit:
+                size -= len(kept.popleft())
+                cut = True
+    except OSError as err:
+        raise _unreadable(what, path, err) from None
+    finally:
+        os.close(fd)
+    data = b"".join(kept)
+    if len(data) > limit:
+        data, cut = data[-limit:], True
+    if not cut:
+        return data, False
+    newline = data.find(b"\n")
+    return (data[newline + 1 :] if newline >= 0 else b""), True
+
+
+def _refuse_proc(path: Path, what: str) -> None:
+    """Refuse a file of the kernel's /proc file system (by device, whatever its name)."""
+    try:
+        on_proc = os.stat(path).st_dev == os.stat("/proc").st_dev
+    except OSError:
+        return
+    if on_proc:
+        raise InputError(
+            f"{what} {str(path)!r} is a kernel interface under /proc, not a file (reading "
+            "/proc/kmsg blocks and takes its messages away); pass a file, such as the output of "
+            "'dmesg -T' or 'journalctl -k'"
+        )
 
 
 @contextlib.contextmanager
@@ -182,6 +284,12 @@ def file_mode(*, executable: bool = False, secret: bool = False) -> int:
     if secret:
         return SECRET_MODE | (0o100 if executable else 0)
     return (0o777 if executable else 0o666) & ~current_umask()
+
+
+def cudalock_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cudalock"
 
 
 def write_atomic(
@@ -421,7 +529,24 @@ def _reason(err: OSError) -> str:
     return err.strerror or str(err)
 
 
-def _failure(path: Path, err: OSError, *, inside: bool = False) -> EnvironmentFailure:
+def name_too_long(path: str | os.PathLike[str] | None) -> UsageError:
+    """The usage error for a path past the system's limits (ENAMETOOLONG)."""
+    shown = os.fspath(path) if path is not None else "a path"
+    if len(shown) > 120:
+        shown = shown[:60] + "…" + shown[-40:]
+    return UsageError(
+        f"{shown!r}: a name in it is longer than the system allows "
+        f"({_NAME_MAX} bytes a name, {_PATH_MAX} bytes a path)"
+    )
+
+
+_NAME_MAX = 255
+_PATH_MAX = 4096
+
+
+def _failure(path: Path, err: OSError, *, inside: bool = False) -> CudalockError:
+    if err.errno == errno.ENAMETOOLONG:
+        return name_too_long(path)
     if err.errno == errno.ENOSPC:
         reason = "the disk is full"
     elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -449,7 +574,7 @@ def output_lock(directory: Path, *, command: str, flag: str = "-o") -> Iterator[
 
     ``flag`` names the option in the message when ``directory`` is not a directory (exit 2).
     """
-    created = _make_directory(directory, flag)
+    created = _make_directories(directory, flag)
     path = directory / LOCK_FILE
     try:
         fd = _acquire(path, directory)
@@ -465,28 +590,56 @@ def output_lock(directory: Path, *, command: str, flag: str = "-o") -> Iterator[
                     os.unlink(path)
             os.close(fd)
     finally:
-        if created:
-            with contextlib.suppress(OSError):
-                directory.rmdir()  # only when empty: what the run wrote stays
+        # Innermost first, each only when empty: what the run wrote stays, and so does every
+        # directory that was there before (a failed '-o new/a/b' leaves no 'new').
+        for made in reversed(created):
+            try:
+                made.rmdir()
+            except OSError:
+                break
 
 
-def _make_directory(directory: Path, flag: str) -> bool:
-    if directory.is_dir():
-        return False
-    if os.path.lexists(directory):
-        raise UsageError(f"{flag} {str(directory)!r} is not a directory")
+def _make_directories(directory: Path, flag: str) -> list[Path]:
+    """Create ``directory`` and its missing parents; the ones this call created, outermost
+    first."""
     try:
-        directory.mkdir(parents=True)
-    except FileExistsError:
-        return False
+        if directory.is_dir():
+            return []
+        if os.path.lexists(directory):
+            raise UsageError(f"{flag} {str(directory)!r} is not a directory")
+    except OSError as err:
+        raise _failure(directory, err) from None
+    missing = []
+    for candidate in (directory, *directory.parents):
+        if os.path.lexists(candidate):
+            break
+        missing.append(candidate)
+    created: list[Path] = []
+    try:
+        for candidate in reversed(missing):
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                if not candidate.is_dir():
+                    raise NotADirectoryError(str(candidate)) from None
+                continue
+            created.append(candidate)
     except NotADirectoryError:
+        _remove_made(created)
         raise UsageError(
             f"{flag} {str(directory)!r} cannot be created: Not a directory (a part of its path "
             "is a file)"
         ) from None
     except OSError as err:
+        _remove_made(created)
         raise _failure(directory, err) from None
-    return True
+    return created
+
+
+def _remove_made(created: list[Path]) -> None:
+    for made in reversed(created):
+        with contextlib.suppress(OSError):
+            made.rmdir()
 
 
 def _acquire(path: Path, directory: Path) -> int:
@@ -494,7 +647,11 @@ def _acquire(path: Path, directory: Path) -> int:
         try:
             fd = os.open(
                 path,
-                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                os.O_RDWR
+                | os.O_CREAT
+                | os.O_NOFOLLOW
+                | getattr(os, "O_NONBLOCK", 0)  # a planted FIFO must not block the open
+                | getattr(os, "O_CLOEXEC", 0),
                 0o666 & ~current_umask(),
             )
         except OSError as err:
@@ -504,8 +661,16 @@ def _acquire(path: Path, directory: Path) -> int:
                 ) from None
             raise _failure(directory.absolute(), err, inside=True) from None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            opened = os.fstat(fd)
+            if not stat.S_ISREG(opened.st_mode):
                 raise EnvironmentFailure(f"cannot lock {directory}: {path} is not a regular file")
+            if opened.st_nlink != 1:
+                # A second name of another file (a planted hard link): writing the holder line
+                # would change that file.
+                raise EnvironmentFailure(
+                    f"cannot lock {directory}: {path} is a hard link to another file, which "
+                    "cudalock does not write into",
+                )
             _flock(fd, directory, path)
             # The holder before us may have removed the file after we opened it: then this
             # lock is on a name nobody else will find, and we try again.

@@ -28,7 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 from cudalock.errors import EnvironmentFailure, UsageError
@@ -52,10 +52,12 @@ class NotFound(Exception):
 class Answer:
     url: str
     body: bytes
-    #: 200, or 206 for a part of a file asked for with ``Range``.
+    #: 200, 206 for a part of a file asked for with ``Range``, or 304 (``not_modified_ok``).
     status: int = 200
     #: The answer's ``Content-Range`` header (None: none).
     content_range: str | None = None
+    #: Every header of the answer, names in lower case (caching reads ETag, Cache-Control).
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def origin(url: str) -> tuple[str, str | None, int | None]:
@@ -178,9 +180,11 @@ def get(
     credentials: Mapping[tuple[str, str | None, int | None], str] | None = None,
     headers: Mapping[str, str] | None = None,
     backoff: float = 0.3,
+    not_modified_ok: bool = False,
 ) -> Answer:
     """GET ``url`` within the limits above; ``credentials`` maps an :func:`origin` to the
     ``Authorization`` value for it (credentials in ``url`` itself count for its origin).
+    ``not_modified_ok``: a 304 (to a conditional GET) is an answer with an empty body.
 
     Raises :class:`NotFound` on 404, :class:`~cudalock.errors.UsageError` for a URL that is not
     http(s), and :class:`~cudalock.errors.EnvironmentFailure` for everything else that fails.
@@ -228,6 +232,10 @@ def get(
             except urllib.error.HTTPError as err:
                 if err.code == 404:
                     raise NotFound(url) from None
+                if err.code == 304 and not_modified_ok:
+                    # A conditional GET answered "still the same": the caller's copy stands.
+                    found = {k.lower(): v for k, v in err.headers.items()}
+                    return Answer(url, b"", 304, None, found)
                 reason = f"HTTP {err.code}"
                 if 300 <= err.code < 400:
                     # urllib refuses a redirect to anything but http(s)/ftp before asking us.
@@ -269,7 +277,11 @@ def _read(
         if isinstance(left, int) and left > 0:
             raise http.client.IncompleteRead(bytes(body), left)
         return Answer(
-            response.geturl(), bytes(body), response.status, response.headers.get("Content-Range")
+            response.geturl(),
+            bytes(body),
+            response.status,
+            response.headers.get("Content-Range"),
+            {k.lower(): v for k, v in response.headers.items()},
         )
 
 

@@ -199,7 +199,8 @@ _COMPANION_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*?)\s*$")
 
 
 def parse_companion(text: str) -> Companion:
-    """``"torchvision"``, ``"deepspeed>=0.15"`` → a :class:`Companion` cudalock pairs."""
+    """``"torchvision"``, ``"deepspeed>=0.15"``, ``"xformers"`` → a :class:`Companion`: one
+    cudalock pairs with torch itself (:data:`COMPANIONS`), or a package of the variant index."""
     invalid = InputError(
         f"invalid package {text!r}: expected a name with an optional PEP 440 "
         "spec, like 'deepspeed>=0.15'"
@@ -218,11 +219,8 @@ def parse_companion(text: str) -> Companion:
     name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
     if name == "torch":
         raise InputError("'torch' is not a companion package: choose its version with --torch")
-    if name not in COMPANIONS:
-        raise InputError(
-            f"unknown companion package {text!r}: cudalock pairs {', '.join(COMPANIONS)} "
-            "with torch (install frameworks with their own tools, under constraints.txt)"
-        )
+    # Any other name is a package the plan's variant index builds (xformers, torchao, ...):
+    # whether it does is read from that index when the closure is resolved.
     return Companion(name, specifier)
 
 

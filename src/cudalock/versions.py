@@ -8,7 +8,7 @@ message naming the bad value and the expected form; nothing else escapes.
 from __future__ import annotations
 
 import re
-from functools import lru_cache, total_ordering
+from functools import total_ordering
 
 from cudalock.errors import InputError
 
@@ -112,7 +112,6 @@ def variant_for_cuda(version: CudaVersion) -> str:
 MAX_CC_MAJOR = 15
 
 
-@lru_cache(maxsize=256)  # a fleet's probe files repeat the same few values
 def parse_compute_capability(text: str) -> ComputeCapability:
     """``"8.6"``, ``"86"``, ``"sm_86"``, ``"sm_90a"`` → ``(8, 6)`` / ``(9, 0)``; the major is
     1 to :data:`MAX_CC_MAJOR`."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cudalock.audit import audit
+from cudalock.audit.checks import audit
 from cudalock.audit.installed import Distribution, ExtensionBuild, Installed, TorchInstall
 from cudalock.audit.reports import parse_report
 from cudalock.matrix import load_matrix

@@ -279,3 +279,27 @@ def test_document_with_missing_fields_still_gives_a_value() -> None:
 )
 def test_platform_names(system: str, machine: str, expected: str | None) -> None:
     assert platform_name(system, machine) == expected
+
+
+@pytest.mark.parametrize(
+    "printed",
+    [
+        '{"version": "2.1.0", "devices": 5}',
+        '{"version": 3, "devices": [1, "x", {"kernel_ok": false, "index": [1]}], "arch_list": 7}',
+        '{"error": "boom", "stage": ["x"]}',
+        '{"available": false, "cuda": {"a": 1}}',
+        "[1, 2]",
+    ],
+)
+def test_a_torch_check_answer_of_the_wrong_shape_is_read_without_a_crash(
+    tmp_path: Path, printed: str
+) -> None:
+    from cudalock.audit.deep import deep_inspect
+
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\necho 'RESULT {printed}'\n")
+    python.chmod(0o755)
+    result = deep_inspect(python, timeout=30)
+    assert all(isinstance(device, dict) for device in result.devices)
+    for finding in result.findings:
+        assert isinstance(finding.message, str) and finding.message

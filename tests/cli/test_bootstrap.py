@@ -338,3 +338,63 @@ def test_bootstrap_cli_module_imports_only_the_standard_library_at_top() -> None
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_hard_link_planted_as_the_lock_file_is_left_as_it_is(tmp_path: Path) -> None:
+    import os
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(victim, out / ".cudalock.lock")
+    done = cudalock("bootstrap", "-o", "out", *TARGET, *REQUEST, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert "is a hard link to another file" in done.stderr and "Traceback" not in done.stderr
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("out", ["a" * 300, "new/" + "b" * 300 + "/c", "/" + "d/" * 2100])
+def test_an_output_directory_past_the_systems_name_limits_is_a_usage_error(
+    tmp_path: Path, out: str
+) -> None:
+    done = cudalock("bootstrap", "-o", out, *TARGET, *REQUEST, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "longer than the system allows" in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_bootstrap_into_new_nested_directories_leaves_none_of_them(
+    tmp_path: Path, index: IndexServer
+) -> None:
+    request = ["--torch", "==2.1.2", "--python", "3.11", "--framework", "finetunekit"]
+    done = cudalock("bootstrap", "-o", "new/a/b", *TARGET, *request, *indexes(index), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_create_into_a_users_directory_that_is_no_venv_is_refused_and_left_alone(
+    tmp_path: Path, index: IndexServer
+) -> None:
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    done = cudalock(
+        "bootstrap",
+        "-o",
+        "out",
+        *TARGET,
+        *REQUEST,
+        *indexes(index),
+        "--format",
+        "venv",
+        "--create",
+        "--venv",
+        mine,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "holds files but no virtual environment" in done.stderr
+    assert "rm -rf" not in done.stdout + done.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]

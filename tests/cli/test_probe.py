@@ -170,11 +170,11 @@ def test_summary_of_a_mixed_node(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0] == f"Target: node-07  (source: file:{path})"
     assert "  driver        550.54.15  (max CUDA 12.4)" in lines
-    assert "  GPUs          0: NVIDIA A100-SXM4-80GB  CC 8.0  80.0 GiB  GPU-a" in lines
-    assert "                1: Tesla T4  CC 7.5  15.0 GiB  GPU-b" in lines
+    assert "  GPUs          0: NVIDIA A100-SXM4-80GB  CC 8.0  80.00GiB  GPU-a" in lines
+    assert "                1: Tesla T4  CC 7.5  15.00GiB  GPU-b" in lines
     assert "  host          linux x86_64, glibc 2.35, hostname node-07" in lines
-    assert "  RAM           512.0 GiB" in lines
-    assert "  cgroup limit  8.0 GiB" in lines
+    assert "  RAM           512.00GiB" in lines
+    assert "  cgroup limit  8.00GiB" in lines
 
 
 @pytest.mark.parametrize(

@@ -138,7 +138,7 @@ def test_nothing_fits_text_exits_1_with_candidates(known_matrix_dir: Path) -> No
         (("--python", "three"), "'three'"),
         (("--cuda", "twelve"), "'twelve'"),
         (("--compat", "loose"), "'loose'"),
-        (("--with", "numpy"), "'numpy'"),
+        (("--with", "numpy>>1"), "'numpy>>1'"),
         (("--pytorch-index", "ftp://mirror/whl"), "ftp://mirror/whl"),
     ],
 )

@@ -92,6 +92,8 @@ def test_fifos_devices_and_directories_are_refused_at_once(
     path = special_inputs(fifo, tmp_path)[kind]
     if command[0] == "memory" and kind == "dir":
         pytest.skip("a model directory is a valid --model")
+    if command[:1] == ["doctor"] and "--log" in command and kind == "fifo":
+        pytest.skip("a FIFO named as a log is read, within bounds (test_untrusted_text_sizes)")
     args = [str(path) if arg == "{}" else arg for arg in command]
     done = quick(*args, cwd=tmp_path)
     line = assert_usage_error(done)

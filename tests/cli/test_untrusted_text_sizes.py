@@ -69,3 +69,39 @@ def test_long_lines_of_the_tokens_the_patterns_start_with_are_read_quickly(
     )
     seconds, _out, _code = doctor(log, "-9")
     assert seconds < 15
+
+
+def test_a_log_of_one_20_mb_line_says_what_was_not_read(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("x" * 20_000_000 + " Killed\n")
+    seconds, out, returncode = doctor(log, "-9")
+    assert seconds < 30 and returncode in (0, 1)
+    assert "the log has a line of 20,000,007 characters" in out
+
+
+def test_a_log_from_process_substitution_is_read(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.support.cli import CUDALOCK
+    from tests.support.index import offline_env
+
+    kill = "[12.5] Out of memory: Killed process 4242 (python) total-vm:1kB, anon-rss:1kB"
+    done = subprocess.run(
+        ["bash", "-c", f"{CUDALOCK} doctor --exit-code -9 --log <(printf '%s\\n' '{kill}')"],
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+        timeout=60,
+        check=False,
+    )
+    assert "Traceback" not in done.stderr
+    assert "host OOM" in done.stdout, done.stdout + done.stderr
+
+
+def test_kernel_files_under_proc_are_refused_not_read(tmp_path: Path) -> None:
+    for path in ("/proc/kmsg", "/proc/self/status"):
+        done = cudalock("doctor", "--exit-code", "-9", "--log", path, timeout=30)
+        assert_usage_error(done, path, "kernel interface under /proc")
+    for device in ("/dev/urandom", "/dev/zero"):
+        done = cudalock("doctor", "--exit-code", "-9", "--log", device, timeout=30)
+        assert_usage_error(done, device, "not a regular file")

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from cudalock.audit import audit, audit_live, start_inspection
+from cudalock.audit.checks import audit
 from cudalock.audit.deep import deep_inspect
-from cudalock.audit.inspection import inspect_environment
+from cudalock.audit.inspection import inspect_environment, start_inspection
+from cudalock.audit.runner import audit_live
 from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
 from cudalock.doctor.kernel import CommandResult, read_kernel_log
 from cudalock.machine.host import CgroupMemory
@@ -33,7 +34,12 @@ from cudalock.model import Finding, Gpu, Target
 from cudalock.request import Compat
 from cudalock.versions import DriverVersion
 from tests.support.venvs import EnvSpec, hide_cuda_toolkit, make_env, standin_env, torch_with
-from tests.support.wheels import cuda_extension_standin, xformers_cpp_lib
+from tests.support.wheels import (
+    StandIn,
+    cuda_extension_standin,
+    elf_shared_object,
+    xformers_cpp_lib,
+)
 
 A100 = Gpu(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), index=0)
 DRIVER_535 = Target(
@@ -422,10 +428,24 @@ def test_a_cuda_12_xformers_beside_a_cu118_torch_is_read_from_its_files(
         cpp_lib=xformers_cpp_lib(1201, "2.5.1+cu121"),
     )
     vllm = cuda_extension_standin("vllm", "0.99.0", extension="vllm/_moe_C.abi3.so")
+    # One build per CUDA, as bitsandbytes ships them, but none for this torch's CUDA 11.8 (its
+    # first extension, for CUDA 11.7, needs libcudart.so.11: the major alone would pass it).
+    bitsandbytes = StandIn(
+        "bitsandbytes",
+        "0.45.5",
+        requires_dist=["torch<3,>=2.0"],
+        tag="py3-none-manylinux_2_24_x86_64",
+        binary_files={
+            f"bitsandbytes/libbitsandbytes_cuda{cuda}.so": elf_shared_object(
+                [f"libcudart.so.{cuda[:2]}", "libc.so.6"]
+            )
+            for cuda in ("117", "121", "126")
+        },
+    )
     python = make_env(
         tmp_path_factory.mktemp("cudabuilt"),
         "cu118-xformers-cu121",
-        EnvSpec(wheels=[torch_with("2.5.1+cu118", "11.8"), xformers, vllm]),
+        EnvSpec(wheels=[torch_with("2.5.1+cu118", "11.8"), xformers, vllm, bitsandbytes]),
     )
     target = replace(DRIVER_530, driver_version=DriverVersion("525.125.06"), driver_cuda=None)
     with start_inspection(python=python) as inspection:
@@ -434,6 +454,7 @@ def test_a_cuda_12_xformers_beside_a_cu118_torch_is_read_from_its_files(
     assert set(found) == {
         "xformers 0.0.99 is built for CUDA 12.1 against torch 2.5.1+cu121",
         "vllm 0.99.0 is built for CUDA 12",
+        "bitsandbytes 0.45.5 ships builds for CUDA 11.7, 12.1, 12.6 only",
     }
     assert found["vllm 0.99.0 is built for CUDA 12"].evidence[0] == (
         "vllm 0.99.0: vllm/_moe_C.abi3.so needs libcudart.so.12"

@@ -30,7 +30,8 @@ from tests.support.conda_channel import LocalChannel, channel_for_tests
 from tests.support.index import IndexServer, offline_env, serve_indexes
 from tests.support.wheels import StandIn, torch_standin
 
-pytestmark = pytest.mark.slow
+# The first test also pays for building the local channel (minutes, once per machine).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 PLANNED_TORCH = "2.1.0+cu121"
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -211,6 +212,20 @@ def test_create_with_an_absolute_o_and_a_prefix_elsewhere(scene: Scene, tmp_path
     assert _installed(prefix / "bin" / "python")["torch"] == PLANNED_TORCH
 
 
+def test_a_failed_create_offers_to_remove_nothing_when_nothing_was_made(
+    scene: Scene, tmp_path: Path
+) -> None:
+    empty = tmp_path / "mirror"  # a channel_alias under which conda-forge has nothing
+    (empty / "conda-forge" / "noarch").mkdir(parents=True)
+    env = scene.env(CONDA_CHANNEL_ALIAS=empty.as_uri())
+    done = cudalock(*scene.bootstrap_args("caseC", "--create"), cwd=tmp_path, env=env)
+    assert done.returncode == 3, done.stderr + done.stdout
+    assert "py-rattler could not create" in done.stderr
+    assert "remove" not in done.stderr and "rm -rf" not in done.stderr
+    assert not (tmp_path / "caseC" / ".conda-env").exists()
+    assert "Traceback" not in done.stderr
+
+
 def test_an_environment_not_made_from_this_plan_is_not_reused(scene: Scene, tmp_path: Path) -> None:
     prefix = tmp_path / "other"
     _rattler_install(scene.channel, ["conda-forge"], ["python", "pip", "cuda-version=12.1"], prefix)
@@ -363,3 +378,41 @@ def test_pixi_create_needs_pixi_on_path(scene: Scene, tmp_path: Path) -> None:
     assert done.returncode == 3, done.stderr + done.stdout
     assert "pixi is not on PATH" in done.stderr
     assert not (tmp_path / "out").exists()  # known before anything was resolved or written
+
+
+@pytest.mark.parametrize("client", ["micromamba", "mamba", "conda"])
+def test_conda_lock_locks_the_conda_lock_form_as_pylock_toml_does(
+    scene: Scene, tmp_path: Path, client: str
+) -> None:
+    # conda-lock solves the conda part with a conda client (none is on PyPI or in Debian).
+    executable = shutil.which(client)
+    if executable is None:
+        pytest.skip(f"no {client} on this machine")
+    done = cudalock(*scene.bootstrap_args("out", "--framework", "finetunekit"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr + done.stdout
+    condarc = tmp_path / "condarc.yml"
+    condarc.write_text(f"channel_alias: {scene.channel.alias}\npkgs_dirs: [{tmp_path / 'pkgs'}]\n")
+    mapping = tmp_path / "mapping.json"  # conda-lock would otherwise download its name mapping
+    mapping.write_text("{}")
+    env = scene.env(CONDARC=str(condarc), MAMBARC=str(condarc))
+    conda_lock = Path(sys.executable).parent / "conda-lock"
+    command = [
+        str(conda_lock),
+        "lock",
+        "-f",
+        "environment.conda-lock.yml",
+        "--conda",
+        executable,
+        "--pypi_to_conda_lookup_file",
+        str(mapping),
+    ]
+    locked = subprocess.run(
+        command, cwd=tmp_path / "out", env=env, capture_output=True, text=True, timeout=600
+    )
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    lock = yaml.safe_load((tmp_path / "out" / "conda-lock.yml").read_text())
+    pip = {p["name"]: p["version"] for p in lock["package"] if p["manager"] == "pip"}
+    from cudalock.tomlfile import tomllib
+
+    pylock = tomllib.loads((tmp_path / "out" / "pylock.toml").read_text())
+    assert pip == {p["name"]: p["version"] for p in pylock["packages"]}

@@ -210,3 +210,73 @@ def test_flash_attn_is_planned_last_and_built_against_the_installed_torch(
     assert "it compiles from source: that needs an nvcc of CUDA 12.1 (CUDA_HOME)" in text
     site = next((out / ".venv").glob("lib/python3*/site-packages"))
     assert (site / "flash_attn" / "built_against.txt").read_text() == "2.5.1+cu121"
+
+
+# --------------------------------------------------------------------------------------------
+# vllm 0.10.1.1: its extensions need libcudart.so.12; on a CUDA 12.1 driver torch 2.7.1 is cu118
+
+#: The torch-family lines of vllm 0.10.1.1's real Requires-Dist (the rest does not decide here).
+VLLM = cuda_extension_standin(
+    "vllm",
+    "0.10.1.1",
+    requires_dist=["torch==2.7.1", "torchaudio==2.7.1", "torchvision==0.22.1"],
+    extension="vllm/_flashmla_C.abi3.so",
+    tag="cp38-abi3-manylinux1_x86_64",
+)
+
+
+@pytest.fixture(scope="module")
+def vllm_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    cu118 = [
+        torch_standin("2.7.1+cu118", "11.8"),
+        StandIn("torchvision", "0.22.1+cu118", requires_dist=["torch==2.7.1"]),
+        StandIn("torchaudio", "2.7.1+cu118", requires_dist=["torch==2.7.1"]),
+    ]
+    # PyPI's own builds of the family (CUDA 12.6), as on the real index.
+    pypi = [
+        VLLM,
+        torch_standin("2.7.1", "12.6"),
+        StandIn("torchvision", "0.22.1", requires_dist=["torch==2.7.1"]),
+        StandIn("torchaudio", "2.7.1", requires_dist=["torch==2.7.1"]),
+    ]
+    with serve_indexes(
+        tmp_path_factory.mktemp("vllm-index"), pytorch={"cu118": cu118}, pypi=pypi
+    ) as server:
+        yield server
+
+
+def test_a_cuda_12_vllm_is_refused_beside_a_cu118_torch(
+    vllm_index: IndexServer, tmp_path: Path
+) -> None:
+    pytorch, pypi = vllm_index
+    env = offline_env() | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = cudalock(
+        "lock",
+        "-o",
+        str(tmp_path / "out"),
+        "--driver-version",
+        "530.30.02",
+        "--compute-capability",
+        "8.0",
+        "--torch",
+        "2.7.1",
+        "--python",
+        PY,
+        "--framework",
+        "vllm==0.10.1.1",
+        "--pytorch-index",
+        pytorch,
+        "--pypi-index",
+        pypi,
+        env=env,
+        timeout=600,
+    )
+    text = done.stdout + done.stderr
+    assert done.returncode == 1, text
+    assert "vllm 0.10.1.1 is built for CUDA 12; this torch is 2.7.1+cu118" in text
+    assert "(vllm/_flashmla_C.abi3.so needs libcudart.so.12)" in text
+    # The next step, from cuda_builds.toml: the newest recorded vllm whose torch has a CUDA 12
+    # build this driver runs (torch 2.5.1+cu121; the CUDA 12 builds of 2.6.0 and later start
+    # at cu124).
+    assert "hint: drop vllm, or --framework 'vllm==0.7.3' --torch 2.5.1" in text
+    assert not (tmp_path / "out" / "pylock.toml").exists()

@@ -637,11 +637,14 @@ def test_second_lock_uses_the_shared_cache(index: IndexServer, tmp_path: Path) -
     cache = tmp_path / "cache"
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    assert lock(index, tmp_path / "a", cache=cache).returncode == 0
+    # cudalock's own cache (the variant index's project list) on, in this test's directory.
+    env = {k: v for k, v in offline_env().items() if k != "CUDALOCK_NO_CACHE"}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    assert lock(index, tmp_path / "a", cache=cache, env=env).returncode == 0
     asked = len(index.requests)
-    assert lock(index, tmp_path / "b", cache=cache).returncode == 0
+    assert lock(index, tmp_path / "b", cache=cache, env=env).returncode == 0
     # The index answers like PyPI (pages reusable for 10 minutes, files immutable), so the
-    # second lock is served from uv's cache entirely.
+    # second lock is served from uv's cache and cudalock's entirely.
     assert index.requests[asked:] == []
     assert (tmp_path / "a" / "pylock.toml").read_text() == (
         tmp_path / "b" / "pylock.toml"

@@ -15,18 +15,20 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cudalock.defaults import OutputFormat
 from cudalock.envfiles.render import (
     RenderOptions,
     build_script,
     check_env_name,
     install_steps,
+    output_files,
     render_files,
     torch_family,
     yaml_scalar,
 )
 from cudalock.errors import UsageError
 from cudalock.lock import Closure
-from cudalock.lock.pylock import LockInput
+from cudalock.lock.uvinput import LockInput
 from cudalock.model import Gpu, PackagePin, Plan, Target
 from cudalock.request import Framework, parse_framework
 from cudalock.tomlfile import tomllib
@@ -739,3 +741,9 @@ def test_install_sh_installs_without_the_callers_uv_and_pip_sources(tmp_path: Pa
     recorded = seen.read_text()
     assert "PYTHON" not in sources and "PATH=" in recorded
     assert [name for name in sources if f"{name}=" in recorded] == []
+
+
+@pytest.mark.parametrize("output_format", ["conda", "venv", "uv", "pixi"])
+def test_output_files_names_what_render_files_writes(output_format: OutputFormat) -> None:
+    options = RenderOptions(name="ft", output_format=output_format)
+    assert output_files(output_format) == tuple(render_files(make_plan(), options))

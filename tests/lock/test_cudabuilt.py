@@ -8,22 +8,27 @@ from pathlib import Path
 
 import pytest
 from packaging.pylock import Package, PackageWheel
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from cudalock.lock.cudabuilt import (
     BuildCheck,
     _cache_read,
     _cache_write,
     built_against_torch_or_cuda,
+    read_wheel_build,
 )
 from cudalock.lock.flashattn import prebuilt_wheel_names
 from cudalock.lock.metadata import Metadata, marker_environment
-from cudalock.lock.pylock import compile_settings, lock_input
+from cudalock.lock.uvinput import compile_settings, lock_input
 from cudalock.matrix import load_matrix
 from cudalock.model import PackagePin, Plan, Target
 from cudalock.request import make_request
 from cudalock.resolve.cudabuilt import BuiltFor
 from cudalock.tomlfile import tomllib
 from cudalock.versions import DriverVersion
+from tests.conftest import ServeIndexes
+from tests.support.wheels import StandIn, elf_shared_object
 
 MATRIX = load_matrix()
 ENVIRONMENT = marker_environment("3.11", "linux-x86_64")
@@ -87,7 +92,7 @@ def xformers_package(version: str, sha256: str) -> Package:
         url=f"https://files.example/xformers-{version}-cp311-cp311-manylinux_2_28_x86_64.whl",
         hashes={"sha256": sha256},
     )
-    return Package(name="xformers", version=version, wheels=[wheel])  # type: ignore[arg-type]
+    return Package(name=canonicalize_name("xformers"), version=Version(version), wheels=[wheel])
 
 
 @pytest.fixture
@@ -148,3 +153,32 @@ def test_what_an_earlier_lock_read_is_used_without_the_wheel(cache_home: Path) -
     _cache_write("c" * 64, None)
     assert _cache_read("c" * 64) == (True, None)
     assert not check().review([xformers_package("0.0.98", "c" * 64)])
+
+
+def test_a_wheel_with_one_build_per_cuda_is_read_as_such(serve_indexes: ServeIndexes) -> None:
+    bitsandbytes = StandIn(
+        "bitsandbytes",
+        "0.45.5",
+        requires_dist=["torch<3,>=2.0"],
+        tag="py3-none-manylinux_2_24_x86_64",
+        binary_files={
+            f"bitsandbytes/libbitsandbytes_cuda{cuda}.so": elf_shared_object(
+                [f"libcudart.so.{cuda[:2]}"]
+            )
+            for cuda in ("117", "118", "121", "128")
+        },
+    )
+    index = serve_indexes(pypi=[bitsandbytes])
+    url = index.base_url + index.file_path(bitsandbytes.filename)
+    package = Package(
+        name=canonicalize_name("bitsandbytes"),
+        version=Version("0.45.5"),
+        wheels=[PackageWheel(url=url, hashes={"sha256": "0" * 64})],
+    )
+    built = read_wheel_build(
+        package, metadata("torch<3,>=2.0"), url, indexes=(), timeout_s=10, retries=0
+    )
+    assert built is not None
+    assert built.choices == ("11.7", "11.8", "12.1", "12.8")
+    # Not "CUDA 11", which its smallest extension alone would say.
+    assert built.evidence.startswith("bitsandbytes/libbitsandbytes_cuda117.so … ")

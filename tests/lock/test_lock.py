@@ -13,27 +13,21 @@ from packaging.requirements import Requirement
 
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
-from cudalock.lock.pylock import (
-    LOCK_FILES,
+from cudalock.lock.installfiles import requirements_files, uv_settings
+from cudalock.lock.names import LOCK_FILES
+from cudalock.lock.pylock import finalize_lock, is_ours, lock_record, parse_lock, state_of
+from cudalock.lock.uv import find_uv, run_uv, uv_environment
+from cudalock.lock.uvfailures import classify_uv_failure, missing_from_index
+from cudalock.lock.uvinput import (
     LockInput,
     build_interpreter,
-    classify_uv_failure,
-    finalize_lock,
     input_project,
     input_requirements,
-    is_ours,
     lock_input,
-    lock_record,
-    missing_from_index,
-    parse_lock,
-    requirements_files,
-    state_of,
     target_glibc,
     uv_compile_args,
     uv_python_platform,
-    uv_settings,
 )
-from cudalock.lock.uv import find_uv, run_uv, uv_environment
 from cudalock.model import Gpu, Host, PackagePin, Plan, Target
 from cudalock.request import Framework, Request, make_request, parse_framework
 from cudalock.tomlfile import tomllib

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from cudalock.lock.closure import describe
 from cudalock.lock.metadata import (
     Metadata,
+    describe,
     family_requirements,
     marker_environment,
     torch_extras,

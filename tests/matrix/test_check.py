@@ -264,7 +264,7 @@ def test_package_builds_are_read_with_their_sources() -> None:
 
 def test_a_matrix_without_cuda_builds_loads_with_none(copy: Path) -> None:
     (copy / "cuda_builds.toml").unlink()
-    matrix = load_matrix(copy, use_cache=False)
+    matrix = load_matrix(copy)
     assert matrix.package_builds == ()
     assert check_matrix(matrix) == []
 
@@ -294,10 +294,10 @@ def test_package_builds_out_of_order_and_without_source(copy: Path) -> None:
     text = path.read_text()
     path.write_text(re.sub(r'\nsource = "[^"\n]*"\n', "\n", text, count=1))
     with pytest.raises(InputError, match=r"cuda_builds.toml.*missing 'source'"):
-        load_matrix(copy, use_cache=False)
+        load_matrix(copy)
 
 
 def test_package_build_cuda_must_be_a_cuda_version(copy: Path) -> None:
     edit(copy / "cuda_builds.toml", 'cuda = "12.8"', 'cuda = "cu128"')
     with pytest.raises(InputError, match=r"'cuda' must be MAJOR.MINOR or MAJOR, got 'cu128'"):
-        load_matrix(copy, use_cache=False)
+        load_matrix(copy)

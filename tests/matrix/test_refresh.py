@@ -11,6 +11,7 @@ pinning it), and the next DeepSpeed patch release.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import io
 import json
@@ -38,6 +39,7 @@ from cudalock.matrix.refresh import (
     torch_pin,
 )
 from cudalock.matrix.refresh_deepspeed import cuda_rule, read_sdist, torch_requirement
+from cudalock.tomlfile import tomllib
 from cudalock.versions import format_cuda
 from tests.support.cli import cudalock
 from tests.support.invariants import violations
@@ -414,14 +416,14 @@ def test_refresh_adds_release_builds_and_tags(index: FakeIndex, matrix_copy: Pat
             f"torch-{previous.version}+{source_build.variant}-cp312-cp312-manylinux_2_28_x86_64.whl"
         )
         expected.add(f"torch {previous.version}: new build {source_build.variant} on linux-x86_64")
-    before = load_matrix(matrix_copy, use_cache=False)
+    before = load_matrix(matrix_copy)
     result = run_refresh(index, matrix_copy)
     assert result.written
     assert set(result.changes) == expected
     assert '+matrix_version = "2099-01-02"' in result.diff
     assert f'+version = "{new.version}"' in result.diff
 
-    after = load_matrix(matrix_copy, use_cache=False)
+    after = load_matrix(matrix_copy)
     assert after.matrix_version == "2099-01-02"
     added = after.torch_release(new.version)
     assert added is not None
@@ -493,7 +495,7 @@ def test_new_releases_keep_every_invariant_and_change_no_known_release(
     assert f"torch {new.version}: new release" in result.changes
     assert f"DeepSpeed {deepspeed}: new release" in result.changes
 
-    after = load_matrix(matrix_copy, use_cache=False)
+    after = load_matrix(matrix_copy)
     assert violations(after) == {}
     assert after.torch_release(new.version) is not None
     assert any(d.version == deepspeed for d in after.deepspeed)
@@ -521,7 +523,7 @@ def test_deepspeed_release_with_the_same_op_builder_list(
     serve_new_deepspeed(index, version, newest_rule(SHIPPED))
     result = run_refresh(index, matrix_copy)
     assert result.changes == (f"DeepSpeed {version}: new release",)
-    after = load_matrix(matrix_copy, use_cache=False)
+    after = load_matrix(matrix_copy)
     release = next(d for d in after.deepspeed if d.version == version)
     assert (release.date, release.torch, release.requires_python) == ("2098-12-30", ">=2.0.0", None)
     assert release.provenance.verified and not release.provenance.unverified_fields
@@ -543,7 +545,7 @@ def test_deepspeed_release_that_changes_the_op_builder_list_starts_a_rule(
     serve_new_deepspeed(index, version, allowed)
     result = run_refresh(index, matrix_copy)
     assert f"DeepSpeed cuda_check >={version}: new rule" in result.changes
-    after = load_matrix(matrix_copy, use_cache=False)
+    after = load_matrix(matrix_copy)
     assert check_matrix(after) == []
     assert violations(after) == {}
     from packaging.specifiers import SpecifierSet
@@ -573,7 +575,7 @@ def test_deepspeed_without_readable_metadata_is_unverified(
         body=b"truncated download",
     )
     run_refresh(index, matrix_copy)
-    after = load_matrix(matrix_copy, use_cache=False)
+    after = load_matrix(matrix_copy)
     release = next(d for d in after.deepspeed if d.version == version)
     assert release.provenance.unverified_fields == ("torch",)
     assert "builder.py was not read" in str(release.provenance.note)
@@ -595,7 +597,7 @@ def test_a_companion_pinning_an_existing_release_fills_its_pair(
     )
     result = run_refresh(index, matrix_copy)
     assert result.changes == (f"torch {unpaired.version}: torchaudio 9.9.9",)
-    after = load_matrix(matrix_copy, use_cache=False)
+    after = load_matrix(matrix_copy)
     release = after.torch_release(unpaired.version)
     assert release is not None and release.torchaudio == "9.9.9"
     assert release.provenance.field_verified("torchaudio")
@@ -626,7 +628,7 @@ def test_a_new_cuda_version_gets_a_toolkit_without_a_driver(
     result = run_refresh(index, matrix_copy)
     version = f"{newest_cuda[0]}.{newest_cuda[1] + 1}"
     assert f"CUDA {version}: new toolkit, driver minimum unknown" in result.changes
-    after = load_matrix(matrix_copy, use_cache=False)
+    after = load_matrix(matrix_copy)
     toolkit = next(tk for tk in after.toolkits if tk.cuda == (newest_cuda[0], newest_cuda[1] + 1))
     assert (toolkit.driver_linux, toolkit.driver_windows) == (None, None)
     assert not toolkit.provenance.verified and "driver minimums" in str(toolkit.provenance.note)
@@ -697,11 +699,11 @@ def test_cli_refresh_dry_run_and_write(index: FakeIndex, matrix_copy: Path) -> N
     done = cudalock(*args, "--dry-run")
     assert done.returncode == 0, done.stderr
     assert "+++ b/torch.toml" in done.stdout and "would change: " in done.stderr
-    assert load_matrix(matrix_copy, use_cache=False).torch_release(new.version) is None
+    assert load_matrix(matrix_copy).torch_release(new.version) is None
     done = cudalock(*args)
     assert done.returncode == 0, done.stderr
     assert "updated: " in done.stderr
-    assert load_matrix(matrix_copy, use_cache=False).torch_release(new.version) is not None
+    assert load_matrix(matrix_copy).torch_release(new.version) is not None
     done = cudalock(*args)
     assert done.returncode == 0 and "the matrix is up to date" in done.stdout
     index.failing.add("/pypi/simple/torch/")
@@ -737,3 +739,32 @@ def test_a_builder_nested_past_the_parsers_stack_has_no_rule() -> None:
     assert cuda_rule("cuda_minor_mismatch_ok = " + "(" * 200_000 + ")" * 200_000 + "\n") is None
     assert cuda_rule("cuda_minor_mismatch_ok = " + "[" * 100 + "]" * 100 + "\n") is None
     assert cuda_rule("x = 1\0\n") is None
+
+
+def matrix_files(directory: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(directory.glob("*.toml"))}
+
+
+@pytest.mark.parametrize("requires_python", [">=3.10,<<4", ">=3.10; rm -rf ~", "x" * 300])
+def test_values_the_loader_refuses_stop_the_refresh_with_nothing_written(
+    index: FakeIndex, matrix_copy: Path, requires_python: str
+) -> None:
+    new = dataclasses.replace(scenario_of(SHIPPED), requires_python=requires_python)
+    serve_new_torch(index, new)
+    before = matrix_files(matrix_copy)
+    with pytest.raises(EnvironmentFailure, match="values the matrix loader refuses"):
+        run_refresh(index, matrix_copy)
+    assert matrix_files(matrix_copy) == before
+    load_matrix(matrix_copy)  # every command still runs
+
+
+def test_a_release_read_from_the_index_stays_unverified(
+    index: FakeIndex, matrix_copy: Path
+) -> None:
+    new = scenario_of(SHIPPED)
+    serve_new_torch(index, new)
+    run_refresh(index, matrix_copy)
+    added = tomllib.loads((matrix_copy / "torch.toml").read_text())
+    release = next(r for r in added["release"] if r["version"] == new.version)
+    assert release["status"] == "unverified"
+    assert run_refresh(index, matrix_copy).changes == ()  # and a second refresh changes nothing

@@ -80,6 +80,11 @@ def test_qlora_base_is_four_and_a_half_bits_per_parameter() -> None:
             "adapter: lora\nlora_r: 8\nlora_target_linear: true\n",
             FineTuning("lora", 8, ("all",)),
         ),
+        (
+            "adapter: qlora\nlora_r: 8\n[INFO|2024-11-18 15:42:32] llamafactory.model.adapter:157 "
+            ">> Upcasting trainable params to float32.\n",
+            FineTuning("qlora", 8, (), base_bits=4),
+        ),
         ("finetuning_type: full\n", FineTuning("full")),
         ("learning_rate: 1e-5\nbf16: true\n", None),
     ],
@@ -203,6 +208,20 @@ def test_memory_command_takes_the_adapter_flags_and_configs(tmp_path: Path) -> N
     assert qlora.returncode == 0, qlora.stderr
     document = json.loads(qlora.stdout)
     assert document["needs"]["setup"]["base_bits"] == 4
+    text = cudalock(
+        "memory",
+        "--params",
+        "7B",
+        "--finetuning",
+        "qlora",
+        "--trainable-params",
+        "4.2M",
+        *args[:-1],
+    )
+    assert (
+        "(QLoRA: the table is for the 4M trainable parameters; each GPU also holds" in text.stdout
+    )
+    assert "model load: every one of the 8 ranks on a node materialises" in text.stdout
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 16}')

@@ -16,6 +16,7 @@ from cudalock.resolve.cudabuilt import (
     from_label,
     from_matrix,
     from_needed,
+    from_per_cuda_extensions,
     from_requirements,
     mismatch,
 )
@@ -174,3 +175,28 @@ def test_a_major_only_build_is_judged_by_its_major() -> None:
     assert mismatch(built, torch_version="2.7.1+cpu", torch_cuda=None, matrix=MATRIX) == (
         "vllm 0.10.1.1 is built for CUDA 12; this torch is 2.7.1+cpu, a build without CUDA"
     )
+
+
+#: bitsandbytes-0.45.5-py3-none-manylinux_2_24_x86_64.whl: its extensions (abridged).
+BITSANDBYTES = [
+    "bitsandbytes/libbitsandbytes_cpu.so",
+    "bitsandbytes/libbitsandbytes_cuda117.so",
+    "bitsandbytes/libbitsandbytes_cuda118.so",
+    "bitsandbytes/libbitsandbytes_cuda121.so",
+    "bitsandbytes/libbitsandbytes_cuda126.so",
+    "bitsandbytes/libbitsandbytes_cuda128.so",
+]
+
+
+def test_one_build_per_cuda_fits_a_torch_of_one_of_them() -> None:
+    built = from_per_cuda_extensions("bitsandbytes", "0.45.5", BITSANDBYTES)
+    assert built is not None
+    assert built.choices == ("11.7", "11.8", "12.1", "12.6", "12.8")
+    for torch, cuda in (("2.5.1+cu121", (12, 1)), ("2.7.1+cu118", (11, 8)), ("2.7.1+cpu", None)):
+        assert mismatch(built, torch_version=torch, torch_cuda=cuda, matrix=MATRIX) is None
+    assert mismatch(built, torch_version="2.8.0+cu129", torch_cuda=(12, 9), matrix=MATRIX) == (
+        "bitsandbytes 0.45.5 ships builds for CUDA 11.7, 11.8, 12.1, 12.6, 12.8 only; "
+        "this torch is 2.8.0+cu129"
+    )
+    # A single per-CUDA extension is an ordinary build, read by what it needs.
+    assert from_per_cuda_extensions("x", "1", BITSANDBYTES[:2]) is None

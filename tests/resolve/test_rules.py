@@ -165,7 +165,7 @@ def test_no_torch_spec_is_no_constraint_and_costs_no_specifier_import() -> None:
         ("python", "3"),
         ("cuda", "twelve"),
         ("compat", "loose"),
-        ("with_packages", ["numpy"]),
+        ("with_packages", ["numpy>>1"]),
         ("with_packages", ["torch"]),
         ("with_packages", ["x[["]),
         ("pytorch_index", "download.pytorch.org/whl"),
@@ -188,6 +188,8 @@ def test_make_request_companions() -> None:
         "torchvision",
         "deepspeed<0.15,>=0.10",
     ]
+    # A package of the variant index (checked against its project list when locking).
+    assert companions("xformers") == ["torchvision", "xformers"]
     with pytest.raises(InputError):
         make_request(torch="2.x")
 

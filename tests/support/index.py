@@ -128,6 +128,10 @@ class IndexServer:
         self.auth = auth
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, int]] = []
+        #: Files whose PEP 658 metadata is not served (as for many large wheels on mirrors).
+        self.no_metadata: set[str] = set()
+        #: The Range header of each ranged request: (path, header).
+        self.ranges: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self.indexes: list[_Index] = []
         for variant, specs in pytorch.items():
@@ -284,7 +288,7 @@ class IndexServer:
                         if entry.filename == filename:
                             if not want_metadata:
                                 return 200, "binary/octet-stream", entry.data
-                            if entry.metadata is not None:
+                            if entry.metadata is not None and filename not in self.no_metadata:
                                 return 200, "binary/octet-stream", entry.metadata
         return 404, "text/plain", b"not found\n"
 
@@ -325,7 +329,7 @@ class IndexServer:
                                 "core-metadata": {"sha256": f.metadata_sha256},
                                 "dist-info-metadata": {"sha256": f.metadata_sha256},
                             }
-                            if f.metadata_sha256
+                            if f.metadata_sha256 and f.filename not in self.no_metadata
                             else {}
                         ),
                     }
@@ -338,7 +342,7 @@ class IndexServer:
             attrs = [f'href="{f.path}#sha256={f.sha256}"']
             if f.requires_python:
                 attrs.append(f'data-requires-python="{html.escape(f.requires_python)}"')
-            if f.metadata_sha256:
+            if f.metadata_sha256 and f.filename not in self.no_metadata:
                 attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
                 attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
             links.append(f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br/>\n")
@@ -421,27 +425,40 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
                         self.wfile.flush()
                     self.close_connection = True
                     return
-            wanted = _byte_range(self.headers.get("Range", ""), len(body))
+            # Like PyPI: files never change, project pages may be reused for ten minutes, so
+            # uv's cache behaves here as it does against the real indexes; pages carry an ETag
+            # and answer a matching If-None-Match with 304.
+            caching = (
+                {"Cache-Control": "max-age=365000000, immutable, public"}
+                if ctype == "binary/octet-stream"
+                else {
+                    "Cache-Control": "max-age=600",
+                    "ETag": f'"{hashlib.sha256(body).hexdigest()[:32]}"',
+                }
+            )
+            extra = dict(caching) if status == 200 else {}
+            etag = extra.get("ETag")
+            if status == 200 and etag is not None and etag == self.headers.get("If-None-Match"):
+                self._record(path, 304)
+                self._send(304, ctype, b"", head=True, extra=extra)
+                return
+            ranged = self.headers.get("Range", "")
+            wanted = _byte_range(ranged, len(body))
             if status == 200 and ctype == "binary/octet-stream" and wanted is not None:
                 # Like files.pythonhosted.org: a file is served in parts (HTTP Range), so a
                 # wheel's table of contents can be read without the wheel.
+                with server._lock:
+                    server.ranges.append((path, ranged))
                 start, end = wanted
                 self._record(path, 206)
-                extra = {"Content-Range": f"bytes {start}-{end}/{len(body)}"}
+                extra["Content-Range"] = f"bytes {start}-{end}/{len(body)}"
                 self._send(206, ctype, body[start : end + 1], head=head, extra=extra)
                 return
             self._record(path, status)
             if fault is not None and fault.kind == "throttle" and status == 200 and not head:
                 self._send_slowly(ctype, body, fault.bytes_per_second)
                 return
-            # Like PyPI: files never change, project pages may be reused for ten minutes, so
-            # uv's cache behaves here as it does against the real indexes.
-            caching = (
-                {"Cache-Control": "max-age=365000000, immutable, public"}
-                if ctype == "binary/octet-stream"
-                else {"Cache-Control": "max-age=600"}
-            )
-            self._send(status, ctype, body, head=head, extra=caching if status == 200 else None)
+            self._send(status, ctype, body, head=head, extra=extra or None)
 
         def _send(
             self,
@@ -523,6 +540,8 @@ def offline_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
             "UV_NO_CONFIG": "1",
             "UV_NO_CACHE": "1",
             "UV_PYTHON_DOWNLOADS": "never",
+            # cudalock caches index pages by URL; a stand-in index's port can be reused.
+            "CUDALOCK_NO_CACHE": "1",
         }
     )
     return env

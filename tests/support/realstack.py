@@ -45,6 +45,8 @@ from tests.support.index import IndexServer, serve_indexes
 from tests.support.wheels import StandIn, torch_version_file
 
 RECORDING = Path(__file__).resolve().parent.parent / "fixtures/closures/finetune-stack.json"
+#: vllm, xformers and trl stacks (``record_closure.py --stack kernels``).
+KERNELS_RECORDING = RECORDING.parent / "kernels-stack.json"
 #: CPython versions the PyTorch-like index carries files for (as the recording lists for PyPI).
 _PYTORCH_INDEX_PYTHONS = ("cp310", "cp311", "cp312", "cp313")
 
@@ -344,15 +346,47 @@ def _family_closure(recording: Recording, roots: Sequence[Release]) -> list[Rele
     return [found[key] for key in sorted(found)]
 
 
+#: Packages the real variant indexes build for each variant, with its label (the recording's
+#: releases of them are served on every variant page that has the torch they pin).
+VARIANT_PACKAGES = ("xformers",)
+#: PyPI packages the real variant indexes also carry, as plain copies without a label.
+PLAIN_COPIES = ("numpy", "jinja2")
+
+
+def _pinned_torch(release: Release) -> str | None:
+    for line in release.requires_dist:
+        requirement = Requirement(line)
+        if canonicalize_name(requirement.name) == "torch" and requirement.marker is None:
+            pins = [s.version for s in requirement.specifier if s.operator == "=="]
+            if pins:
+                return pins[0]
+    return None
+
+
+def _labelled_filename(filename: str, version: str, labelled: str) -> str:
+    return filename.replace(f"-{version}-", f"-{labelled}-", 1)
+
+
 def pytorch_standins(
-    recording: Recording, payloads: Payloads | None = None
+    recording: Recording,
+    payloads: Payloads | None = None,
+    *,
+    extra_builds: Sequence[TorchBuild] = (),
 ) -> dict[str, list[StandIn]]:
-    """Per CUDA variant, what its ``/whl/cuXYZ/`` pages serve; ``payloads`` makes the wheels it
-    names that large."""
-    pages: dict[str, list[StandIn]] = {variant: [] for variant in recording.variants}
-    roots: dict[str, list[Release]] = {variant: [] for variant in recording.variants}
-    for build in recording.torch_builds:
+    """Per CUDA variant, what its ``/whl/cuXYZ/`` pages serve: the torch family with the
+    variant's label, triton and the nvidia-* packages they require, the recorded releases of
+    :data:`VARIANT_PACKAGES` that pin a torch the page has (labelled), and plain copies of
+    :data:`PLAIN_COPIES`. ``payloads`` makes the wheels it names that large; ``extra_builds``:
+    recorded builds served under another variant too (torch 2.5.1 as cu121: the recorded
+    metadata, relabelled)."""
+    builds = (*recording.torch_builds, *extra_builds)
+    variants = sorted({b.variant for b in builds})
+    pages: dict[str, list[StandIn]] = {variant: [] for variant in variants}
+    roots: dict[str, list[Release]] = {variant: [] for variant in variants}
+    torches: dict[str, set[str]] = {variant: set() for variant in variants}
+    for build in builds:
         page = pages[build.variant]
+        torches[build.variant].add(build.torch)
         for package in TORCH_FAMILY:
             release = recording.release(package, getattr(build, package))
             roots[build.variant].append(release)
@@ -377,6 +411,23 @@ def pytorch_standins(
                 for filename in release.files
                 if filename.endswith(".whl")
             ]
+        for name in VARIANT_PACKAGES:
+            for release in recording.releases.get(name, {}).values():
+                if _pinned_torch(release) not in torches[variant]:
+                    continue
+                labelled = f"{release.version}+{variant}"
+                page += [
+                    _standin(
+                        release,
+                        _labelled_filename(f, release.version, labelled),
+                        version=labelled,
+                    )
+                    for f in release.files
+                    if _is_x86_64(f)
+                ]
+        for name in PLAIN_COPIES:
+            for release in recording.releases.get(name, {}).values():
+                page += [_standin(release, f) for f in release.files if f.endswith(".whl")]
     return {
         variant: [_sized(standin, payloads or {}) for standin in page]
         for variant, page in pages.items()
@@ -385,7 +436,11 @@ def pytorch_standins(
 
 @contextmanager
 def serve_real_stack(
-    directory: Path, recording: Recording | None = None, *, payloads: Payloads | None = None
+    directory: Path,
+    recording: Recording | None = None,
+    *,
+    payloads: Payloads | None = None,
+    extra_builds: Sequence[TorchBuild] = (),
 ) -> Iterator[IndexServer]:
     """Serve the recording (stand-ins built under ``directory``) until the block ends.
 
@@ -395,7 +450,7 @@ def serve_real_stack(
     recording = recording or load_recording()
     with serve_indexes(
         directory,
-        pytorch=pytorch_standins(recording, payloads),
+        pytorch=pytorch_standins(recording, payloads, extra_builds=extra_builds),
         pypi=pypi_standins(recording, payloads),
         hashed_paths=True,
     ) as server:

@@ -1,6 +1,7 @@
 """Record the real dependency closure of a fine-tuning stack from PyPI (run by hand, with network).
 
-    .venv/bin/python -m tests.support.record_closure [--as-of YYYY-MM-DD] [--output PATH]
+    .venv/bin/python -m tests.support.record_closure [--stack finetune|kernels] [--as-of YYYY-MM-DD]
+        [--output PATH]
 
 Tests never run this; they read what it wrote, ``tests/fixtures/closures/finetune-stack.json``,
 and serve it as stand-in packages (``tests/support/realstack.py``).
@@ -112,6 +113,59 @@ SCENARIOS: tuple[tuple[str, ...], ...] = (
     ("transformers[torch]", "peft", "trl", "accelerate", "datasets", "deepspeed", "torch==2.5.1"),
     ("transformers[torch]", "peft", "trl", "accelerate", "datasets", "deepspeed", "torch==2.8.0"),
 )
+
+
+#: Torch builds of the stack of CUDA-built packages next to torch (``--stack kernels``).
+KERNEL_TORCH_BUILDS = (
+    TorchBuild("2.1.0", "0.16.0", "2.1.0", "linux_x86_64"),
+    TorchBuild("2.5.1", "0.20.1", "2.5.1", "linux_x86_64"),
+    TorchBuild("2.7.1", "0.22.1", "2.7.1", "manylinux_2_28_x86_64"),
+)
+#: vllm pinning torch 2.5.1 (with xformers 0.0.28.post3) and 2.7.1 (xformers 0.0.31), xformers
+#: alone, and trl on torch 2.1.0, where uv alone takes a transformers (and a safetensors) whose
+#: ``torch`` extra needs a newer torch; with those extras asked for, the releases that fit.
+KERNEL_SCENARIOS: tuple[tuple[str, ...], ...] = (
+    *(
+        (f"torch=={b.torch}", f"torchvision=={b.torchvision}", f"torchaudio=={b.torchaudio}")
+        for b in KERNEL_TORCH_BUILDS
+    ),
+    ("vllm==0.6.6.post1",),
+    ("vllm==0.10.1.1",),
+    ("xformers==0.0.28.post3", "torch==2.5.1"),
+    ("trl==1.16.0", "torch==2.1.0"),
+    ("trl<0.12", "transformers[torch]", "safetensors[torch]", "torch==2.1.0"),
+)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One recording: its requirement sets, torch builds, Pythons and output file."""
+
+    about: str
+    scenarios: tuple[tuple[str, ...], ...]
+    torch_builds: tuple[TorchBuild, ...]
+    pythons: tuple[str, ...]
+    output: Path
+
+
+STACKS = {
+    "finetune": Stack(
+        "Real dependency closure of a fine-tuning stack (llamafactory, transformers, "
+        "peft, trl, accelerate, datasets, deepspeed, the torch family)",
+        SCENARIOS,
+        TORCH_BUILDS,
+        PYTHONS,
+        DEFAULT_OUTPUT,
+    ),
+    "kernels": Stack(
+        "Real dependency closure of CUDA-built packages next to torch (vllm 0.6.6.post1 and "
+        "0.10.1.1, xformers, trl on torch 2.1.0)",
+        KERNEL_SCENARIOS,
+        KERNEL_TORCH_BUILDS,
+        ("3.11",),
+        DEFAULT_OUTPUT.parent / "kernels-stack.json",
+    ),
+}
 
 
 def _get(url: str, headers: Mapping[str, str] | None = None) -> bytes:
@@ -350,7 +404,7 @@ def torch_cuda(document: Mapping[str, Any], version: str) -> str:
         and "manylinux" in f["filename"]
     )
     text = wheel_member(wheel["url"], int(wheel["size"]), "torch/version.py")
-    match = re.search(r"^cuda: Optional\[str\] = '([\d.]+)'", text, re.MULTILINE)
+    match = re.search(r"^cuda(?:: Optional\[str\])? = '([\d.]+)'", text, re.MULTILINE)
     if match is None:
         raise SystemExit(f"torch {version}: no CUDA version in torch/version.py")
     return match[1]
@@ -361,12 +415,12 @@ def _parallel(function: Any, items: Iterable[Any]) -> Iterator[Any]:
         yield from pool.map(function, items)
 
 
-def record(as_of: str) -> dict[str, Any]:
+def record(as_of: str, stack: Stack = STACKS["finetune"]) -> dict[str, Any]:
     pins: dict[str, set[str]] = {}
     scenarios = []
     with tempfile.TemporaryDirectory(prefix="record-closure-") as cache:
-        for requirements in SCENARIOS:
-            for python in PYTHONS:
+        for requirements in stack.scenarios:
+            for python in stack.pythons:
                 resolved = resolve(requirements, python, as_of, Path(cache))
                 print(
                     f"{python} {' '.join(requirements)}: {len(resolved)} packages", file=sys.stderr
@@ -396,7 +450,7 @@ def record(as_of: str) -> dict[str, Any]:
         )
         package["versions"][version] = entry
     builds = []
-    for build in TORCH_BUILDS:
+    for build in stack.torch_builds:
         cuda = torch_cuda(documents["torch"], build.torch)
         for companion in ("torchvision", "torchaudio"):
             version = getattr(build, companion)
@@ -422,15 +476,14 @@ def record(as_of: str) -> dict[str, Any]:
         )
     return {
         "about": (
-            "Real dependency closure of a fine-tuning stack (llamafactory, transformers, "
-            "peft, trl, accelerate, datasets, deepspeed, the torch family), recorded "
-            "from PyPI by tests/support/record_closure.py; see its docstring."
+            f"{stack.about}, recorded from PyPI by tests/support/record_closure.py; "
+            "see its docstring."
         ),
         "format": FORMAT,
         "recorded": as_of,
         "index": PYPI_SIMPLE,
         "platform": PLATFORM,
-        "pythons": list(PYTHONS),
+        "pythons": list(stack.pythons),
         "listed_files": (
             "sdists, *-none-any wheels, manylinux x86_64/aarch64 wheels for "
             "CPython 3.10-3.13 (lowest glibc per interpreter, ABI and machine)"
@@ -448,9 +501,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
         help="resolve as PyPI was on this date (uv --exclude-newer)",
     )
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--stack", choices=sorted(STACKS), default="finetune")
+    parser.add_argument("--output", type=Path, help="default: the stack's fixture file")
     args = parser.parse_args(argv)
-    document = record(args.as_of)
+    stack = STACKS[args.stack]
+    document = record(args.as_of, stack)
+    args.output = args.output or stack.output
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     count = len(document["packages"])

@@ -20,9 +20,15 @@ from cudalock.resolve.cudabuilt import (
     from_label,
     from_matrix,
     from_needed,
+    from_per_cuda_extensions,
     mismatch,
 )
 from cudalock.versions import parse_cuda_version
+
+__all__ = [
+    "built_for",
+    "check_cuda_builds",
+]
 
 
 def built_for(dist: Distribution, files: ExtensionBuild | None, matrix: Matrix) -> BuiltFor | None:
@@ -32,6 +38,7 @@ def built_for(dist: Distribution, files: ExtensionBuild | None, matrix: Matrix) 
         return None
     readings = []
     if files is not None:
+        readings.append(from_per_cuda_extensions(dist.name, version, files.per_cuda))
         if files.cpp_lib is not None:
             readings.append(from_cpp_lib(dist.name, version, files.cpp_lib[1], files.cpp_lib[0]))
         readings.append(from_needed(dist.name, version, files.needed))

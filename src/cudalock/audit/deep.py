@@ -19,6 +19,11 @@ from cudalock.errors import InputError
 from cudalock.model import Finding
 from cudalock.procs import ChildOutputTooLarge, ChildTimedOut, run, signal_name
 
+__all__ = [
+    "DeepResult",
+    "deep_inspect",
+]
+
 #: The child prints a few lines; torch's warnings add a few more.
 _LIMIT = 16 * 2**20
 
@@ -191,15 +196,21 @@ def _timeout_finding(python: Path, timeout: float, stage: str | None, err: bytes
     )
 
 
+def _text_or(value: object, default: str) -> str:
+    return value if isinstance(value, str) and value else default
+
+
 def _judge(python: Path, result: dict[str, Any], stderr_tail: list[str]) -> DeepResult:
     version = result.get("version") if isinstance(result.get("version"), str) else None
     arch = result.get("arch_list")
     arch_list = tuple(str(a) for a in arch) if isinstance(arch, list) else None
-    devices = tuple(d for d in result.get("devices") or () if isinstance(d, dict))
+    listed = result.get("devices")
+    # What an interpreter prints is not trusted to have the script's shape.
+    devices = tuple(d for d in listed if isinstance(d, dict)) if isinstance(listed, list) else ()
     findings: list[Finding] = []
     error = result.get("error")
     if isinstance(error, str):
-        stage = result.get("stage") or "CUDA initialisation"
+        stage = _text_or(result.get("stage"), "CUDA initialisation")
         code = "torch-import-failed" if stage == "import torch" else "cuda-init-failed"
         findings.append(
             Finding(

@@ -18,6 +18,11 @@ import shutil
 import subprocess
 import sys
 
+__all__ = [
+    "SCRIPT_VERSION",
+    "main",
+]
+
 SCRIPT_VERSION = 1
 
 # Packages whose files we read directly (beyond their dist-info metadata).
@@ -43,6 +48,8 @@ _MAX_METADATA_BYTES = 64 * 1024
 _MAX_EXTENSIONS = 16
 _MAX_RECORD_BYTES = 4 * 1024 * 1024
 #: Their CUDA is checked by the torch checks, or they are CUDA itself.
+#: One build per CUDA version in one wheel (bitsandbytes' libbitsandbytes_cuda121.so).
+_PER_CUDA_RE = re.compile(r"cuda\d{2,3}\.so$")
 _NOT_BUILT_AGAINST = re.compile(r"^(torch|torchvision|torchaudio|nvidia-.*|cuda-.*)$")
 
 
@@ -332,8 +339,9 @@ def _cuda_builds(distributions: list[dict[str, object]]) -> list[dict[str, objec
                     pass
                 break
         needed: list[list[object]] = []
-        if reader is not None:
-            extensions = [p for p in paths if p.endswith(".so") or ".so." in p.rsplit("/", 1)[-1]]
+        extensions = [p for p in paths if p.endswith(".so") or ".so." in p.rsplit("/", 1)[-1]]
+        per_cuda = [p for p in extensions if _PER_CUDA_RE.search(p.rsplit("/", 1)[-1])]
+        if reader is not None and len(per_cuda) < 2:
             for path in sorted(extensions)[:_MAX_EXTENSIONS]:
                 try:
                     sonames = reader["needed_of_file"](os.path.join(site, path))
@@ -342,13 +350,15 @@ def _cuda_builds(distributions: list[dict[str, object]]) -> list[dict[str, objec
                 needed.append([path, sonames])
                 if reader["cuda_majors"](sonames):
                     break
-        if cpp_lib is not None or any(reader and reader["cuda_majors"](n[1]) for n in needed):
+        cuda_needed = any(reader and reader["cuda_majors"](n[1]) for n in needed)
+        if cpp_lib is not None or cuda_needed or len(per_cuda) >= 2:
             found.append(
                 {
                     "name": dist["name"],
                     "version": dist["version"],
                     "cpp_lib": cpp_lib,
                     "needed": needed,
+                    "extensions": per_cuda if len(per_cuda) >= 2 else [],
                 }
             )
     return found

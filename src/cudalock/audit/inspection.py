@@ -337,6 +337,7 @@ def installed_from_document(document: Mapping[str, Any], source: str) -> Install
                     for n in b.get("needed") or ()
                     if isinstance(n, list) and len(n) == 2 and isinstance(n[1], list)
                 ),
+                per_cuda=tuple(p for p in b.get("extensions") or () if isinstance(p, str)),
             )
             for b in _items(document.get("cuda_builds"))
             if _str(b.get("name"))

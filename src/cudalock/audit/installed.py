@@ -10,6 +10,20 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "DeepSpeedBuild",
+    "Distribution",
+    "ExtensionBuild",
+    "Installed",
+    "Nvcc",
+    "ReportedMessage",
+    "SharedLibrary",
+    "TorchInstall",
+    "canonical_name",
+    "local_label",
+    "public_version",
+]
+
 
 def canonical_name(name: str) -> str:
     """PEP 503 normalisation: ``Torch_Vision`` → ``torch-vision``."""
@@ -168,6 +182,8 @@ class ExtensionBuild:
     cpp_lib: tuple[str, str] | None = None
     #: (path, DT_NEEDED sonames) of the extensions read, up to the first that needs CUDA.
     needed: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Its extensions built once per CUDA version (``libbitsandbytes_cuda121.so``), if any.
+    per_cuda: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -175,6 +191,7 @@ class ExtensionBuild:
             "version": self.version,
             "cpp_lib": list(self.cpp_lib) if self.cpp_lib else None,
             "needed": [[path, list(sonames)] for path, sonames in self.needed],
+            "per_cuda": list(self.per_cuda),
         }
 
 

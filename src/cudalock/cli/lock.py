@@ -121,7 +121,9 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions, check_framework_paths, check_lock, make_lock
-    from cudalock.resolve import resolve as resolve_plan
+    from cudalock.lock.frameworks import plan_with_frameworks
+    from cudalock.lock.http import cache_disabled
+    from cudalock.lock.uvinput import default_index_of
 
     out: Path = args.output_dir
     if out.exists() and not out.is_dir():  # before any work: uv would run for nothing
@@ -131,7 +133,20 @@ def run(args: argparse.Namespace) -> None:
     inputs = compute_inputs(args, read_spec=True)
     request, request_opts = inputs.request, inputs.request_given
     check_framework_paths(request.frameworks)
-    plan = resolve_plan(inputs.matrix, inputs.targets, request)
+    plan, _frameworks = plan_with_frameworks(
+        inputs.matrix,
+        inputs.targets,
+        request,
+        default_index=default_index_of(
+            request,
+            pypi_index=request.pypi_index,
+            allow_insecure=request_opts.allow_insecure_index,
+        ),
+        timeout_s=args.timeout,
+        retries=args.retries,
+        offline=args.offline,
+        use_cache=not cache_disabled(),
+    )
     if args.check:
         changes = check_lock(out, plan, request, allow_insecure=request_opts.allow_insecure_index)
         if json_output:
@@ -208,9 +223,9 @@ def _remembered(inputs: Inputs, out: Path) -> dict[Path, str]:
     read = inputs.spec
     spec = Spec(
         request=RequestOptions.of(inputs.request),
-        target=TargetSummary.of(inputs.targets),
+        target=TargetSummary.of(inputs.targets, inputs.matrix),
         output=read.spec.output if read is not None and read.spec is not None else OutputSpec(),
     )
     path = out / SPEC_FILE
     existing = path if path.exists() or read is None else read.spec_path
-    return {path: update_spec(existing, spec)}
+    return {path: update_spec(existing, spec, read)}

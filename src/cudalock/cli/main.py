@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import os
 import signal
@@ -288,6 +289,12 @@ def run(argv: Sequence[str] | None = None) -> None:
         _discard_output()
         sys.exit(141)
     except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:  # a path the user named, past NAME_MAX or PATH_MAX
+            from cudalock.fsutil import name_too_long
+
+            usage = name_too_long(err.filename)
+            _quietly(report_error, usage)
+            sys.exit(usage.exit_code)
         if not _is_output_failure(err):
             raise
         _discard_output("stdout")
@@ -368,8 +375,6 @@ def _usable_output_streams() -> None:
 
 def _is_output_failure(err: OSError) -> bool:
     """Whether ``err`` came from writing cudalock's own stdout or stderr (full, closed)."""
-    import errno
-
     return err.errno in (errno.ENOSPC, errno.EBADF, errno.EPIPE, errno.EIO, errno.EDQUOT)
 
 

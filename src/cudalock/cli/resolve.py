@@ -65,7 +65,23 @@ def run(args: argparse.Namespace) -> None:
     # The plan keeps index credentials (bootstrap writes them into the files that need them);
     # what resolve prints never shows them.
     try:
-        plan = resolve_plan(inputs.matrix, inputs.targets, inputs.request)
+        if inputs.request.frameworks:
+            # Frameworks take part in choosing torch: their releases are read from the index.
+            from cudalock.lock.frameworks import plan_with_frameworks
+            from cudalock.lock.http import cache_disabled
+            from cudalock.lock.uvinput import default_index_of
+
+            plan, _frameworks = plan_with_frameworks(
+                inputs.matrix,
+                inputs.targets,
+                inputs.request,
+                default_index=default_index_of(
+                    inputs.request, allow_insecure=inputs.request_given.allow_insecure_index
+                ),
+                use_cache=not cache_disabled(),
+            )
+        else:
+            plan = resolve_plan(inputs.matrix, inputs.targets, inputs.request)
     except Unsatisfiable as err:
         if args.json_output:
             emit_json(_redacted(unsatisfiable_json(err)))

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cudalock.audit import audit_findings
+from cudalock.audit.runner import audit_findings
 from cudalock.doctor import kernel as ke
 from cudalock.doctor.diagnosis import (
     SIGBUS,
@@ -42,6 +42,7 @@ from cudalock.doctor.kernel import (
     merge_kernel_logs,
 )
 from cudalock.doctor.logs import (
+    MAX_LINE_CHARS,
     ExitStatus,
     LogFacts,
     RunShape,
@@ -81,6 +82,28 @@ from cudalock.memory.finetuning import FineTuning, finetuning_from_text
 from cudalock.model import Finding, Host, Target
 from cudalock.request import Compat
 
+__all__ = [
+    "ADAPTER_CONFIG",
+    "MAX_CONFIG_BYTES",
+    "MAX_LOG_BYTES",
+    "AuditRunner",
+    "DoctorRequest",
+    "MachineReaders",
+    "ReportAuditRunner",
+    "default_audit",
+    "default_readers",
+    "default_report_audit",
+    "gpus_evident",
+    "host_memory_from",
+    "in_kubernetes",
+    "read_deepspeed_config",
+    "read_log",
+    "read_slurm_evidence",
+    "read_training_config",
+    "run_doctor",
+    "smallest_gpu_memory",
+]
+
 #: How much of a training log is read: its newest part, where a run ends (as for kernel logs).
 MAX_LOG_BYTES = 64 * 2**20
 
@@ -90,6 +113,17 @@ def in_kubernetes(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
         "KUBERNETES_SERVICE_HOST" in environ
         or (root / "var/run/secrets/kubernetes.io/serviceaccount").is_dir()
     )
+
+
+def _longest_line(text: str) -> int:
+    """The length of the longest line (one ``find`` per line: linear, whatever the lines)."""
+    longest, start = 0, 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        longest = max(longest, end - start)
+        start = end + 1
+    return longest
 
 
 def read_log(path: Path) -> str:
@@ -415,6 +449,12 @@ def run_doctor(
     if as_kill:
         memory, notes = _memory_for_doctor(
             request, log, readers, read_model_size, slurm, probed=probed, ran_here=ran_here
+        )
+    if text is not None and (longest := _longest_line(text)) > MAX_LINE_CHARS:
+        notes.append(
+            f"the log has a line of {longest:,} characters; only the first "
+            f"{MAX_LINE_CHARS // 2**10} KiB of each line are read, so a crash message further "
+            "along such a line is not seen"
         )
 
     audit_findings: Sequence[Finding] | None = None

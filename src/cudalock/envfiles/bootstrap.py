@@ -50,6 +50,7 @@ from cudalock.envfiles.render import (
     conda_part,
     default_env_name,
     install_steps,
+    output_files,
     render_files,
 )
 from cudalock.envfiles.spec import (
@@ -77,13 +78,40 @@ from cudalock.lock import (
     lock_texts,
     resolve_closure,
 )
+from cudalock.lock.frameworks import plan_with_frameworks
+from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
+from cudalock.lock.uvinput import default_index_of
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Target
 from cudalock.platforms import platform_named
 from cudalock.request import Request, RequestOptions
-from cudalock.resolve import resolve
 from cudalock.urls import redact
+
+__all__ = [
+    "INSTALL_OUTPUT_LIMIT",
+    "INSTALL_TIMEOUT_S",
+    "KEPT",
+    "LOG_FILE",
+    "RATTLER_PREFIX",
+    "STEP_MARKER",
+    "BootstrapOptions",
+    "BootstrapResult",
+    "Echo",
+    "Live",
+    "audit_new_environment",
+    "bundled_pip",
+    "choose_format",
+    "create_conda",
+    "create_pixi",
+    "create_venv",
+    "find_pixi",
+    "next_steps",
+    "python_for",
+    "run_bootstrap",
+    "run_install_script",
+    "venv_commands",
+]
 
 LOG_FILE = "cudalock-bootstrap.log"
 #: Where py-rattler puts the conda environment when no --venv is given (inside -o).
@@ -200,7 +228,18 @@ def run_bootstrap(
 
     if inputs.recorded_target:
         echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
-    plan = resolve(matrix, targets, request)
+    plan, _frameworks = plan_with_frameworks(
+        matrix,
+        targets,
+        request,
+        default_index=default_index_of(
+            request, pypi_index=request.pypi_index, allow_insecure=options.uv.allow_insecure
+        ),
+        timeout_s=options.uv.timeout_s,
+        retries=options.uv.retries,
+        offline=options.uv.offline,
+        use_cache=not cache_disabled(options.uv.environ),
+    )
 
     name = check_env_name(
         options.name or (spec.output.name if spec else None) or default_env_name(plan)
@@ -211,7 +250,7 @@ def run_bootstrap(
         frameworks=request.frameworks,
         pypi_index=request.pypi_index,
     )
-    planned = [out_dir / file for file in render_files(plan, render_options)]
+    planned = [out_dir / file for file in output_files(output_format)]
     lock_paths = [out_dir / file for file in LOCK_FILES]
     # Refused before the closure is resolved: a clash should not cost a resolution.
     refuse_existing([*planned, *lock_paths], force=options.force)
@@ -250,7 +289,7 @@ def run_bootstrap(
             echo(f"  {line}")
     new_spec = Spec(
         request=RequestOptions.of(request),
-        target=TargetSummary.of(targets),
+        target=TargetSummary.of(targets, matrix),
         output=OutputSpec(
             format=output_format, name=options.name or (spec.output.name if spec else None)
         ),
@@ -259,7 +298,7 @@ def run_bootstrap(
     # --spec read from elsewhere lends its comments to a new one.
     written_spec = out_dir / SPEC_FILE
     files[written_spec] = update_spec(
-        written_spec if written_spec.exists() else spec_path, new_spec
+        written_spec if written_spec.exists() else spec_path, new_spec, inputs
     )
     secret = write_outputs(files, executable=[out_dir / "install.sh"])
     if secret:
@@ -385,8 +424,19 @@ def create_venv(
     (with ``uv`` when given, else pip)."""
     venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    theirs = os.path.lexists(venv)
+    if theirs and not python.exists() and venv.is_dir() and any(venv.iterdir()):
+        raise UsageError(
+            f"--venv {str(venv)!r} is a directory that holds files but no virtual environment; "
+            "choose a new or empty directory"
+        )
     log = _start_log(out_dir)
-    removal = f"rm -rf {shlex.quote(str(venv))}"
+    # Only what cudalock made is offered for removal; a directory that was there is the user's.
+    removal = (
+        KEPT + f"{venv} was there before and is left as it is"
+        if theirs
+        else (f"rm -rf {shlex.quote(str(venv))}")
+    )
     if python.exists():
         echo(f"environment: reusing {venv}")
     else:
@@ -406,7 +456,8 @@ def create_venv(
     if found != plan.python.rstrip("t"):
         raise UsageError(
             f"the environment at {venv} has Python {found}, the plan needs "
-            f"{plan.python}; remove it ({removal}) or choose --venv"
+            f"{plan.python}; "
+            + ("choose another --venv" if theirs else f"remove it ({removal}) or choose --venv")
         )
     env = dict(os.environ)
     env.update(
@@ -793,10 +844,16 @@ def _run_logged(
     raise EnvironmentFailure(message, hint=hint)
 
 
+#: A removal that is no command: what stays, said as it is (the user's own directory).
+KEPT = "kept: "
+
+
 def _left(removal: str | None) -> str:
     """What is left behind and how to remove it (None: nothing was made)."""
     if removal is None:
         return "no environment was created"
+    if removal.startswith(KEPT):
+        return removal[len(KEPT) :]
     return f"the environment is left for inspection; remove it with: {removal}"
 
 
@@ -808,8 +865,8 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
     """
 
     # Only --create audits: a bootstrap that writes files loads no audit code.
-    from cudalock.audit import audit_live
     from cudalock.audit.inspection import python_for_prefix, start_inspection
+    from cudalock.audit.runner import audit_live
 
     with start_inspection(python=python_for_prefix(environment)) as inspection:
         # Judged with the policy the plan was resolved with.

@@ -30,12 +30,30 @@ from cudalock.fsutil import read_bounded
 from cudalock.machine import TargetOptions
 from cudalock.model import Target
 from cudalock.request import Request, RequestOptions, parse_compat
+from cudalock.resolve.fleet import reduce_fleet
 from cudalock.tomlfile import tomllib
 from cudalock.urls import strip_credentials
 from cudalock.versions import format_cc, format_cuda
 
 if TYPE_CHECKING:
     import tomlkit
+
+    from cudalock.matrix import Matrix
+
+__all__ = [
+    "MAX_SPEC_BYTES",
+    "SPEC_VERSION",
+    "Inputs",
+    "OutputSpec",
+    "Spec",
+    "TargetSummary",
+    "parse_spec",
+    "read_inputs",
+    "read_spec",
+    "spec_values",
+    "update_spec",
+    "update_spec_text",
+]
 
 SPEC_VERSION = 1
 
@@ -59,16 +77,20 @@ class TargetSummary:
     gpu: bool = True
 
     @classmethod
-    def of(cls, targets: Sequence[Target]) -> TargetSummary | None:
-        """One summary for a fleet: the lowest driver, every GPU architecture."""
+    def of(cls, targets: Sequence[Target], matrix: Matrix) -> TargetSummary | None:
+        """One summary for a fleet: every GPU architecture, and the driver of the node the plan
+        was made for (the fleet's lowest, by the rule :func:`reduce_fleet` resolves with),
+        its version and its CUDA together: never one node's driver with another's CUDA."""
         if not targets:
             return None
-        drivers = [t.driver_version for t in targets if t.driver_version is not None]
-        cudas = [t.driver_cuda for t in targets if t.driver_cuda is not None]
+        fleet = reduce_fleet(matrix, targets)
+        lowest = fleet.drivers[0].node if fleet.drivers else None
+        driver_version = lowest.driver_version if lowest is not None else None
+        driver_cuda = lowest.driver_cuda if lowest is not None else None
         ccs = sorted({cc for t in targets for cc in t.compute_capabilities})
         return cls(
-            driver_version=str(min(drivers)) if drivers else None,
-            driver_cuda=format_cuda(min(cudas)) if cudas else None,
+            driver_version=str(driver_version) if driver_version is not None else None,
+            driver_cuda=format_cuda(driver_cuda) if driver_cuda is not None else None,
             compute_capabilities=tuple(format_cc(cc) for cc in ccs),
             platform=targets[0].platform,
             gpu=any(t.has_driver for t in targets),
@@ -87,6 +109,9 @@ class Spec:
     request: RequestOptions = field(default_factory=RequestOptions)
     target: TargetSummary | None = None
     output: OutputSpec = field(default_factory=OutputSpec)
+    #: The text the spec was read from (None for one built in memory): updating the file keeps
+    #: its comments without reading it again.
+    text: str | None = field(default=None, compare=False, repr=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,6 +160,7 @@ def parse_spec(text: str, where: str = SPEC_FILE) -> Spec:
         request=_request(request_table),
         target=_target(target_table) if target_table is not None else None,
         output=_output(output_table),
+        text=text,
     )
 
 
@@ -310,9 +336,14 @@ def spec_values(spec: Spec) -> dict[str, dict[str, Any]]:
     return tables
 
 
-def update_spec(path: Path, spec: Spec) -> str:
-    """The new text of ``path`` holding ``spec``: its comments and layout kept where it exists."""
-    return update_spec_text(_read_spec_text(path), spec, str(path))
+def update_spec(path: Path, spec: Spec, read: Inputs | None = None) -> str:
+    """The new text of ``path`` holding ``spec``: its comments and layout kept where it exists.
+    When ``read`` (what :func:`read_inputs` read) is that file, its text is not read again."""
+    if read is not None and read.spec is not None and read.spec_path == path:
+        existing = read.spec.text
+    else:
+        existing = _read_spec_text(path)
+    return update_spec_text(existing, spec, str(path))
 
 
 def update_spec_text(existing: str | None, spec: Spec, where: str = SPEC_FILE) -> str:

@@ -10,16 +10,16 @@ from cudalock.lock.closure import (
     resolve_closure,
 )
 from cudalock.lock.files import LockResult, check_lock, lock_texts, make_lock
-from cudalock.lock.pylock import (
+from cudalock.lock.names import (
     BUILT_AGAINST_TORCH,
     LAST_FILE,
     LOCK_FILE,
     LOCK_FILES,
     REQUIREMENTS_FILE,
     UV_SETTINGS_FILE,
-    NotOnIndex,
 )
 from cudalock.lock.uv import INSTALL_ROUTING_VARIABLES, find_uv
+from cudalock.lock.uvfailures import NotOnIndex
 
 __all__ = [
     "BUILT_AGAINST_TORCH",

@@ -26,11 +26,11 @@ accepts it (exit 1).
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -43,43 +43,53 @@ from packaging.utils import canonicalize_name
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.lock.cudabuilt import BuildCheck
 from cudalock.lock.flashattn import flash_attn_note
+from cudalock.lock.frameworks import (
+    matching,
+    project_releases,
+    release_metadata,
+    torch_specifier,
+)
+from cudalock.lock.http import cache_disabled
 from cudalock.lock.metadata import (
     Metadata,
+    describe,
     family_requirements,
     fetch_metadata,
     marker_environment,
+    requirements_with,
     torch_extras,
 )
-from cudalock.lock.pylock import (
-    BUILD_REQUIREMENTS,
-    BUILT_AGAINST_TORCH,
+from cudalock.lock.names import BUILD_REQUIREMENTS, BUILT_AGAINST_TORCH, LOCK_FILE
+from cudalock.lock.pylock import locked_versions, read_toml_lock, validate_lock
+from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
+from cudalock.lock.uvfailures import classify_uv_failure, missing_from_index
+from cudalock.lock.uvinput import (
     COMPILE_SETTINGS,
     LOCAL_INPUT,
-    LOCK_FILE,
     LockInput,
-    classify_uv_failure,
     compile_settings,
     input_project,
     input_requirements,
     lock_input,
-    locked_versions,
-    missing_from_index,
-    read_toml_lock,
     target_glibc,
     uv_compile_args,
-    validate_lock,
 )
-from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
+from cudalock.lock.variant import Reader, VariantIndex, labelled_versions, read_variant_index
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import PackagePin, Plan
-from cudalock.request import TORCH_FAMILY, Framework, Request, parse_framework
+from cudalock.request import COMPANIONS, TORCH_FAMILY, Framework, Request, parse_framework
 from cudalock.urls import redact
 
 Echo = Callable[[str], None]
-#: Resolutions before the closure must have settled: one to see what it holds, one with the
-#: family routed and the extras asked for, one more if those brought in new family members, and
-#: one or two after versions built for another CUDA were excluded.
+#: Resolutions before the closure must have settled. The first is made with what the
+#: frameworks' metadata predicts (their torch extras, the variant-index packages they require);
+#: another only when uv's answer shows something the prediction missed, and one or two after
+#: versions built for another CUDA were excluded.
 MAX_ROUNDS = 6
+#: Metadata and index pages read at once.
+CONCURRENCY = 8
+#: Releases of a framework whose metadata is read, newest first, to find the one uv will take.
+PREDICTED_RELEASES = 40
 #: Added to DeepSpeed's requirements by its setup.py when it is built against a CUDA torch.
 DEEPSPEED_CUDA_REQUIREMENT = "nvidia-ml-py"
 
@@ -249,15 +259,6 @@ class _Uv:
             raise EnvironmentFailure(f"uv reported success but wrote no lock: {err}") from None
 
 
-def describe(requirement: Requirement) -> str:
-    """``torch>=2.6 (its 'torch' extra)`` for ``torch>=2.6; extra == "torch"``."""
-    text = f"{requirement.name}{requirement.specifier}"
-    extras = re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(requirement.marker or ""))
-    if extras:
-        text += f" (its {', '.join(repr(e) for e in extras)} extra)"
-    return text
-
-
 def _version(uv_data: Mapping[str, Any], name: str) -> str | None:
     """The version of package ``name`` in uv's lock (as read); None when it is not there."""
     return locked_versions(uv_data).get(canonicalize_name(name))
@@ -300,9 +301,22 @@ class _Fitter:
         self.family: dict[str, PackagePin] = {}
         self.extras: dict[str, tuple[str, ...]] = {}
         self.additions: list[str] = []
+        #: Closure packages asked for with the torch extra that rejected the plan's torch.
+        self.fitted: list[str] = []
+        #: What each of those extras requires of torch ("torch>=2.6 (its 'torch' extra)").
+        self.fitted_needs: dict[str, str] = {}
         self.notes: list[str] = []
         self.metadata: dict[tuple[str, str], Metadata | None] = {}
         self.glibc = target_glibc(plan.targets)
+        #: Packages the plan's variant index builds, routed to it (xformers, torchao, ...).
+        self.routed: list[str] = []
+        self.variant: VariantIndex | None = None
+        #: Why the variant index's project list is unknown, when it is.
+        self.variant_problem = "its project list is unknown"
+        #: Why uv had to resolve again (said in the output).
+        self.again: list[str] = []
+        self._reader: Reader | None = None
+        self._labelled: dict[str, bool] = {}
         #: The closure's packages built against the installed torch (the last resolution's).
         self.built: list[str] = []
         #: What the closure's CUDA-built packages were built for; versions that do not fit.
@@ -316,6 +330,9 @@ class _Fitter:
             offline=options.offline,
             metadata=self.metadata,
         )
+        # Planned packages built against torch (DeepSpeed): their build tools in the first pass.
+        planned_built = [n for n in BUILT_AGAINST_TORCH if n in self.planned]
+        self.additions += self._build_needs(planned_built)
 
     def input(self) -> LockInput:
         return lock_input(
@@ -326,8 +343,191 @@ class _Fitter:
             allow_insecure=self.options.allow_insecure,
             family=tuple(self.family.values()),
             extras=self.extras,
-            additions=(*self.additions, *self.builds.exclusions),
+            additions=(*self.additions, *self.fitted, *self.builds.exclusions),
+            variant_packages=tuple(self.routed),
         )
+
+    def reader(self, inp: LockInput) -> Reader:
+        if self._reader is None:
+            self._reader = Reader(
+                indexes=inp.indexes,
+                timeout_s=self.options.timeout_s,
+                retries=self.options.retries,
+                offline=self.options.offline,
+                use_cache=not cache_disabled(self.options.environ),
+            )
+        return self._reader
+
+    def _build_needs(self, built: Sequence[str]) -> list[str]:
+        """What packages built against the installed torch need locked beside them: their
+        build tools, and for DeepSpeed on a CUDA torch nvidia-ml-py."""
+        needed = [tool for name in built for tool in BUILD_REQUIREMENTS.get(name, ())]
+        if "deepspeed" in built and self.plan.cuda is not None:
+            needed.append(DEEPSPEED_CUDA_REQUIREMENT)
+        return list(dict.fromkeys(needed))
+
+    # ---------------------------------------------------------------------------------------
+    # Before the first resolution: what the frameworks' metadata predicts
+
+    def prepare(self, inp: LockInput) -> None:
+        """Read, at once, the variant index's project list and each framework's newest
+        matching release's metadata, and from them: the framework's torch extras, the torch
+        family members it requires, and the variant-index packages it requires. So uv runs
+        once in the common case."""
+        reader = self.reader(inp)
+        frameworks = self.requirement_frameworks()
+        use_variant = bool(self.plan.index_url) and self.plan.index_url != inp.default_index
+        with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
+            variant = pool.submit(self._read_variant, reader) if use_variant else None
+            newest = [
+                pool.submit(self._newest_metadata, inp, requirement, reader)
+                for _text, requirement in frameworks
+            ]
+            self.variant = variant.result() if variant is not None else None
+            predicted: list[str] = []
+            direct: dict[str, Requirement] = {}
+            for (text, requirement), future in zip(frameworks, newest, strict=True):
+                metadata = future.result()
+                if metadata is None:
+                    continue
+                extras = [
+                    e
+                    for e in torch_extras(metadata, self.environment)
+                    if e not in requirement.extras
+                ]
+                if extras:
+                    self.extras[text] = tuple(extras)
+                asked = (*requirement.extras, *extras)
+                for found in requirements_with(metadata, self.environment, asked):
+                    predicted.append(str(canonicalize_name(found.name)))
+                    direct.setdefault(str(canonicalize_name(found.name)), found)
+            self._add_family(predicted, why="required by a framework")
+            self._check_with_packages(pool)
+            candidates = [n for n in predicted if n not in TORCH_FAMILY]
+            for name in self._labelled_among(candidates, pool):
+                self._route(name, "required by a framework")
+            # The frameworks' own requirements whose torch extra rejects the planned torch
+            # (vllm's transformers): asked for with it now, not after uv's first answer.
+            own = [
+                r
+                for n, r in direct.items()
+                if n not in TORCH_FAMILY and n not in self.routed and r.url is None
+            ]
+            ahead = pool.map(lambda r: self._newest_metadata(inp, r, reader, quiet=True), own)
+            for requirement, metadata in zip(own, ahead, strict=True):
+                if metadata is not None:
+                    self._fit_extra(
+                        str(canonicalize_name(requirement.name)), metadata.version, metadata
+                    )
+
+    def _read_variant(self, reader: Reader) -> VariantIndex | None:
+        try:
+            return read_variant_index(self.plan.index_url, reader)
+        except (CudalockError, FileNotFoundError) as err:
+            reason = err.message if isinstance(err, CudalockError) else "404"
+            self.variant_problem = f"its project list could not be read ({reason})"
+            self.notes.append(
+                f"the project list of {redact(self.plan.index_url)} could not be read "
+                f"({reason}): only the torch family is routed to it"
+            )
+            return None
+
+    def _newest_metadata(
+        self, inp: LockInput, requirement: Requirement, reader: Reader, *, quiet: bool = False
+    ) -> Metadata | None:
+        if requirement.url:
+            return None
+        try:
+            releases = matching(
+                project_releases(inp.default_index, requirement.name, reader),
+                requirement,
+                self.plan.python,
+            )
+            if quiet:
+                # A framework's own requirement: its newest release, the one uv takes unless
+                # its torch extra is asked for.
+                return release_metadata(releases[0], reader) if releases else None
+            # A framework: the newest release whose torch requirement accepts the planned
+            # torch, the one uv will take (the torch was chosen with the frameworks' releases).
+            torch = self.plan.torch_pin.version
+            for release in releases[:PREDICTED_RELEASES]:
+                metadata = release_metadata(release, reader)
+                if metadata is None:
+                    continue
+                spec = torch_specifier(metadata, self.plan.python, self.plan.platform)
+                if spec.contains(torch, prereleases=True):
+                    return metadata
+            return None
+        except (CudalockError, FileNotFoundError, ValueError) as err:
+            if not quiet:
+                reason = err.message if isinstance(err, CudalockError) else type(err).__name__
+                self.notes.append(
+                    f"the metadata of {requirement.name} could not be read ahead ({reason}); "
+                    "uv's first answer is read instead"
+                )
+            return None
+
+    def _labelled_among(self, names: Sequence[str], pool: ThreadPoolExecutor) -> list[str]:
+        """Those of ``names`` the variant index has builds of with its label, in order."""
+        variant = self.variant
+        if variant is None or self._reader is None:
+            return []
+        reader = self._reader
+        unknown = sorted({n for n in names if n not in self._labelled and variant.serves(n)})
+        for name, found in zip(
+            unknown, pool.map(lambda n: labelled_versions(variant, n, reader), unknown), strict=True
+        ):
+            self._labelled[name] = bool(found)
+        result: list[str] = []
+        for name in names:
+            if self._labelled.get(name) and name not in result:
+                result.append(name)
+        return result
+
+    def _route(self, name: str, why: str) -> bool:
+        if name in self.routed or name in self.planned or name in TORCH_FAMILY:
+            return False
+        self.routed.append(name)
+        label = self.variant.label if self.variant else "its"
+        self.notes.append(
+            f"{name} from {redact(self.plan.index_url)} ({why}): the index builds it for "
+            f"{label}, so it is routed there, not to PyPI's build for another CUDA"
+        )
+        return True
+
+    def _add_family(self, names: Sequence[str], *, why: str) -> bool:
+        changed = False
+        for name in names:
+            if name not in TORCH_FAMILY or name in self.planned or name in self.family:
+                continue
+            pin = self.available.get(name)
+            if pin is None:
+                continue  # reported by review() if uv's answer holds it
+            self.family[name] = pin
+            where = redact(pin.index_url or "the default index")
+            self.notes.append(
+                f"{pin.requirement} from {where}: {why}; pinned and routed, so no other build "
+                "of it can be installed"
+            )
+            changed = True
+        return changed
+
+    def _check_with_packages(self, pool: ThreadPoolExecutor) -> None:
+        """``--with`` packages beyond torch's companions must be ones the variant index builds."""
+        others = [c.name for c in self.request.with_packages if c.name not in COMPANIONS]
+        if not others:
+            return
+        labelled = self._labelled_among(others, pool)
+        for name in others:
+            if name in labelled:
+                self._route(name, "asked for with --with")
+                continue
+            where = redact(self.plan.index_url or "the PyTorch index")
+            raise UsageError(
+                f"--with {name}: {where} serves no {name} build for this plan "
+                + (f"({self.variant.label})" if self.variant else f"({self.variant_problem})"),
+                hint=f"give it as --framework {name}, resolved from PyPI under the planned torch",
+            )
 
     def requirement_frameworks(self) -> list[tuple[str, Requirement]]:
         return [
@@ -337,7 +537,12 @@ class _Fitter:
         ]
 
     def read_metadata(
-        self, uv_lock: Mapping[str, Any], name: str, indexes: Sequence[str]
+        self,
+        uv_lock: Mapping[str, Any],
+        name: str,
+        indexes: Sequence[str],
+        *,
+        quiet: bool = False,
     ) -> Metadata | None:
         version = _version(uv_lock, name)
         if version is None:
@@ -362,7 +567,7 @@ class _Fitter:
                     retries=self.options.retries,
                 )
             )
-            if self.metadata[key] is None:
+            if self.metadata[key] is None and not quiet:
                 self.notes.append(
                     f"{name} {version} has no wheel, so its extras were not read; "
                     "its torch requirement is what uv resolved without them"
@@ -390,6 +595,7 @@ class _Fitter:
                 f"{pin.requirement} from {where}: {self._who_requires(uv_lock, name, inp)}; "
                 "pinned and routed, so no other build of it can be installed"
             )
+            self.again.append(f"{name} is in the closure")
             changed = True
         for text, requirement in self.requirement_frameworks():
             metadata = self.read_metadata(uv_lock, requirement.name, inp.indexes)
@@ -399,23 +605,96 @@ class _Fitter:
             wanted = [e for e in torch_extras(metadata, self.environment) if e not in have]
             if wanted:
                 self.extras[text] = (*self.extras.get(text, ()), *wanted)
+                self.again.append(
+                    f"{requirement.name} {_version(uv_lock, requirement.name)} declares its "
+                    f"torch requirement in {', '.join(wanted)}"
+                )
                 changed = True
         built = [name for name in BUILT_AGAINST_TORCH if name in versions]
         self.built = built
         if built:
-            needed = [tool for name in built for tool in BUILD_REQUIREMENTS.get(name, ())]
-            if "deepspeed" in built and self.plan.cuda is not None:
-                needed.append(DEEPSPEED_CUDA_REQUIREMENT)
-            for name in dict.fromkeys(needed):
+            for name in self._build_needs(built):
                 if name not in versions and name not in self.additions:
                     self.additions.append(name)
+                    self.again.append(f"{name} is needed to build {', '.join(built)}")
                     changed = True
+        with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
+            unrouted = [n for n in versions if n not in self.routed and n not in TORCH_FAMILY]
+            for name in self._labelled_among(unrouted, pool):
+                if self._route(name, "in the closure"):
+                    self.again.append(f"{name} is in the closure and the variant index builds it")
+                    changed = True
+            changed = self._fit_closure_extras(uv_lock, inp, pool) or changed
         if not changed:
             # The closure fits the torch family; now what its CUDA-built packages were built for.
             self.builds.indexes = inp.indexes
             packages = [p for p in map(lambda n: _package(uv_lock, n), versions) if p is not None]
             changed = self.builds.review(packages)
+            if changed:
+                self.again.append("a CUDA-built package's version was built for another CUDA")
         return changed
+
+    def _fit_closure_extras(
+        self, uv_lock: Mapping[str, Any], inp: LockInput, pool: ThreadPoolExecutor
+    ) -> bool:
+        """Every package of the closure whose torch extra rejects the planned torch (a
+        transformers whose 'torch' extra needs torch>=2.6 under torch 2.1.0) is asked for with
+        that extra, so uv chooses a version that accepts the torch, or finds none."""
+        versions = locked_versions(uv_lock)
+        frameworks = {canonicalize_name(r.name) for _t, r in self.requirement_frameworks()}
+        names = [n for n in versions if n not in TORCH_FAMILY and n not in frameworks]
+        read = list(pool.map(lambda n: self._closure_metadata(uv_lock, n, inp), names))
+        changed = False
+        for name, metadata in zip(names, read, strict=True):
+            if metadata is not None and self._fit_extra(name, versions[name], metadata):
+                self.again.append(
+                    f"{name}'s torch extra rejects torch {self.plan.torch_pin.version}"
+                )
+                changed = True
+        return changed
+
+    def _fit_extra(self, name: str, version: str, metadata: Metadata) -> bool:
+        """Ask for ``name`` with its torch extras when they reject the plan's torch."""
+        if name in {canonicalize_name(Requirement(t).name) for t in self.fitted}:
+            return False
+        extras = torch_extras(metadata, self.environment)
+        if not extras:
+            return False
+        planned = {canonicalize_name(p.name): p.version for p in self.available.values()}
+        rejecting = [
+            found
+            for found in family_requirements(metadata, self.environment, extras)
+            if found.marker is not None
+            and canonicalize_name(found.name) in planned
+            and not found.specifier.contains(
+                planned[canonicalize_name(found.name)], prereleases=True
+            )
+        ]
+        if not rejecting:
+            return False
+        torch = self.plan.torch_pin.version
+        asked = f"{name}[{','.join(extras)}]"
+        self.fitted.append(asked)
+        self.fitted_needs[asked] = ", ".join(describe(r) for r in rejecting)
+        self.notes.append(
+            f"{name} {version} is in the closure, and its "
+            + ", ".join(describe(r) for r in rejecting)
+            + f" rejects torch {torch}: asked for as {asked}, so uv chooses a version that "
+            "accepts it"
+        )
+        return True
+
+    def _closure_metadata(
+        self, uv_lock: Mapping[str, Any], name: str, inp: LockInput
+    ) -> Metadata | None:
+        try:
+            return self.read_metadata(uv_lock, name, inp.indexes, quiet=True)
+        except CudalockError as err:
+            self.notes.append(
+                f"the metadata of {name} {_version(uv_lock, name)} could not be read "
+                f"({err.message}); its torch extra was not checked"
+            )
+            return None
 
     def _who_requires(self, uv_lock: Mapping[str, Any], name: str, inp: LockInput) -> str:
         for text, requirement in self.requirement_frameworks():
@@ -513,6 +792,7 @@ def resolve_closure(
             # where the new plan still allows them.
             (work / "closure" / LOCK_FILE).write_text(previous, encoding="utf-8")
         fitter = _Fitter(plan, request, options, uv, matrix or load_matrix())
+        fitter.prepare(fitter.input())
         inp = fitter.input()
         routes = ", ".join(f"{', '.join(r.packages)} only from {redact(r.url)}" for r in inp.routes)
         say(
@@ -527,9 +807,13 @@ def resolve_closure(
             except Unsatisfiable as err:
                 raise _diagnose(fitter, work, err) from None
             lock = read_toml_lock(text, source="uv's pylock.toml")
+            fitter.again.clear()
             if not fitter.review(lock, inp):
                 break
-            say("cudalock: resolving again with " + _changes(fitter))
+            say(
+                "cudalock: resolving again, since uv's answer shows what the first input "
+                f"lacked ({'; '.join(fitter.again) or 'a change'}): with {_changes(fitter)}"
+            )
         else:
             raise EnvironmentFailure(
                 f"the closure did not settle after {MAX_ROUNDS} resolutions: " + _changes(fitter)
@@ -567,7 +851,9 @@ def _changes(fitter: _Fitter) -> str:
         f"{Requirement(text).name}[{','.join(extras)}]" for text, extras in fitter.extras.items()
     ]
     parts += fitter.additions
+    parts += fitter.fitted
     parts += fitter.builds.exclusions
+    parts += [f"{name} from the variant index" for name in fitter.routed]
     return ", ".join(parts) or "nothing new"
 
 
@@ -587,14 +873,51 @@ def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockE
     for index, (text, requirement) in enumerate(fitter.requirement_frameworks()):
         try:
             found = _misfit(fitter, work / f"probe-{index}", text, requirement)
-        except CudalockError:
-            continue  # the probe itself failed: uv's explanation stands
+            if found is None and fitter.fitted:
+                found = _misfit_through(fitter, work / f"through-{index}", text, requirement)
+        except CudalockError as err:
+            # The probe itself failed: uv's explanation stands, and says so.
+            original.message += f" (naming the framework that needs another torch failed: {err})"
+            continue
         if found is not None:
             problems.append(found[0])
             hints.append(found[1])
     if not problems:
         return original
     return Unsatisfiable("; ".join(problems), hint="; ".join(hints))
+
+
+def _misfit_through(
+    fitter: _Fitter, where: Path, text: str, requirement: Requirement
+) -> tuple[str, str] | None:
+    """(problem, hint) when ``text`` fits the torch only through a package of its closure whose
+    torch extra rejects it (trl 1.16.0 needs a transformers whose 'torch' extra needs torch
+    2.6): the newest release of the framework that resolves with those extras, verified by
+    uv, is the next step."""
+    name = requirement.name
+    torch = fitter.plan.torch_pin.version
+    through = ", ".join(
+        f"{asked} ({fitter.fitted_needs.get(asked, 'another torch')})" for asked in fitter.fitted
+    )
+    newest = _newest_fit(fitter, where, name, fitter.extras.get(text, ()))
+    problem = (
+        f"{text} does not fit torch {torch}: with it, uv needs {through}, and no release of "
+        "those accepts that torch"
+    )
+    if newest is not None and not requirement.specifier.contains(newest, prereleases=True):
+        problem += f"; the newest {name} that resolves with torch {torch} is {newest}"
+        hint = f"--framework '{name}=={newest}'"
+    elif newest is None:
+        problem += f"; no {name} release resolves with torch {torch}"
+        hint = f"drop {name}"
+    else:
+        return None
+    needs = [n for n in fitter.fitted_needs.values() if n.startswith("torch")]
+    if needs:
+        hint += (
+            f", or a torch they accept: --torch '{needs[0].split(' ')[0].removeprefix('torch')}'"
+        )
+    return problem, hint
 
 
 def _misfit(
@@ -670,6 +993,8 @@ def _newest_fit(fitter: _Fitter, where: Path, name: str, extras: Sequence[str]) 
         pypi_index=fitter.options.pypi_index,
         glibc=fitter.glibc,
         allow_insecure=fitter.options.allow_insecure,
+        additions=tuple(fitter.fitted),
+        variant_packages=tuple(fitter.routed),
     )
     try:
         text = fitter.uv.resolve(inp, directory=where, quiet=True)

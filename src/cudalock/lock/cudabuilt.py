@@ -35,6 +35,7 @@ from cudalock.matrix import Matrix
 from cudalock.matrix.load import matrix_cache_dir
 from cudalock.model import Plan
 from cudalock.request import TORCH_FAMILY
+from cudalock.resolve.compat import driver_verdict
 from cudalock.resolve.cudabuilt import (
     BuiltFor,
     first_known,
@@ -42,11 +43,22 @@ from cudalock.resolve.cudabuilt import (
     from_label,
     from_matrix,
     from_needed,
+    from_per_cuda_extensions,
     from_requirements,
     mismatch,
 )
 from cudalock.sharedlibs import NotElf, needed_libraries
 from cudalock.urls import redact
+
+__all__ = [
+    "EXTENSION_LIMIT",
+    "MAX_EXTENSIONS",
+    "PARALLEL_READS",
+    "BuildCheck",
+    "Rejected",
+    "built_against_torch_or_cuda",
+    "read_wheel_build",
+]
 
 #: Extensions read per wheel, smallest first: one that needs a CUDA library settles it.
 MAX_EXTENSIONS = 4
@@ -98,7 +110,8 @@ def _binary_wheel(package: Package) -> tuple[str, str | None] | None:
 def _cache_file(sha256: str | None) -> Path | None:
     if not sha256 or not re.fullmatch(r"[0-9a-f]{64}", sha256):
         return None
-    return matrix_cache_dir() / "cuda-builds" / f"{sha256}.json"
+    # v2: wheels with one build per CUDA are read as such (v1 read their smallest extension).
+    return matrix_cache_dir() / "cuda-builds" / "v2" / f"{sha256}.json"
 
 
 def _cache_read(sha256: str | None) -> tuple[bool, BuiltFor | None]:
@@ -119,6 +132,7 @@ def _cache_read(sha256: str | None) -> tuple[bool, BuiltFor | None]:
             cuda=str(document["cuda"]),
             torch=document["torch"] if isinstance(document["torch"], str) else None,
             evidence=str(document["evidence"]),
+            choices=tuple(str(c) for c in document.get("choices") or ()),
         )
     except (KeyError, TypeError):
         return False, None
@@ -155,6 +169,9 @@ def read_wheel_build(
                 found = from_cpp_lib(name, version, text, info.filename)
                 if found is not None:
                     return found
+        per_cuda = from_per_cuda_extensions(name, version, [i.filename for i in infos])
+        if per_cuda is not None:
+            return per_cuda
         extensions = sorted(
             (
                 i
@@ -303,6 +320,42 @@ class BuildCheck:
                 changed = True
         return changed
 
+    def _recorded_fit(self, name: str) -> tuple[str, str] | None:
+        """(version, torch) of the newest release cuda_builds.toml records for ``name`` whose
+        build runs beside a torch of that version this target runs (the CUDA build of the
+        driver's major the policy allows): a next step from sourced facts, for uv to confirm."""
+        for entry in reversed(self.matrix.package_builds):
+            if entry.package != name or entry.torch is None:
+                continue
+            public = entry.torch.split("+", 1)[0]
+            release = self.matrix.torch_release(public)
+            built = from_matrix(self.matrix, name, entry.version)
+            if release is None or built is None:
+                continue
+            for build in sorted(
+                release.builds_for(self.plan.platform), key=lambda b: b.cuda or (0, 0), reverse=True
+            ):
+                if build.cuda is None or build.cuda[0] != built.cuda_major:
+                    continue
+                runs = all(
+                    driver_verdict(self.matrix, build.cuda, t, self.plan.compat).allowed
+                    for t in self.plan.targets
+                    if t.has_driver
+                )
+                if runs and (
+                    mismatch(
+                        built,
+                        torch_version=f"{public}+{build.variant}",
+                        torch_cuda=build.cuda,
+                        matrix=self.matrix,
+                        targets=self.plan.targets,
+                        compat=self.plan.compat,
+                    )
+                    is None
+                ):
+                    return entry.version, public
+        return None
+
     def refusal(self) -> tuple[str, str] | None:
         """(problem, hint) for a closure that could not be resolved once versions were
         excluded; None when none were."""
@@ -313,10 +366,13 @@ class BuildCheck:
         for name, rejected in self.rejected.items():
             versions = ", ".join(r.built.version for r in rejected)
             problems.append(
-                f"{rejected[0].problem}, and no other {name} release fits the plan "
-                f"(excluded: {versions})"
+                f"{rejected[0].problem} ({rejected[0].built.evidence}), and no other {name} "
+                f"release fits the plan (excluded: {versions})"
             )
             hint = f"drop {name}"
+            other = self._recorded_fit(name)
+            if other is not None:
+                hint += f", or --framework '{name}=={other[0]}' --torch {other[1]}"
             cuda = rejected[0].built.cuda_version
             if cuda is not None and self.plan.targets:
                 driver = self.matrix.min_driver_for_cuda(cuda, self.plan.targets[0].platform)

@@ -19,13 +19,16 @@ from cudalock.errors import CudalockError, EnvironmentFailure, InputError
 from cudalock.fsutil import credentials_note, refuse_existing, write_outputs
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
 from cudalock.lock.closure import Closure, Echo, UvOptions, resolve_closure
-from cudalock.lock.pixi import PIXI_FILE, expected_pins, pixi_changes
-from cudalock.lock.pylock import (
+from cudalock.lock.installfiles import requirements_files, uv_settings
+from cudalock.lock.names import (
     LAST_FILE,
     LOCK_FILE,
     LOCK_FILES,
     REQUIREMENTS_FILE,
     UV_SETTINGS_FILE,
+)
+from cudalock.lock.pixi import PIXI_FILE, expected_pins, pixi_changes
+from cudalock.lock.pylock import (
     check_routes,
     finalize_lock,
     is_ours,
@@ -33,9 +36,7 @@ from cudalock.lock.pylock import (
     locked_versions,
     parse_lock,
     read_lock_text,
-    requirements_files,
     state_of,
-    uv_settings,
     validate_lock,
 )
 from cudalock.matrix import Matrix

@@ -15,24 +15,42 @@ from __future__ import annotations
 
 import email.message
 import email.parser
-import hashlib
+import functools
 import io
+import json
+import re
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.pylock import Package
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from cudalock import httpget
-from cudalock.errors import EnvironmentFailure, UsageError
+from cudalock.errors import EnvironmentFailure
+from cudalock.fsutil import cudalock_cache_dir, write_atomic
+from cudalock.lock.http import request
 from cudalock.platforms import platform_named
 from cudalock.request import TORCH_FAMILY
 from cudalock.urls import redact
 
-#: Core metadata is a few KiB; a framework wheel a few MiB. More is not what was asked for.
+__all__ = [
+    "METADATA_LIMIT",
+    "WHEEL_LIMIT",
+    "Metadata",
+    "cached_wheel_metadata",
+    "describe",
+    "family_requirements",
+    "fetch_metadata",
+    "marker_environment",
+    "requirements_with",
+    "torch_extras",
+]
+
+#: Core metadata is a few KiB. More is not what was asked for.
 METADATA_LIMIT = 4 * 2**20
+#: A wheel is read whole only from a server that ignores range requests.
 WHEEL_LIMIT = 256 * 2**20
 
 _PYTHON_OS = {
@@ -88,6 +106,13 @@ def marker_environment(python: str, platform: str) -> dict[str, str]:
     }
 
 
+def _mentions_family(metadata: Metadata) -> bool:
+    """Whether any Requires-Dist line could name a torch-family package (a cheap test that
+    spares parsing the metadata of the hundred packages that name none)."""
+    return any("torch" in line.lower() for line in metadata.requires_dist)
+
+
+@functools.lru_cache(maxsize=4096)
 def _requirements(metadata: Metadata) -> list[Requirement]:
     parsed = []
     for line in metadata.requires_dist:
@@ -104,10 +129,32 @@ def _applies(requirement: Requirement, environment: Mapping[str, str], extra: st
     return requirement.marker.evaluate({**environment, "extra": extra})
 
 
+def requirements_with(
+    metadata: Metadata, environment: Mapping[str, str], extras: Sequence[str] = ()
+) -> list[Requirement]:
+    """Every requirement that applies with ``extras`` requested on the target."""
+    return [
+        requirement
+        for requirement in _requirements(metadata)
+        if any(_applies(requirement, environment, extra) for extra in ("", *extras))
+    ]
+
+
+def describe(requirement: Requirement) -> str:
+    """``torch>=2.6 (its 'torch' extra)`` for ``torch>=2.6; extra == "torch"``."""
+    text = f"{requirement.name}{requirement.specifier}"
+    extras = re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(requirement.marker or ""))
+    if extras:
+        text += f" (its {', '.join(repr(e) for e in extras)} extra)"
+    return text
+
+
 def family_requirements(
     metadata: Metadata, environment: Mapping[str, str], extras: Sequence[str] = ()
 ) -> list[Requirement]:
     """The torch-family requirements that apply with ``extras`` requested on the target."""
+    if not _mentions_family(metadata):
+        return []
     found = []
     for requirement in _requirements(metadata):
         if canonicalize_name(requirement.name) not in TORCH_FAMILY:
@@ -125,9 +172,27 @@ def torch_extras(metadata: Metadata, environment: Mapping[str, str]) -> tuple[st
     ``all``/``dev``/``testing`` extras also name torch, but with dozens of other packages
     (TensorFlow, JAX, test tools), so they never count.
     """
+    if not _mentions_family(metadata):
+        return ()
+    # The same metadata is asked about for the prediction, each review and the diagnosis.
+    return _torch_extras(metadata, tuple(sorted(environment.items())))
+
+
+@functools.lru_cache(maxsize=1024)
+def _torch_extras(metadata: Metadata, items: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    environment = dict(items)
     requirements = _requirements(metadata)
+    # Only the extras a family requirement's marker names can count.
+    named = {
+        str(canonicalize_name(extra))
+        for r in requirements
+        if r.marker is not None and canonicalize_name(r.name) in TORCH_FAMILY
+        for extra in re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(r.marker))
+    }
     chosen = []
     for extra in metadata.provides_extra:
+        if extra not in named:
+            continue
         members = [
             r for r in requirements if r.marker is not None and _applies(r, environment, extra)
         ]
@@ -143,78 +208,131 @@ def torch_extras(metadata: Metadata, environment: Mapping[str, str]) -> tuple[st
 # Fetching
 
 
-def _credentials(indexes: Sequence[str]) -> dict[tuple[str, str | None, int | None], str]:
-    """Basic authorisation per origin, from the index URLs that carry credentials: a wheel on the
-    same host as an index is read with that index's credentials, any other host with none."""
-    found: dict[tuple[str, str | None, int | None], str] = {}
-    for index in indexes:
-        authorization = httpget.basic_authorization(index)
-        if authorization is not None:
-            found.setdefault(httpget.origin(index), authorization)
-    return found
-
-
 def _get(url: str, *, indexes: Sequence[str], timeout_s: float, retries: int, limit: int) -> bytes:
-    """GET ``url``; a 404 raises ``FileNotFoundError``, anything else exit 3."""
+    """GET ``url``; a 404 raises ``FileNotFoundError``, anything else failing exit 3."""
+    return request(url, indexes=indexes, timeout_s=timeout_s, retries=retries, limit=limit).body
+
+
+def _ranged_metadata(
+    url: str, *, indexes: Sequence[str], timeout_s: float, retries: int
+) -> Metadata | None:
+    """The METADATA of the wheel at ``url`` read by HTTP range requests (the zip's end, its
+    central directory, the member: :mod:`cudalock.lock.wheelzip`), not the whole wheel."""
+    from cudalock.lock.wheelzip import open_wheel  # it reads this module's limits
+
+    archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
     try:
-        return httpget.get(
-            url,
-            timeout=timeout_s,
-            limit=limit,
-            retries=retries,
-            credentials=_credentials(indexes),
-        ).body
-    except httpget.NotFound:
-        raise FileNotFoundError(url) from None
-    except UsageError as err:
-        raise EnvironmentFailure(f"uv locked {err.message}; cudalock reads only http(s)") from None
+        with archive:
+            return Metadata.parse(_metadata_member(archive).decode("utf-8", "replace"))
+    except (zipfile.BadZipFile, StopIteration, KeyError, OSError):
+        raise EnvironmentFailure(f"{redact(url)} is not a wheel with core metadata") from None
 
 
 def fetch_metadata(
     package: Package, *, indexes: Sequence[str], timeout_s: float = 60, retries: int = 3
 ) -> Metadata | None:
-    """The core metadata of a locked package: its wheel's PEP 658 file, or the wheel itself.
+    """The core metadata of a locked package, from its first wheel (:func:`cached_wheel_metadata`).
 
     None when the package has no wheel (an sdist would have to be built to say).
     """
     for wheel in package.wheels or ():
         if not wheel.url:
             continue
-        try:
-            data = _get(
-                wheel.url + ".metadata",
-                indexes=indexes,
-                timeout_s=timeout_s,
-                retries=retries,
-                limit=METADATA_LIMIT,
-            )
-            return Metadata.parse(data.decode("utf-8", "replace"))
-        except FileNotFoundError:
-            pass  # the index serves no PEP 658 files: read the wheel
-        try:
-            data = _get(
-                wheel.url, indexes=indexes, timeout_s=timeout_s, retries=retries, limit=WHEEL_LIMIT
-            )
-        except FileNotFoundError:
-            continue
-        expected = wheel.hashes.get("sha256")
-        if expected and hashlib.sha256(data).hexdigest() != expected:
-            raise EnvironmentFailure(
-                f"{redact(wheel.url)} does not match the sha256 uv locked; refusing to read it"
-            )
-        return _wheel_metadata(data, wheel.url)
+        found = cached_wheel_metadata(
+            wheel.url,
+            wheel.hashes.get("sha256"),
+            indexes=indexes,
+            timeout_s=timeout_s,
+            retries=retries,
+        )
+        if found is not None:
+            return found
     return None
+
+
+def cached_wheel_metadata(
+    url: str,
+    sha256: str | None,
+    *,
+    indexes: Sequence[str],
+    timeout_s: float = 60,
+    retries: int = 3,
+) -> Metadata | None:
+    """The core metadata of the wheel at ``url``: its PEP 658 file, else its METADATA member
+    read by range requests (vllm's wheels are 300+ MiB), cached by the wheel's sha256 (a
+    published file never changes). None when the index serves no such wheel (404)."""
+    cached = _cached_metadata(sha256)
+    if cached is not None:
+        return cached
+    try:
+        data = _get(
+            url + ".metadata",
+            indexes=indexes,
+            timeout_s=timeout_s,
+            retries=retries,
+            limit=METADATA_LIMIT,
+        )
+        found: Metadata | None = Metadata.parse(data.decode("utf-8", "replace"))
+    except FileNotFoundError:
+        try:
+            found = _ranged_metadata(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
+        except FileNotFoundError:
+            return None
+    if found is not None:
+        _store_metadata(sha256, found)
+    return found
+
+
+def _metadata_cache(digest: str | None) -> Path | None:
+    if not digest or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        return None
+    return cudalock_cache_dir() / "metadata" / f"{digest}.json"
+
+
+def _cached_metadata(digest: str | None) -> Metadata | None:
+    path = _metadata_cache(digest)
+    if path is None:
+        return None
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        return Metadata(
+            name=str(document["name"]),
+            version=str(document["version"]),
+            requires_dist=tuple(str(r) for r in document["requires_dist"]),
+            provides_extra=tuple(str(e) for e in document["provides_extra"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _store_metadata(digest: str | None, metadata: Metadata) -> None:
+    path = _metadata_cache(digest)
+    if path is None:
+        return
+    document = {
+        "name": metadata.name,
+        "version": metadata.version,
+        "requires_dist": list(metadata.requires_dist),
+        "provides_extra": list(metadata.provides_extra),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, json.dumps(document))
+    except (OSError, EnvironmentFailure):
+        pass  # an unwritable cache only costs the next run a request
+
+
+def _metadata_member(archive: zipfile.ZipFile) -> bytes:
+    name = next(
+        n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+    )
+    return archive.read(name)
 
 
 def _wheel_metadata(data: bytes, url: str) -> Metadata:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            name = next(
-                n
-                for n in archive.namelist()
-                if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
-            )
-            text = archive.read(name).decode("utf-8", "replace")
+            text = _metadata_member(archive).decode("utf-8", "replace")
     except (zipfile.BadZipFile, StopIteration, KeyError):
         raise EnvironmentFailure(f"{redact(url)} is not a wheel with core metadata") from None
     return Metadata.parse(text)

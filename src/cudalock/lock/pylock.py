@@ -1,49 +1,31 @@
-"""``cudalock lock``: a PEP 751 ``pylock.toml`` (and ``requirements.lock.txt``) for a Plan.
+"""``pylock.toml`` (PEP 751) for a Plan: the record cudalock keeps under ``[tool.cudalock]``,
+uv's lock shaped into the written one and validated with ``packaging.pylock``, reading a lock
+back, and the state ``--check`` compares.
 
-uv is the resolution engine; cudalock never resolves anything itself. For a Plan, cudalock
-writes a throw-away input project whose dependencies are the Plan's pins plus the requested
-extras, with every package the Plan routes to a PyTorch index pinned to that index through
-``[tool.uv.sources]`` and the index marked ``explicit = true``: uv then looks for those
-packages on that index *only*, so a same-named version on PyPI or a mirror can never win
-(dependency confusion), and looks for nothing else there. Everything else comes from PyPI or
-its mirror (``--default-index``). uv resolves for the Target's platform and Python
-(``--python-platform``, ``--python-version``), not this machine's.
-
-The whole closure is resolved once (:mod:`cudalock.lock.closure`: the torch family found in it
-routed too, frameworks asked for with the extras that declare their torch requirement) and
-then written as the files every install path reads (:mod:`cudalock.lock.files`):
-``pylock.toml``; ``requirements.lock.txt`` for pip (everything installed first, hash-checked,
-``--no-deps``); ``requirements.last.txt`` (DeepSpeed, built last, without build isolation,
-against the installed torch); and ``uv-install.toml``, the settings with which uv installs
-``pylock.toml`` so that it builds DeepSpeed against the locked torch too.
-
-This module holds the pure parts: uv's input, the record, shaping and validating the lock and
-rendering the files.
+uv's input is :mod:`cudalock.lock.uvinput`; the files installers read beside the lock are
+:mod:`cudalock.lock.installfiles`; the whole closure is resolved once by
+:mod:`cudalock.lock.closure` and written by :mod:`cudalock.lock.files`.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
-import sys
 import urllib.parse
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from packaging.pylock import Package, Pylock, PylockValidationError
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from cudalock.defaults import DEFAULT_PYPI_INDEX
-from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
+from cudalock.errors import EnvironmentFailure, InputError
 from cudalock.fsutil import read_bounded
 from cudalock.lock.check import LockState
-from cudalock.model import PackagePin, Plan, Target
-from cudalock.platforms import platform_named
+from cudalock.lock.names import INSTALL_LINES, LOCK_FILE
+from cudalock.lock.uvinput import LockInput, environment_marker
+from cudalock.model import Plan, Target
 from cudalock.request import Request, recorded_request
 from cudalock.tomlfile import dumps, tomllib
 from cudalock.urls import (
@@ -51,349 +33,29 @@ from cudalock.urls import (
     redact,
     redact_json,
     strip_credentials,
-    validate_index_url,
 )
 from cudalock.versions import format_cc, format_cuda
 
-LOCK_FILE = "pylock.toml"
-REQUIREMENTS_FILE = "requirements.lock.txt"
-#: DeepSpeed (and any other package built against the installed torch), installed last.
-LAST_FILE = "requirements.last.txt"
-#: The settings with which ``uv pip sync`` / ``uv pip install`` install ``pylock.toml``.
-UV_SETTINGS_FILE = "uv-install.toml"
-LOCK_FILES = (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
-#: Packages built against the installed torch, so installed after it without build isolation:
-#: DeepSpeed records the torch it was built against (``git_version_info_installed.py``; built in
-#: isolation it records none, torch "0.0"); flash-attn's setup.py imports torch, and takes the
-#: prebuilt wheel for that torch, CUDA, Python and C++ ABI or compiles against it.
-BUILT_AGAINST_TORCH = ("deepspeed", "flash-attn")
-#: What each is built with besides torch, locked with it (pip builds without isolation from
-#: what is installed). DeepSpeed: its build backend (setuptools builds wheels by itself since
-#: 70.1). flash-attn: what its setup.py imports (setuptools, packaging, wheel.bdist_wheel, psutil
-#: for its job count) and its setup_requires (packaging, psutil, ninja), per
-#: Dao-AILab/flash-attention@ea6443c73202667d8dae67e7ba418f2e1ac5c647:setup.py.
-BUILD_REQUIREMENTS: dict[str, tuple[str, ...]] = {
-    "deepspeed": ("setuptools",),
-    "flash-attn": ("setuptools", "wheel", "packaging", "psutil", "ninja"),
-}
-#: Core metadata uv is given for sdists whose metadata cannot be prepared without torch in the
-#: build environment (their setup.py imports torch first): flash-attn's install_requires, same
-#: source. Given, uv resolves them without building them.
-STATIC_METADATA: dict[str, tuple[str, ...]] = {"flash-attn": ("torch", "einops")}
-#: The uv settings file ``uv pip compile`` reads (the static metadata above).
-COMPILE_SETTINGS = "uv-compile.toml"
-#: The uv input file for frameworks given as a local path or a URL without a name.
-LOCAL_INPUT = "requirements.in"
-#: How each installer installs the lock (the header of pylock.toml and docs/commands.md).
-PIP_FIRST = f"pip install --no-deps --require-hashes -r {REQUIREMENTS_FILE}"
-PIP_LAST = (
-    "pip install --no-deps --no-build-isolation --no-cache-dir --force-reinstall "
-    f"--require-hashes -r {LAST_FILE}"
-)
-INSTALL_LINES = (
-    f"Install with uv: uv pip sync --config-file {UV_SETTINGS_FILE} {LOCK_FILE}",
-    f"With pip: {PIP_FIRST}",
-    f"  then, against the installed torch: {PIP_LAST}",
-)
-#: The name of the throw-away project uv compiles (uv's messages name it).
-INPUT_PROJECT = "cudalock-lock-input"
+__all__ = [
+    "MAX_LOCK_BYTES",
+    "RECORD_VERSION",
+    "check_routes",
+    "finalize_lock",
+    "fingerprint",
+    "is_ours",
+    "lock_record",
+    "locked_versions",
+    "parse_lock",
+    "read_lock_text",
+    "read_toml_lock",
+    "request_summary",
+    "state_of",
+    "target_summary",
+    "validate_lock",
+]
+
 #: Written into ``[tool.cudalock]``; bump when the record's shape changes.
 RECORD_VERSION = 1
-
-#: The glibc assumed when the Target does not say (what torch ≥ 2.6 wheels require anyway).
-DEFAULT_GLIBC_MINOR = 28
-#: uv knows manylinux_2_17 … manylinux_2_40 (``uv pip compile --help``).
-_GLIBC_RANGE = (17, 40)
-
-
-# --------------------------------------------------------------------------------------------
-# Building uv's input (pure)
-
-
-def uv_python_platform(platform: str, glibc: str | None = None) -> str:
-    """uv's ``--python-platform`` for a cudalock platform, honouring a known glibc on Linux."""
-    known = platform_named(platform, what="platform to lock for")
-    if not known.uses_glibc:
-        return known.uv_platform
-    minor = DEFAULT_GLIBC_MINOR
-    match = re.fullmatch(r"\s*2\.(\d{1,4})(?:\.\d{1,4})?\s*", glibc or "")
-    if match:
-        minor = min(max(int(match.group(1)), _GLIBC_RANGE[0]), _GLIBC_RANGE[1])
-    return f"{known.uv_platform}_2_{minor}"
-
-
-def target_glibc(targets: Sequence[Target]) -> str | None:
-    """The lowest glibc a probed target reported (None: unknown, assume manylinux_2_28).
-
-    A Target described by override flags carries this machine's host facts, which say nothing
-    about the machine the lock is for, so only probed targets count.
-    """
-    known: list[tuple[int, ...]] = []
-    for target in targets:
-        glibc = target.host.glibc
-        if target.source == "override" or not glibc:
-            continue
-        if re.fullmatch(r"\d{1,4}(\.\d{1,4})+", glibc):
-            known.append(tuple(int(part) for part in glibc.split(".")))
-    return ".".join(str(part) for part in min(known)) if known else None
-
-
-def _narrowed(text: str, name: str, addition: Requirement) -> str:
-    """``text`` with ``addition``'s specifier added when it names ``name`` by version."""
-    try:
-        requirement = Requirement(text)
-    except InvalidRequirement:
-        return text  # a local path: not narrowed by version
-    if canonicalize_name(requirement.name) != name or requirement.url:
-        return text
-    requirement.specifier &= addition.specifier
-    return str(requirement)
-
-
-def environment_marker(platform: str) -> str:
-    return platform_named(platform).marker
-
-
-@dataclass(frozen=True)
-class IndexRoute:
-    """An explicit index (by uv name) and the packages pinned to it."""
-
-    name: str
-    url: str
-    packages: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class LockInput:
-    """Everything uv is told: requirements, explicit index routes, the default index, target."""
-
-    requirements: tuple[str, ...]
-    routes: tuple[IndexRoute, ...]
-    default_index: str
-    python: str
-    platform: str
-    python_platform: str
-    #: Frameworks given as a local path (``-e /abs/dir``) or a URL without a name: uv reads
-    #: them from a requirements file, which takes such lines.
-    local: tuple[str, ...] = field(default=())
-
-    def index_for(self, name: str) -> str:
-        """The index a package (any spelling) is resolved from."""
-        normalized = canonicalize_name(name)
-        for route in self.routes:
-            if normalized in route.packages:
-                return route.url
-        return self.default_index
-
-    @property
-    def indexes(self) -> tuple[str, ...]:
-        """Every index uv may read, credentials included (for fetching what it locked)."""
-        return (self.default_index, *(route.url for route in self.routes))
-
-
-def _index_name(url: str, taken: set[str]) -> str:
-    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", url.rstrip("/").rsplit("/", 1)[-1]) or "index"
-    name = f"pytorch-{tail}"
-    counter = 2
-    while name in taken:
-        name = f"pytorch-{tail}-{counter}"
-        counter += 1
-    taken.add(name)
-    return name
-
-
-def default_index_of(
-    request: Request, *, pypi_index: str | None = None, allow_insecure: bool = False
-) -> str:
-    return validate_index_url(
-        pypi_index or request.pypi_index or DEFAULT_PYPI_INDEX,
-        flag="--pypi-index",
-        allow_insecure=allow_insecure,
-    )
-
-
-def lock_input(
-    plan: Plan,
-    request: Request,
-    *,
-    pypi_index: str | None = None,
-    glibc: str | None = None,
-    allow_insecure: bool = False,
-    family: Sequence[PackagePin] = (),
-    extras: Mapping[str, Sequence[str]] | None = None,
-    additions: Sequence[str] = (),
-) -> LockInput:
-    """uv's input for ``plan``: its pins, routed, plus requested packages it does not pin.
-
-    ``with`` packages and the frameworks that the Plan does not pin itself are passed as the
-    user wrote them, so uv pins them (and their dependencies) under the Plan's torch;
-    ``extras`` adds extras to a framework (by the text the user gave). ``family`` are further
-    torch-family pins the closure was found to need, routed like the Plan's; ``additions`` are
-    further requirements (DeepSpeed's build tools), from the default index.
-    """
-    default_index = default_index_of(request, pypi_index=pypi_index, allow_insecure=allow_insecure)
-    requirements: list[str] = []
-    local: list[str] = []
-    routed: dict[str, list[str]] = {}
-    pinned: set[str] = set()
-    for pin in (*plan.packages, *family):
-        name = canonicalize_name(pin.name)
-        if name in pinned:
-            continue
-        pinned.add(name)
-        requirements.append(f"{name}=={pin.version}")
-        if pin.index_url:
-            url = validate_index_url(
-                pin.index_url, flag="--pytorch-index", allow_insecure=allow_insecure
-            )
-            if url != default_index:
-                routed.setdefault(url, []).append(name)
-    for companion in request.with_packages:
-        if companion.name not in pinned:
-            requirements.append(str(companion))
-            pinned.add(companion.name)
-    for framework in request.frameworks:
-        text = framework.text
-        if framework.path is not None:
-            # A file URL: any character a path may hold survives, percent-encoded.
-            local.append(f"-e {framework.path.as_uri()}")
-            continue
-        if framework.requirement is None:
-            local.append(text)  # a URL
-            continue
-        requirement = copy.copy(framework.requirement)
-        added = (extras or {}).get(text, ())
-        if added:
-            requirement.extras = {*requirement.extras, *added}
-        name = canonicalize_name(requirement.name)
-        if name in pinned:
-            raise UsageError(
-                f"--framework {text!r} names {requirement.name}, which the plan already pins; "
-                "give it once"
-            )
-        requirements.append(str(requirement))
-        pinned.add(name)
-    for text in additions:
-        addition = Requirement(text)
-        name = canonicalize_name(addition.name)
-        if name not in pinned:
-            requirements.append(text)
-            pinned.add(name)
-        elif addition.specifier:
-            # A version excluded for the CUDA it was built for narrows what was asked for.
-            requirements[:] = [_narrowed(r, name, addition) for r in requirements]
-    taken: set[str] = set()
-    routes = tuple(
-        IndexRoute(name=_index_name(url, taken), url=url, packages=tuple(names))
-        for url, names in routed.items()
-    )
-    return LockInput(
-        requirements=tuple(requirements),
-        routes=routes,
-        default_index=default_index,
-        python=plan.python,
-        platform=plan.platform,
-        python_platform=uv_python_platform(plan.platform, glibc),
-        local=tuple(local),
-    )
-
-
-def input_project(inp: LockInput) -> str:
-    """The ``pyproject.toml`` uv compiles: requirements, sources and explicit indexes."""
-    doc: dict[str, Any] = {
-        "project": {"name": INPUT_PROJECT, "version": "0", "dependencies": list(inp.requirements)}
-    }
-    sources = {name: {"index": route.name} for route in inp.routes for name in route.packages}
-    indexes = [{"name": route.name, "url": route.url, "explicit": True} for route in inp.routes]
-    if sources:
-        doc["tool"] = {"uv": {"sources": sources, "index": indexes}}
-    return dumps(doc, comments=("Input for uv, written by cudalock lock; not a real project.",))
-
-
-def compile_settings() -> str:
-    """``uv-compile.toml``: the static metadata of the sdists uv cannot prepare without torch."""
-    doc = {
-        "dependency-metadata": [
-            {"name": name, "requires-dist": list(requires)}
-            for name, requires in STATIC_METADATA.items()
-        ]
-    }
-    return dumps(doc, comments=("Settings for uv, written by cudalock lock.",))
-
-
-def input_requirements(inp: LockInput) -> str | None:
-    """The ``requirements.in`` beside the input project: local and URL frameworks, if any."""
-    if not inp.local:
-        return None
-    return "".join(f"{line}\n" for line in inp.local)
-
-
-def uv_compile_args(
-    uv: str,
-    inp: LockInput,
-    *,
-    upgrade: bool,
-    cache_dir: Path | None,
-    no_deps: bool = False,
-    offline: bool = False,
-) -> list[str]:
-    """``uv pip compile`` for the input project (run in its directory, output ``pylock.toml``).
-
-    The default index is passed through the environment (``UV_DEFAULT_INDEX``), not argv, so
-    credentials in a mirror URL never show in a process listing.
-    """
-    args = [uv, "pip", "compile", "pyproject.toml"]
-    if inp.local:
-        args.append(LOCAL_INPUT)
-    args += [
-        "--format",
-        "pylock.toml",
-        "--output-file",
-        LOCK_FILE,
-        "--python-version",
-        inp.python,
-        "--python-platform",
-        inp.python_platform,
-        "--no-config",
-        "--config-file",
-        COMPILE_SETTINGS,
-        "--no-header",
-        "--no-python-downloads",
-    ]
-    interpreter = build_interpreter(inp.python)
-    if interpreter is not None:
-        args += ["--python", interpreter]
-    if upgrade:
-        args.append("--upgrade")
-    if no_deps:
-        args.append("--no-deps")
-    if offline:
-        args.append("--offline")
-    if cache_dir is not None:
-        args += ["--cache-dir", str(cache_dir)]
-    return args
-
-
-def build_interpreter(
-    python: str,
-    *,
-    executable: str = sys.executable,
-    version: tuple[int, int] = sys.version_info[:2],
-    free_threaded: bool | None = None,
-) -> str | None:
-    """The interpreter cudalock runs on, when it is the Python the lock is for; else None.
-
-    uv runs an interpreter only to build the metadata of packages without wheels. Without
-    ``--python`` it looks for one matching ``--python-version`` in virtual environments and on
-    PATH, running candidates to ask their version: a pyenv shim there makes every lock about
-    0.2 s slower. Handing it this interpreter, of the same version, skips the search; for
-    another version uv searches as before.
-    """
-    if free_threaded is None:
-        free_threaded = not getattr(sys, "_is_gil_enabled", lambda: True)()
-    running = f"{version[0]}.{version[1]}{'t' if free_threaded else ''}"
-    return executable if executable and python == running else None
-
 
 # --------------------------------------------------------------------------------------------
 # The lock record (pure)
@@ -577,142 +239,6 @@ def _file_urls(package: Package) -> list[str]:
     return urls
 
 
-def _sha256s(package: Package) -> list[str]:
-    hashes = [w.hashes.get("sha256") for w in package.wheels or ()]
-    if package.sdist is not None:
-        hashes.append(package.sdist.hashes.get("sha256"))
-    if package.archive is not None:
-        hashes.append(package.archive.hashes.get("sha256"))
-    return sorted({h for h in hashes if h})
-
-
-def _hashed_line(package: Package) -> str:
-    hashes = _sha256s(package)
-    if not hashes:
-        raise EnvironmentFailure(f"the lock has no sha256 for {package.name}")
-    if package.archive is not None and package.archive.url:
-        head = f"{package.name} @ {package.archive.url}"
-    else:
-        head = f"{package.name}=={package.version}"
-    if package.marker is not None:
-        head += f" ; {package.marker}"
-    return " \\\n".join([head, *(f"    --hash=sha256:{h}" for h in hashes)])
-
-
-def is_built_last(package: Package) -> bool:
-    return canonicalize_name(package.name) in BUILT_AGAINST_TORCH
-
-
-def is_local(package: Package) -> bool:
-    """A directory or VCS checkout: pip cannot check it by hash; installed with --no-deps."""
-    return package.vcs is not None or package.directory is not None
-
-
-def lock_indexes(lock: Pylock, default_index: str) -> list[str]:
-    """The default index, then every other index the lock's packages come from (credentials
-    stripped: the lock records none)."""
-    indexes = [strip_credentials(default_index)]
-    for package in sorted(lock.packages, key=lambda p: p.name):
-        index = strip_credentials(package.index) if package.index else None
-        if index and index not in indexes:
-            indexes.append(index)
-    return indexes
-
-
-def requirements_files(
-    lock: Pylock,
-    *,
-    default_index: str,
-    python: str,
-    platform: str,
-    cudalock_version: str,
-) -> dict[str, str]:
-    """pip's ``--require-hashes`` rendering of the lock, as two files: ``requirements.lock.txt``
-    (installed first, with ``--no-deps``) and ``requirements.last.txt`` (packages built against
-    the installed torch, installed after it without build isolation).
-
-    Index lines carry no credentials (pip takes them from the command line, netrc or keyring);
-    hash checking makes the extra index safe: pip only accepts a file whose sha256 is listed.
-    """
-    indexes = lock_indexes(lock, default_index)
-    default = indexes[0]
-    packages = sorted(lock.packages, key=lambda p: p.name)
-    first = [p for p in packages if not is_built_last(p) and not is_local(p)]
-    last = [p for p in packages if is_built_last(p) and not is_local(p)]
-    local = [p for p in packages if is_local(p)]
-    head = [
-        f"# Generated by cudalock {cudalock_version} from {LOCK_FILE}; do not edit.",
-        f"# For Python {python} on {platform}. Install with:",
-        f"#   {PIP_FIRST}",
-        f"#   {PIP_LAST}",
-    ]
-    if local:
-        names = ", ".join(p.name for p in local)
-        head.append(
-            f"# Not here: {names}, from a directory or a VCS checkout (no hash to check): "
-            "install.sh installs it with --no-deps."
-        )
-    lines = [
-        *head,
-        f"--index-url {indexes[0]}",
-        *(f"--extra-index-url {url}" for url in indexes[1:]),
-        "",
-        *(_hashed_line(p) for p in first),
-    ]
-    last_lines = [
-        f"# Generated by cudalock {cudalock_version} from {LOCK_FILE}; do not edit.",
-        "# Built against the installed torch, so installed after everything in "
-        f"{REQUIREMENTS_FILE}:",
-        f"#   {PIP_LAST}",
-    ]
-    if last:
-        last_lines += [f"--index-url {default}", "", *(_hashed_line(p) for p in last)]
-    else:
-        last_lines.append("# Nothing in this closure is built against torch.")
-    return {
-        REQUIREMENTS_FILE: "\n".join(lines) + "\n",
-        LAST_FILE: "\n".join(last_lines) + "\n",
-    }
-
-
-def uv_settings(lock: Pylock, *, default_index: str, cudalock_version: str) -> str:
-    """``uv-install.toml``: how uv installs ``pylock.toml`` so that it gives the environment
-    install.sh gives.
-
-    uv builds an sdist in an isolated environment; for DeepSpeed that environment gets the
-    locked torch (``extra-build-dependencies``), so DeepSpeed records that torch, and uv keys
-    the built wheel on it (a wheel built against another torch is never reused). The indexes
-    serve that build environment only: the lock names every file it installs by URL.
-    """
-    doc: dict[str, Any] = {}
-    versions = locked_versions(lock)
-    built = [name for name in BUILT_AGAINST_TORCH if name in versions]
-    if built and "torch" in versions:
-        doc["extra-build-dependencies"] = {
-            name: [
-                f"torch=={versions['torch']}",
-                *(
-                    f"{tool}=={versions[tool]}"
-                    for tool in BUILD_REQUIREMENTS.get(name, ())
-                    if tool in versions and tool != "setuptools"
-                ),
-            ]
-            for name in built
-        }
-    default, *others = lock_indexes(lock, default_index)
-    taken: set[str] = set()
-    indexes: list[dict[str, Any]] = [
-        {"name": _index_name(url, taken), "url": url} for url in others
-    ]
-    indexes.append({"name": "default", "url": default, "default": True})
-    doc["index"] = indexes
-    comments = (
-        f"Generated by cudalock {cudalock_version} from {LOCK_FILE}; do not edit. Use it as:",
-        f"  uv pip sync --config-file {UV_SETTINGS_FILE} {LOCK_FILE}",
-    )
-    return dumps(doc, comments=comments)
-
-
 def locked_versions(lock: Pylock | Mapping[str, Any]) -> dict[str, str]:
     """Name → version of each package of a lock (local ones have none), validated or as read."""
     named: list[tuple[str, object]]
@@ -766,79 +292,6 @@ def is_ours(path: Path) -> bool:
         except (tomllib.TOMLDecodeError, RecursionError):
             return False
     return text.startswith("# Generated by cudalock")
-
-
-class NotOnIndex(EnvironmentFailure):
-    """The index does not serve the build the plan chose (an incomplete mirror, say): exit 3,
-    but not a network failure that trying again later would mend."""
-
-
-def missing_from_index(stderr: str, inp: LockInput) -> NotOnIndex | None:
-    """The routed pin uv found no file for ("torch was not found in the package registry"):
-    the index does not serve the build the plan chose, which no framework can change."""
-    for route in inp.routes:
-        for name in route.packages:
-            pattern = (
-                rf"(?:\b{re.escape(name)} was not found in the package registry"
-                rf"|there is no version of {re.escape(name)}==)"
-            )
-            if re.search(pattern, stderr):
-                version = next(
-                    (r.split("==", 1)[1] for r in inp.requirements if r.startswith(f"{name}==")),
-                    "?",
-                )
-                return NotOnIndex(
-                    f"{redact(route.url)} serves no {name}=={version} for Python {inp.python} "
-                    f"on {inp.platform}",
-                    hint="check --pytorch-index (a mirror must carry this build), or choose "
-                    "another build with --torch or --cuda",
-                )
-    return None
-
-
-def classify_uv_failure(stderr: str) -> Exception:
-    """Turn uv's failure into cudalock's: no solution → exit 1, anything else → exit 3."""
-    text = stderr.replace(f"{INPUT_PROJECT} depends on", "the request needs")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith("warning:")]
-    missing = re.search(r"Because (\S+) was not found in the cache", text)
-    if missing or "the network was disabled" in text:
-        what = missing.group(1) if missing else "what the closure needs"
-        return EnvironmentFailure(
-            f"offline, and uv's cache does not hold {what}",
-            hint="run it again where the indexes can be reached (without --offline)",
-        )
-    causes = [
-        line.removeprefix("cause:").strip()
-        for line in lines
-        if line.startswith(("cause:", "╰─▶", "Caused by:"))
-    ]
-    if "no solution found" in text.lower() or "unsatisfiable" in text.lower():
-        explanation = " ".join(c.removeprefix("╰─▶").strip() for c in causes) or lines[-1]
-        return Unsatisfiable(
-            "uv found no set of versions that fits the plan: " + explanation,
-            hint="relax the framework or --with requirements, or pin another torch with --torch",
-        )
-    build = re.search(r"Failed to build `?([^`\s:]+)", text)
-    if build:
-        return EnvironmentFailure(
-            f"uv had to build {build.group(1)} from source to read its dependencies, and the "
-            "build failed",
-            hint="packages without wheels (DeepSpeed is an sdist) run their setup code while "
-            "locking; see uv's output above, or lock without that package (--with)",
-        )
-    first = next(
-        (line for line in lines if line.startswith("error:")),
-        lines[0] if lines else "uv failed without a message",
-    )
-    detail = first.removeprefix("error:").strip()
-    if causes and causes[-1] not in detail:
-        detail += f" ({causes[-1].removeprefix('Caused by:').strip()})"
-    return EnvironmentFailure(
-        f"resolving the closure failed: {detail}",
-        hint="check the network and the index URLs (--pytorch-index, --pypi-index); uv retried "
-        "each request --retries times, waiting --timeout seconds",
-    )
 
 
 # --------------------------------------------------------------------------------------------

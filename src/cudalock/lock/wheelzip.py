@@ -17,8 +17,16 @@ from collections.abc import Sequence
 
 from cudalock import httpget
 from cudalock.errors import EnvironmentFailure
-from cudalock.lock.metadata import WHEEL_LIMIT, _credentials
+from cudalock.lock.http import credentials_of
+from cudalock.lock.metadata import WHEEL_LIMIT
 from cudalock.urls import redact
+
+__all__ = [
+    "BLOCK",
+    "MemberReader",
+    "RemoteZip",
+    "open_wheel",
+]
 
 #: Bytes asked for at a time: a zip's end record and a central directory of a few thousand
 #: entries fit in one or two; member data comes in blocks of this size.
@@ -52,7 +60,7 @@ class RemoteZip(io.RawIOBase):
                 timeout=self._timeout_s,
                 limit=limit,
                 retries=self._retries,
-                credentials=_credentials(self._indexes),
+                credentials=credentials_of(self._indexes),
                 headers={"Range": f"bytes={start}-{end}"},
             )
         except httpget.NotFound:

@@ -19,22 +19,15 @@ the file and the entry; ``cudalock matrix check`` adds the cross-file rules.
 
 from __future__ import annotations
 
-import binascii
 import builtins
 import os
-import pickle
 import re
-import sys
-import time
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import cudalock.versions
-from cudalock import __version__
 from cudalock.errors import InputError
-from cudalock.fsutil import read_bounded
+from cudalock.fsutil import cudalock_cache_dir, read_bounded
 from cudalock.matrix.model import (
     MATRIX_FILES,
     OPTIONAL_MATRIX_FILES,
@@ -82,116 +75,24 @@ def matrix_dir_from(option: str | os.PathLike[str] | None) -> Path:
     return Path(chosen) if chosen else default_matrix_dir()
 
 
-def load_matrix(
-    directory: str | os.PathLike[str] | None = None, *, use_cache: bool = True
-) -> Matrix:
-    """Load and type-check a matrix directory (the shipped one by default).
-
-    Parsing the TOML takes about ten times as long as reading a pickle of the typed result, so
-    that is kept in the user's cache directory (see :func:`_cache_key` for what makes an entry
-    stale). Any cache problem falls back silently to the TOML files.
-    """
+def load_matrix(directory: str | os.PathLike[str] | None = None) -> Matrix:
+    """Load and type-check a matrix directory (the shipped one by default)."""
     path = matrix_dir_from(directory)
     if not path.is_dir():
         raise InputError(f"matrix directory {str(path)!r} does not exist")
-    key = _cache_key(path) if use_cache else None
-    if key is not None:
-        cached = _cache_read(path, key)
-        if cached is not None:
-            # The same directory may have been named differently (relative, via a symlink).
-            return cached if cached.directory == path else replace(cached, directory=path)
     raw = {name: _read_toml(path / name) for name in MATRIX_FILES}
     raw.update({name: _read_toml(path / name) for name in _present(path)})
-    matrix = build_matrix(raw, path)
-    if key is not None and _settled(key):
-        _cache_write(path, key, matrix)
-    return matrix
-
-
-# --------------------------------------------------------------------------------------------
-# Precompiled cache of loaded matrices
-
-_CACHE_FORMAT = 1
-#: Files written this recently may change again within the file system's timestamp
-#: granularity without a visible mtime change, so they are not cached yet (as git does).
-_RACY_SECONDS = 2.0
+    return build_matrix(raw, path)
 
 
 def matrix_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cudalock"
-
-
-def _cache_key(path: Path) -> tuple[Any, ...] | None:
-    """What the cached Matrix depends on: the files' identity and the code that typed them."""
-
-    try:
-        stats = [(name, (path / name).stat()) for name in (*MATRIX_FILES, *_present(path))]
-        code = [Path(module).stat() for module in (__file__, cudalock.versions.__file__)]
-        resolved = str(path.resolve())
-    except OSError:
-        return None  # a missing file: let the TOML path report it
-    return (
-        _CACHE_FORMAT,
-        __version__,
-        sys.version_info[:2],
-        resolved,
-        tuple((c.st_mtime_ns, c.st_size) for c in code),
-        tuple((name, st.st_mtime_ns, st.st_size, st.st_ino) for name, st in stats),
-    )
+    return cudalock_cache_dir()
 
 
 def _present(path: Path) -> tuple[str, ...]:
     """The optional matrix files ``path`` holds."""
     return tuple(name for name in OPTIONAL_MATRIX_FILES if os.path.lexists(path / name))
-
-
-def _settled(key: tuple[Any, ...]) -> bool:
-    newest = max(mtime for _name, mtime, _size, _ino in key[-1])
-    return bool(newest < (time.time() - _RACY_SECONDS) * 1e9)
-
-
-def _cache_file(path: Path) -> Path:
-    # A name collision only costs a cache miss: the stored key names the directory. (crc32:
-    # hashlib would add its OpenSSL import to every command's start-up.)
-    digest = f"{binascii.crc32(str(path.resolve()).encode()):08x}"
-    python = f"py{sys.version_info[0]}{sys.version_info[1]}"  # interpreters do not share
-    return matrix_cache_dir() / f"matrix-{digest}-{python}.pickle"
-
-
-def _cache_read(path: Path, key: tuple[Any, ...]) -> Matrix | None:
-    try:
-        target = _cache_file(path)
-        with target.open("rb") as handle:
-            st = os.fstat(handle.fileno())
-            # Only our own, not group/world-writable file is trusted to unpickle.
-            if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
-                return None
-            stored_key, matrix = pickle.load(handle)
-    except Exception:  # any unreadable or foreign cache is simply not used
-        return None
-    if stored_key != key or not isinstance(matrix, Matrix):
-        return None
-    return matrix
-
-
-def _cache_write(path: Path, key: tuple[Any, ...], matrix: Matrix) -> None:
-    try:
-        target = _cache_file(path)
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        import tempfile  # only when the cache is written
-
-        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".matrix-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                pickle.dump((key, matrix), handle, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(temp, target)
-        except BaseException:
-            os.unlink(temp)
-            raise
-    except Exception:  # a read-only home or a full disk only costs speed
-        pass
 
 
 #: The shipped torch.toml is 0.2 MB; a matrix file far larger is not one.
@@ -202,7 +103,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     if not os.path.lexists(path):
         raise InputError(f"matrix file {str(path)!r} is missing")
     data = read_bounded(path, limit=MAX_MATRIX_FILE_BYTES, what="matrix file")
-    from cudalock.tomlfile import tomllib  # only when the cache cannot answer
+    from cudalock.tomlfile import tomllib
 
     try:
         document: dict[str, Any] = tomllib.loads(data.decode("utf-8"))

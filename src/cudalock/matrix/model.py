@@ -182,7 +182,7 @@ class PackageBuild:
 
 @dataclass(frozen=True)
 class Matrix:
-    """The whole compatibility matrix, loaded from compat_matrix/ (or its cache)."""
+    """The whole compatibility matrix, loaded from compat_matrix/."""
 
     schema_version: int
     matrix_version: str

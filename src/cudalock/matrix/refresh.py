@@ -310,9 +310,34 @@ def refresh_matrix(
             old[name].splitlines(True), new[name].splitlines(True), f"a/{name}", f"b/{name}"
         )
     )
+    if changed:
+        _check_loads(directory, {name: new[name] for name in changed})
     if write and changed:
         write_group({directory / name: new[name] for name in changed}, force=True)
     return RefreshResult(diff=diff, changes=tuple(changes), written=write and bool(changed))
+
+
+def _check_loads(directory: Path, changed: Mapping[str, str]) -> None:
+    """The refreshed matrix, loaded as every command would load it, before it replaces the
+    old one: values from an index that the loader's grammar refuses (after which every command
+    would exit 2) stop the refresh with nothing written."""
+    import shutil
+    import tempfile
+
+    from cudalock.matrix.load import load_matrix
+
+    with tempfile.TemporaryDirectory(prefix="cudalock-refresh-") as scratch:
+        trial = Path(scratch) / "matrix"
+        shutil.copytree(directory, trial, symlinks=True)
+        for name, text in changed.items():
+            (trial / name).write_text(text, encoding="utf-8")
+        try:
+            load_matrix(trial)
+        except InputError as err:
+            raise EnvironmentFailure(
+                "the index answered values the matrix loader refuses, so nothing was written: "
+                + err.message.replace(str(trial), str(directory))
+            ) from None
 
 
 def _space_headers(text: str) -> str:
@@ -481,8 +506,9 @@ def _update_companions(release: Any, sources: Sources) -> list[str]:
     changes = []
     for project, paired in sources.companions.get(version, {}).items():
         listed = release.get(project)
-        if listed is not None and str(listed) == paired and _verified(release, project):
-            continue
+        pending = project in [str(f) for f in release.get("unverified", [])]
+        if listed is not None and str(listed) == paired and not pending:
+            continue  # already read (a person's "verified" status is theirs to give)
         if listed is None:
             changes.append(f"torch {version}: {project} {paired}")
         elif str(listed) != paired:
@@ -596,7 +622,8 @@ def _new_release(facts: PypiRelease, sources: Sources, releases: Any) -> Any:
             )
         )
     release["source"] = _multiline(source)
-    release["status"] = "verified"
+    # Read from an index, not checked by a person: a new release stays unverified until it is.
+    release["status"] = "unverified"
     missing = [
         name
         for name, value in (("date", facts.date), ("requires_python", facts.requires_python))

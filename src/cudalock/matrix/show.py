@@ -22,6 +22,13 @@ from cudalock.versions import (
     format_cuda,
 )
 
+__all__ = [
+    "Row",
+    "render_table",
+    "rows_as_json",
+    "select_rows",
+]
+
 
 @dataclass(frozen=True)
 class Row:

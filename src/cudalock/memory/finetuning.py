@@ -26,6 +26,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+__all__ = [
+    "ALL_LINEAR",
+    "BASE_BITS",
+    "DECODER_LINEARS",
+    "METHODS",
+    "FineTuning",
+    "Method",
+    "base_weight_bytes",
+    "finetuning_from_text",
+    "lora_trainable_params",
+]
+
 Method = Literal["full", "lora", "qlora"]
 METHODS: tuple[Method, ...] = ("full", "lora", "qlora")
 
@@ -192,8 +204,14 @@ def finetuning_from_text(text: str) -> FineTuning | None:
         elif lowered in ("full", "freeze"):
             method = "full"
         sources.append(f"finetuning_type {named}")
-    adapter = _last_value(_ADAPTER, text) or _last_value(_PEFT_TYPE, text)
-    if method is None and adapter is not None and adapter.lower() in ("lora", "qlora"):
+    # "adapter" also names modules ("llamafactory.model.adapter:157"): only a method counts.
+    adapters = [
+        match.group("value").strip(",.'\"").lower()
+        for pattern in (_ADAPTER, _PEFT_TYPE)
+        for match in pattern.finditer(text)
+    ]
+    adapter = next((a for a in reversed(adapters) if a in ("lora", "qlora")), None)
+    if method is None and adapter is not None:
         method = "qlora" if adapter.lower() == "qlora" else "lora"
         sources.append(f"adapter {adapter}")
     bits = 16

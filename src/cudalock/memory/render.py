@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from cudalock.memory.estimates import MemoryNeeds, MemoryVerdict
-from cudalock.memory.sizes import format_gib, format_params
+from cudalock.memory.sizes import format_params
+from cudalock.units import format_gib
+
+__all__ = [
+    "render_needs",
+    "render_verdict",
+]
 
 
 def render_needs(needs: MemoryNeeds) -> list[str]:
@@ -25,6 +31,13 @@ def render_needs(needs: MemoryNeeds) -> list[str]:
     lines.append(model + f" (ZeRO-{setup.zero_stage}).")
     if setup.source:
         lines.append(f"    (parameter count from {setup.source})")
+    if setup.adapter:
+        lines.append(
+            f"    ({'QLoRA' if setup.method == 'qlora' else 'LoRA'}: the table is for the "
+            f"{format_params(setup.optimised_params)} trainable parameters; each GPU also holds "
+            f"the frozen {setup.base_bits}-bit base, {format_gib(needs.frozen_gpu_bytes)}: "
+            f"{format_gib(needs.gpu_required_bytes)} per GPU in all)"
+        )
     lines.append(
         "  per CPU   |  per GPU  |   Options          (GiB = 2**30 bytes; DeepSpeed "
         "prints these as GB)"

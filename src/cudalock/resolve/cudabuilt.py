@@ -30,6 +30,19 @@ from cudalock.resolve.compat import driver_verdict
 from cudalock.sharedlibs import cuda_majors
 from cudalock.versions import CudaVersion, cuda_from_variant, format_cuda, parse_cuda_version
 
+__all__ = [
+    "FINDING_CODE",
+    "BuiltFor",
+    "first_known",
+    "from_cpp_lib",
+    "from_label",
+    "from_matrix",
+    "from_needed",
+    "from_per_cuda_extensions",
+    "from_requirements",
+    "mismatch",
+]
+
 #: The finding an audit reports for such a package, and the words a lock refuses with.
 FINDING_CODE = "cuda-build-mismatch"
 #: NVIDIA's CUDA wheels carry the major in their name (nvidia-cublas-cu12).
@@ -50,6 +63,9 @@ class BuiltFor:
     torch: str | None
     #: Where that was read, in words ("xformers/cpp_lib.json").
     evidence: str
+    #: A wheel with one build per CUDA, loading the one of torch's CUDA at run time
+    #: (bitsandbytes' libbitsandbytes_cuda118.so … _cuda128.so): their CUDA versions.
+    choices: tuple[str, ...] = ()
 
     @property
     def cuda_major(self) -> int:
@@ -66,6 +82,7 @@ class BuiltFor:
             "cuda": self.cuda,
             "torch": self.torch,
             "evidence": self.evidence,
+            "choices": list(self.choices),
         }
 
 
@@ -107,6 +124,34 @@ def from_needed(
                 evidence=f"{path} needs {soname}",
             )
     return None
+
+
+#: An extension built for one CUDA of several a wheel ships: libbitsandbytes_cuda121.so.
+_PER_CUDA_RE = re.compile(r"cuda(\d{2,3})\.so$")
+
+
+def from_per_cuda_extensions(package: str, version: str, paths: Sequence[str]) -> BuiltFor | None:
+    """A wheel that ships its extension once per CUDA version (``…_cuda117.so`` to
+    ``…_cuda128.so``) and loads the one of torch's CUDA: the versions it has (None: fewer
+    than two such extensions)."""
+    found: dict[tuple[int, int], str] = {}
+    for path in paths:
+        match = _PER_CUDA_RE.search(path.rsplit("/", 1)[-1])
+        cuda = cuda_from_variant(f"cu{match.group(1)}") if match else None
+        if cuda is not None:
+            found[cuda] = path
+    if len(found) < 2:
+        return None
+    versions = tuple(format_cuda(cuda) for cuda in sorted(found))
+    first, last = min(found), max(found)
+    return BuiltFor(
+        package=str(canonicalize_name(package)),
+        version=version,
+        cuda=format_cuda(last),
+        torch=None,
+        evidence=f"{found[first]} … {found[last]}: one build per CUDA version",
+        choices=versions,
+    )
 
 
 def from_requirements(package: str, version: str, requires_dist: Sequence[str]) -> BuiltFor | None:
@@ -193,6 +238,13 @@ def mismatch(
     driver allows (under ``compat``) fails at its first kernel. A newer minor of torch's own
     major is what PyPI's builds are (xformers 0.0.31: CUDA 12.8 against torch 2.7.1+cu126).
     """
+    if built.choices:
+        if torch_cuda is None or format_cuda(torch_cuda) in built.choices:
+            return None
+        return (
+            f"{built.package} {built.version} ships builds for CUDA "
+            f"{', '.join(built.choices)} only; this torch is {torch_version}"
+        )
     head = f"{built.package} {built.version} is built for CUDA {built.cuda}"
     if built.torch:
         head += f" against torch {built.torch}"

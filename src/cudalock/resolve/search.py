@@ -652,7 +652,7 @@ class _Search:
                     )
                     return None
                 pins.append((name, paired, True))
-            else:  # deepspeed
+            elif name == "deepspeed":
                 deepspeed = self._deepspeed(version, release, python, requirement)
                 if deepspeed is None:
                     return None
@@ -1109,6 +1109,16 @@ def _explain(
             )
     if fleet.size > 1:
         lines.append(f"One plan for {fleet.size} targets: it runs on every one of them.")
+    others = [
+        str(c)
+        for c in search.companions
+        if c.name not in ("torchvision", "torchaudio", "deepspeed")
+    ]
+    if others:
+        lines.append(
+            f"Asked for with --with: {', '.join(others)}, from the variant index's own builds "
+            "(checked against its project list and locked with the closure)."
+        )
     names = [n for n, _v, _i in choice.companions.pins]
     if names:
         lines.append(

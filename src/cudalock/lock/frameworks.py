@@ -1,0 +1,452 @@
+"""Frameworks take part in choosing torch: the releases of a framework and what each requires.
+
+A framework that pins torch (vllm 0.6.6.post1: ``torch==2.5.1``; xformers; axolotl) decides
+which torch the plan can have. :func:`fit_frameworks` reads, newest first, the releases of each
+``--framework`` the request allows, and keeps the newest whose torch requirement leaves a torch
+build that fits the target (the pure resolver says which); the request's torch is narrowed to
+that requirement, so the plan is the newest torch build the target runs *and* the frameworks
+accept. When no release fits, the error names what the asked release pins, why that torch
+cannot run on this target, the newest release that does fit, and the driver the asked one needs.
+
+Checks from elsewhere (the CUDA a wheel was built for) hook in as :data:`ReleaseCheck`: one that
+rejects a release makes the search go on to the next older one.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+from packaging.requirements import Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable
+from cudalock.lock.metadata import (
+    Metadata,
+    cached_wheel_metadata,
+    describe,
+    family_requirements,
+    marker_environment,
+    torch_extras,
+)
+from cudalock.lock.variant import Reader
+from cudalock.matrix import Matrix
+from cudalock.model import Plan, Rejection, Target
+from cudalock.request import Request, parse_torch_spec
+from cudalock.resolve import resolve
+from cudalock.resolve.cudabuilt import from_label, from_matrix, mismatch
+
+#: Framework releases whose metadata is read at once.
+BATCH = 8
+
+#: A further check of a framework release against a plan: the reason it cannot be used, or
+#: None. (The CUDA its wheels were built for, say.)
+ReleaseCheck = Callable[[str, str, Plan], str | None]
+
+
+def cuda_build_check(matrix: Matrix) -> ReleaseCheck:
+    """A framework release built for a CUDA the plan's torch or driver cannot run (vllm
+    0.10.1.1, a CUDA 12.8 build, beside torch 2.7.1+cu118) is passed over, from the matrix's
+    sourced facts about PyPI's CUDA-built wheels (``cuda_builds.toml``) or the build's label;
+    the closure's own check reads the locked wheels for the rest."""
+
+    def check(name: str, version: str, plan: Plan) -> str | None:
+        built = from_label(name, version) or from_matrix(matrix, name, version)
+        if built is None:
+            return None
+        return mismatch(
+            built,
+            torch_version=plan.torch_pin.version,
+            torch_cuda=plan.cuda,
+            matrix=matrix,
+            targets=plan.targets,
+            compat=plan.compat,
+        )
+
+    return check
+
+
+@dataclass(frozen=True)
+class Release:
+    """One version of a project on an index, with the wheel whose metadata stands for it."""
+
+    name: str
+    version: Version
+    wheel_url: str
+    sha256: str | None
+    has_core_metadata: bool
+    requires_python: str | None
+
+
+def _wheel_rank(filename: str) -> int:
+    if filename.endswith("-none-any.whl"):
+        return 0
+    if "manylinux" in filename and "x86_64" in filename:
+        return 1
+    return 2
+
+
+def project_releases(index: str, name: str, reader: Reader) -> list[Release]:
+    """The releases of ``name`` on the simple index ``index`` that have a wheel, newest first
+    (yanked ones left out)."""
+    url = f"{index.rstrip('/')}/{canonicalize_name(name)}/"
+    ctype, body = reader.page(url)
+    if "json" not in ctype and not body.lstrip().startswith(b"{"):
+        return []  # a PEP 503-only index: uv still resolves; no metadata is read ahead
+    document = json.loads(body)
+    best: dict[Version, tuple[int, Release]] = {}
+    for entry in document.get("files", []):
+        if not isinstance(entry, dict) or entry.get("yanked"):
+            continue
+        filename = str(entry.get("filename", ""))
+        if not filename.endswith(".whl"):
+            continue
+        try:
+            version = parse_wheel_filename(filename)[1]
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+        hashes = entry.get("hashes") or {}
+        release = Release(
+            name=name,
+            version=version,
+            wheel_url=urllib.parse.urljoin(url, str(entry.get("url", ""))),
+            sha256=str(hashes.get("sha256")) if hashes.get("sha256") else None,
+            has_core_metadata=bool(entry.get("core-metadata") or entry.get("dist-info-metadata")),
+            requires_python=entry.get("requires-python"),
+        )
+        rank = _wheel_rank(filename)
+        if version not in best or rank < best[version][0]:
+            best[version] = (rank, release)
+    return [best[v][1] for v in sorted(best, reverse=True)]
+
+
+def release_metadata(release: Release, reader: Reader) -> Metadata | None:
+    return cached_wheel_metadata(
+        release.wheel_url,
+        release.sha256,
+        indexes=reader.indexes,
+        timeout_s=reader.timeout_s,
+        retries=reader.retries,
+    )
+
+
+def _python_ok(release: Release, python: str) -> bool:
+    if not release.requires_python:
+        return True
+    try:
+        return SpecifierSet(release.requires_python).contains(python.rstrip("t") + ".0")
+    except InvalidSpecifier:
+        return True
+
+
+def matching(
+    releases: Sequence[Release], requirement: Requirement, python: str | None
+) -> list[Release]:
+    """The releases ``requirement`` allows (prereleases only when it names one) on ``python``."""
+    return [
+        r
+        for r in releases
+        if requirement.specifier.contains(r.version) and (python is None or _python_ok(r, python))
+    ]
+
+
+def torch_requirements(metadata: Metadata, python: str, platform: str) -> list[Requirement]:
+    """A release's requirements on torch, those of its torch extras included."""
+    environment = marker_environment(python, platform)
+    extras = torch_extras(metadata, environment)
+    return [
+        found
+        for found in family_requirements(metadata, environment, extras)
+        if canonicalize_name(found.name) == "torch"
+    ]
+
+
+def torch_specifier(metadata: Metadata, python: str, platform: str) -> SpecifierSet:
+    """What a release requires of torch, its torch extras included (empty: anything)."""
+    spec = SpecifierSet()
+    for found in torch_requirements(metadata, python, platform):
+        spec &= found.specifier
+    return spec
+
+
+@dataclass(frozen=True)
+class FrameworkFit:
+    """What :func:`fit_frameworks` found for one framework."""
+
+    text: str
+    name: str
+    version: str | None
+    torch: str
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class FrameworkChoice:
+    """The request narrowed to what the frameworks accept, and the frameworks' releases."""
+
+    request: Request
+    fits: list[FrameworkFit] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _plan_or_none(matrix: Matrix, targets: Sequence[Target], request: Request) -> Plan | None:
+    try:
+        return resolve(matrix, targets, request)
+    except Unsatisfiable:
+        return None
+
+
+def _narrowed(request: Request, spec: SpecifierSet) -> Request:
+    if not str(spec):
+        return request
+    given = request.torch.specifier
+    return replace(
+        request, torch=parse_torch_spec(str(given & spec if given is not None else spec))
+    )
+
+
+def fit_frameworks(
+    matrix: Matrix,
+    targets: Sequence[Target],
+    request: Request,
+    reader: Reader,
+    *,
+    default_index: str,
+    checks: Sequence[ReleaseCheck] = (),
+) -> FrameworkChoice:
+    """``request`` with its torch narrowed so every requirement framework has a release that
+    accepts it, newest releases first. :class:`Unsatisfiable` when a framework has none."""
+    choice = FrameworkChoice(request=request)
+    for framework in request.frameworks:
+        requirement = framework.requirement
+        if requirement is None or requirement.url:
+            continue
+        text = framework.text
+        releases = project_releases(default_index, requirement.name, reader)
+        if not releases:
+            continue
+        current = choice.request
+        fit = _first_fit(matrix, targets, current, reader, requirement, releases, checks)
+        if fit is None and checks:
+            # Every release the torch allows fails a check (the CUDA it was built for): the
+            # closure's own check reads the locked wheels and refuses with their evidence.
+            fit = _first_fit(matrix, targets, current, reader, requirement, releases, ())
+        if fit is None:
+            raise _no_release(matrix, targets, current, reader, requirement, releases, checks)
+        release, spec, plan, rejected = fit
+        choice.request = _narrowed(current, spec)
+        torch = f"{plan.torch_version}+{plan.variant}"
+        choice.fits.append(
+            FrameworkFit(text, requirement.name, str(release.version), torch, tuple(rejected))
+        )
+        if rejected:
+            choice.notes.append(
+                f"{requirement.name} {release.version} is the newest release {text!r} allows "
+                f"that accepts a torch this target runs ({torch}); newer ones: "
+                + "; ".join(rejected[:3])
+                + (f"; and {len(rejected) - 3} more" if len(rejected) > 3 else "")
+            )
+    return choice
+
+
+def _first_fit(
+    matrix: Matrix,
+    targets: Sequence[Target],
+    request: Request,
+    reader: Reader,
+    requirement: Requirement,
+    releases: Sequence[Release],
+    checks: Sequence[ReleaseCheck],
+) -> tuple[Release, SpecifierSet, Plan, list[str]] | None:
+    plans: dict[str, Plan | None] = {}
+    candidates = matching(releases, requirement, request.python)
+    rejected: list[str] = []
+    with ThreadPoolExecutor(max_workers=BATCH) as pool:
+        for start in range(0, len(candidates), BATCH):
+            batch = candidates[start : start + BATCH]
+            metadata = list(pool.map(lambda r: release_metadata(r, reader), batch))
+            for release, meta in zip(batch, metadata, strict=True):
+                if meta is None:
+                    rejected.append(f"{release.version}: its metadata could not be read")
+                    continue
+                plain = plans.get("") if "" in plans else None
+                if "" not in plans:
+                    plain = plans[""] = _plan_or_none(matrix, targets, request)
+                python = request.python or (plain.python if plain else "3.12")
+                platform = plain.platform if plain else "linux-x86_64"
+                spec = torch_specifier(meta, python, platform)
+                key = str(spec)
+                if key not in plans:
+                    plans[key] = _plan_or_none(matrix, targets, _narrowed(request, spec))
+                plan = plans[key]
+                if plan is None:
+                    rejected.append(
+                        f"{release.version} requires torch{spec}, which has no build this "
+                        "target runs"
+                    )
+                    continue
+                reason = next(
+                    (
+                        why
+                        for check in checks
+                        if (why := check(requirement.name, str(release.version), plan))
+                    ),
+                    None,
+                )
+                if reason is not None:
+                    rejected.append(f"{release.version}: {reason}")
+                    continue
+                return release, spec, plan, rejected
+    return None
+
+
+def _no_release(
+    matrix: Matrix,
+    targets: Sequence[Target],
+    request: Request,
+    reader: Reader,
+    requirement: Requirement,
+    releases: Sequence[Release],
+    checks: Sequence[ReleaseCheck],
+) -> CudalockError:
+    """Why no release ``requirement`` allows fits: what the newest one requires of torch, why
+    no such torch runs here (or conflicts with --torch), the newest release that does fit,
+    and the torch or driver the asked one would need."""
+    name = requirement.name
+    asked = matching(releases, requirement, request.python)
+    plain = _plan_or_none(matrix, targets, request)
+    python = request.python or (plain.python if plain else "3.12")
+    platform = plain.platform if plain else "linux-x86_64"
+    parts: list[str] = []
+    hints: list[str] = []
+    subject = str(requirement)
+    if plain is not None:
+        subject += f" does not fit torch {plain.torch_version}+{plain.variant}"
+    if not asked:
+        parts.append(f"{subject}: no release of {name} matches it for Python {python}")
+    else:
+        newest = asked[0]
+        meta = release_metadata(newest, reader)
+        if meta is None:
+            parts.append(f"{subject}: the metadata of {name} {newest.version} could not be read")
+        else:
+            spec = torch_specifier(meta, python, platform)
+            needs = ", ".join(describe(r) for r in torch_requirements(meta, python, platform))
+            parts.append(f"{subject}: {name} {newest.version} requires {needs or 'any torch'}")
+            # Without the --torch given: does that torch run on this target at all?
+            alone = replace(request, torch=parse_torch_spec(str(spec)))
+            try:
+                found = resolve(matrix, targets, alone)
+            except Unsatisfiable as err:
+                parts.append(f"no such torch runs here: {err.message}")
+                driver = _driver_needed(err)
+                if driver:
+                    hints.append(f"{name} {newest.version} needs driver ≥ {driver}")
+            else:
+                hints.append(
+                    f"a torch {name} {newest.version} accepts: --torch '{spec}' "
+                    f"(torch {found.torch_version}+{found.variant})"
+                )
+    fit = _first_fit(matrix, targets, request, reader, Requirement(name), releases, checks)
+    if fit is not None:
+        release, _spec, plan, _rejected = fit
+        torch = f"{plan.torch_version}+{plan.variant}"
+        if plain is not None and (plain.torch_version, plain.variant) == (
+            plan.torch_version,
+            plan.variant,
+        ):
+            parts.append(f"the newest {name} that accepts torch {torch} is {release.version}")
+        else:
+            parts.append(
+                f"the newest {name} that fits this target is {release.version} (with torch {torch})"
+            )
+        hints.insert(0, f"--framework '{name}=={release.version}'")
+    else:
+        parts.append(f"no release of {name} fits this target and request")
+        if not hints:
+            hints.append(f"drop --framework {name}")
+    return Unsatisfiable("; ".join(parts), hint=", or ".join(hints))
+
+
+def _driver_needed(err: Unsatisfiable) -> str | None:
+    for rejection in err.rejected:
+        if not isinstance(rejection, Rejection):
+            continue
+        for fix in rejection.fixes:
+            for change in fix.changes:
+                if change.kind == "driver":
+                    return str(change.value)
+    return None
+
+
+__all__ = [
+    "FrameworkChoice",
+    "FrameworkFit",
+    "Release",
+    "ReleaseCheck",
+    "cuda_build_check",
+    "fit_frameworks",
+    "matching",
+    "plan_with_frameworks",
+    "project_releases",
+    "release_metadata",
+    "torch_specifier",
+]
+
+
+def plan_with_frameworks(
+    matrix: Matrix,
+    targets: Sequence[Target],
+    request: Request,
+    *,
+    default_index: str,
+    timeout_s: float = 60,
+    retries: int = 3,
+    offline: bool = False,
+    use_cache: bool = True,
+    checks: Sequence[ReleaseCheck] | None = None,
+) -> tuple[Plan, FrameworkChoice]:
+    """The plan for ``request`` with torch chosen together with its frameworks
+    (:func:`fit_frameworks`), the frameworks' releases said in its explanation. ``checks``
+    (default: :func:`cuda_build_check`) pass over releases that cannot run beside a plan."""
+    if checks is None:
+        checks = (cuda_build_check(matrix),)
+    if not any(f.requirement is not None for f in request.frameworks):
+        return resolve(matrix, targets, request), FrameworkChoice(request=request)
+    reader = Reader(
+        indexes=(default_index, request.pytorch_index),
+        timeout_s=timeout_s,
+        retries=retries,
+        offline=offline,
+        use_cache=use_cache,
+    )
+    try:
+        choice = fit_frameworks(
+            matrix, targets, request, reader, default_index=default_index, checks=checks
+        )
+    except (EnvironmentFailure, FileNotFoundError, ValueError) as err:
+        reason = err.message if isinstance(err, CudalockError) else type(err).__name__
+        plan = resolve(matrix, targets, request)
+        note = (
+            f"The frameworks' releases could not be read ({reason}): torch was chosen without "
+            "them, and the closure is fitted to it."
+        )
+        return replace(plan, explanation=(*plan.explanation, note)), FrameworkChoice(request)
+    plan = resolve(matrix, targets, choice.request)
+    lines = [
+        f"Frameworks: {fit.name} {fit.version} goes with torch {fit.torch} (the newest release "
+        f"{fit.text!r} allows whose torch requirement a build for this target meets)."
+        for fit in choice.fits
+    ]
+    lines += [f"{note}." for note in choice.notes]
+    return replace(plan, explanation=(*plan.explanation, *lines)), choice

@@ -1,0 +1,86 @@
+"""uv's failures in cudalock's terms: a build the index does not serve (exit 3, not a network
+fault to retry), no solution (exit 1), anything else (exit 3), from uv's stderr.
+"""
+
+from __future__ import annotations
+
+import re
+
+from cudalock.errors import EnvironmentFailure, Unsatisfiable
+from cudalock.lock.uvinput import INPUT_PROJECT, LockInput
+from cudalock.urls import redact
+
+__all__ = ["NotOnIndex", "classify_uv_failure", "missing_from_index"]
+
+
+class NotOnIndex(EnvironmentFailure):
+    """The index does not serve the build the plan chose (an incomplete mirror, say): exit 3,
+    but not a network failure that trying again later would mend."""
+
+
+def missing_from_index(stderr: str, inp: LockInput) -> NotOnIndex | None:
+    """The routed pin uv found no file for ("torch was not found in the package registry"):
+    the index does not serve the build the plan chose, which no framework can change."""
+    for route in inp.routes:
+        for name in route.packages:
+            pattern = (
+                rf"(?:\b{re.escape(name)} was not found in the package registry"
+                rf"|there is no version of {re.escape(name)}==)"
+            )
+            if re.search(pattern, stderr):
+                version = next(
+                    (r.split("==", 1)[1] for r in inp.requirements if r.startswith(f"{name}==")),
+                    "?",
+                )
+                return NotOnIndex(
+                    f"{redact(route.url)} serves no {name}=={version} for Python {inp.python} "
+                    f"on {inp.platform}",
+                    hint="check --pytorch-index (a mirror must carry this build), or choose "
+                    "another build with --torch or --cuda",
+                )
+    return None
+
+
+def classify_uv_failure(stderr: str) -> Exception:
+    """Turn uv's failure into cudalock's: no solution → exit 1, anything else → exit 3."""
+    text = stderr.replace(f"{INPUT_PROJECT} depends on", "the request needs")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("warning:")]
+    missing = re.search(r"Because (\S+) was not found in the cache", text)
+    if missing or "the network was disabled" in text:
+        what = missing.group(1) if missing else "what the closure needs"
+        return EnvironmentFailure(
+            f"offline, and uv's cache does not hold {what}",
+            hint="run it again where the indexes can be reached (without --offline)",
+        )
+    causes = [
+        line.removeprefix("cause:").strip()
+        for line in lines
+        if line.startswith(("cause:", "╰─▶", "Caused by:"))
+    ]
+    if "no solution found" in text.lower() or "unsatisfiable" in text.lower():
+        explanation = " ".join(c.removeprefix("╰─▶").strip() for c in causes) or lines[-1]
+        return Unsatisfiable(
+            "uv found no set of versions that fits the plan: " + explanation,
+            hint="relax the framework or --with requirements, or pin another torch with --torch",
+        )
+    build = re.search(r"Failed to build `?([^`\s:]+)", text)
+    if build:
+        return EnvironmentFailure(
+            f"uv had to build {build.group(1)} from source to read its dependencies, and the "
+            "build failed",
+            hint="packages without wheels (DeepSpeed is an sdist) run their setup code while "
+            "locking; see uv's output above, or lock without that package (--with)",
+        )
+    first = next(
+        (line for line in lines if line.startswith("error:")),
+        lines[0] if lines else "uv failed without a message",
+    )
+    detail = first.removeprefix("error:").strip()
+    if causes and causes[-1] not in detail:
+        detail += f" ({causes[-1].removeprefix('Caused by:').strip()})"
+    return EnvironmentFailure(
+        f"resolving the closure failed: {detail}",
+        hint="check the network and the index URLs (--pytorch-index, --pypi-index); uv retried "
+        "each request --retries times, waiting --timeout seconds",
+    )
