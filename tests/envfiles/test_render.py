@@ -184,9 +184,7 @@ def _closure_of(packages: list[dict[str, object]]) -> Closure:
         python_platform="x86_64-manylinux_2_28",
     )
     family = (PackagePin("torch", "2.1.0+cu121", index_url=f"{PT}/cu121"),)
-    return Closure(
-        input=inp, uv_text="", uv_data=data, uv_version="0.9", family=family, frameworks=()
-    )
+    return Closure(input=inp, uv_data=data, uv_version="0.9", family=family, frameworks=())
 
 
 def test_conda_lock_form_routes_only_the_pytorch_index_packages_to_it(tmp_path: Path) -> None:

@@ -198,8 +198,9 @@ def run_bootstrap(
     the user, ``live`` (given on a terminal) keeps a status line of a long install step up to
     date."""
 
-    def echo(line: str) -> None:
-        show(redact(line))  # the plan's explanation names index URLs, credentials and all
+    # ``show`` is the command line's output, which hides URL credentials (the plan's
+    # explanation names index URLs, credentials and all).
+    echo = show
 
     out_dir = options.output_dir
     if out_dir.exists() and not out_dir.is_dir():
@@ -257,7 +258,7 @@ def run_bootstrap(
 
     torch = plan.torch_pin
     echo(
-        f"plan: torch {torch.version} from {redact(plan.index_url or 'the default index')}, "
+        f"plan: torch {torch.version} from {plan.index_url or 'the default index'}, "
         f"Python {plan.python}"
     )
     for line in plan.explanation:

@@ -138,8 +138,7 @@ class Closure:
     """The resolved closure: uv's lock, what was fitted, and why."""
 
     input: LockInput
-    uv_text: str
-    #: ``uv_text`` as read.
+    #: uv's pylock.toml as read (its validated form is :attr:`lock`).
     uv_data: dict[str, Any]
     uv_version: str
     #: Every torch-family package in the closure, routed to the plan's index (torch first).
@@ -835,7 +834,6 @@ def resolve_closure(
             )
         return Closure(
             input=inp,
-            uv_text=text,
             uv_data=lock,
             uv_version=uv.version,
             family=family,
