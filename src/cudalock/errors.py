@@ -6,6 +6,19 @@ failed (network, permissions, disk). The CLI turns these into one-line messages,
 
 from __future__ import annotations
 
+__all__ = [
+    "EXIT_ENVIRONMENT",
+    "EXIT_OK",
+    "EXIT_PROBLEMS",
+    "EXIT_USAGE",
+    "CudalockError",
+    "EnvironmentFailure",
+    "InputError",
+    "Terminated",
+    "Unsatisfiable",
+    "UsageError",
+]
+
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2

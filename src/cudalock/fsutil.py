@@ -30,6 +30,29 @@ from typing import BinaryIO, TextIO
 from cudalock.errors import CudalockError, EnvironmentFailure, InputError, UsageError
 from cudalock.urls import holds_credentials
 
+__all__ = [
+    "LOCK_FILE",
+    "PIPE_READ_SECONDS",
+    "SECRET_MODE",
+    "append_log",
+    "credentials_note",
+    "cudalock_cache_dir",
+    "current_umask",
+    "file_mode",
+    "name_too_long",
+    "open_regular",
+    "output_lock",
+    "read_bounded",
+    "read_head",
+    "read_stream",
+    "read_tail",
+    "refuse_existing",
+    "start_log",
+    "write_atomic",
+    "write_group",
+    "write_outputs",
+]
+
 
 def read_bounded(path: Path, *, limit: int, what: str) -> bytes:
     """The bytes of the regular file ``path``; :class:`InputError` (exit 2) when it is missing,

@@ -17,6 +17,14 @@ import re
 import struct
 from collections.abc import Callable
 
+__all__ = [
+    "ELF_MAGIC",
+    "NotElf",
+    "cuda_majors",
+    "needed_libraries",
+    "needed_of_file",
+]
+
 ELF_MAGIC = b"\x7fELF"
 _PT_LOAD = 1
 _PT_DYNAMIC = 2

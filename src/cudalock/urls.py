@@ -16,6 +16,16 @@ from typing import Any
 
 from cudalock.errors import UsageError
 
+__all__ = [
+    "holds_credentials",
+    "is_loopback_host",
+    "redact",
+    "redact_json",
+    "strip_credentials",
+    "strip_credentials_in",
+    "validate_index_url",
+]
+
 #: A URL in free text: a scheme, then everything up to whitespace (a password may hold any
 #: other character, so nothing else may end it early). The scheme's length is bounded:
 #: unbounded, every letter of a long run of letters (a line of uv's or pip's output) would start

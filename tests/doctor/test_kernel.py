@@ -29,7 +29,7 @@ def test_host_oom_pairs_summary_and_kill_line() -> None:
     assert kill.task_memcg == "/user.slice/user-1000.slice/session-4.scope"
     assert kill.lines[0].endswith("task=python,pid=48213,uid=1000")
     assert "Out of memory: Killed process 48213 (python)" in kill.lines[1]
-    assert "63.5 GiB resident" in kill.describe()  # 66,604,936 kB / 2**20
+    assert "63.52GiB resident" in kill.describe()  # 66,604,936 kB / 2**20
     assert len(events.invocations) == 1
 
 

@@ -144,7 +144,7 @@ def test_a_run_hours_before_a_kill_of_the_same_pid_is_not_that_kill() -> None:
     other = finding(report.findings, "other-oom-kills")
     (why,) = other.evidence
     assert why.startswith(
-        "PID 48213 (python), 63.5 GiB resident [2026-11-29 14:02:11 on gpu-node-03"
+        "PID 48213 (python), 63.52GiB resident [2026-11-29 14:02:11 on gpu-node-03"
     )
     assert "after the run ended (2026-11-29 10:17:15)" in why
     not_oom = finding(report.findings, "sigkill-not-oom")

@@ -311,7 +311,8 @@ def test_index_credentials_make_the_files_that_hold_them_owner_only(
     assert done.returncode == 0, done.stderr
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
     assert modes == {
-        "environment.yml": 0o600,
+        # environment.yml installs requirements.lock.txt, which names the indexes without them.
+        "environment.yml": 0o664,
         "environment.conda-lock.yml": 0o600,
         "install.sh": 0o700,
         "constraints.txt": 0o664,
@@ -321,7 +322,7 @@ def test_index_credentials_make_the_files_that_hold_them_owner_only(
     # uv read the private indexes with the credentials; the lock names them without.
     assert any(status == 200 for _method, _path, status in private_index.requests)
     assert f"--index-url {private_index.pypi_url}\n" in (out / "requirements.lock.txt").read_text()
-    for name in ["cudalock.toml", *LOCK_FILES]:
+    for name in ["cudalock.toml", "environment.yml", *LOCK_FILES]:
         assert TOKEN not in (out / name).read_text()
     assert TOKEN not in done.stdout + done.stderr
     assert os.access(out / "install.sh", os.X_OK)

@@ -212,3 +212,22 @@ def test_a_framework_pin_that_conflicts_with_torch_names_the_newest_release_that
     assert "vllm 0.10.1.1 requires torch==2.7.1" in done.stderr
     assert "the newest vllm that accepts torch 2.5.1+cu121 is 0.6.6.post1" in done.stderr
     assert "hint: --framework 'vllm==0.6.6.post1'" in done.stderr
+
+
+def test_a_variant_index_whose_project_list_cannot_be_read_is_said_not_dropped(
+    kernels: IndexServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    pytorch, _pypi = kernels
+    out = tmp_path / "no-list"
+    out.mkdir()
+    kernels.fail("/whl/cu121/", status=404)
+    try:
+        done = run(kernels, env, "lock", "--torch", "2.5.1", "--with", "xformers", out=out)
+    finally:
+        kernels.clear_faults()
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"--with xformers: {pytorch}/cu121 serves no xformers build for this plan "
+        "(its project list could not be read (404))"
+    ) in done.stderr
+    assert "Traceback" not in done.stderr

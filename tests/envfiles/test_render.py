@@ -15,11 +15,13 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cudalock.defaults import OutputFormat
 from cudalock.envfiles.render import (
     RenderOptions,
     build_script,
     check_env_name,
     install_steps,
+    output_files,
     render_files,
     torch_family,
     yaml_scalar,
@@ -182,9 +184,7 @@ def _closure_of(packages: list[dict[str, object]]) -> Closure:
         python_platform="x86_64-manylinux_2_28",
     )
     family = (PackagePin("torch", "2.1.0+cu121", index_url=f"{PT}/cu121"),)
-    return Closure(
-        input=inp, uv_text="", uv_data=data, uv_version="0.9", family=family, frameworks=()
-    )
+    return Closure(input=inp, uv_data=data, uv_version="0.9", family=family, frameworks=())
 
 
 def test_conda_lock_form_routes_only_the_pytorch_index_packages_to_it(tmp_path: Path) -> None:
@@ -739,3 +739,9 @@ def test_install_sh_installs_without_the_callers_uv_and_pip_sources(tmp_path: Pa
     recorded = seen.read_text()
     assert "PYTHON" not in sources and "PATH=" in recorded
     assert [name for name in sources if f"{name}=" in recorded] == []
+
+
+@pytest.mark.parametrize("output_format", ["conda", "venv", "uv", "pixi"])
+def test_output_files_names_what_render_files_writes(output_format: OutputFormat) -> None:
+    options = RenderOptions(name="ft", output_format=output_format)
+    assert output_files(output_format) == tuple(render_files(make_plan(), options))

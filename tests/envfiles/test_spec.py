@@ -20,6 +20,7 @@ from cudalock.envfiles.spec import (
 )
 from cudalock.errors import InputError
 from cudalock.machine import TargetOptions
+from cudalock.matrix import load_matrix
 from cudalock.model import Gpu, Target
 from cudalock.request import RequestOptions, make_request
 from cudalock.versions import DriverVersion
@@ -163,7 +164,7 @@ def test_target_summary_of_a_fleet_takes_the_lowest_driver_and_every_arch() -> N
         driver_cuda=(12, 2),
         gpus=(Gpu("A10", (8, 6)), Gpu("A100", (8, 0))),
     )
-    summary = TargetSummary.of([a, b])
+    summary = TargetSummary.of([a, b], load_matrix())
     assert summary == TargetSummary(
         driver_version="535.104.05",
         driver_cuda="12.2",
@@ -173,8 +174,22 @@ def test_target_summary_of_a_fleet_takes_the_lowest_driver_and_every_arch() -> N
     )
 
 
+def test_target_summary_keeps_one_nodes_driver_and_cuda_together() -> None:
+    # node-a's driver is the older, but --driver-cuda says it runs CUDA 12.4; node-b's newer
+    # driver is limited to 12.2. The plan is made for node-b; the summary records node-b.
+    a = Target(
+        platform="linux-x86_64", driver_version=DriverVersion("535.104.05"), driver_cuda=(12, 4)
+    )
+    b = Target(
+        platform="linux-x86_64", driver_version=DriverVersion("550.54.14"), driver_cuda=(12, 2)
+    )
+    summary = TargetSummary.of([a, b], load_matrix())
+    assert summary is not None
+    assert (summary.driver_version, summary.driver_cuda) == ("550.54.14", "12.2")
+
+
 def test_cpu_target_is_recorded_as_gpu_false() -> None:
-    summary = TargetSummary.of([Target(platform="linux-x86_64")])
+    summary = TargetSummary.of([Target(platform="linux-x86_64")], load_matrix())
     assert summary is not None and summary.gpu is False
     text = update_spec_text(None, Spec(target=summary))
     assert "gpu = false" in text

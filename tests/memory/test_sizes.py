@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cudalock.errors import InputError
-from cudalock.memory.sizes import format_gib, kubernetes_quantity, parse_bytes, parse_param_count
+from cudalock.memory.sizes import kubernetes_quantity, parse_bytes, parse_param_count
+from cudalock.units import format_gib
 
 
 @pytest.mark.parametrize(

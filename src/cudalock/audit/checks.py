@@ -332,7 +332,10 @@ def _replacement(
                 attempts.append({"torch": None, "cuda": f"{driver_cuda[0]}.{minor}"})
     attempts.append({"torch": None, "cuda": None})
     kept_hint: str | None = None
-    last_error = ""
+    #: Why nothing resolved (the last attempt is the least constrained), and why a plan that
+    #: resolved was refused when checked: the reason a person is told.
+    resolve_error = ""
+    refused = ""
     seen: list[tuple[str, str]] = []
     for attempt in attempts:
         try:
@@ -345,7 +348,7 @@ def _replacement(
             )
             plan = resolve(context.matrix, [context.target], request)
         except CudalockError as err:
-            last_error = last_error or err.message
+            resolve_error = err.message
             if attempt["torch"] and torch is not None and isinstance(err, Unsatisfiable):
                 kept_hint = kept_hint or _keeping(context, err, request, torch.public or "")
             continue
@@ -355,10 +358,10 @@ def _replacement(
         applied, extra = apply_plan(context, plan)
         problem = _check_replacement(context, plan, applied, context.target, compat)
         if problem:
-            last_error = last_error or problem
+            refused = refused or problem
             continue
         return _Replacement(plan, install_commands(plan, context.pip) + extra, kept_hint)
-    return _Replacement(None, (), kept_hint or last_error or None)
+    return _Replacement(None, (), kept_hint or refused or resolve_error or None)
 
 
 def _toolkit_cuda(context: _Context) -> str | None:
@@ -1705,7 +1708,15 @@ def _nccl_finding(context: _Context, evidence: list[str], what: str) -> Finding:
         "nvidia-nccl package (of another CUDA) or a system NCCL on LD_LIBRARY_PATH is found first",
         evidence + [f"{d.name} {d.version}" for d in ncc],
         _leftover_commands(context)
-        or ["unset LD_LIBRARY_PATH   # or remove the directory with the older libnccl from it"],
+        or (
+            [
+                f"# {len(ncc)} nvidia-nccl packages: uninstall the one whose CUDA major is not "
+                "torch's (python -c 'import torch; print(torch.version.cuda)')"
+            ]
+            if len(ncc) > 1
+            else []
+        )
+        + ["unset LD_LIBRARY_PATH   # or remove the directory with the older libnccl from it"],
     )
 
 

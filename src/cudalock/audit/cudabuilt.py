@@ -25,6 +25,11 @@ from cudalock.resolve.cudabuilt import (
 )
 from cudalock.versions import parse_cuda_version
 
+__all__ = [
+    "built_for",
+    "check_cuda_builds",
+]
+
 
 def built_for(dist: Distribution, files: ExtensionBuild | None, matrix: Matrix) -> BuiltFor | None:
     """What ``dist`` was built for, from the most direct evidence there is."""

@@ -19,6 +19,11 @@ from cudalock.errors import InputError
 from cudalock.model import Finding
 from cudalock.procs import ChildOutputTooLarge, ChildTimedOut, run, signal_name
 
+__all__ = [
+    "DeepResult",
+    "deep_inspect",
+]
+
 #: The child prints a few lines; torch's warnings add a few more.
 _LIMIT = 16 * 2**20
 

@@ -18,6 +18,11 @@ import shutil
 import subprocess
 import sys
 
+__all__ = [
+    "SCRIPT_VERSION",
+    "main",
+]
+
 SCRIPT_VERSION = 1
 
 # Packages whose files we read directly (beyond their dist-info metadata).

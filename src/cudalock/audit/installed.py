@@ -10,6 +10,20 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "DeepSpeedBuild",
+    "Distribution",
+    "ExtensionBuild",
+    "Installed",
+    "Nvcc",
+    "ReportedMessage",
+    "SharedLibrary",
+    "TorchInstall",
+    "canonical_name",
+    "local_label",
+    "public_version",
+]
+
 
 def canonical_name(name: str) -> str:
     """PEP 503 normalisation: ``Torch_Vision`` → ``torch-vision``."""

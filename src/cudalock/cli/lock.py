@@ -223,7 +223,7 @@ def _remembered(inputs: Inputs, out: Path) -> dict[Path, str]:
     read = inputs.spec
     spec = Spec(
         request=RequestOptions.of(inputs.request),
-        target=TargetSummary.of(inputs.targets),
+        target=TargetSummary.of(inputs.targets, inputs.matrix),
         output=read.spec.output if read is not None and read.spec is not None else OutputSpec(),
     )
     path = out / SPEC_FILE

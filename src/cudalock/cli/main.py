@@ -243,13 +243,11 @@ def build_parser(commands: Iterable[str], *, with_flags: bool) -> Parser:
 
 
 def report_error(err: CudalockError) -> None:
-    """One line (plus an optional hint) on stderr, no traceback, URL credentials hidden."""
-    from cudalock.urls import redact
-
-    # Messages quote flags and URLs as given; one last redaction here covers every command.
-    echo(redact(f"cudalock: error: {err.message}"), err=True)
+    """One line (plus an optional hint) on stderr, no traceback, URL credentials hidden (by
+    :func:`echo`, as everything printed)."""
+    echo(f"cudalock: error: {err.message}", err=True)
     if err.hint:
-        echo(redact(f"hint: {err.hint}"), err=True)
+        echo(f"hint: {err.hint}", err=True)
 
 
 def run(argv: Sequence[str] | None = None) -> None:

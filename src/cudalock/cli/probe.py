@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from cudalock.cli.args import add_json_flag, add_target_arguments, epilog
-from cudalock.cli.inputs import target_options
+from cudalock.cli.inputs import compute_inputs
 
 if TYPE_CHECKING:
     from cudalock.model import Target
@@ -43,12 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from cudalock.cli.output import echo, emit_json, load_matrix_for
-    from cudalock.machine.overrides import targets_from_options
+    from cudalock.cli.output import echo, emit_json
 
-    target_opts = target_options(args)
-    matrix = load_matrix_for(target_opts)
-    targets = targets_from_options(target_opts, matrix)
+    inputs = compute_inputs(args, with_request=False)
+    targets = inputs.targets
     if args.json_lines:
         import json
 
@@ -94,6 +92,13 @@ def summary(target: Target) -> str:
     lines.append(f"  RAM           {describe_memory(host.memory_total_bytes)}")
     limit = host.cgroup_memory_limit_bytes
     lines.append(f"  cgroup limit  {describe_memory(limit) if limit is not None else 'none'}")
+    toolkit = (
+        f"CUDA {host.cuda_toolkit}"
+        + (f"  ({host.cuda_toolkit_path})" if host.cuda_toolkit_path else "")
+        if host.cuda_toolkit
+        else "none found"
+    )
+    lines.append(f"  CUDA toolkit  {toolkit}")
     if target.notes:
         lines.append("  notes:")
         lines.extend(f"    - {note}" for note in target.notes)

@@ -25,9 +25,11 @@ if TYPE_CHECKING:
 DESCRIPTION = """\
 Choose torch, its CUDA build, torchvision and friends for the target, and say why.
 
-The newest torch release matching --torch with a build the driver can run (--compat) whose
-kernels cover every GPU; several --probe files resolve one plan for the whole fleet. Prints the
-chosen stack, why, the candidates rejected and what would make them fit, and the
+The newest torch release matching --torch built for the driver's own CUDA major (an older
+major only when none fits; --cuda pins one; a CUDA toolkit on the target decides when the stack
+compiles CUDA), with a build the driver can run (--compat) whose kernels cover every GPU;
+several --probe files resolve one plan for the whole fleet. Prints the chosen stack, why, the
+best alternative passed over, the candidates rejected and what would make them fit, and the
 'cudalock bootstrap' command for the same inputs."""
 
 EXAMPLES = """\
@@ -59,11 +61,10 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.errors import Unsatisfiable
     from cudalock.resolve.explain import render_plan, render_unsatisfiable, unsatisfiable_json
     from cudalock.resolve.search import resolve as resolve_plan
-    from cudalock.urls import redact
 
     inputs = compute_inputs(args)  # resolve reads no cudalock.toml: see cudalock.cli.inputs
     # The plan keeps index credentials (bootstrap writes them into the files that need them);
-    # what resolve prints never shows them.
+    # echo and emit_json never show them.
     try:
         if inputs.request.frameworks:
             # Frameworks take part in choosing torch: their releases are read from the index.
@@ -84,25 +85,18 @@ def run(args: argparse.Namespace) -> None:
             plan = resolve_plan(inputs.matrix, inputs.targets, inputs.request)
     except Unsatisfiable as err:
         if args.json_output:
-            emit_json(_redacted(unsatisfiable_json(err)))
+            emit_json(unsatisfiable_json(err))
             raise SystemExit(err.exit_code) from None
         details = render_unsatisfiable(err)
         if details:
             # The one-line error and hint come from cli.main; the candidates go first, above it.
-            echo(redact(details), err=True)
+            echo(details, err=True)
         raise
     if args.json_output:
-        emit_json(_redacted(plan.to_json()))
+        emit_json(plan.to_json())
         return
     command = bootstrap_command(inputs.target_given, inputs.request_given)
-    echo(redact(render_plan(plan, command)))
-
-
-def _redacted(document: object) -> object:
-    """``document`` (JSON data) with the credentials of every URL in its strings redacted."""
-    from cudalock.urls import redact_json
-
-    return redact_json(document)
+    echo(render_plan(plan, command))
 
 
 def bootstrap_command(target_opts: TargetOptions, request_opts: RequestOptions) -> str:

@@ -69,6 +69,25 @@ from cudalock.memory.sizes import format_params
 from cudalock.model import Finding
 from cudalock.procs import signal_name
 
+__all__ = [
+    "ASSUMED_LORA_SHARE",
+    "FINDING_CODES",
+    "MAX_QUOTED",
+    "SHM_WARN_BYTES",
+    "DoctorReport",
+    "KernelView",
+    "Observations",
+    "SetupHints",
+    "build_setup",
+    "diagnose",
+    "explain_audit_finding",
+    "gpu_oom_finding",
+    "log_reports_oom",
+    "memory_only_finding",
+    "merge_hints",
+    "without_cpu_builds",
+]
+
 #: Every code doctor (and the memory check it runs) can report; the audit's codes come on top.
 FINDING_CODES = (
     "host-oom-kill",

@@ -28,6 +28,35 @@ from typing import Any, Literal
 from cudalock import procs
 from cudalock.errors import InputError
 from cudalock.fsutil import read_tail
+from cudalock.units import format_gib
+
+__all__ = [
+    "DEFAULT_LOG_COMMANDS",
+    "DEFAULT_LOG_FILES",
+    "HOW_TO_READ",
+    "PASTED_SOURCE",
+    "READ_LIMIT",
+    "CommandResult",
+    "CommandRunner",
+    "KernelEvents",
+    "KernelLog",
+    "LineContext",
+    "LogSource",
+    "OomKill",
+    "Scope",
+    "Segfault",
+    "Stamp",
+    "Xid",
+    "described_source",
+    "is_kernel_line",
+    "kernel_log_of",
+    "line_stamp",
+    "merge_kernel_logs",
+    "parse_kernel_log",
+    "read_kernel_log",
+    "run_command",
+    "year_for",
+]
 
 READ_LIMIT = 64 * 2**20  # kernel logs can be large; the newest part is what matters
 
@@ -248,7 +277,9 @@ class OomKill:
     def describe(self) -> str:
         who = f"PID {self.pid} ({self.comm})" if self.pid is not None else str(self.comm)
         rss = (
-            f", {self.anon_rss_kb / 2**20:.1f} GiB resident" if self.anon_rss_kb is not None else ""
+            f", {format_gib(self.anon_rss_kb * 1024)} resident"
+            if self.anon_rss_kb is not None
+            else ""
         )
         where = (
             f" in cgroup {self.oom_memcg or self.task_memcg}"

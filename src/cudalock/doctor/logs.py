@@ -31,6 +31,22 @@ from cudalock.memory.finetuning import FineTuning, finetuning_from_text
 from cudalock.memory.sizes import parse_bytes
 from cudalock.procs import signal_name
 
+__all__ = [
+    "COMM_LENGTH",
+    "MAX_EVENTS_PER_KIND",
+    "MAX_LINE_CHARS",
+    "ExitStatus",
+    "LogEvent",
+    "LogFacts",
+    "RunShape",
+    "RunTrace",
+    "container_memory_limit",
+    "params_from_model_name",
+    "parse_exit_code",
+    "scan_training_log",
+    "shape_from_deepspeed_config",
+]
+
 #: The DeepSpeed launcher ends with sys.exit(-N); a shell then shows 256-N.
 _LAUNCHER_WRAPPED = {256 - n: n for n in (6, 7, 9, 11)}
 

@@ -31,6 +31,28 @@ from cudalock.doctor.kernel import (
 )
 from cudalock.doctor.logs import COMM_LENGTH, LogFacts
 
+__all__ = [
+    "LOG_SLACK_AFTER",
+    "LOG_SLACK_BEFORE",
+    "SLURM_SLACK",
+    "TORCH_PROCESS_NAMES",
+    "Coverage",
+    "EventMatch",
+    "JobPlace",
+    "RunScope",
+    "SplitEvents",
+    "describe_match",
+    "kernel_coverage",
+    "match_event",
+    "match_kill",
+    "match_segfault",
+    "match_xid",
+    "run_scope",
+    "same_program",
+    "short_host",
+    "split_kernel_events",
+]
+
 #: A training log's first line comes a little after the processes start.
 LOG_SLACK_BEFORE = timedelta(minutes=1)
 #: The kill can come a while after the last line the run wrote (a silent checkpoint save, a

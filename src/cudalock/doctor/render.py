@@ -9,6 +9,11 @@ from cudalock.doctor.matching import RunScope
 from cudalock.memory.render import render_verdict
 from cudalock.model import Finding
 
+__all__ = [
+    "render_findings",
+    "render_report",
+]
+
 
 def render_findings(findings: Sequence[Finding]) -> list[str]:
     lines: list[str] = []

@@ -82,6 +82,28 @@ from cudalock.memory.finetuning import FineTuning, finetuning_from_text
 from cudalock.model import Finding, Host, Target
 from cudalock.request import Compat
 
+__all__ = [
+    "ADAPTER_CONFIG",
+    "MAX_CONFIG_BYTES",
+    "MAX_LOG_BYTES",
+    "AuditRunner",
+    "DoctorRequest",
+    "MachineReaders",
+    "ReportAuditRunner",
+    "default_audit",
+    "default_readers",
+    "default_report_audit",
+    "gpus_evident",
+    "host_memory_from",
+    "in_kubernetes",
+    "read_deepspeed_config",
+    "read_log",
+    "read_slurm_evidence",
+    "read_training_config",
+    "run_doctor",
+    "smallest_gpu_memory",
+]
+
 #: How much of a training log is read: its newest part, where a run ends (as for kernel logs).
 MAX_LOG_BYTES = 64 * 2**20
 

@@ -40,6 +40,55 @@ from typing import Any, Literal
 
 from cudalock import procs
 from cudalock.errors import EnvironmentFailure, InputError, UsageError
+from cudalock.units import GIB, format_gib
+
+__all__ = [
+    "COMMAND_TIMEOUT",
+    "CRASH_SIGNALS",
+    "FINAL_STATES",
+    "MAX_HOSTLIST_NAMES",
+    "OUTPUT_LIMIT",
+    "SACCT_FIELDS",
+    "SIGKILL",
+    "SIGNAL_NAMES",
+    "SIGSEGV",
+    "SIGTERM",
+    "SLURM_OOM_SIGNAL",
+    "AccountingRecord",
+    "ExitStatus",
+    "JobAccounting",
+    "JobVerdict",
+    "MemoryBasis",
+    "MemoryLimit",
+    "MemoryRequest",
+    "SlurmCommandFailed",
+    "SlurmCommandNotFound",
+    "SlurmCommandTimedOut",
+    "SlurmJobNotFound",
+    "SlurmQueryError",
+    "VerdictKind",
+    "classify_job",
+    "expand_hostlist",
+    "format_bytes",
+    "memory_limit_per_node",
+    "parse_duration",
+    "parse_exit",
+    "parse_requested_memory",
+    "parse_sacct",
+    "parse_scontrol_job",
+    "parse_size",
+    "parse_time_limit",
+    "parse_timestamp",
+    "parse_tres",
+    "read_job",
+    "read_sacct",
+    "read_scontrol_job",
+    "run_slurm_command",
+    "sacct_command",
+    "scontrol_command",
+    "scontrol_fields",
+    "split_job_reference",
+]
 
 # JobName comes last: it is the only free-text field and may itself contain the delimiter.
 SACCT_FIELDS: tuple[str, ...] = (
@@ -319,8 +368,8 @@ def _unit_bytes(unit: str) -> int:
 
 
 def format_bytes(value: int) -> str:
-    if value >= 2**30:
-        return f"{value / 2**30:.2f} GiB"
+    if value >= GIB:
+        return format_gib(value)
     return f"{value / 2**20:.1f} MiB"
 
 

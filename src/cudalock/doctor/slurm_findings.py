@@ -23,8 +23,14 @@ from cudalock.doctor.slurm import (
 )
 from cudalock.memory import MemoryVerdict, format_gib
 from cudalock.model import Finding
+from cudalock.units import GIB
 
-GIB = 2**30
+__all__ = [
+    "SlurmEvidence",
+    "job_end_findings",
+    "memory_request_finding",
+    "signal_finding",
+]
 
 
 @dataclass(frozen=True)

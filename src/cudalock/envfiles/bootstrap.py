@@ -50,6 +50,7 @@ from cudalock.envfiles.render import (
     conda_part,
     default_env_name,
     install_steps,
+    output_files,
     render_files,
 )
 from cudalock.envfiles.spec import (
@@ -86,6 +87,31 @@ from cudalock.model import Plan, Target
 from cudalock.platforms import platform_named
 from cudalock.request import Request, RequestOptions
 from cudalock.urls import redact
+
+__all__ = [
+    "INSTALL_OUTPUT_LIMIT",
+    "INSTALL_TIMEOUT_S",
+    "KEPT",
+    "LOG_FILE",
+    "RATTLER_PREFIX",
+    "STEP_MARKER",
+    "BootstrapOptions",
+    "BootstrapResult",
+    "Echo",
+    "Live",
+    "audit_new_environment",
+    "bundled_pip",
+    "choose_format",
+    "create_conda",
+    "create_pixi",
+    "create_venv",
+    "find_pixi",
+    "next_steps",
+    "python_for",
+    "run_bootstrap",
+    "run_install_script",
+    "venv_commands",
+]
 
 LOG_FILE = "cudalock-bootstrap.log"
 #: Where py-rattler puts the conda environment when no --venv is given (inside -o).
@@ -172,8 +198,9 @@ def run_bootstrap(
     the user, ``live`` (given on a terminal) keeps a status line of a long install step up to
     date."""
 
-    def echo(line: str) -> None:
-        show(redact(line))  # the plan's explanation names index URLs, credentials and all
+    # ``show`` is the command line's output, which hides URL credentials (the plan's
+    # explanation names index URLs, credentials and all).
+    echo = show
 
     out_dir = options.output_dir
     if out_dir.exists() and not out_dir.is_dir():
@@ -224,14 +251,14 @@ def run_bootstrap(
         frameworks=request.frameworks,
         pypi_index=request.pypi_index,
     )
-    planned = [out_dir / file for file in render_files(plan, render_options)]
+    planned = [out_dir / file for file in output_files(output_format)]
     lock_paths = [out_dir / file for file in LOCK_FILES]
     # Refused before the closure is resolved: a clash should not cost a resolution.
     refuse_existing([*planned, *lock_paths], force=options.force)
 
     torch = plan.torch_pin
     echo(
-        f"plan: torch {torch.version} from {redact(plan.index_url or 'the default index')}, "
+        f"plan: torch {torch.version} from {plan.index_url or 'the default index'}, "
         f"Python {plan.python}"
     )
     for line in plan.explanation:
@@ -263,7 +290,7 @@ def run_bootstrap(
             echo(f"  {line}")
     new_spec = Spec(
         request=RequestOptions.of(request),
-        target=TargetSummary.of(targets),
+        target=TargetSummary.of(targets, matrix),
         output=OutputSpec(
             format=output_format, name=options.name or (spec.output.name if spec else None)
         ),

@@ -27,6 +27,21 @@ from cudalock.envfiles.render import CondaPart
 from cudalock.errors import EnvironmentFailure, InputError
 from cudalock.fsutil import read_bounded, write_atomic
 
+__all__ = [
+    "CONDA_CLIENTS",
+    "PLAN_MARKER",
+    "Client",
+    "CondaClient",
+    "config_files",
+    "configured_channel_alias",
+    "configured_defaults",
+    "create_command",
+    "env_prefix",
+    "find_client",
+    "mark_prefix",
+    "reuse_problem",
+]
+
 CondaClient = Literal["micromamba", "mamba", "conda", "py-rattler"]
 #: The command-line clients, in the order they are preferred.
 CONDA_CLIENTS: tuple[CondaClient, ...] = ("micromamba", "mamba", "conda")

@@ -31,6 +31,10 @@ from cudalock.model import Plan
 from cudalock.platforms import platform_named
 from cudalock.versions import format_cuda
 
+__all__ = [
+    "render_pixi_toml",
+]
+
 
 def _conda_dependency(spec: str) -> tuple[str, str]:
     """A conda spec of environment.yml (``python=3.11``) as a pixi dependency."""

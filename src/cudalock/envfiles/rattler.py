@@ -19,6 +19,13 @@ from typing import Any
 from cudalock.envfiles.render import CondaPart
 from cudalock.errors import EnvironmentFailure
 
+__all__ = [
+    "DEFAULT_CHANNEL_ALIAS",
+    "create_prefix",
+    "has_cuda_driver",
+    "rattler_available",
+]
+
 #: conda's default ``channel_alias``.
 DEFAULT_CHANNEL_ALIAS = "https://conda.anaconda.org/"
 

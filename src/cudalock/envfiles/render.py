@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -44,6 +44,44 @@ from cudalock.safetext import printable
 from cudalock.shipped import shipped_dir
 from cudalock.urls import redact
 from cudalock.versions import format_cuda
+
+__all__ = [
+    "CONDA_FORGE_FIRST_NVCC_MAJOR",
+    "CUDA_DEV_PACKAGES",
+    "CUDA_TARGETS_DIRS",
+    "HEREDOC_END",
+    "PYTHON",
+    "UV",
+    "CondaPart",
+    "Installer",
+    "RenderOptions",
+    "Renderer",
+    "Step",
+    "build_script",
+    "built_against_cuda_torch",
+    "check_env_name",
+    "companions",
+    "conda_part",
+    "cuda_targets_dir",
+    "default_env_name",
+    "default_templates_dir",
+    "fill",
+    "framework_args",
+    "install_indexes",
+    "install_steps",
+    "output_files",
+    "render_conda_lock_yml",
+    "render_constraints_txt",
+    "render_environment_yml",
+    "render_files",
+    "render_install_sh",
+    "render_requirements_txt",
+    "render_uv_pyproject",
+    "toml_string",
+    "torch_family",
+    "verify_script",
+    "yaml_scalar",
+]
 
 Installer = Literal["uv", "pip"]
 
@@ -391,30 +429,46 @@ def fill(template: str, values: Mapping[str, str]) -> str:
 # The files
 
 
-def render_files(plan: Plan, options: RenderOptions) -> dict[str, str]:
-    """File name → text for ``options.output_format``."""
-    check_env_name(options.name)
-    files: dict[str, str] = {}
-    if options.output_format == "conda":
-        files["environment.yml"] = render_environment_yml(plan, options)
-        files["environment.conda-lock.yml"] = render_conda_lock_yml(plan, options)
-        files["install.sh"] = render_install_sh(plan, options)
-    elif options.output_format == "venv":
-        files["requirements.txt"] = render_requirements_txt(plan, options)
-        files["install.sh"] = render_install_sh(plan, options)
-    elif options.output_format == "uv":
-        files["pyproject.toml"] = render_uv_pyproject(plan, options)
-    elif options.output_format == "pixi":
+Renderer = Callable[[Plan, RenderOptions], str]
+
+
+def _renderers(output_format: str) -> dict[str, Renderer]:
+    """File name → its renderer, for one output format: the one list of what each writes."""
+    renderers: dict[str, Renderer]
+    if output_format == "conda":
+        renderers = {
+            "environment.yml": render_environment_yml,
+            "environment.conda-lock.yml": render_conda_lock_yml,
+            "install.sh": render_install_sh,
+        }
+    elif output_format == "venv":
+        renderers = {"requirements.txt": render_requirements_txt, "install.sh": render_install_sh}
+    elif output_format == "uv":
+        renderers = {"pyproject.toml": render_uv_pyproject}
+    elif output_format == "pixi":
         from cudalock.envfiles.pixi import render_pixi_toml
         from cudalock.lock.pixi import PIXI_FILE
 
-        files[PIXI_FILE] = render_pixi_toml(plan, options)
+        renderers = {PIXI_FILE: render_pixi_toml}
     else:
         raise UsageError(
-            f"invalid --format {options.output_format!r}: expected {', '.join(OUTPUT_FORMATS)}"
+            f"invalid --format {output_format!r}: expected {', '.join(OUTPUT_FORMATS)}"
         )
-    files["constraints.txt"] = render_constraints_txt(plan, options)
-    return files
+    renderers["constraints.txt"] = render_constraints_txt
+    return renderers
+
+
+def output_files(output_format: str) -> tuple[str, ...]:
+    """The names of the files ``output_format`` writes, without rendering them."""
+    return tuple(_renderers(output_format))
+
+
+def render_files(plan: Plan, options: RenderOptions) -> dict[str, str]:
+    """File name → text for ``options.output_format``."""
+    check_env_name(options.name)
+    return {
+        name: render(plan, options) for name, render in _renderers(options.output_format).items()
+    }
 
 
 def render_install_sh(plan: Plan, options: RenderOptions) -> str:

@@ -30,12 +30,30 @@ from cudalock.fsutil import read_bounded
 from cudalock.machine import TargetOptions
 from cudalock.model import Target
 from cudalock.request import Request, RequestOptions, parse_compat
+from cudalock.resolve.fleet import reduce_fleet
 from cudalock.tomlfile import tomllib
 from cudalock.urls import strip_credentials
 from cudalock.versions import format_cc, format_cuda
 
 if TYPE_CHECKING:
     import tomlkit
+
+    from cudalock.matrix import Matrix
+
+__all__ = [
+    "MAX_SPEC_BYTES",
+    "SPEC_VERSION",
+    "Inputs",
+    "OutputSpec",
+    "Spec",
+    "TargetSummary",
+    "parse_spec",
+    "read_inputs",
+    "read_spec",
+    "spec_values",
+    "update_spec",
+    "update_spec_text",
+]
 
 SPEC_VERSION = 1
 
@@ -59,16 +77,20 @@ class TargetSummary:
     gpu: bool = True
 
     @classmethod
-    def of(cls, targets: Sequence[Target]) -> TargetSummary | None:
-        """One summary for a fleet: the lowest driver, every GPU architecture."""
+    def of(cls, targets: Sequence[Target], matrix: Matrix) -> TargetSummary | None:
+        """One summary for a fleet: every GPU architecture, and the driver of the node the plan
+        was made for (the fleet's lowest, by the rule :func:`reduce_fleet` resolves with),
+        its version and its CUDA together: never one node's driver with another's CUDA."""
         if not targets:
             return None
-        drivers = [t.driver_version for t in targets if t.driver_version is not None]
-        cudas = [t.driver_cuda for t in targets if t.driver_cuda is not None]
+        fleet = reduce_fleet(matrix, targets)
+        lowest = fleet.drivers[0].node if fleet.drivers else None
+        driver_version = lowest.driver_version if lowest is not None else None
+        driver_cuda = lowest.driver_cuda if lowest is not None else None
         ccs = sorted({cc for t in targets for cc in t.compute_capabilities})
         return cls(
-            driver_version=str(min(drivers)) if drivers else None,
-            driver_cuda=format_cuda(min(cudas)) if cudas else None,
+            driver_version=str(driver_version) if driver_version is not None else None,
+            driver_cuda=format_cuda(driver_cuda) if driver_cuda is not None else None,
             compute_capabilities=tuple(format_cc(cc) for cc in ccs),
             platform=targets[0].platform,
             gpu=any(t.has_driver for t in targets),

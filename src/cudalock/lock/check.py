@@ -16,6 +16,12 @@ from packaging.utils import canonicalize_name
 
 from cudalock.errors import InputError
 
+__all__ = [
+    "LockState",
+    "compare",
+    "pins_missing_from_lock",
+]
+
 #: Request fields and how a change to each is named.
 _REQUEST_FIELDS = (
     ("torch", "torch requirement"),

@@ -138,8 +138,7 @@ class Closure:
     """The resolved closure: uv's lock, what was fitted, and why."""
 
     input: LockInput
-    uv_text: str
-    #: ``uv_text`` as read.
+    #: uv's pylock.toml as read (its validated form is :attr:`lock`).
     uv_data: dict[str, Any]
     uv_version: str
     #: Every torch-family package in the closure, routed to the plan's index (torch first).
@@ -311,6 +310,8 @@ class _Fitter:
         #: Packages the plan's variant index builds, routed to it (xformers, torchao, ...).
         self.routed: list[str] = []
         self.variant: VariantIndex | None = None
+        #: Why the variant index's project list is unknown, when it is.
+        self.variant_problem = "its project list is unknown"
         #: Why uv had to resolve again (said in the output).
         self.again: list[str] = []
         self._reader: Reader | None = None
@@ -423,6 +424,7 @@ class _Fitter:
             return read_variant_index(self.plan.index_url, reader)
         except (CudalockError, FileNotFoundError) as err:
             reason = err.message if isinstance(err, CudalockError) else "404"
+            self.variant_problem = f"its project list could not be read ({reason})"
             self.notes.append(
                 f"the project list of {redact(self.plan.index_url)} could not be read "
                 f"({reason}): only the torch family is routed to it"
@@ -522,7 +524,7 @@ class _Fitter:
             where = redact(self.plan.index_url or "the PyTorch index")
             raise UsageError(
                 f"--with {name}: {where} serves no {name} build for this plan "
-                + (f"({self.variant.label})" if self.variant else "(its project list is unknown)"),
+                + (f"({self.variant.label})" if self.variant else f"({self.variant_problem})"),
                 hint=f"give it as --framework {name}, resolved from PyPI under the planned torch",
             )
 
@@ -832,7 +834,6 @@ def resolve_closure(
             )
         return Closure(
             input=inp,
-            uv_text=text,
             uv_data=lock,
             uv_version=uv.version,
             family=family,

@@ -50,6 +50,16 @@ from cudalock.resolve.cudabuilt import (
 from cudalock.sharedlibs import NotElf, needed_libraries
 from cudalock.urls import redact
 
+__all__ = [
+    "EXTENSION_LIMIT",
+    "MAX_EXTENSIONS",
+    "PARALLEL_READS",
+    "BuildCheck",
+    "Rejected",
+    "built_against_torch_or_cuda",
+    "read_wheel_build",
+]
+
 #: Extensions read per wheel, smallest first: one that needs a CUDA library settles it.
 MAX_EXTENSIONS = 4
 #: An extension is decompressed only up to its dynamic section, at most this far.

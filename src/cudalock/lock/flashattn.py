@@ -26,6 +26,14 @@ from cudalock.model import Plan
 from cudalock.urls import redact
 from cudalock.versions import format_cuda
 
+__all__ = [
+    "RELEASES",
+    "flash_attn_note",
+    "prebuilt_wheel_names",
+    "published",
+    "releases_base",
+]
+
 #: Where flash-attn publishes its prebuilt wheels (``CUDALOCK_FLASH_ATTN_RELEASES``: a mirror).
 RELEASES = "https://github.com/Dao-AILab/flash-attention/releases/download"
 

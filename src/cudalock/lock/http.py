@@ -27,6 +27,15 @@ from cudalock.errors import EnvironmentFailure, UsageError
 from cudalock.fsutil import cudalock_cache_dir, write_atomic
 from cudalock.urls import redact, strip_credentials
 
+__all__ = [
+    "PAGE_LIMIT",
+    "Answer",
+    "cache_disabled",
+    "cached_page",
+    "credentials_of",
+    "request",
+]
+
 #: An index page (a project list of a few thousand names) is well under this.
 PAGE_LIMIT = 32 * 2**20
 _CACHE_FORMAT = 1

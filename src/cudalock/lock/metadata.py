@@ -35,6 +35,19 @@ from cudalock.platforms import platform_named
 from cudalock.request import TORCH_FAMILY
 from cudalock.urls import redact
 
+__all__ = [
+    "METADATA_LIMIT",
+    "WHEEL_LIMIT",
+    "Metadata",
+    "cached_wheel_metadata",
+    "describe",
+    "family_requirements",
+    "fetch_metadata",
+    "marker_environment",
+    "requirements_with",
+    "torch_extras",
+]
+
 #: Core metadata is a few KiB. More is not what was asked for.
 METADATA_LIMIT = 4 * 2**20
 #: A wheel is read whole only from a server that ignores range requests.

@@ -15,6 +15,13 @@ from cudalock.errors import InputError
 from cudalock.lock.metadata import marker_environment
 from cudalock.tomlfile import tomllib
 
+__all__ = [
+    "PIXI_FILE",
+    "PIXI_MARKER",
+    "expected_pins",
+    "pixi_changes",
+]
+
 PIXI_FILE = "pixi.toml"
 #: How a pixi.toml cudalock wrote begins; any other pixi.toml is the user's own.
 PIXI_MARKER = "# pixi.toml, written by cudalock bootstrap"

@@ -36,6 +36,24 @@ from cudalock.urls import (
 )
 from cudalock.versions import format_cc, format_cuda
 
+__all__ = [
+    "MAX_LOCK_BYTES",
+    "RECORD_VERSION",
+    "check_routes",
+    "finalize_lock",
+    "fingerprint",
+    "is_ours",
+    "lock_record",
+    "locked_versions",
+    "parse_lock",
+    "read_lock_text",
+    "read_toml_lock",
+    "request_summary",
+    "state_of",
+    "target_summary",
+    "validate_lock",
+]
+
 #: Written into ``[tool.cudalock]``; bump when the record's shape changes.
 RECORD_VERSION = 1
 

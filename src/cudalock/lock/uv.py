@@ -18,6 +18,17 @@ from cudalock import procs
 from cudalock.errors import EnvironmentFailure
 from cudalock.urls import redact
 
+__all__ = [
+    "INSTALL_HINT",
+    "INSTALL_ROUTING_VARIABLES",
+    "RUN_TIMEOUT_S",
+    "UvRun",
+    "find_uv",
+    "run_uv",
+    "uv_environment",
+    "uv_version",
+]
+
 INSTALL_HINT = "reinstall cudalock (it depends on uv), or: pip install uv"
 #: How long one uv run may take in all; the network limits are uv's own (--timeout, --retries).
 RUN_TIMEOUT_S = 30 * 60

@@ -25,6 +25,18 @@ from packaging.utils import (
 
 from cudalock.lock.http import cached_page
 
+__all__ = [
+    "ACCEPT",
+    "PEP691_JSON",
+    "Reader",
+    "VariantIndex",
+    "label_of",
+    "labelled_versions",
+    "page_versions",
+    "parse_project_list",
+    "read_variant_index",
+]
+
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 #: JSON first, HTML when the index (or a mirror) only speaks PEP 503.
 ACCEPT = f"{PEP691_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"

@@ -21,6 +21,13 @@ from cudalock.lock.http import credentials_of
 from cudalock.lock.metadata import WHEEL_LIMIT
 from cudalock.urls import redact
 
+__all__ = [
+    "BLOCK",
+    "MemberReader",
+    "RemoteZip",
+    "open_wheel",
+]
+
 #: Bytes asked for at a time: a zip's end record and a central directory of a few thousand
 #: entries fit in one or two; member data comes in blocks of this size.
 BLOCK = 256 * 2**10

@@ -26,6 +26,23 @@ from cudalock.versions import (
 if TYPE_CHECKING:
     from cudalock.matrix import Matrix
 
+__all__ = [
+    "NVIDIA_SMI_QUERY_FIELDS",
+    "NVIDIA_SMI_TIMEOUT_S",
+    "DriverFindings",
+    "MatrixOnDemand",
+    "SmiGpu",
+    "cuda_from_matrix",
+    "default_nvidia_smi",
+    "driver_or_none",
+    "parse_nvidia_smi_csv",
+    "parse_proc_driver_version",
+    "parse_proc_gpu_information",
+    "parse_sys_driver_version",
+    "read_kernel_module",
+    "read_nvidia_smi",
+]
+
 
 NVIDIA_SMI_QUERY_FIELDS = ("index", "name", "uuid", "driver_version", "compute_cap", "memory.total")
 #: A line per GPU: a few kB at most.

@@ -22,6 +22,17 @@ from cudalock.versions import (
 if TYPE_CHECKING:
     pass
 
+__all__ = [
+    "NVML_ERROR_DRIVER_NOT_LOADED",
+    "NVML_ERROR_LIBRARY_NOT_FOUND",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    "NVML_ERROR_NO_PERMISSION",
+    "NvmlLike",
+    "load_pynvml",
+    "nvml_library_loadable",
+    "read_nvml",
+]
+
 
 # NVML return codes (nvml.h); pynvml raises NVMLError subclasses carrying them as ``.value``.
 NVML_ERROR_NO_PERMISSION = 4

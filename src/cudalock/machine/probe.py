@@ -31,6 +31,7 @@ from cudalock.machine.host import probe_host, system_and_machine
 from cudalock.machine.nvml import NVML_ERROR_LIB_RM_VERSION_MISMATCH, NvmlLike, read_nvml
 from cudalock.model import Gpu, Target
 from cudalock.platforms import platform_for
+from cudalock.units import format_gib
 from cudalock.versions import (
     format_cc,
 )
@@ -106,7 +107,7 @@ def probe_machine(
     if not hardware:
         return Target(
             platform=platform,
-            host=probe_host(proc_root=proc_root, sys_root=sys_root),
+            host=probe_host(proc_root=proc_root, sys_root=sys_root, environ=env),
             name="this machine",
             source="none",
         )
@@ -140,7 +141,7 @@ def probe_machine(
         driver_version=found.driver_version,
         driver_cuda=found.driver_cuda,
         gpus=tuple(found.gpus),
-        host=probe_host(proc_root=proc_root, sys_root=sys_root),
+        host=probe_host(proc_root=proc_root, sys_root=sys_root, environ=env),
         name="this machine",
         source=found.source,
         notes=tuple(found.notes),
@@ -181,10 +182,8 @@ def _visible_devices_note(value: str, gpus: Sequence[Gpu], device_order: str | N
 
 
 def describe_memory(value: int | None) -> str:
-    """Bytes as GiB for people (``80.0 GiB``)."""
-    if value is None:
-        return "unknown"
-    return f"{value / (1 << 30):.1f} GiB"
+    """Bytes as GiB for people (``80.00GiB``), or "unknown"."""
+    return "unknown" if value is None else format_gib(value)
 
 
 def format_gpu(gpu: Gpu) -> str:

@@ -17,6 +17,12 @@ from cudalock import httpget
 from cudalock.errors import EnvironmentFailure, UsageError
 from cudalock.urls import redact, strip_credentials
 
+__all__ = [
+    "MAX_BYTES",
+    "PEP691_JSON",
+    "Fetcher",
+]
+
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 #: The largest answer read (a DeepSpeed sdist is about 1 MiB; an index page far less).
 MAX_BYTES = 64 * 1024 * 1024

@@ -31,6 +31,18 @@ from cudalock.matrix.fetch import Fetcher
 from cudalock.matrix.refresh import unmarked_torch_requirements
 from cudalock.urls import strip_credentials
 
+__all__ = [
+    "MAX_SDIST_BYTES",
+    "MAX_SDIST_MEMBERS",
+    "DeepSpeedFacts",
+    "SdistFacts",
+    "apply_deepspeed",
+    "cuda_rule",
+    "gather_deepspeed",
+    "read_sdist",
+    "torch_requirement",
+]
+
 #: The largest member read from an sdist (PKG-INFO, builder.py are a few tens of KiB).
 _MAX_MEMBER = 4 * 1024 * 1024
 #: A DeepSpeed sdist holds about a thousand files and 10 MiB; far more is not one.

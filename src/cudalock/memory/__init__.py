@@ -10,7 +10,8 @@ from cudalock.memory.estimates import (
     memory_needs,
 )
 from cudalock.memory.model_size import ModelSize, read_model_size
-from cudalock.memory.sizes import format_gib, parse_bytes, parse_param_count
+from cudalock.memory.sizes import parse_bytes, parse_param_count
+from cudalock.units import format_gib
 
 __all__ = [
     "HostMemory",

@@ -21,8 +21,32 @@ from typing import Any
 
 from cudalock.errors import UsageError
 from cudalock.memory.finetuning import BASE_BITS, Method, base_weight_bytes
-from cudalock.memory.sizes import format_gib, format_params, kubernetes_quantity
+from cudalock.memory.sizes import format_params, kubernetes_quantity
 from cudalock.model import Finding
+from cudalock.units import format_gib
+
+__all__ = [
+    "ADDITIONAL_BUFFER_FACTOR",
+    "BYTES_16BIT",
+    "RULE_OF_THUMB_FACTOR",
+    "Alternative",
+    "EstimatorRow",
+    "HostMemory",
+    "MemoryNeeds",
+    "MemoryVerdict",
+    "Phase",
+    "TrainingSetup",
+    "check_host_memory",
+    "checkpoint_save_spike",
+    "chosen_row",
+    "estimate_zero2_model_states_mem_needs",
+    "estimate_zero3_model_states_mem_needs",
+    "estimator_table",
+    "kubernetes_resources",
+    "load_peak",
+    "memory_needs",
+    "rule_of_thumb",
+]
 
 ADDITIONAL_BUFFER_FACTOR = 1.5
 BYTES_16BIT = 2

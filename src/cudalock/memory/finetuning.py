@@ -26,6 +26,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+__all__ = [
+    "ALL_LINEAR",
+    "BASE_BITS",
+    "DECODER_LINEARS",
+    "METHODS",
+    "FineTuning",
+    "Method",
+    "base_weight_bytes",
+    "finetuning_from_text",
+    "lora_trainable_params",
+]
+
 Method = Literal["full", "lora", "qlora"]
 METHODS: tuple[Method, ...] = ("full", "lora", "qlora")
 

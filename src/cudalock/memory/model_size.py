@@ -25,6 +25,18 @@ from typing import Any
 from cudalock.errors import InputError
 from cudalock.fsutil import open_regular, read_bounded
 
+__all__ = [
+    "DTYPE_BYTES",
+    "MAX_JSON_BYTES",
+    "MAX_SAFETENSORS_HEADER",
+    "REQUIRED_KEYS",
+    "ModelSize",
+    "params_from_config",
+    "params_from_index",
+    "params_from_safetensors",
+    "read_model_size",
+]
+
 MAX_JSON_BYTES = 16 * 2**20
 #: The format allows 100 MB, but parsing that much JSON takes about 1 GiB; a real header of
 #: even 100,000 tensors is a few MiB.

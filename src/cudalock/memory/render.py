@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from cudalock.memory.estimates import MemoryNeeds, MemoryVerdict
-from cudalock.memory.sizes import format_gib, format_params
+from cudalock.memory.sizes import format_params
+from cudalock.units import format_gib
+
+__all__ = [
+    "render_needs",
+    "render_verdict",
+]
 
 
 def render_needs(needs: MemoryNeeds) -> list[str]:

@@ -11,8 +11,15 @@ import math
 import re
 
 from cudalock.errors import InputError
+from cudalock.units import GIB
 
-GIB = 2**30
+__all__ = [
+    "MIN_BARE_PARAMS",
+    "format_params",
+    "kubernetes_quantity",
+    "parse_bytes",
+    "parse_param_count",
+]
 
 _BYTE_UNITS: dict[str, int] = {
     "": 1,
@@ -104,11 +111,6 @@ def parse_param_count(text: str) -> int:
     if value <= 0:
         raise InputError(f"parameter count {text!r} must be more than zero; expected {expected}")
     return value
-
-
-def format_gib(num_bytes: float, width: int = 0) -> str:
-    """Bytes as GiB with two decimals, the way DeepSpeed's estimator prints ``x/2**30``."""
-    return f"{num_bytes / GIB:{width}.2f}GiB"
 
 
 def format_params(count: int) -> str:

@@ -22,6 +22,16 @@ from cudalock.versions import (
     format_cuda,
 )
 
+__all__ = [
+    "MINOR_COMPAT_COST",
+    "DriverVerdict",
+    "VerdictStatus",
+    "driver_verdict",
+    "minor_compat_floor",
+    "missing_archs",
+    "target_driver_cuda",
+]
+
 VerdictStatus = Literal["ok", "minor-compat", "too-old", "no-driver"]
 
 #: What minor-version compatibility gives up, said wherever a plan relies on it.

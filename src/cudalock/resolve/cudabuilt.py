@@ -30,6 +30,19 @@ from cudalock.resolve.compat import driver_verdict
 from cudalock.sharedlibs import cuda_majors
 from cudalock.versions import CudaVersion, cuda_from_variant, format_cuda, parse_cuda_version
 
+__all__ = [
+    "FINDING_CODE",
+    "BuiltFor",
+    "first_known",
+    "from_cpp_lib",
+    "from_label",
+    "from_matrix",
+    "from_needed",
+    "from_per_cuda_extensions",
+    "from_requirements",
+    "mismatch",
+]
+
 #: The finding an audit reports for such a package, and the words a lock refuses with.
 FINDING_CODE = "cuda-build-mismatch"
 #: NVIDIA's CUDA wheels carry the major in their name (nvidia-cublas-cu12).

@@ -8,6 +8,13 @@ from cudalock.errors import Unsatisfiable
 from cudalock.model import Plan, Rejection
 from cudalock.versions import format_cuda
 
+__all__ = [
+    "render_plan",
+    "render_rejections",
+    "render_unsatisfiable",
+    "unsatisfiable_json",
+]
+
 
 def render_plan(plan: Plan, bootstrap_command: str | None = None) -> str:
     """What was chosen, from where, why, what was not, and the command that bootstraps it."""
