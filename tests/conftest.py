@@ -33,6 +33,18 @@ def no_cudalock_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDALOCK_NO_CACHE", "1")
 
 
+@pytest.fixture(autouse=True)
+def no_cuda_toolkit_of_this_machine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Tests see no CUDA toolkit but the ones they set up: the probe records this machine's
+    toolkit and the resolver prefers the build it matches, so a developer's nvcc would change
+    plans. A CUDA_HOME that is set wins over nvcc on PATH and /usr/local/cuda (as in torch's
+    cpp_extension); an empty one hides them."""
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path_factory.getbasetemp() / "no-cuda-toolkit"))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+
+
 @pytest.fixture
 def serve_indexes(tmp_path: Path) -> Iterator[ServeIndexes]:
     """Factory: ``serve_indexes(pytorch={"cu121": [...]}, pypi=[...]) -> IndexServer``.

@@ -81,15 +81,18 @@ def test_a_fifo_log_is_read_to_its_end_keeping_the_tail(tmp_path: Path) -> None:
     fifo = tmp_path / "log"
     os.mkfifo(fifo)
 
-    def write() -> None:
-        with open(fifo, "wb") as handle:
-            for number in range(2000):
-                handle.write(f"line {number}\n".encode())
+    # The writer is there before the read starts, as with <(command).
+    end = os.open(fifo, os.O_RDWR)
 
-    writer = threading.Thread(target=write)
+    def write() -> None:
+        for number in range(2000):
+            os.write(end, f"line {number}\n".encode())
+        os.close(end)
+
+    writer = threading.Thread(target=write, daemon=True)
     writer.start()
     data, cut = read_tail(fifo, limit=1000, what="log file")
-    writer.join()
+    writer.join(timeout=10)
     assert cut and data.endswith(b"line 1999\n") and len(data) <= 1000
     assert data.startswith(b"line ")  # the partial first line is dropped
 

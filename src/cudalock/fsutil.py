@@ -163,12 +163,12 @@ def _tail_of_pipe(fd: int, path: Path, *, limit: int, what: str) -> tuple[bytes,
                     f"{what} {str(path)!r} is a pipe that did not end within "
                     f"{PIPE_READ_SECONDS:g} s; write it to a file and pass that"
                 )
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                continue
             try:
+                # Read first: with no writer at all a FIFO is at its end at once (select would
+                # wait for one); with a writer and nothing written yet, wait for data.
                 chunk = os.read(fd, _CHUNK)
             except BlockingIOError:
+                select.select([fd], [], [], left)
                 continue
             if not chunk:
                 break

@@ -58,6 +58,11 @@ class Host:
     memory_total_bytes: int | None = None
     cgroup_memory_limit_bytes: int | None = None
     hostname: str | None = None
+    #: The CUDA toolkit extensions would be built with (nvcc on PATH or under CUDA_HOME), as
+    #: ``X.Y``; the resolver prefers the torch build it matches when the stack compiles CUDA.
+    cuda_toolkit: str | None = None
+    #: Where that toolkit was found: the nvcc path.
+    cuda_toolkit_path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +72,8 @@ class Host:
             "memory_total_bytes": self.memory_total_bytes,
             "cgroup_memory_limit_bytes": self.cgroup_memory_limit_bytes,
             "hostname": self.hostname,
+            "cuda_toolkit": self.cuda_toolkit,
+            "cuda_toolkit_path": self.cuda_toolkit_path,
         }
 
 
@@ -202,6 +209,19 @@ class Rejection:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """The best candidate that would also have run but the choice policy did not take, and why
+    (``torch 2.7.1+cu118 is newer, but CUDA 11.8 on this CUDA 12.1 node ...``)."""
+
+    torch: str
+    variant: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"torch": self.torch, "variant": self.variant, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class Plan:
     """What resolve chose: every package pinned, with the evidence for the choice."""
 
@@ -224,6 +244,8 @@ class Plan:
     explanation: tuple[str, ...] = ()
     #: Facts the choice rests on that the matrix marks unverified.
     unverified: tuple[str, ...] = ()
+    #: The best candidate the choice policy passed over (None: nothing else would run).
+    alternative: Alternative | None = None
 
     @property
     def torch_pin(self) -> PackagePin:
@@ -252,6 +274,7 @@ class Plan:
             "rejected": [r.to_json() for r in self.rejected],
             "explanation": list(self.explanation),
             "unverified": list(self.unverified),
+            "alternative": self.alternative.to_json() if self.alternative else None,
         }
 
 

@@ -42,8 +42,6 @@ class Platform:
     #: uv's ``--python-platform``; on Linux the glibc (``_2_28``) is appended.
     uv_platform: str
     conda_subdir: str
-    #: A short name for narrow tables.
-    short: str
 
     @property
     def marker(self) -> str:
@@ -66,7 +64,6 @@ PLATFORMS: tuple[Platform, ...] = (
         "x86_64",
         "x86_64-manylinux",
         "linux-64",
-        "linux",
     ),
     Platform(
         "linux-aarch64",
@@ -78,7 +75,6 @@ PLATFORMS: tuple[Platform, ...] = (
         "aarch64",
         "aarch64-manylinux",
         "linux-aarch64",
-        "linux-arm64",
     ),
     Platform(
         "windows-x86_64",
@@ -90,7 +86,6 @@ PLATFORMS: tuple[Platform, ...] = (
         "amd64",
         "x86_64-pc-windows-msvc",
         "win-64",
-        "win",
     ),
     Platform(
         "macos-arm64",
@@ -102,7 +97,6 @@ PLATFORMS: tuple[Platform, ...] = (
         "arm64",
         "aarch64-apple-darwin",
         "osx-arm64",
-        "mac-arm64",
     ),
     Platform(
         "macos-x86_64",
@@ -114,7 +108,6 @@ PLATFORMS: tuple[Platform, ...] = (
         "x86_64",
         "x86_64-apple-darwin",
         "osx-64",
-        "mac-x86_64",
     ),
 )
 _BY_NAME = {platform.name: platform for platform in PLATFORMS}

@@ -28,7 +28,13 @@ from cudalock.defaults import DEFAULT_PYTORCH_INDEX
 from cudalock.errors import InputError, UsageError
 from cudalock.safetext import has_control
 from cudalock.urls import strip_credentials, validate_index_url
-from cudalock.versions import CudaVersion, format_cuda, parse_cuda_version, parse_python_version
+from cudalock.versions import (
+    CudaVersion,
+    cuda_from_variant,
+    format_cuda,
+    parse_cuda_flag,
+    parse_python_version,
+)
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
@@ -151,6 +157,38 @@ def parse_torch_spec(text: str) -> TorchSpec:
         ) from None
 
 
+#: ``2.9.1+cu128`` (``==2.9.1+cpu``), as pip prints a build: one release and its variant.
+_LABELLED_RE = re.compile(r"^\s*(?:==\s*)?(\d+(?:\.\d+){1,3})\+(cu\d{2,4}|cpu)\s*$", re.ASCII)
+
+
+def split_torch_label(text: str) -> tuple[str, CudaPin | None]:
+    """``--torch`` as pasted from pip (``2.9.1+cu128``): the release (``==2.9.1``) and the CUDA
+    its local label names (``(12, 8)``, ``"cpu"``); other specs unchanged, with no CUDA."""
+    match = _LABELLED_RE.match(text)
+    if match is None:
+        return text, None
+    version, variant = match.groups()
+    if variant == CPU_VARIANT:
+        return f"=={version}", "cpu"
+    cuda = cuda_from_variant(variant)
+    if cuda is None:
+        return text, None
+    return f"=={version}", cuda
+
+
+def _torch_and_cuda(torch: str, cuda: str | None) -> tuple[TorchSpec, CudaPin | None]:
+    """``--torch`` and ``--cuda`` together: a labelled ``--torch`` names its build's CUDA, and a
+    ``--cuda`` that names another is refused (UsageError)."""
+    spec, labelled = split_torch_label(torch)
+    pinned = parse_cuda_pin(cuda) if cuda is not None else None
+    if labelled is not None and pinned is not None and pinned != labelled:
+        raise UsageError(
+            f"--torch {torch.strip()} names the {cuda_pin_text(labelled)} build, but --cuda "
+            f"{cuda_pin_text(pinned)} asks for another: give one of them"
+        )
+    return parse_torch_spec(spec), pinned if pinned is not None else labelled
+
+
 def _exact_version(spec: str) -> Version | None:
     """The version ``==X.Y.Z`` names, else None (a range, a wildcard, or anything else)."""
     if not spec.startswith("==") or "*" in spec or "," in spec or ";" in spec:
@@ -168,7 +206,7 @@ def _exact_version(spec: str) -> Version | None:
 def parse_cuda_pin(text: str) -> CudaPin:
     """``--cuda``: ``"12.8"`` → ``(12, 8)``, ``"cpu"`` → ``"cpu"``."""
     cleaned = text.strip().lower()
-    return "cpu" if cleaned == CPU_VARIANT else parse_cuda_version(cleaned)
+    return "cpu" if cleaned == CPU_VARIANT else parse_cuda_flag(cleaned, "--cuda")
 
 
 def cuda_pin_text(pin: CudaPin | None) -> str | None:
@@ -387,10 +425,11 @@ def make_request(
     other entries add to it (an explicit ``torchvision>=...`` replaces the default one).
     Relative framework paths count from ``cwd`` (default: the current directory).
     """
+    torch_spec, cuda_pin = _torch_and_cuda(torch or "", cuda)
     return Request(
-        torch=parse_torch_spec(torch or ""),
+        torch=torch_spec,
         python=parse_python_version(python) if python is not None else None,
-        cuda=parse_cuda_pin(cuda) if cuda is not None else None,
+        cuda=cuda_pin,
         compat=parse_compat(compat),
         with_packages=_companions(with_packages),
         frameworks=_frameworks(frameworks, cwd),

@@ -81,6 +81,33 @@ def parse_cuda_version(text: str) -> CudaVersion:
     return int(match.group(1)), int(match.group(2))
 
 
+#: A CUDA version as a flag takes it: MAJOR.MINOR, nothing more or less.
+_CUDA_FLAG_RE = re.compile(r"^\d{1,2}\.\d{1,2}$", re.ASCII)
+
+
+def parse_cuda_flag(text: str, flag: str) -> CudaVersion:
+    """A CUDA version typed on a command line (``--cuda``, ``--driver-cuda``): exactly ``X.Y``.
+
+    ``12`` and ``12.1.1`` are refused alike, and said why: builds and drivers go by
+    MAJOR.MINOR (a patch level changes neither), and a bare major names no single version.
+    """
+    cleaned = str(text).strip()
+    if _CUDA_FLAG_RE.match(cleaned):
+        return parse_cuda_version(cleaned)
+    if re.fullmatch(r"\d{1,2}", cleaned, re.ASCII):
+        why = f"{cleaned} is a CUDA major, not a version"
+    elif re.fullmatch(r"\d{1,2}\.\d{1,2}\.\d{1,4}", cleaned, re.ASCII):
+        major_minor = ".".join(cleaned.split(".")[:2])
+        why = f"a patch level does not change which builds run: give {major_minor}"
+    else:
+        raise InputError(
+            f"invalid CUDA version {text!r} for {flag}: expected MAJOR.MINOR like 12.1"
+        )
+    raise InputError(
+        f"invalid CUDA version {text!r} for {flag}: expected MAJOR.MINOR like 12.1; {why}"
+    )
+
+
 def cuda_from_nvml(value: int) -> CudaVersion:
     """NVML reports CUDA as ``major * 1000 + minor * 10``: 12020 means 12.2."""
     if value <= 0:

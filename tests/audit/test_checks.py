@@ -413,7 +413,8 @@ def test_torch_directory_without_version_file(matrix: Matrix) -> None:
 def test_no_torch_is_a_note(matrix: Matrix) -> None:
     findings = audit(env(None, None), target("535.104.05", (12, 2), (8, 0)), matrix)
     assert codes(findings) == [("no-torch", "info")]
-    assert "torch==2.7.1+cu118" in install_line(findings[0])
+    # resolve's choice for 535.104.05 (CUDA 12.2): the newest build for CUDA 12, 2.5.1+cu121.
+    assert "torch==2.5.1+cu121" in install_line(findings[0])
 
 
 def test_order_helpers_and_codes() -> None:
@@ -434,8 +435,8 @@ def test_newer_minor_than_the_driver_follows_the_policy(matrix: Matrix) -> None:
     assert strict.severity == "error"
     assert "--compat strict" in strict.message and "--compat minor" in strict.message
     assert "CUDA 12.8 needs driver ≥ 570.26 without it" in strict.evidence
-    # resolve's strict choice for this node: torch 2.7.1, its newest build ≤ 12.1 being cu118.
-    assert "torch==2.7.1+cu118" in install_line(strict)
+    # resolve's strict choice for this node: the newest CUDA 12 build ≤ 12.1, 2.5.1+cu121.
+    assert "torch==2.5.1+cu121" in install_line(strict)
     assert "# or upgrade the NVIDIA driver to ≥ 570.26" in strict.fix
     minor = only(audit(installed, node, matrix, compat="minor"), "minor-compat-only")
     assert minor.severity == "warning"
@@ -568,24 +569,26 @@ def test_a_replacement_that_still_leaves_an_error_is_not_offered(matrix: Matrix)
     from cudalock.audit.checks import apply_plan
     from cudalock.resolve import make_request, resolve
 
-    # The newest build this driver runs is cu118; with nvcc 12.1 and DeepSpeed it would leave
-    # nvcc-mismatch, so the fix is the cu121 build instead: checked, it audits clean.
+    # The build resolve chooses for this driver is cu121 (its own CUDA 12); with an nvcc 11.8
+    # and DeepSpeed it would leave nvcc-mismatch (another major), so the fix is not it: the
+    # checked fix follows the toolkit (cu118) and audits clean.
     installed = env(
         "2.9.1+cu128",
         "12.8",
         ("deepspeed", "0.16.4"),
-        nvcc=(Nvcc(path="/usr/local/cuda/bin/nvcc", version="12.1.105", origin="CUDA_HOME"),),
+        nvcc=(Nvcc(path="/usr/local/cuda/bin/nvcc", version="11.8.89", origin="CUDA_HOME"),),
     )
     machine = target("530.30.02", (12, 1), (8, 0))
     plain = resolve(matrix, [machine], make_request(with_packages=["none"]))
-    assert plain.variant == "cu118"
+    assert plain.variant == "cu121"
     from cudalock.audit.checks import _Context
 
     context = _Context(installed, machine, matrix, True, "strict")
     applied, _commands = apply_plan(context, plain)
     assert "nvcc-mismatch" in {f.code for f in audit(applied, machine, matrix)}
     finding = only(audit(installed, machine, matrix), "minor-compat-only")
-    assert not any(pin.endswith("+cu118") for pin in _pins(finding))
+    assert not any(pin.endswith("+cu121") for pin in _pins(finding))
+    assert any(pin.endswith("+cu118") for pin in _pins(finding))
 
 
 def test_a_pasted_error_line_is_evidence_of_the_finding_a_check_already_made(

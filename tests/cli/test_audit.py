@@ -147,13 +147,13 @@ def test_build_newer_than_the_driver_is_an_error_under_the_default_policy(run: R
     assert "CUDA 12.8 needs driver ≥ 570.26 without it" in finding["evidence"]
     assert "CUDA 12.x minor-version-compatibility floor: driver ≥ 525.60.13" in finding["evidence"]
     # The fix: what resolve chooses for this driver and these GPUs under strict (the newest
-    # torch with a build ≤ CUDA 12.1 is 2.7.1, whose cu118 build covers sm_80), or the driver
-    # the installed build needs.
+    # build for the driver's own CUDA 12 that is ≤ 12.1 is 2.5.1+cu121, which covers sm_80), or
+    # the driver the installed build needs.
     fix = finding["fix"]
-    assert fix[0] == "# a build this driver runs: torch 2.7.1+cu118"
+    assert fix[0] == "# a build this driver runs: torch 2.5.1+cu121"
     assert fix[1] == (
-        "pip install --force-reinstall torch==2.7.1+cu118 torchvision==0.22.1+cu118 "
-        "--index-url https://download.pytorch.org/whl/cu118"
+        "pip install --force-reinstall torch==2.5.1+cu121 torchvision==0.20.1+cu121 "
+        "--index-url https://download.pytorch.org/whl/cu121"
     )
     assert "# or upgrade the NVIDIA driver to ≥ 570.26" in fix
 

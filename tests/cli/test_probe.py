@@ -247,3 +247,27 @@ def test_shipped_matrix_end_to_end() -> None:
     assert document["driver_cuda"] == "12.2"
     # NVIDIA's CUDA GPUs page: H100 9.0, T4 7.5, L4 8.9, RTX 5090 12.0.
     assert [g["compute_capability"] for g in document["gpus"]] == ["9.0", "7.5", "8.9", "12.0"]
+
+
+def test_probe_records_the_cuda_toolkit(tmp_path: Path) -> None:
+    from tests.machine.test_toolkit import make_toolkit
+
+    nvcc = make_toolkit(tmp_path / "cuda-12.1", version_json="12.1.1", nvcc_says="12.1")
+    env = offline_env()
+    env["CUDA_HOME"] = str(tmp_path / "cuda-12.1")
+    result = cudalock("probe", "--json", "--driver-version", "550.54.15", env=env)
+    assert result.returncode == 0, result.stderr
+    host = json.loads(result.stdout)["host"]
+    assert (host["cuda_toolkit"], host["cuda_toolkit_path"]) == ("12.1", str(nvcc))
+    summary = cudalock("probe", "--driver-version", "550.54.15", env=env)
+    assert f"  CUDA toolkit  CUDA 12.1  ({nvcc})" in summary.stdout.splitlines()
+    # A probe file keeps it, and refuses a toolkit version that is no CUDA version.
+    path = tmp_path / "node.json"
+    path.write_text(result.stdout)
+    assert target_from_json(json.loads(result.stdout)).host.cuda_toolkit == "12.1"
+    document = json.loads(result.stdout)
+    document["host"]["cuda_toolkit"] = "twelve"
+    path.write_text(json.dumps(document))
+    refused = cudalock("probe", "--probe", str(path))
+    assert refused.returncode == 2
+    assert "'host.cuda_toolkit': invalid CUDA version 'twelve'" in refused.stderr

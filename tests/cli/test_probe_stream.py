@@ -78,8 +78,8 @@ def test_resolve_reads_a_fleet_from_stdin() -> None:
     result = cudalock("resolve", "--probe", "-", "--json", stdin=stream)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
-    # node-b's 535.104.05 (CUDA 12.2) and Volta, node-a's Ada: 2.7.1+cu118 (as from files).
-    assert plan["packages"][0]["version"] == "2.7.1+cu118"
+    # node-b's 535.104.05 (CUDA 12.2) and Volta, node-a's Ada: 2.5.1+cu121 (as from files).
+    assert plan["packages"][0]["version"] == "2.5.1+cu121"
     assert plan["target"] is None and len(plan["targets"]) == 2
     assert any("535.104.05 on node-b limits CUDA to 12.2" in s for s in plan["explanation"])
 

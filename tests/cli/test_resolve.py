@@ -172,7 +172,8 @@ def test_no_driver_is_said_loudly() -> None:
 
 
 def test_fleet_from_probe_files(tmp_path: Path, known_matrix_dir: Path) -> None:
-    # node-b's 535.104.05 (CUDA 12.2) and Volta, node-a's Ada: 2.7.1+cu118 (see test_resolve).
+    # node-b's 535.104.05 (CUDA 12.2) and Volta, node-a's Ada: 2.5.1+cu121, the newest build
+    # for the driver's own CUDA major (see test_shipped_matrix).
     files = []
     for name, driver, gpu, cc in (
         ("node-a", "570.86.15", "NVIDIA GeForce RTX 4090", (8, 9)),
@@ -185,7 +186,7 @@ def test_fleet_from_probe_files(tmp_path: Path, known_matrix_dir: Path) -> None:
     result = cudalock("resolve", "--matrix", known_matrix_dir, *files, "--json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
-    assert plan["packages"][0]["version"] == "2.7.1+cu118"
+    assert plan["packages"][0]["version"] == "2.5.1+cu121"
     assert plan["target"] is None and len(plan["targets"]) == 2
     assert any("535.104.05 on node-b limits CUDA to 12.2" in s for s in plan["explanation"])
 
@@ -223,3 +224,90 @@ def test_v100_on_470_gives_the_practical_next_step(known_matrix_dir: Path) -> No
     assert "hint: --compat minor would give torch 2.7.1+cu118 on this driver" in result.stderr
     assert "upgrade the driver to ≥ 560.28.03 for torch 2.14.1+cu126" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _toolkit_node(tmp_path: Path, toolkit: str | None) -> Path:
+    """An H100 on 550.54.15 (CUDA 12.4) with a CUDA ``toolkit`` (None: no toolkit)."""
+    path = tmp_path / f"node-{toolkit}.json"
+    host: dict[str, object] = {"hostname": "gpu-1"}
+    if toolkit is not None:
+        host |= {"cuda_toolkit": toolkit, "cuda_toolkit_path": f"/opt/cuda-{toolkit}/bin/nvcc"}
+    document = {
+        "schema_version": 1,
+        "platform": "linux-x86_64",
+        "driver_version": "550.54.15",
+        "driver_cuda": "12.4",
+        "gpus": [{"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}],
+        "host": host,
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("toolkit", "stack", "torch"),
+    [
+        # No toolkit: the driver's own major, newest minor ≤ 12.4: 2.6.0+cu124.
+        (None, ["--with", "deepspeed"], "2.6.0+cu124"),
+        # A 12.1 toolkit and nothing that compiles CUDA: the toolkit does not matter.
+        ("12.1", [], "2.6.0+cu124"),
+        # A 12.1 toolkit and DeepSpeed (JIT ops): the newest build for CUDA 12.1 is 2.5.1.
+        ("12.1", ["--with", "deepspeed"], "2.5.1+cu121"),
+        # A 12.2 toolkit: no torch has cu122, so its major: the newest 12.x ≤ 12.4, 2.6.0+cu124.
+        ("12.2", ["--with", "deepspeed"], "2.6.0+cu124"),
+        # An 11.8 toolkit (older than the node's CUDA 12): 2.7.1+cu118, the newest it builds for.
+        ("11.8", ["--with", "deepspeed"], "2.7.1+cu118"),
+    ],
+)
+def test_the_toolkit_chooses_the_cuda_when_the_stack_compiles_cuda(
+    known_matrix_dir: Path, tmp_path: Path, toolkit: str | None, stack: list[str], torch: str
+) -> None:
+    probe = _toolkit_node(tmp_path, toolkit)
+    result = cudalock("resolve", "--matrix", known_matrix_dir, "--probe", probe, *stack, "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["packages"][0]["version"] == torch
+    if toolkit == "12.1" and stack:
+        assert any(
+            "the CUDA 12.1 toolkit at /opt/cuda-12.1/bin/nvcc matches, which builds "
+            "DeepSpeed's ops against torch" in line
+            for line in plan["explanation"]
+        )
+        assert plan["alternative"]["torch"] == "2.6.0"
+        assert plan["alternative"]["variant"] == "cu124"
+        assert "does not match the CUDA 12.1 toolkit" in plan["alternative"]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("branch", "cuda", "first"),
+    [
+        # The branch's first release in the driver table: 570.26 (12.8), 550.54.14 (12.4).
+        ("570", "12.8", "570.26"),
+        ("550", "12.4", "550.54.14"),
+    ],
+)
+def test_a_driver_branch_means_that_branch(
+    known_matrix_dir: Path, branch: str, cuda: str, first: str
+) -> None:
+    for command in ("probe", "resolve"):
+        result = cudalock(
+            command, "--matrix", known_matrix_dir, "--driver-version", branch, "--json"
+        )
+        assert result.returncode == 0, result.stderr
+        document = json.loads(result.stdout)
+        target = document if command == "probe" else document["target"]
+        assert (target["driver_version"], target["driver_cuda"]) == (branch, cuda)
+        notes = " ".join(target["notes"])
+        assert f"taken as the R{branch} branch" in notes and first in notes
+        assert "no NVIDIA driver found" not in notes
+
+
+def test_rtx_5090_on_the_570_branch_gets_cu128(known_matrix_dir: Path) -> None:
+    # 570 → 12.8 (not 570.0 → 12.6, which has no sm_120 build): 2.11.0+cu128.
+    result = cudalock(
+        "resolve", "--matrix", known_matrix_dir, "--driver-version", "570", "--gpu", "RTX 5090"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("torch 2.11.0+cu128")
+    assert "Assumed: driver 570 is taken as the R570 branch" in result.stdout
+    assert "NO NVIDIA DRIVER" not in result.stdout and "no NVIDIA driver" not in result.stdout

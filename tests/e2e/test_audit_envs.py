@@ -1,11 +1,11 @@
 """Audit of real virtual environments holding stand-in wheels, on targets given by hand.
 
 Expected replacement builds are derived from the research tables, not from running the code:
-- driver 535.104.05 supports CUDA 12.2 (535.54.03 is CUDA 12.2's minimum driver); strictly, the
-  newest torch with a build at or below 12.2 is 2.7.1, whose oldest build is cu118 (2.7.x ships
-  cu118/cu126/cu128; 2.8.0 and later start at cu126) → torch 2.7.1+cu118, torchvision 0.22.1.
-- driver 530.30.02 supports CUDA 12.1; a CUDA 12 build at or below 12.1 is cu121, last
-  published for torch 2.5.1 (2.6.0 has cu118/cu124/cu126) → torch 2.5.1+cu121.
+- driver 535.104.05 supports CUDA 12.2 (535.54.03 is CUDA 12.2's minimum driver); the choice is
+  the newest build for the driver's own CUDA 12 at or below 12.2: cu121, last published for torch
+  2.5.1 (2.6.0 has cu118/cu124/cu126; 2.7.1's cu118 is newer but CUDA 11) → torch 2.5.1+cu121,
+  torchvision 0.20.1.
+- driver 530.30.02 supports CUDA 12.1: the same reasoning → torch 2.5.1+cu121.
 - torch 2.3.1 has cu118 and cu121 builds; on a 12.2 driver the newest allowed is cu121.
 """
 
@@ -102,8 +102,8 @@ def test_cu130_torch_on_a_535_driver_is_driver_too_old(
     assert "NVIDIA driver 535.104.05" in finding.evidence
     install = _install(finding)
     assert install.startswith(f"{python} -m pip install --force-reinstall ")
-    assert "torch==2.7.1+cu118" in install and "torchvision==0.22.1+cu118" in install
-    assert install.endswith("--index-url https://download.pytorch.org/whl/cu118")
+    assert "torch==2.5.1+cu121" in install and "torchvision==0.20.1+cu121" in install
+    assert install.endswith("--index-url https://download.pytorch.org/whl/cu121")
 
 
 def test_cu128_torch_on_a_530_driver_is_an_error_under_strict(
@@ -122,8 +122,8 @@ def test_cu128_torch_on_a_530_driver_is_an_error_under_strict(
     # resolve's strict choice for driver 530.30.02 and an A100, or the driver cu128 needs.
     install = _install(finding)
     assert install.startswith(f"{python} -m pip install --force-reinstall ")
-    assert "torch==2.7.1+cu118" in install
-    assert install.endswith("--index-url https://download.pytorch.org/whl/cu118")
+    assert "torch==2.5.1+cu121" in install
+    assert install.endswith("--index-url https://download.pytorch.org/whl/cu121")
     assert "# or upgrade the NVIDIA driver to ≥ 570.26" in finding.fix
 
 
@@ -170,7 +170,7 @@ def test_doctor_names_the_driver_mismatch_first_for_a_segfault(
     first = report.findings[0]
     assert (first.code, first.severity) == ("minor-compat-only", "error")
     assert first.message.startswith("Most likely cause: torch 2.9.1+cu128 is built for CUDA 12.8")
-    assert "torch==2.7.1+cu118" in _install(first)
+    assert "torch==2.5.1+cu121" in _install(first)
     assert "# or upgrade the NVIDIA driver to ≥ 570.26" in first.fix
     # Under --compat minor the same environment is a warning, and not named the cause.
     report = run_doctor(replace(crash, compat="minor"), quiet_machine, audit=audit_on_the_530_node)
@@ -352,7 +352,7 @@ def test_cli_exit_status_and_json(tmp_path_factory: pytest.TempPathFactory) -> N
     assert strict.returncode == 1, strict.stderr
     assert "Policy: --compat strict (the default)" in strict.stdout
     assert "Errors (1):" in strict.stdout and "[minor-compat-only]" in strict.stdout
-    assert "torch==2.7.1+cu118" in strict.stdout
+    assert "torch==2.5.1+cu121" in strict.stdout
 
     warning_only = _cli("--python", newer_minor, *on_530, "--compat", "minor")
     assert warning_only.returncode == 0, warning_only.stderr

@@ -70,7 +70,8 @@ def run_probe(
         proc_root=TREES / tree / "proc",
         sys_root=TREES / tree / "sys",
         nvml=fake,
-        environ=environ or {},
+        # No CUDA toolkit of this machine: the one the tests set up (conftest), if any.
+        environ=environ or {"CUDA_HOME": os.environ.get("CUDA_HOME", "/nonexistent")},
         run_nvidia_smi=lambda: smi,
         matrix=matrix,
     )

@@ -90,14 +90,16 @@ CASES = {
     "volta-595": Case((node("595.45.04", V100),), make_request(), "2.14.1+cu126", "3.14"),
     # Exactly 12.6's minimum → CUDA 12.6 → 2.14.1+cu126 (2.15.0 has only 13.x builds).
     "driver-at-minimum": Case((node("560.28.03", A100),), make_request(), "2.14.1+cu126", "3.14"),
-    # One below: CUDA 12.5. No 2.8+ release has a build ≤ 12.5; 2.7.1 has cu118 (sm_80).
-    # Python: 2.7.1 tops at 3.13 (3.13t is free-threaded, not a default).
+    # One below: CUDA 12.5. No 2.7+ release has a 12.x build ≤ 12.5 (2.7.1's cu118 is newer
+    # but CUDA 11: the driver's own major comes first); 2.6.0 has cu124 (sm_80). Python: 2.6.0
+    # tops at 3.13.
     "driver-one-below": Case(
         (node("560.28.02", A100),),
         make_request(),
-        "2.7.1+cu118",
+        "2.6.0+cu124",
         "3.13",
-        {"torchvision": "0.22.1+cu118"},
+        {"torchvision": "0.21.0+cu124"},
+        ("the driver's own cuda major", "torch 2.7.1+cu118 is newer, but cuda 11.8"),
     ),
     # Same driver with --compat minor: 560.28.02 ≥ 525.60.13, so 12.6 is allowed → 2.14.1+cu126.
     "driver-one-below-minor": Case(
@@ -159,9 +161,11 @@ CASES = {
         "3.14",
         {"torchvision": "0.29.1+cu126", "deepspeed": "0.19.8"},
     ),
-    # Windows: 537.13 is 12.2.2's Windows minimum → CUDA 12.2 → 2.7.1+cu118 on Windows.
+    # Windows: 537.13 is 12.2.2's Windows minimum → CUDA 12.2 → the newest Windows 12.x build
+    # ≤ 12.2 is 2.5.1+cu121 (2.7.1+cu118 is newer but CUDA 11). 2.5.1's Windows wheels stop at
+    # Python 3.12.
     "windows": Case(
-        (node("537.13", A100, platform="windows-x86_64"),), make_request(), "2.7.1+cu118", "3.13"
+        (node("537.13", A100, platform="windows-x86_64"),), make_request(), "2.5.1+cu121", "3.12"
     ),
     # GH200 (9.0) on linux-aarch64, driver 570.86.15 (12.8), torch < 2.9: 2.8.0's only aarch64
     # CUDA build is cu129 (needs 575.51.03); 2.7.1 has a cu128 aarch64 build with sm_90.
@@ -179,11 +183,11 @@ CASES = {
         "3.13",
     ),
     # A fleet: node-b's 535.104.05 limits CUDA to 12.2 and brings Volta; node-a brings 8.9.
-    # Newest build ≤ 12.2 with sm_70 and sm_86: 2.7.1+cu118.
+    # Newest 12.x build ≤ 12.2 with sm_70 and sm_86: 2.5.1+cu121 (cu121 ships sm_50…sm_90).
     "fleet": Case(
         (node("570.86.15", RTX_4090, name="node-a"), node("535.104.05", V100, name="node-b")),
         make_request(),
-        "2.7.1+cu118",
+        "2.5.1+cu121",
         "3.13",
         {},
         ("driver 535.104.05 on node-b limits CUDA to 12.2", "on node-a", "2 targets"),
@@ -332,3 +336,41 @@ def test_v100_on_470_nothing_fits_says_the_matrix_and_the_next_step(matrix: Matr
         error.hint
     )
     assert error.hint.endswith(".")
+
+
+@pytest.mark.parametrize(
+    ("driver", "gpu", "torch", "alternative"),
+    [
+        # 530.30.02 is CUDA 12.1's minimum: the newest 12.x build ≤ 12.1 is 2.5.1+cu121;
+        # 2.7.1+cu118 is newer but CUDA 11.
+        ("530.30.02", A100, "2.5.1+cu121", "2.7.1+cu118"),
+        # 550.54.15 ≥ 550.54.14 (12.4): 2.6.0+cu124; 2.7.x's 12.x builds need 560/570.
+        ("550.54.15", ("NVIDIA H100 80GB HBM3", "9.0"), "2.6.0+cu124", "2.7.1+cu118"),
+    ],
+)
+def test_cuda_12_drivers_get_their_own_major(
+    matrix: Matrix, driver: str, gpu: tuple[str, str], torch: str, alternative: str
+) -> None:
+    plan = resolve(matrix, [node(driver, gpu)], make_request())
+    assert plan.torch_pin.version == torch
+    assert plan.alternative is not None
+    assert f"{plan.alternative.torch}+{plan.alternative.variant}" == alternative
+    assert plan.alternative.reason.startswith(f"torch {alternative} is newer, but CUDA 11.8")
+    assert "--cuda 11.8 chooses it" in plan.alternative.reason
+    document = plan.to_json()
+    assert document["alternative"] == plan.alternative.to_json()
+    assert any("the driver's own CUDA major" in line for line in plan.explanation)
+    # --cuda takes the older major when asked.
+    pinned = resolve(matrix, [node(driver, gpu)], make_request(cuda="11.8"))
+    assert pinned.torch_pin.version == alternative and pinned.alternative is None
+
+
+def test_an_older_major_only_when_no_build_of_the_drivers_fits(matrix: Matrix) -> None:
+    # 525.60.13 is CUDA 12.0's minimum; no torch has a cu120 build, so nothing of CUDA 12 runs
+    # strictly: the newest build that does is 2.7.1+cu118, and the plan says why.
+    plan = resolve(matrix, [node("525.60.13", A100)], make_request())
+    assert plan.torch_pin.version == "2.7.1+cu118"
+    assert plan.alternative is None
+    text = " ".join(plan.explanation)
+    assert "No build for CUDA 12.x, the driver's own CUDA major" in text
+    assert "Chose an older CUDA" in text

@@ -107,8 +107,9 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--driver-version",
         metavar="VERSION",
-        help="Target NVIDIA driver version, e.g. 535.104.05 (default: "
-        "$CUDALOCK_DRIVER_VERSION, else this machine's).",
+        help="Target NVIDIA driver version, e.g. 535.104.05, or a branch such as 570 (the "
+        "CUDA every release of it supports) (default: $CUDALOCK_DRIVER_VERSION, else this "
+        "machine's).",
     )
     group.add_argument(
         "--driver-cuda",
@@ -131,7 +132,8 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         dest="gpu_names",
         action="append",
         metavar="NAME",
-        help="A target GPU by name, e.g. 'H100' or 'RTX 4090' (repeatable).",
+        help="A target GPU by name as people write it, e.g. 'H100', 'RTX 4090', RTX5090, 4090 "
+        "(repeatable; 'cudalock matrix show --gpus' lists them).",
     )
     group.add_argument("--platform", metavar="PLATFORM", help=PLATFORM_HELP)
     add_matrix_argument(group)
@@ -175,7 +177,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--torch",
         metavar="SPEC",
-        help="torch version or specifier: 2.1.0, '>=2.1,<2.4' (default: the newest that fits).",
+        help="torch version or specifier: 2.1.0, '>=2.1,<2.4', or a build as pip prints it, "
+        "2.9.1+cu128 (default: the newest that fits).",
     )
     group.add_argument(
         "--python",
@@ -186,7 +189,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--cuda",
         metavar="X.Y",
-        help="Pin the CUDA build, e.g. 12.1, or cpu (default: the newest the driver allows).",
+        help="Pin the CUDA build, e.g. 12.1, or cpu (default: the newest build for the "
+        "driver's own CUDA major).",
     )
     add_compat_argument(group)
     group.add_argument(

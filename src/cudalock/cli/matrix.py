@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudalock.cli.args import (
     PLATFORM_HELP,
@@ -17,6 +18,9 @@ from cudalock.cli.args import (
     help_and_exit,
 )
 from cudalock.defaults import DEFAULT_PYPI_INDEX, DEFAULT_PYTORCH_INDEX
+
+if TYPE_CHECKING:
+    from cudalock.matrix import Matrix
 
 DESCRIPTION = "Check, show and refresh the compatibility matrix (compat_matrix/*.toml)."
 
@@ -116,6 +120,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PLATFORM",
         help=PLATFORM_HELP,
     )
+    show_parser.add_argument(
+        "--gpus",
+        action="store_true",
+        help="List the GPUs the matrix knows: compute capability, architecture and the names "
+        "--gpu takes for each.",
+    )
     add_json_flag(show_parser, "Print the rows as JSON.")
     add_matrix_argument(show_parser)
     show_parser.set_defaults(subcommand=show)
@@ -190,16 +200,19 @@ def show(args: argparse.Namespace) -> None:
     from cudalock.matrix.show import render_table, rows_as_json, select_rows
     from cudalock.platforms import platform_named
     from cudalock.request import parse_torch_spec
-    from cudalock.versions import format_cc, parse_cuda_version
+    from cudalock.versions import format_cc, parse_cuda_flag
 
     torch: str | None = args.torch
     cuda: str | None = args.cuda
     gpu: str | None = args.gpu
     platform: str | None = args.platform
     matrix = load_matrix(matrix_dir(args))
+    if args.gpus:
+        _show_gpus(matrix, json_output=args.json_output)
+        return
     torch_spec = parse_torch_spec(torch) if torch else None
     try:
-        cuda_version = parse_cuda_version(cuda) if cuda else None
+        cuda_version = parse_cuda_flag(cuda, "--cuda") if cuda else None
     except UsageError as err:
         raise UsageError(f"--cuda: {err.message}") from None
     if platform is not None:
@@ -237,6 +250,41 @@ def show(args: argparse.Namespace) -> None:
         echo("no build matches these filters")
         raise SystemExit(1)
     echo(render_table(rows))
+
+
+def _show_gpus(matrix: Matrix, *, json_output: bool) -> None:
+    """The GPU table: what --gpu takes, and each model's compute capability with its source."""
+    from cudalock.cli.output import echo, emit_json
+    from cudalock.versions import format_cc
+
+    if json_output:
+        emit_json(
+            {
+                "matrix_version": matrix.matrix_version,
+                "gpus": [
+                    {
+                        "name": gpu.name,
+                        "compute_capability": format_cc(gpu.compute_capability),
+                        "architecture": gpu.architecture,
+                        "names": [*gpu.match, *gpu.aliases],
+                        "status": gpu.provenance.status,
+                        "source": list(gpu.provenance.source),
+                    }
+                    for gpu in matrix.gpus
+                ],
+            }
+        )
+        return
+    echo(f"matrix {matrix.matrix_version}: {len(matrix.gpus)} GPUs (--gpu takes any name shown)")
+    ordered = sorted(matrix.gpus, key=lambda g: (g.compute_capability, g.name))
+    width = max(len(g.name) for g in ordered)
+    for gpu in ordered:
+        names = ", ".join(dict.fromkeys([*gpu.match, *gpu.aliases]))
+        unverified = "" if gpu.provenance.verified else "  (unverified)"
+        echo(
+            f"  {gpu.name:<{width}}  {format_cc(gpu.compute_capability):>4}  "
+            f"{gpu.architecture}; --gpu {names}{unverified}"
+        )
 
 
 def refresh(args: argparse.Namespace) -> None:

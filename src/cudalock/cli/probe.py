@@ -92,6 +92,13 @@ def summary(target: Target) -> str:
     lines.append(f"  RAM           {describe_memory(host.memory_total_bytes)}")
     limit = host.cgroup_memory_limit_bytes
     lines.append(f"  cgroup limit  {describe_memory(limit) if limit is not None else 'none'}")
+    toolkit = (
+        f"CUDA {host.cuda_toolkit}"
+        + (f"  ({host.cuda_toolkit_path})" if host.cuda_toolkit_path else "")
+        if host.cuda_toolkit
+        else "none found"
+    )
+    lines.append(f"  CUDA toolkit  {toolkit}")
     if target.notes:
         lines.append("  notes:")
         lines.extend(f"    - {note}" for note in target.notes)

@@ -25,9 +25,11 @@ if TYPE_CHECKING:
 DESCRIPTION = """\
 Choose torch, its CUDA build, torchvision and friends for the target, and say why.
 
-The newest torch release matching --torch with a build the driver can run (--compat) whose
-kernels cover every GPU; several --probe files resolve one plan for the whole fleet. Prints the
-chosen stack, why, the candidates rejected and what would make them fit, and the
+The newest torch release matching --torch built for the driver's own CUDA major (an older
+major only when none fits; --cuda pins one; a CUDA toolkit on the target decides when the stack
+compiles CUDA), with a build the driver can run (--compat) whose kernels cover every GPU;
+several --probe files resolve one plan for the whole fleet. Prints the chosen stack, why, the
+best alternative passed over, the candidates rejected and what would make them fit, and the
 'cudalock bootstrap' command for the same inputs."""
 
 EXAMPLES = """\

@@ -7,7 +7,12 @@ Paths are parameters so tests can point them at prepared trees."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,11 +79,18 @@ def read_boot_time(proc_root: Path = Path("/proc")) -> float | None:
     return parse_boot_time(text) if text else None
 
 
-def probe_host(*, proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")) -> Host:
-    """OS, architecture, glibc, RAM and the cgroup memory limit of this machine."""
+def probe_host(
+    *,
+    proc_root: Path = Path("/proc"),
+    sys_root: Path = Path("/sys"),
+    environ: Mapping[str, str] | None = None,
+) -> Host:
+    """OS, architecture, glibc, RAM, the cgroup memory limit and the CUDA toolkit of this
+    machine."""
     meminfo = read_text_or_none(proc_root / "meminfo")
     cgroup = read_cgroup_memory(sys_root / "fs" / "cgroup", proc_root)
     system, machine = system_and_machine()
+    toolkit = find_cuda_toolkit(os.environ if environ is None else environ)
     return Host(
         os=os_name(system),
         arch=normalise_arch(machine),
@@ -86,7 +98,64 @@ def probe_host(*, proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")
         memory_total_bytes=parse_meminfo_total(meminfo) if meminfo else None,
         cgroup_memory_limit_bytes=cgroup.limit_bytes,
         hostname=hostname(),
+        cuda_toolkit=toolkit[0] if toolkit else None,
+        cuda_toolkit_path=toolkit[1] if toolkit else None,
     )
+
+
+#: ``Cuda compilation tools, release 12.1, V12.1.105`` in ``nvcc --version``.
+_NVCC_RELEASE_RE = re.compile(r"release (\d{1,3}\.\d{1,3})")
+
+
+def find_cuda_toolkit(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The CUDA toolkit an extension build would use here, as (``X.Y``, nvcc path), looked for
+    as torch's cpp_extension does: $CUDA_HOME (else $CUDA_PATH) when set, used as given even
+    without a bin/nvcc; else nvcc on $PATH, else /usr/local/cuda. Its version comes from the
+    toolkit's version.json, else from ``nvcc --version``; None when there is no toolkit or
+    neither says a version."""
+    home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
+    if home:
+        candidates = [os.path.join(home, "bin", "nvcc")]
+    else:
+        on_path = shutil.which("nvcc", path=environ.get("PATH", ""))
+        candidates = [*([on_path] if on_path else []), "/usr/local/cuda/bin/nvcc"]
+    nvcc = next((path for path in candidates if os.path.isfile(path)), None)
+    if nvcc is None:
+        return None
+    version = _toolkit_version_json(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    if version is None:
+        version = _nvcc_release(nvcc)
+    return (version, nvcc) if version else None
+
+
+def _toolkit_version_json(home: str) -> str | None:
+    """``X.Y`` from a toolkit's version.json (``{"cuda": {"version": "12.1.1"}}``)."""
+    text = read_text_or_none(Path(home) / "version.json")
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        version = data.get("cuda", {}).get("version") or data.get("cuda_nvcc", {}).get("version")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(version, str):
+        return None
+    match = re.match(r"(\d{1,3})\.(\d{1,3})", version)
+    return f"{int(match.group(1))}.{int(match.group(2))}" if match else None
+
+
+def _nvcc_release(nvcc: str) -> str | None:
+    try:
+        result = subprocess.run(  # noqa: S603 - the nvcc an extension build would run
+            [nvcc, "--version"],
+            capture_output=True,
+            timeout=15,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = _NVCC_RELEASE_RE.search(result.stdout.decode("utf-8", "replace"))
+    return match.group(1) if match else None
 
 
 # os.uname() and os.confstr() answer what the platform and socket modules would, without

@@ -29,7 +29,7 @@ from cudalock.versions import (
     format_cc,
     format_cuda,
     parse_compute_capability,
-    parse_cuda_version,
+    parse_cuda_flag,
     parse_driver_version,
 )
 
@@ -73,6 +73,11 @@ class Overrides:
     platform: str | None = None
 
     @property
+    def driver_branch(self) -> bool:
+        """Whether ``--driver-version`` named a branch (``570``), as nvidia-smi users say it."""
+        return self.driver_version is not None and len(self.driver_version.parts) == 1
+
+    @property
     def given(self) -> bool:
         return bool(
             self.driver_version or self.driver_cuda or self.no_gpu or self.gpus or self.platform
@@ -110,7 +115,7 @@ def overrides_from_options(options: TargetOptions, matrix: Matrix) -> Overrides:
         else None
     )
     driver_cuda = (
-        parse_cuda_version(options.driver_cuda)
+        parse_cuda_flag(options.driver_cuda, "--driver-cuda")
         if options.driver_cuda and options.driver_cuda.strip()
         else None
     )
@@ -180,7 +185,8 @@ def _gpu_from_name(name: str, matrix: Matrix) -> Gpu:
 
 
 def gpu_model_named(name: str, matrix: Matrix) -> GpuModel:
-    """The matrix's GPU model for a name as people write it ("H100", "RTX 4090", NVML's name)."""
+    """The matrix's GPU model for a name as people write it ("H100", "RTX 4090", "RTX5090",
+    "4090", "A100 80GB", NVML's name)."""
     # The GPU table matches NVML device names; try the name as NVML would spell it.
     model = next(
         (
@@ -191,14 +197,39 @@ def gpu_model_named(name: str, matrix: Matrix) -> GpuModel:
         None,
     )
     if model is None:
+        model = _gpu_by_squeezed_name(name, matrix)
+    if model is None:
         nearest = nearest_gpu_names(name, matrix)
         suggestion = f"; did you mean {', '.join(repr(n) for n in nearest)}?" if nearest else ""
         raise UsageError(
             f"unknown GPU {name!r}: not in the matrix's GPU table{suggestion}",
-            hint="give its compute capability instead, e.g. --compute-capability 8.6 "
-            "('cudalock matrix show --json' lists the GPUs the matrix knows)",
+            hint="Give its compute capability instead (--compute-capability 8.6); "
+            "'cudalock matrix show --gpus' lists the GPUs the matrix knows and the names it "
+            "takes for each.",
         )
     return model
+
+
+def _squeeze(text: str) -> str:
+    """A GPU name without case, spaces or punctuation: "RTX5090" and "rtx 5090" are one."""
+    return "".join(ch for ch in text.lower() if ch.isascii() and ch.isalnum())
+
+
+def _gpu_by_squeezed_name(name: str, matrix: Matrix) -> GpuModel | None:
+    """The model an alias names, else the one whose match string the squeezed name contains
+    (the longest wins, as for NVML names)."""
+    wanted = _squeeze(_without_vendor(name.strip().lower()))
+    if not wanted:
+        return None
+    best: tuple[int, GpuModel] | None = None
+    for gpu in matrix.gpus:
+        if any(_squeeze(alias) == wanted for alias in gpu.aliases):
+            return gpu
+        for needle in gpu.match:
+            squeezed = _squeeze(_without_vendor(needle.lower()))
+            if squeezed and squeezed in wanted and (best is None or len(squeezed) > best[0]):
+                best = (len(squeezed), gpu)
+    return best[1] if best else None
 
 
 def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Target:
@@ -257,9 +288,17 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
         driver_cuda = overrides.driver_cuda
     if overrides.driver_version is not None:
         from_table = matrix.max_cuda_for_driver(overrides.driver_version, platform)
+        branch = (
+            matrix.branch_cuda(overrides.driver_version.branch, platform)
+            if overrides.driver_branch
+            else None
+        )
+        if branch is not None:
+            # "570" is the R570 branch, not 570.0: every release of it supports this CUDA.
+            from_table = branch[0]
         if driver_cuda is None:
             driver_cuda = from_table
-            notes.append(_derived_note(overrides.driver_version, from_table))
+            notes.append(_derived_note(overrides.driver_version, from_table, branch))
         elif from_table is not None and driver_cuda > from_table:
             notes.append(
                 f"--driver-cuda {format_cuda(driver_cuda)} is above the "
@@ -273,8 +312,9 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
             "target is treated as CPU-only"
         )
 
-    # Probe notes about the driver or GPUs no longer apply once both are replaced.
-    fully_replaced = driver_given and bool(overrides.gpus)
+    # Probe notes about the driver or GPUs no longer apply once both are replaced; a probe that
+    # found no driver noted only that, which a given driver contradicts.
+    fully_replaced = driver_given and (bool(overrides.gpus) or not target.has_driver)
     kept = () if fully_replaced else target.notes
     # A live probe's "this machine" is no longer this machine once its driver is replaced.
     name = GIVEN_BY_FLAGS if driver_given and target.name == "this machine" else target.name
@@ -291,10 +331,27 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
     )
 
 
-def _derived_note(driver: DriverVersion, cuda: CudaVersion | None) -> str:
+def _derived_note(
+    driver: DriverVersion,
+    cuda: CudaVersion | None,
+    branch: tuple[CudaVersion, DriverVersion] | None = None,
+) -> str:
     if cuda is None:
         return (
             f"driver {driver} is older than every CUDA release in the matrix: its maximum "
             "CUDA version is unknown (give --driver-cuda)"
+        )
+    if branch is not None:
+        return (
+            f"driver {driver} is taken as the R{driver} branch, every release of which "
+            f"supports CUDA {format_cuda(cuda)} ({branch[1]} is its first release in the "
+            "matrix's driver table); give the full version (nvidia-smi's 'Driver Version') or "
+            "--driver-cuda if that is not so"
+        )
+    if len(driver.parts) == 1:
+        return (
+            f"driver {driver} is taken as the R{driver} branch; the matrix's driver table has "
+            f"no release of it, so CUDA {format_cuda(cuda)} is assumed from the branches before "
+            "it (give the full version or --driver-cuda)"
         )
     return f"maximum CUDA {format_cuda(cuda)} for driver {driver} from the matrix's driver table"

@@ -107,7 +107,7 @@ def probe_machine(
     if not hardware:
         return Target(
             platform=platform,
-            host=probe_host(proc_root=proc_root, sys_root=sys_root),
+            host=probe_host(proc_root=proc_root, sys_root=sys_root, environ=env),
             name="this machine",
             source="none",
         )
@@ -141,7 +141,7 @@ def probe_machine(
         driver_version=found.driver_version,
         driver_cuda=found.driver_cuda,
         gpus=tuple(found.gpus),
-        host=probe_host(proc_root=proc_root, sys_root=sys_root),
+        host=probe_host(proc_root=proc_root, sys_root=sys_root, environ=env),
         name="this machine",
         source=found.source,
         notes=tuple(found.notes),

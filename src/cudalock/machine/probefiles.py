@@ -28,6 +28,7 @@ from cudalock.versions import (
     ComputeCapability,
     CudaVersion,
     DriverVersion,
+    format_cuda,
     parse_compute_capability,
     parse_cuda_version,
     parse_driver_version,
@@ -223,6 +224,8 @@ _HOST_FIELDS: dict[str, type] = {
     "memory_total_bytes": int,
     "cgroup_memory_limit_bytes": int,
     "hostname": str,
+    "cuda_toolkit": str,
+    "cuda_toolkit_path": str,
 }
 
 
@@ -369,6 +372,12 @@ def _host_from_json(data: Any) -> Host:
     glibc = get("glibc")
     if glibc is not None and not _GLIBC_RE.fullmatch(glibc):
         raise InputError(f"'host.glibc' is {glibc[:40]!r}; expected a version like 2.35")
+    toolkit = get("cuda_toolkit")
+    if toolkit is not None:
+        try:
+            toolkit = format_cuda(parse_cuda_version(toolkit))
+        except InputError as err:
+            raise InputError(f"'host.cuda_toolkit': {err.message}") from None
     return Host(
         os=get("os"),
         arch=get("arch"),
@@ -376,6 +385,8 @@ def _host_from_json(data: Any) -> Host:
         memory_total_bytes=get("memory_total_bytes"),
         cgroup_memory_limit_bytes=get("cgroup_memory_limit_bytes"),
         hostname=get("hostname"),
+        cuda_toolkit=toolkit,
+        cuda_toolkit_path=get("cuda_toolkit_path"),
     )
 
 

@@ -417,7 +417,7 @@ def _check_gpus(matrix: Matrix) -> list[Problem]:
         if gpu.name.lower() in names:
             problems.append(Problem(file, entry, "duplicate entry"))
         names.add(gpu.name.lower())
-        for needle in gpu.match:
+        for needle in (*gpu.match, *gpu.aliases):
             owner = needles.get(needle.lower())
             if owner is not None and owner != gpu.name:
                 problems.append(

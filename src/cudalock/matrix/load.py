@@ -364,6 +364,7 @@ def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = 
             compute_capability=_need_cc(e),
             architecture=e.str("architecture", optional=True) or "",
             provenance=e.provenance(),
+            aliases=e.strs("aliases") or (),
         )
         for e in _entries("gpus.toml", raw["gpus.toml"], "gpu", "name")
     )

@@ -132,6 +132,8 @@ class GpuModel:
     compute_capability: ComputeCapability
     architecture: str
     provenance: Provenance
+    #: How people write the model on a command line ("4090", "A6000"): lookup keys for --gpu.
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,24 @@ class Matrix:
         ]
         known = [d for d in candidates if d is not None]
         return min(known) if known else None
+
+    def branch_cuda(self, branch: int, platform: str) -> tuple[CudaVersion, DriverVersion] | None:
+        """The CUDA every release of driver branch ``branch`` supports, and the release that
+        says so: the branch's lowest driver in the toolkit table (570 → 12.8, from 570.26).
+        None when the table has no driver of that branch."""
+        windows = platform.startswith("windows")
+        drivers = [
+            minimum
+            for _version, tk in self._toolkits_by_cuda
+            if (minimum := tk.driver_windows if windows else tk.driver_linux) is not None
+            and minimum.branch == branch
+            and tk.provenance.verified
+        ]
+        if not drivers:
+            return None
+        first = min(drivers)
+        cuda = self.max_cuda_for_driver(first, platform)
+        return (cuda, first) if cuda is not None else None
 
     @cached_property
     def _max_cuda_memo(self) -> dict[tuple[DriverVersion, bool], CudaVersion | None]:

@@ -12,7 +12,6 @@ from typing import Any
 from packaging.version import Version
 
 from cudalock.matrix.model import Matrix, TorchBuild, TorchRelease, arch_covers
-from cudalock.platforms import PLATFORMS
 from cudalock.request import TorchSpec
 from cudalock.versions import (
     ComputeCapability,
@@ -110,17 +109,12 @@ def _cells(row: Row) -> tuple[str, ...]:
         build.variant,
         format_cuda(build.cuda) if build.cuda else "-",
         f">= {row.driver_linux}" if row.driver_linux else "-",
-        " ".join(_short_platform(p) for p in build.platforms),
+        " ".join(build.platforms),
         " ".join(format_cc(cc) for cc in build.sass) or "-",
         " ".join(format_cc(cc) for cc in build.ptx) or "-",
-        " ".join(_short_platform(p) for p in row.pypi_default_on) or "-",
+        " ".join(row.pypi_default_on) or "-",
         ", ".join(row.unverified) or "-",
     )
-
-
-def _short_platform(platform: str) -> str:
-    known = {p.name: p.short for p in PLATFORMS}
-    return known.get(platform, platform)
 
 
 def render_table(rows: list[Row]) -> str:

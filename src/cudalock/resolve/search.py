@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import Unsatisfiable
 from cudalock.matrix import DeepSpeedRelease, Matrix, TorchBuild, TorchRelease
-from cudalock.model import Change, Fix, PackagePin, Plan, Rejection, Target
+from cudalock.model import Alternative, Change, Fix, PackagePin, Plan, Rejection, Target
 from cudalock.request import (
     CPU_VARIANT,
     Companion,
@@ -39,9 +39,16 @@ from cudalock.request import (
 from cudalock.resolve.compat import MINOR_COMPAT_COST, DriverVerdict, missing_archs
 from cudalock.resolve.fixes import apply_change
 from cudalock.resolve.fleet import Fleet, cc_text, node_name, reduce_fleet
+from cudalock.resolve.policy import (
+    CudaPreference,
+    builds_against_cuda,
+    cuda_preferences,
+    declined_reason,
+)
 from cudalock.versions import (
     ComputeCapability,
     DriverVersion,
+    cuda_from_variant,
     format_cc,
     format_cuda,
     python_key,
@@ -116,11 +123,13 @@ class _Search:
         known: _Known,
         *,
         explain: bool = True,
+        targets: Sequence[Target] = (),
     ) -> None:
         self.matrix = matrix
         self.fleet = fleet
         self.request = request
         self.known = known
+        self.targets = tuple(targets)
         #: False for the quiet searches that check a fix: they record reasons, not fixes.
         self.explain = explain
         self.python = request.python
@@ -140,6 +149,15 @@ class _Search:
         self._alternatives: tuple[_Alternative, ...] | None = None
         self._paired_alternative: dict[str, _Alternative | None] = {}
         self.choice: _Choice | None = None
+        #: The choice policy's passes (resolve/policy.py), most preferred first; the search
+        #: takes the first that finds a plan, then any build that runs.
+        self.driver_cuda = fleet.lowest_cuda(matrix) if fleet.has_driver else None
+        self.preferences = cuda_preferences(self.driver_cuda, self.targets, request)
+        self.preference: CudaPreference | None = None
+        #: Builds that would run but the pass's preference passed over, newest first.
+        self.declined: list[_Choice] = []
+        #: The preferences that found nothing, each with its newest rejection.
+        self.missed: list[tuple[CudaPreference, Rejection | None]] = []
 
     def _spec(self, text: str) -> SpecifierSet:
         """Matrix specifiers repeat across candidates: parse each once per search."""
@@ -169,11 +187,35 @@ class _Search:
                 f"{str(self.request.torch)!r} (it knows {oldest} to {newest})",
                 hint="relax --torch, or point --matrix at a newer matrix",
             )
-        for version, release in matching:
-            choice = self._try_release(version, release)
-            if choice is not None:
-                self.choice = choice
-                return choice
+        for preference in (*self.preferences, None):
+            self._start_pass(preference)
+            for version, release in matching:
+                choice = self._try_release(version, release)
+                if choice is not None:
+                    self.choice = choice
+                    return choice
+            if preference is not None:
+                self.missed.append((preference, self._newest_missed(preference)))
+        return None
+
+    def _start_pass(self, preference: CudaPreference | None) -> None:
+        """Forget what the previous pass found: its rejections spoke of its preference."""
+        self.preference = preference
+        self.rejected = []
+        self.limits = {}
+        self.arch_limits = {}
+        self._alternatives = None
+        self._paired_alternative = {}
+        self.declined = []
+
+    def _newest_missed(self, preference: CudaPreference) -> Rejection | None:
+        """The newest rejection of a build the preference takes: why it found nothing."""
+        for rejection in self.rejected:
+            cuda = cuda_from_variant(rejection.variant)
+            if cuda is not None and (
+                cuda == preference.exact if preference.exact else cuda[0] == preference.major
+            ):
+                return rejection
         return None
 
     # ----------------------------------------------------------------------------------------
@@ -185,7 +227,9 @@ class _Search:
         trial = self._trials.get(key)
         if trial is None:
             fleet = self.fleet if driver is None else self._fleet_at(driver)
-            trial = _Search(self.matrix, fleet, request, self.known, explain=False)
+            trial = _Search(
+                self.matrix, fleet, request, self.known, explain=False, targets=self.targets
+            )
             try:
                 trial.run()
             except Unsatisfiable:
@@ -375,6 +419,9 @@ class _Search:
             missing = missing_archs(build, ccs)
             if verdict.allowed and not missing:
                 choice = _Choice(release, build, python, companions, verdict, node)
+                if self.preference is not None and not self.preference.accepts(build):
+                    self.declined.append(choice)
+                    continue
                 if self.cuda_pin is None and rests_on_unverified(build):
                     unverified.append(choice)
                     continue
@@ -779,7 +826,7 @@ def _arch_list(build: TorchBuild) -> str:
 def resolve(matrix: Matrix, targets: Sequence[Target], request: Request) -> Plan:
     """The Plan every target can run, or :class:`Unsatisfiable` naming the nearest candidates."""
     fleet = reduce_fleet(matrix, targets)
-    search = _Search(matrix, fleet, request, _known(matrix))
+    search = _Search(matrix, fleet, request, _known(matrix), targets=targets)
     choice = search.run()
     if choice is None:
         raise _unsatisfiable(matrix, search, fleet, targets, request)
@@ -930,14 +977,20 @@ def _generations(matrix: Matrix, fleet: Fleet, targets: Sequence[Target]) -> tup
     for ccs, members in groups:
         what = ", ".join(format_cc(cc) for cc in sorted(ccs)) or "no GPU"
         environments.append(f"{what}: {_target_flags(members)}")
-    hint = "make one environment per GPU generation — " + "; ".join(environments)
-    if mixed:
-        names = ", ".join(node_name(t) for t in mixed[:3])
-        hint += (
-            f"; {names} {'has' if len(mixed) == 1 else 'have'} GPUs of several generations: "
-            "resolve for each with --compute-capability and run each environment on its GPUs "
-            "(CUDA_VISIBLE_DEVICES)"
+    sentences = []
+    if environments:
+        sentences.append(
+            "Make one environment per GPU generation (" + "; ".join(environments) + ")."
         )
+    if mixed:
+        names = "this target" if len(targets) == 1 else ", ".join(node_name(t) for t in mixed[:3])
+        per_cc = " and ".join(f"--compute-capability {format_cc(cc)}" for cc in sorted(fleet.ccs))
+        sentences.append(
+            f"{names[0].upper() + names[1:]} {'has' if len(mixed) == 1 else 'have'} GPUs of "
+            f"several generations: resolve once per generation ({per_cc}, one at a time) and "
+            "run each environment on its own GPUs with CUDA_VISIBLE_DEVICES."
+        )
+    hint = " ".join(sentences)
     return reason, hint
 
 
@@ -984,6 +1037,8 @@ def _plan(
     )
 
     explanation = _explain(matrix, fleet, request, search, choice, index_url)
+    alternative = _alternative(search, choice)
+    explanation[1:1] = [*_assumptions(targets), *_policy_lines(search, choice, alternative)]
     unverified = _unverified(matrix, choice, fleet, index_url)
     if unverified:
         explanation.append(
@@ -1007,7 +1062,67 @@ def _plan(
         rejected=nearest(search.rejected),
         explanation=tuple(explanation),
         unverified=tuple(unverified),
+        alternative=alternative,
     )
+
+
+def _assumptions(targets: Sequence[Target]) -> list[str]:
+    """What was derived rather than read for targets given by flags (a driver branch's CUDA, a
+    driver's CUDA from the table), each said once."""
+    said: list[str] = []
+    for target in targets:
+        if target.source != "override":
+            continue
+        for note in target.notes:
+            sentence = f"Assumed: {note}."
+            if sentence not in said:
+                said.append(sentence)
+    return said[:3]
+
+
+def _alternative(search: _Search, choice: _Choice) -> Alternative | None:
+    """The best build the choice policy passed over: the newest that would also have run."""
+    if search.preference is None or not search.declined:
+        return None
+    # The one the next preference would take (a toolkit's major before any build), newest first.
+    later = search.preferences[search.preferences.index(search.preference) + 1 :]
+
+    def rank(declined: _Choice) -> int:
+        return next((i for i, p in enumerate(later) if p.accepts(declined.build)), len(later))
+
+    best = min(search.declined, key=rank)
+    reason = declined_reason(
+        search.preference, best.build, search.driver_cuda, builds_against_cuda(search.request)
+    )
+    newer = (Version(best.release.version), best.build.cuda or (0, 0)) > (
+        Version(choice.release.version),
+        choice.build.cuda or (0, 0),
+    )
+    what = f"torch {best.release.version}+{best.build.variant}"
+    return Alternative(
+        best.release.version,
+        best.build.variant,
+        f"{what} is {'newer' if newer else 'another build that would run'}, but {reason}",
+    )
+
+
+def _policy_lines(search: _Search, choice: _Choice, alternative: Alternative | None) -> list[str]:
+    """The choice policy in the plan's words: which preference chose, what it passed over, and
+    which preferences found nothing (and why)."""
+    lines: list[str] = []
+    for preference, rejection in search.missed:
+        why = f" (the newest: {rejection.reason})" if rejection is not None else ""
+        lines.append(f"No build for {preference.describe()} fits{why}.")
+    if search.preference is not None:
+        lines.append(f"It is the newest build for {search.preference.describe()}.")
+    elif search.missed and choice.build.cuda is not None:
+        lines.append(
+            f"Chose an older CUDA: torch {choice.release.version}+{choice.build.variant} is the "
+            "newest build that runs here."
+        )
+    if alternative is not None:
+        lines.append(alternative.reason + ".")
+    return lines
 
 
 def _explain(
