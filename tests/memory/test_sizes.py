@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -77,6 +79,23 @@ def test_bad_sizes_name_the_value(text: str) -> None:
 def test_bad_param_counts(text: str) -> None:
     with pytest.raises(InputError, match="parameter count"):
         parse_param_count(text)
+
+
+@pytest.mark.parametrize(
+    ("parse", "text"),
+    [
+        (parse_bytes, "9e307 TB"),
+        (parse_bytes, "1e300PiB"),
+        (parse_bytes, "1e308"),
+        (parse_param_count, "9e307T"),
+        (parse_param_count, "2e21"),
+    ],
+)
+def test_numbers_past_any_machine_are_refused_not_overflowed(
+    parse: Callable[[str], int], text: str
+) -> None:
+    with pytest.raises(InputError, match="larger than any machine or model"):
+        parse(text)
 
 
 def test_format_and_kubernetes_quantity() -> None:

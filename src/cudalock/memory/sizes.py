@@ -59,7 +59,26 @@ def _split(text: str, what: str, expected: str) -> tuple[float, str]:
     number = float(match.group("number"))
     if not math.isfinite(number):
         raise InputError(f"{what} {text!r} is not a finite number; expected {expected}")
+    if number > _LARGEST:
+        raise InputError(
+            f"{what} {text!r} is larger than any machine or model; expected {expected}"
+        )
     return number, match.group("unit").lower()
+
+
+def _scaled(number: float, scale: int, text: str, what: str, expected: str) -> int:
+    """``number`` × ``scale`` as an int; past :data:`_LARGEST` (or a float's range) a usage
+    error, never an OverflowError."""
+    product = number * scale
+    if not math.isfinite(product) or product > _LARGEST:
+        raise InputError(
+            f"{what} {text!r} is larger than any machine or model; expected {expected}"
+        )
+    return round(product)
+
+
+#: No size or parameter count of this world comes near it (a zettabyte, 10²¹ parameters).
+_LARGEST = 10**21
 
 
 #: Below this, a count typed without a unit is a shorthand that lost its unit (``--params 70``
@@ -87,7 +106,7 @@ def parse_bytes(text: str, *, unit_required: bool = True) -> int:
             f"size {text!r} has no unit; give one, e.g. {shown}GiB or {shown}GB "
             f"({shown}Gi as in Kubernetes); expected {expected}"
         )
-    value = round(number * _BYTE_UNITS[unit])
+    value = _scaled(number, _BYTE_UNITS[unit], text, "size", expected)
     if value <= 0:
         raise InputError(f"size {text!r} must be more than zero; expected {expected}")
     return value
@@ -101,7 +120,7 @@ def parse_param_count(text: str) -> int:
         raise InputError(
             f"parameter count {text!r} has an unknown suffix {unit!r}; expected {expected}"
         )
-    value = round(number * _PARAM_UNITS[unit])
+    value = _scaled(number, _PARAM_UNITS[unit], text, "parameter count", expected)
     if unit == "" and 0 < value < MIN_BARE_PARAMS:
         shown = _shown(number)
         raise InputError(
