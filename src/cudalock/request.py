@@ -97,8 +97,8 @@ class TorchSpec:
     """``--torch``: the text as given (stripped) and the releases it admits.
 
     ``exact`` is the one release an ``==X.Y.Z`` names: the quiet searches that check a fix ask
-    for one release, and compiling packaging's specifier grammar is a visible part of a plain
-    ``cudalock resolve``, so such a spec compiles none unless :attr:`specifier` is asked for.
+    for one release each, so such a spec builds no SpecifierSet unless :attr:`specifier` is
+    asked for.
     Empty text: any release.
     """
 

@@ -8,8 +8,6 @@ Drivers: 12.4 550.54.14, 12.6 560.28.03, 12.8 570.26, 13.0 580.65.06, 13.2 595.4
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -144,18 +142,11 @@ def test_parse_torch_spec(text: str, expected: str) -> None:
     assert str(parse_torch_spec(text).specifier) == expected
 
 
-def test_no_torch_spec_is_no_constraint_and_costs_no_specifier_import() -> None:
-    assert not parse_torch_spec("") and not parse_torch_spec("  ")
-    # Compiling packaging's specifier grammar is a good part of resolve's start-up.
-    script = (
-        "import sys\nfrom cudalock.cli.main import run\n"
-        "run(['resolve', '--no-gpu', '--python', '3.11', '--json'])\n"
-        "print('packaging.specifiers' in sys.modules, file=sys.stderr)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert '"torch"' in done.stdout and done.stderr.strip() == "False"
+def test_no_torch_spec_is_no_constraint() -> None:
+    # (Loading the matrix from its TOML files checks every specifier in it, so a plain resolve
+    # compiles packaging's specifier grammar either way: that is no longer avoided here.)
+    spec = parse_torch_spec("  ")
+    assert not spec and spec.specifier is None and spec.admits("1.13.0")
 
 
 @pytest.mark.parametrize(
