@@ -123,13 +123,17 @@ def start_inspection(
 
 
 def isolated_argv(python: Path, code: str, *args: str, options: Sequence[str] = ()) -> list[str]:
-    """``python`` running ``code`` isolated from where cudalock was started: ``-I`` (no current
-    directory or script directory on ``sys.path``, no PYTHON* variables, no user site), ``-B``
-    (no bytecode written into the audited environment), and the interpreter named by its
-    absolute path (``./python3`` is that file, never ``python3`` from PATH). Run it with
-    ``cwd`` a fresh empty directory (:func:`clean_directory`), so that nothing the user's
-    working directory holds (a ``json.py`` in an untrusted repository) can be imported."""
-    return [os.path.abspath(python), "-I", "-B", *options, "-c", code, *args]
+    """``python`` running ``code`` isolated from where cudalock was started: run with ``cwd`` a
+    fresh empty directory (:func:`clean_directory`), the ``-c`` code puts only that directory
+    on ``sys.path``, so nothing the user's working directory holds (a ``json.py`` or
+    ``sitecustomize.py`` in an untrusted repository) can be imported; ``-B`` writes no bytecode
+    into the audited environment; the interpreter is named by its absolute path (``./python3``
+    is that file, never ``python3`` from PATH).
+
+    Not ``-I``: it would also drop ``PYTHONPATH`` and the user site, which the training run
+    imports from as well; a torch found there is what the audit must see (a second torch on
+    ``PYTHONPATH`` is a cause of -11)."""
+    return [os.path.abspath(python), "-B", *options, "-c", code, *args]
 
 
 def clean_directory() -> tempfile.TemporaryDirectory[str]:
