@@ -513,6 +513,45 @@ def uv_project(plan: dict[str, Any], framework: str, pytorch_index: str) -> str:
     )
 
 
+def uv_compile_argv(uv: Path, pypi_url: str, cache: Path) -> list[str | Path]:
+    """``uv pip compile`` of the ``pyproject.toml`` in its working directory into a hashed
+    ``pylock.toml``, for the target the lock figures plan for."""
+    return [
+        uv,
+        "pip",
+        "compile",
+        "pyproject.toml",
+        "--default-index",
+        pypi_url,
+        "--python-version",
+        "3.11",
+        "--python-platform",
+        "x86_64-manylinux_2_28",
+        "--format",
+        "pylock.toml",
+        "--generate-hashes",
+        "--quiet",
+        "-o",
+        "pylock.toml",
+        "--cache-dir",
+        cache,
+    ]
+
+
+Side = tuple[Series, Sequence[str | Path], Path]
+
+
+def measure_alternately(ctx: Context, env: dict[str, str], first: Side, second: Side) -> None:
+    """Record ``ctx.repeat`` runs of each side, alternating which goes first; the second side
+    runs once unmeasured before, so both start with the cache warm."""
+    run_timed(second[1], env, cwd=second[2])
+    for round_ in range(ctx.repeat):
+        order = [first, second] if round_ % 2 == 0 else [second, first]
+        for series, argv, cwd in order:
+            elapsed, _, peak = run_timed(argv, env, cwd=cwd)
+            series.record(elapsed, peak)
+
+
 def case_lock(ctx: Context, fig: Figure) -> None:
     """Both sides use one warm uv cache and the same stand-in indexes."""
     uv = find_uv(ctx)
@@ -546,40 +585,14 @@ def case_lock(ctx: Context, fig: Figure) -> None:
         (theirs / "pyproject.toml").write_text(
             uv_project(plan, STACK_FRAMEWORK, server.pytorch_url), encoding="utf-8"
         )
-        b_argv: list[str | Path] = [
-            uv,
-            "pip",
-            "compile",
-            "pyproject.toml",
-            "--default-index",
-            server.pypi_url,
-            "--python-version",
-            "3.11",
-            "--python-platform",
-            "x86_64-manylinux_2_28",
-            "--format",
-            "pylock.toml",
-            "--generate-hashes",
-            "--quiet",
-            "-o",
-            "pylock.toml",
-            "--cache-dir",
-            cache,
-        ]
+        b_argv = uv_compile_argv(uv, server.pypi_url, cache)
         a = Series("cudalock lock (second run)", command_text(a_argv))
         b = Series(
             "uv pip compile",
             f"cd {shown(theirs)} && {command_text(b_argv, cwd=theirs)}",
         )
         fig.series = [a, b]
-        run_timed(b_argv, env, cwd=theirs)  # uv's own first run, so both start warm
-        for round_ in range(ctx.repeat):
-            order = [(a, a_argv, ROOT), (b, b_argv, theirs)]
-            if round_ % 2:
-                order.reverse()
-            for series, argv, cwd in order:
-                elapsed, _, peak = run_timed(argv, env, cwd=cwd)
-                series.record(elapsed, peak)
+        measure_alternately(ctx, env, (a, a_argv, ROOT), (b, b_argv, theirs))
         profile = child_json(ctx, ["lock-profile", *a_argv[1:]])
     ours_lock = (ours / "pylock.toml").read_text(encoding="utf-8")
     theirs_lock = (theirs / "pylock.toml").read_text(encoding="utf-8")
@@ -681,40 +694,14 @@ def case_lock_vllm(ctx: Context, fig: Figure) -> None:
         (theirs / "pyproject.toml").write_text(
             torch_backend_project(server.pytorch_url), encoding="utf-8"
         )
-        b_argv: list[str | Path] = [
-            uv,
-            "pip",
-            "compile",
-            "pyproject.toml",
-            "--default-index",
-            server.pypi_url,
-            "--python-version",
-            "3.11",
-            "--python-platform",
-            "x86_64-manylinux_2_28",
-            "--format",
-            "pylock.toml",
-            "--generate-hashes",
-            "--quiet",
-            "-o",
-            "pylock.toml",
-            "--cache-dir",
-            cache,
-        ]
+        b_argv = uv_compile_argv(uv, server.pypi_url, cache)
         a = Series("cudalock lock (second run)", command_text(a_argv))
         b = Series(
             "uv pip compile (routed as --torch-backend cu121)",
             f"cd {shown(theirs)} && {command_text(b_argv, cwd=theirs)}",
         )
         fig.series = [a, b]
-        run_timed(b_argv, env, cwd=theirs)
-        for round_ in range(ctx.repeat):
-            order = [(a, a_argv, ROOT), (b, b_argv, theirs)]
-            if round_ % 2:
-                order.reverse()
-            for series, argv, cwd in order:
-                elapsed, _, peak = run_timed(argv, env, cwd=cwd)
-                series.record(elapsed, peak)
+        measure_alternately(ctx, env, (a, a_argv, ROOT), (b, b_argv, theirs))
     ours_lock = (ours / "pylock.toml").read_text(encoding="utf-8")
     theirs_lock = (theirs / "pylock.toml").read_text(encoding="utf-8")
     for pin in ("2.5.1+cu121", "0.0.28.post3+cu121"):
