@@ -7,7 +7,7 @@
 # with the same key installs them in seconds, and any other torch builds anew.
 # Arguments: "pip" or "uv", the path of uv (or ""), the requirements file, the index options.
 # CUDALOCK_WHEEL_CACHE names the cache (default: $XDG_CACHE_HOME/cudalock/wheels);
-# CUDALOCK_NO_CACHE=1 builds without it. Standard library only, kept compatible with old
+# CUDALOCK_NO_WHEEL_CACHE=1 builds without it. Standard library only, kept compatible with old
 # Pythons (the environment's, not cudalock's).
 import ast
 import contextlib
@@ -114,9 +114,9 @@ def build_in_place(installer, uv, requirements, index_options):
 
 
 def main(installer, uv, requirements, *index_options):
-    off = os.environ.get("CUDALOCK_NO_CACHE", "") not in ("", "0")
+    off = os.environ.get("CUDALOCK_NO_WHEEL_CACHE", "") not in ("", "0")
     if off or importlib.util.find_spec("pip") is None:
-        why = "CUDALOCK_NO_CACHE is set" if off else "pip, which builds the wheels, is missing"
+        why = "CUDALOCK_NO_WHEEL_CACHE is set" if off else "pip, which builds wheels, is missing"
         print("cudalock: building without the wheel cache (" + why + ")", flush=True)
         build_in_place(installer, uv, requirements, index_options)
         return

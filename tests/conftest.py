@@ -22,7 +22,7 @@ ServeIndexes = Callable[..., IndexServer]
 
 
 @pytest.fixture(autouse=True)
-def no_cudalock_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_cudalock_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Tests see only the CUDALOCK_* variables they set: a developer's own (a mirror, a matrix
     directory, a driver override) would change what cudalock does."""
     import os
@@ -31,6 +31,8 @@ def no_cudalock_variables(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name)
     # Index pages are cached by URL, and a stand-in index's port can be another test's later.
     monkeypatch.setenv("CUDALOCK_NO_CACHE", "1")
+    # install.sh keeps wheels built against torch; each test starts with none.
+    monkeypatch.setenv("CUDALOCK_WHEEL_CACHE", str(tmp_path / "cudalock-wheel-cache"))
 
 
 @pytest.fixture(autouse=True)

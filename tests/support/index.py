@@ -544,4 +544,9 @@ def offline_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
             "CUDALOCK_NO_CACHE": "1",
         }
     )
+    # Wheels built against torch are kept where the test's own fixture says (tests/conftest.py),
+    # never in the user's ~/.cache.
+    wheel_cache = os.environ.get("CUDALOCK_WHEEL_CACHE")
+    if wheel_cache:
+        env.setdefault("CUDALOCK_WHEEL_CACHE", wheel_cache)
     return env

@@ -708,7 +708,7 @@ def run_install_script(
     if uv:
         run_env["UV"] = uv
     if no_cache:
-        run_env["CUDALOCK_NO_CACHE"] = "1"  # its build step then builds anew
+        run_env["CUDALOCK_NO_WHEEL_CACHE"] = "1"  # its build step then builds anew
     _run_logged(
         "install.sh",
         ["bash", str((out_dir / "install.sh").absolute())],

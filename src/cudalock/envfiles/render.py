@@ -352,7 +352,7 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
         Step(
             f"DeepSpeed and anything else built against the installed torch ({LAST_FILE}), "
             "without build isolation; wheels built earlier against this exact torch build, "
-            "CUDA and Python are reused (CUDALOCK_NO_CACHE=1 builds anew)",
+            "CUDA and Python are reused (CUDALOCK_NO_WHEEL_CACHE=1 builds anew)",
             (PYTHON, "-c", build_script(), "pip", "", *build),
             (PYTHON, "-c", build_script(), "uv", UV, *build),
             only_if=f"grep -q '^[A-Za-z0-9]' {LAST_FILE}",
