@@ -1465,26 +1465,21 @@ _SAME_CAUSE = {"driver-too-old": ("minor-compat-only",)}
 
 
 def _message_finding(context: _Context, message: ReportedMessage) -> Finding | None:
-    kind = message.kind
-    if kind == msg.DRIVER_TOO_OLD or kind == msg.DRIVER_INSUFFICIENT:
-        return _driver_message(context, message)
-    if kind in (msg.NO_KERNEL_IMAGE, msg.ARCH_UNSUPPORTED):
-        return _arch_message(context, message)
-    if kind == msg.NOT_COMPILED_WITH_CUDA:
-        return _cpu_message(context, message)
-    if kind == msg.UNDEFINED_SYMBOL:
-        return _undefined_symbol(context, message)
-    if kind == msg.LIBRARY_MISSING:
-        return _library_missing(context, message)
-    if kind == msg.CUDNN_MISMATCH:
-        return _cudnn_message(context, message)
-    if kind == msg.NVCC_MISMATCH:
-        return _nvcc_message(context, message)
-    if kind == msg.XFORMERS_BUILT_FOR:
-        return _xformers_message(context, message)
-    if kind == msg.DEEPSPEED_OPS_MISMATCH:
-        return _deepspeed_ops_message(context, message)
-    return None
+    """The finding an error line of a report makes, by its kind (None: a kind without one)."""
+    judge = {
+        msg.DRIVER_TOO_OLD: _driver_message,
+        msg.DRIVER_INSUFFICIENT: _driver_message,
+        msg.NO_KERNEL_IMAGE: _arch_message,
+        msg.ARCH_UNSUPPORTED: _arch_message,
+        msg.NOT_COMPILED_WITH_CUDA: _cpu_message,
+        msg.UNDEFINED_SYMBOL: _undefined_symbol,
+        msg.LIBRARY_MISSING: _library_missing,
+        msg.CUDNN_MISMATCH: _cudnn_message,
+        msg.NVCC_MISMATCH: _nvcc_message,
+        msg.XFORMERS_BUILT_FOR: _xformers_message,
+        msg.DEEPSPEED_OPS_MISMATCH: _deepspeed_ops_message,
+    }.get(message.kind)
+    return judge(context, message) if judge is not None else None
 
 
 def _cuda_unavailable(
