@@ -78,6 +78,7 @@ from cudalock.lock import (
     lock_texts,
     resolve_closure,
 )
+from cudalock.lock.closure import closure_verifier
 from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
@@ -240,6 +241,7 @@ def run_bootstrap(
         retries=options.uv.retries,
         offline=options.uv.offline,
         use_cache=not cache_disabled(options.uv.environ),
+        verify=closure_verifier(options.uv, matrix),
     )
 
     name = check_env_name(
