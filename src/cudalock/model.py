@@ -7,6 +7,7 @@ is :mod:`cudalock.request`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -121,6 +122,18 @@ class Target:
             "source": self.source,
             "notes": list(self.notes),
         }
+
+
+def flag_assumptions(targets: Sequence[Target]) -> list[str]:
+    """What was derived rather than read for the targets the Target flags describe (a driver
+    branch's CUDA, a driver's CUDA from the table, the host details dropped), each said once:
+    what resolve, audit and doctor state as assumed."""
+    said: list[str] = []
+    for target in targets:
+        if target.source != "override":
+            continue
+        said.extend(note for note in target.notes if note not in said)
+    return said
 
 
 @dataclass(frozen=True)
@@ -249,6 +262,9 @@ class Plan:
     #: Why this Python, in a sentence (asked for; torch's newest; the newest the whole stack
     #: installs on, which bootstrap and lock prove with the closure).
     python_reason: str = ""
+    #: The node whose driver the plan was made for: the fleet's lowest, as resolve reduced the
+    #: targets (None: no target has a driver). cudalock.toml records this one's driver.
+    driver_node: Target | None = None
 
     @property
     def torch_pin(self) -> PackagePin:

@@ -13,7 +13,8 @@ from cudalock.doctor.diagnosis import SetupHints
 from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
 from cudalock.doctor.logs import container_memory_limit, scan_training_log
 from cudalock.machine.host import CgroupLevel, CgroupMemory, ShmInfo
-from cudalock.machine.overrides import TargetOptions
+from cudalock.machine.overrides import GivenTargets, TargetOptions, read_target_options
+from cudalock.matrix import load_matrix
 from cudalock.model import Finding, Gpu, Host, Target
 from cudalock.request import Compat
 from tests.support.cli import cudalock
@@ -193,7 +194,7 @@ def test_a_probe_file_of_the_node_names_the_run_host_and_its_ram(tmp_path: Path)
         DoctorRequest(
             exit_code="-9",
             flags=SetupHints(params=7 * 10**9, zero_stage=2),
-            target=TargetOptions(probe_files=(probe,)),
+            target=read_target_options(TargetOptions(probe_files=(probe,)), load_matrix()),
         ),
         reads.readers(),
         audit=no_audit,
@@ -315,13 +316,13 @@ def test_docker_inspects_oomkilled_false_is_not_an_oom() -> None:
 
 
 def test_minus_11_audits_the_report_given_on_its_own_machine() -> None:
-    seen: list[tuple[str, TargetOptions | None, Compat]] = []
+    seen: list[tuple[str, GivenTargets | None, Compat]] = []
 
-    def report_audit(text: str, options: TargetOptions | None, compat: Compat) -> Sequence[Finding]:
-        seen.append((text, options, compat))
+    def report_audit(text: str, given: GivenTargets | None, compat: Compat) -> Sequence[Finding]:
+        seen.append((text, given, compat))
         return (Finding("driver-too-old", "error", "torch 2.9.1+cu128 needs CUDA 12.8"),)
 
-    options = TargetOptions(driver_version="530.30.02")
+    options = read_target_options(TargetOptions(driver_version="530.30.02"), load_matrix())
     report = run_doctor(
         DoctorRequest(
             exit_code="-11",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudalock.cli.args import (
     add_json_flag,
@@ -17,6 +18,9 @@ from cudalock.cli.args import (
     number,
 )
 from cudalock.cli.inputs import Inputs, compute_inputs
+
+if TYPE_CHECKING:
+    from cudalock.model import Plan
 
 DESCRIPTION = """\
 Lock the whole dependency closure, every file pinned by URL and sha256, resolved once by uv as
@@ -202,7 +206,7 @@ def run(args: argparse.Namespace) -> None:
             force=args.force,
             echo=progress,
             matrix=inputs.matrix,
-            also=_remembered(inputs, out),
+            also=_remembered(inputs, plan, out),
             replan=replan,
         )
     plan = result.plan
@@ -226,7 +230,7 @@ def run(args: argparse.Namespace) -> None:
         echo(f"  {plan.python_reason}")
 
 
-def _remembered(inputs: Inputs, out: Path) -> dict[Path, str]:
+def _remembered(inputs: Inputs, plan: Plan, out: Path) -> dict[Path, str]:
     """``out/cudalock.toml`` recording the inputs, as bootstrap records them, when a Target or
     Request flag (or its environment variable) was given: so ``lock --check`` and a plain
     ``lock`` afterwards keep the plan this lock was made for. Nothing without such flags."""
@@ -245,7 +249,7 @@ def _remembered(inputs: Inputs, out: Path) -> dict[Path, str]:
     read = inputs.spec
     spec = Spec(
         request=RequestOptions.of(inputs.request),
-        target=TargetSummary.of(inputs.targets, inputs.matrix),
+        target=TargetSummary.of(plan),
         output=read.spec.output if read is not None and read.spec is not None else OutputSpec(),
     )
     path = out / SPEC_FILE

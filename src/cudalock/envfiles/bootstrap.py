@@ -307,7 +307,7 @@ def run_bootstrap(
             echo(f"  {line}")
     new_spec = Spec(
         request=RequestOptions.of(request),
-        target=TargetSummary.of(targets, matrix),
+        target=TargetSummary.of(plan),
         output=OutputSpec(
             format=output_format, name=options.name or (spec.output.name if spec else None)
         ),

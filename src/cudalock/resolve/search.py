@@ -27,7 +27,16 @@ from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import Unsatisfiable
 from cudalock.matrix import DeepSpeedRelease, Matrix, TorchBuild, TorchRelease
-from cudalock.model import Alternative, Change, Fix, PackagePin, Plan, Rejection, Target
+from cudalock.model import (
+    Alternative,
+    Change,
+    Fix,
+    PackagePin,
+    Plan,
+    Rejection,
+    Target,
+    flag_assumptions,
+)
 from cudalock.request import (
     CPU_VARIANT,
     Companion,
@@ -1068,6 +1077,7 @@ def _plan(
             if request.python is None
             else f"Python {choice.python}, as asked (--python or cudalock.toml)."
         ),
+        driver_node=fleet.drivers[0].node if fleet.drivers else None,
     )
 
 
@@ -1084,15 +1094,7 @@ def _torch_newest_python(python: str, torch_version: str, platform: str) -> str:
 def _assumptions(targets: Sequence[Target]) -> list[str]:
     """What was derived rather than read for targets given by flags (a driver branch's CUDA, a
     driver's CUDA from the table), each said once."""
-    said: list[str] = []
-    for target in targets:
-        if target.source != "override":
-            continue
-        for note in target.notes:
-            sentence = f"Assumed: {note}."
-            if sentence not in said:
-                said.append(sentence)
-    return said[:3]
+    return [f"Assumed: {note}." for note in flag_assumptions(targets)[:3]]
 
 
 def _alternative(search: _Search, choice: _Choice) -> Alternative | None:
