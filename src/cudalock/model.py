@@ -281,6 +281,9 @@ class Plan:
     unverified: tuple[str, ...] = ()
     #: The best candidate the choice policy passed over (None: nothing else would run).
     alternative: Alternative | None = None
+    #: Why this Python, in a sentence (asked for; torch's newest; the newest the whole stack
+    #: installs on, which bootstrap and lock prove with the closure).
+    python_reason: str = ""
     #: The node whose driver the plan was made for: the fleet's lowest, as resolve reduced the
     #: targets (None: no target has a driver). cudalock.toml records this one's driver.
     driver_node: Target | None = None
@@ -313,6 +316,7 @@ class Plan:
             "explanation": list(self.explanation),
             "unverified": list(self.unverified),
             "alternative": self.alternative.to_json() if self.alternative else None,
+            "python_reason": self.python_reason,
         }
 
 

@@ -125,8 +125,10 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions, check_framework_paths, check_lock, make_lock
+    from cudalock.lock.files import recorded_python_in
     from cudalock.lock.frameworks import plan_with_frameworks
     from cudalock.lock.http import cache_disabled
+    from cudalock.lock.python import plan_for_recorded_python, planner
     from cudalock.lock.uvinput import default_index_of
 
     out: Path = args.output_dir
@@ -137,21 +139,35 @@ def run(args: argparse.Namespace) -> None:
     inputs = compute_inputs(args, read_spec=True)
     request, request_opts = inputs.request, inputs.request_given
     check_framework_paths(request.frameworks)
+    default_index = default_index_of(
+        request, pypi_index=request.pypi_index, allow_insecure=request_opts.allow_insecure_index
+    )
     plan, _frameworks = plan_with_frameworks(
         inputs.matrix,
         inputs.targets,
         request,
-        default_index=default_index_of(
-            request,
-            pypi_index=request.pypi_index,
-            allow_insecure=request_opts.allow_insecure_index,
-        ),
+        default_index=default_index,
+        timeout_s=args.timeout,
+        retries=args.retries,
+        offline=args.offline,
+        use_cache=not cache_disabled(),
+    )
+    # Without --python, the closure decides the Python (the newest it installs on).
+    replan = planner(
+        inputs.matrix,
+        inputs.targets,
+        request,
+        default_index=default_index,
         timeout_s=args.timeout,
         retries=args.retries,
         offline=args.offline,
         use_cache=not cache_disabled(),
     )
     if args.check:
+        # The Python the lock chose is what today's inputs are compared with.
+        plan = plan_for_recorded_python(
+            plan, request, replan, inputs.matrix, recorded_python_in(out)
+        )
         changes = check_lock(out, plan, request, allow_insecure=request_opts.allow_insecure_index)
         if json_output:
             emit_json(
@@ -191,13 +207,17 @@ def run(args: argparse.Namespace) -> None:
             echo=progress,
             matrix=inputs.matrix,
             also=_remembered(inputs, plan, out),
+            replan=replan,
         )
+    plan = result.plan
     if json_output:
         emit_json(
             {
                 "lock": str(result.lock_path),
                 "requirements": str(result.requirements_path),
                 "packages": result.packages,
+                "python": plan.python,
+                "python_reason": plan.python_reason,
             }
         )
         return
@@ -206,6 +226,8 @@ def run(args: argparse.Namespace) -> None:
         f"locked {len(result.packages)} packages (torch {torch}) for Python "
         f"{plan.python} on {plan.platform}: {result.lock_path}, {result.requirements_path}"
     )
+    if request.python is None:
+        echo(f"  {plan.python_reason}")
 
 
 def _remembered(inputs: Inputs, plan: Plan, out: Path) -> dict[Path, str]:

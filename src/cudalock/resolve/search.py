@@ -1072,7 +1072,22 @@ def _plan(
         explanation=tuple(explanation),
         unverified=tuple(unverified),
         alternative=alternative,
+        python_reason=(
+            _torch_newest_python(choice.python, release.version, fleet.platform)
+            if request.python is None
+            else f"Python {choice.python}, as asked (--python or cudalock.toml)."
+        ),
         driver_node=fleet.drivers[0].node if fleet.drivers else None,
+    )
+
+
+def _torch_newest_python(python: str, torch_version: str, platform: str) -> str:
+    """Why a default Python before the closure is resolved: torch's newest. bootstrap and lock
+    replace it with what the closure proves (:mod:`cudalock.lock.python`)."""
+    return (
+        f"Python {python} is the newest CPython torch {torch_version} ships wheels for on "
+        f"{platform}; bootstrap and lock keep it only if the whole stack installs on it "
+        "(--python chooses another)."
     )
 
 
@@ -1159,10 +1174,7 @@ def _explain(
                 "If that is wrong, run cudalock on the GPU machine or give --driver-version."
             )
     if request.python is None:
-        lines.append(
-            f"Python {choice.python} is the newest CPython torch {release.version} "
-            f"ships wheels for on {fleet.platform} (--python chooses another)."
-        )
+        lines.append(_torch_newest_python(choice.python, release.version, fleet.platform))
     if request.torch:
         lines.append(
             f"torch {release.version} is the newest release matching "
