@@ -76,12 +76,12 @@ from cudalock.lock import (
     check_framework_paths,
     find_uv,
     lock_texts,
-    resolve_closure,
 )
 from cudalock.lock.closure import closure_verifier
 from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
+from cudalock.lock.python import closure_with_default_python, planner
 from cudalock.lock.uvinput import default_index_of
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Target
@@ -106,6 +106,7 @@ __all__ = [
     "create_conda",
     "create_pixi",
     "create_venv",
+    "find_interpreter",
     "find_pixi",
     "next_steps",
     "python_for",
@@ -209,14 +210,6 @@ def run_bootstrap(
     spec_path, spec, request = inputs.spec_path, inputs.spec, inputs.request
     check_framework_paths(request.frameworks)
     output_format = choose_format(options.output_format, spec)
-    if options.create and output_format == "venv" and request.python is None:
-        # The venv is made from this interpreter unless asked otherwise: choosing the newest
-        # Python torch supports would send most users off to find an interpreter they lack.
-        request = dataclasses.replace(request, python=_running_python())
-        echo(
-            f"python: {request.python}, the interpreter creating the venv "
-            "(--python chooses another)"
-        )
     if options.create and output_format == "uv":
         raise UsageError(
             "--create builds conda, pixi or venv environments; with --format uv, run "
@@ -230,18 +223,31 @@ def run_bootstrap(
 
     if inputs.recorded_target:
         echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
+    default_index = default_index_of(
+        request, pypi_index=request.pypi_index, allow_insecure=options.uv.allow_insecure
+    )
     plan, _frameworks = plan_with_frameworks(
         matrix,
         targets,
         request,
-        default_index=default_index_of(
-            request, pypi_index=request.pypi_index, allow_insecure=options.uv.allow_insecure
-        ),
+        default_index=default_index,
         timeout_s=options.uv.timeout_s,
         retries=options.uv.retries,
         offline=options.uv.offline,
         use_cache=not cache_disabled(options.uv.environ),
         verify=closure_verifier(options.uv, matrix),
+    )
+    # Without --python, the closure decides the Python (the newest it installs on), for every
+    # format and --create alike.
+    replan = planner(
+        matrix,
+        targets,
+        request,
+        default_index=default_index,
+        timeout_s=options.uv.timeout_s,
+        retries=options.uv.retries,
+        offline=options.uv.offline,
+        use_cache=not cache_disabled(options.uv.environ),
     )
 
     name = check_env_name(
@@ -269,10 +275,11 @@ def run_bootstrap(
     closure: Closure | None = None
     unresolved: EnvironmentFailure | None = None
     try:
-        closure = resolve_closure(
+        plan, closure = closure_with_default_python(
             plan,
             request,
             dataclasses.replace(options.uv, pypi_index=request.pypi_index),
+            replan=replan,
             echo=echo,
             matrix=matrix,
         )
@@ -280,6 +287,16 @@ def run_bootstrap(
         raise  # the index lacks the planned build: files that cannot be installed help nobody
     except EnvironmentFailure as err:
         unresolved = err
+    if closure is not None and request.python is None:
+        echo(f"python: {plan.python_reason}")
+    interpreter = None
+    venv_dir = options.venv or out_dir / ".venv"
+    if options.create and output_format == "venv" and not python_for_venv(venv_dir).exists():
+        # Known before anything is written: a venv of another Python would not fit the lock.
+        try:
+            interpreter = find_interpreter(plan.python, _uv_or_none())
+        except EnvironmentFailure as err:
+            raise EnvironmentFailure(f"{err.message}; nothing was written", hint=err.hint) from None
     rendered = render_files(plan, dataclasses.replace(render_options, closure=closure))
     files = {out_dir / file: text for file, text in rendered.items()}
     if closure is not None:
@@ -292,7 +309,7 @@ def run_bootstrap(
             echo(f"  {line}")
     new_spec = Spec(
         request=RequestOptions.of(request),
-        target=TargetSummary.of(targets, matrix),
+        target=TargetSummary.of(plan),
         output=OutputSpec(
             format=output_format, name=options.name or (spec.output.name if spec else None)
         ),
@@ -330,10 +347,11 @@ def run_bootstrap(
         if output_format == "venv":
             environment = create_venv(
                 plan,
-                options.venv or out_dir / ".venv",
+                venv_dir,
                 out_dir,
                 steps,
                 echo,
+                interpreter=interpreter,
                 uv=uv,
                 live=live,
                 no_cache=options.no_cache,
@@ -419,14 +437,16 @@ def create_venv(
     steps: tuple[Step, ...],
     echo: Echo,
     *,
+    interpreter: str | None = None,
     uv: str | None = None,
     live: Live | None = None,
     no_cache: bool = False,
 ) -> Path:
-    """Create (or reuse) a virtual environment with the plan's Python, then run install.sh
-    (with ``uv`` when given, else pip)."""
+    """Create (or reuse) a virtual environment with the plan's Python (``interpreter``, an
+    interpreter of it; default: :func:`find_interpreter`'s), then run install.sh (with ``uv``
+    when given, else pip)."""
     venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
-    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    python = python_for_venv(venv)
     theirs = os.path.lexists(venv)
     if theirs and not python.exists() and venv.is_dir() and any(venv.iterdir()):
         raise UsageError(
@@ -443,8 +463,9 @@ def create_venv(
     if python.exists():
         echo(f"environment: reusing {venv}")
     else:
-        echo(f"environment: creating {venv} with Python {plan.python}")
-        for command in venv_commands(plan.python, venv, uv):
+        interpreter = interpreter or find_interpreter(plan.python, uv)
+        echo(f"environment: creating {venv} with Python {plan.python} ({interpreter})")
+        for command in venv_commands(interpreter, venv, uv):
             _run_logged(
                 "create the virtual environment",
                 command,
@@ -477,36 +498,63 @@ def create_venv(
     return venv
 
 
-def venv_commands(python_version: str, venv: Path, uv: str | None) -> list[list[str]]:
-    """How to make a venv with ``python_version`` and pip in it.
+def venv_commands(interpreter: str, venv: Path, uv: str | None) -> list[list[str]]:
+    """How to make a venv of ``interpreter`` with pip in it.
 
-    With uv: ``uv venv`` (this interpreter when it is that Python), then pip from the wheel
-    Python bundles for ``ensurepip``, installed by uv without reaching an index; ``python -m
-    venv`` would spend seconds running that same pip to install itself. Without uv: this
-    interpreter's ``venv`` module, or ``pythonX.Y``'s.
+    With uv: ``uv venv``, then pip from the wheel this Python bundles for ``ensurepip``,
+    installed by uv without reaching an index; ``python -m venv`` would spend seconds running
+    that same pip to install itself. Without uv: the interpreter's ``venv`` module.
     """
-    wanted = python_version.rstrip("t")
-    running = _running_python()
-    same = running == wanted and not python_version.endswith("t")
     if uv:
-        interpreter = sys.executable if same else python_version
         bundled = bundled_pip()
-        create = [uv, "venv", "--python", interpreter, str(venv)]
+        create = [uv, "venv", "--no-python-downloads", "--python", interpreter, str(venv)]
         if bundled is None:
             return [[*create[:2], "--seed", *create[2:]]]
-        python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+        python = python_for_venv(venv)
         seed = [uv, "pip", "install", "--python", str(python), "--no-deps", "--offline"]
         return [create, [*seed, str(bundled)]]
-    if same:
-        return [[sys.executable, "-m", "venv", str(venv)]]
+    return [[interpreter, "-m", "venv", str(venv)]]
+
+
+def find_interpreter(python_version: str, uv: str | None) -> str:
+    """An interpreter of ``python_version`` (the plan's) to make the venv with: this one when
+    it is that version, else the one uv finds (a uv-managed Python, or one on PATH), else
+    ``pythonX.Y`` on PATH. None there: exit 3, never a venv of another Python."""
+    wanted = python_version.rstrip("t")
+    running = _running_python()
+    if running == wanted and not python_version.endswith("t"):
+        return sys.executable
+    said = ""
+    if uv:
+        try:
+            found = procs.run(
+                [uv, "python", "find", "--no-python-downloads", python_version],
+                what=f"uv python find {python_version}",
+                timeout=120,
+                env={k: v for k, v in os.environ.items() if k != "UV_PYTHON"},
+            )
+        except (OSError, EnvironmentFailure) as err:
+            said = f"; uv python find failed: {err}"
+        else:
+            path = found.stdout_text().strip()
+            if found.returncode == 0 and path:
+                return path
+            lines = [line.strip() for line in found.stderr_text().splitlines() if line.strip()]
+            said = f"; uv: {lines[0].removeprefix('error: ')}" if lines else ""
     versioned = shutil.which(f"python{wanted}")
-    if versioned:
-        return [[versioned, "-m", "venv", str(venv)]]
+    if versioned and _python_version_or_none(Path(versioned)) == wanted:
+        return versioned
+    how = f"uv python install {python_version}" if uv else f"install Python {python_version}"
     raise EnvironmentFailure(
-        f"no Python {python_version} found to create the environment with (this is "
-        f"Python {running}, and neither uv nor python{wanted} is on PATH)",
-        hint=f"install uv, or Python {python_version}, or choose --python {running}",
+        f"the plan is for Python {python_version}, and no Python {python_version} is here to "
+        f"create the venv with (this is Python {running}{said})",
+        hint=f"make it available ({how}) and run again, or plan for a Python that is here "
+        f"with --python {running}",
     )
+
+
+def python_for_venv(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
 def bundled_pip() -> Path | None:

@@ -63,7 +63,12 @@ from cudalock.lock.metadata import (
 from cudalock.lock.names import BUILD_REQUIREMENTS, BUILT_AGAINST_TORCH, LOCK_FILE
 from cudalock.lock.pylock import locked_versions, read_toml_lock, validate_lock
 from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
-from cudalock.lock.uvfailures import classify_uv_failure, missing_from_index
+from cudalock.lock.uvfailures import (
+    NoWheelsForPython,
+    classify_uv_failure,
+    missing_from_index,
+    no_wheels_for_python,
+)
 from cudalock.lock.uvinput import (
     COMPILE_SETTINGS,
     LOCAL_INPUT,
@@ -252,7 +257,11 @@ class _Uv:
         say = (lambda _line: None) if quiet else (lambda line: self.echo(f"  uv: {line}"))
         result = run_uv(args, cwd=where, env=env, echo=say)
         if not result.ok:
-            raise missing_from_index(result.stderr, inp) or classify_uv_failure(result.stderr)
+            raise (
+                missing_from_index(result.stderr, inp)
+                or no_wheels_for_python(result.stderr, inp)
+                or classify_uv_failure(result.stderr)
+            )
         try:
             return (where / LOCK_FILE).read_text(encoding="utf-8")
         except OSError as err:
@@ -323,6 +332,8 @@ class _Fitter:
         self.family_pins: dict[str, str] = {}
         #: The family pins whose metadata was read for those (name, version).
         self._pins_read: set[tuple[str, str]] = set()
+        #: Binary packages uv must take a wheel of (``--only-binary``).
+        self.only_binary: tuple[str, ...] = ()
         #: The closure's packages built against the installed torch (the last resolution's).
         self.built: list[str] = []
         #: What the closure's CUDA-built packages were built for; versions that do not fit.
@@ -341,7 +352,7 @@ class _Fitter:
         self.additions += self._build_needs(planned_built)
 
     def input(self) -> LockInput:
-        return lock_input(
+        inp = lock_input(
             self.plan,
             self.request,
             pypi_index=self.options.pypi_index,
@@ -352,6 +363,7 @@ class _Fitter:
             additions=(*self.additions, *self.fitted, *self.builds.exclusions),
             variant_packages=tuple(self.routed),
         )
+        return replace(inp, only_binary=self.only_binary) if self.only_binary else inp
 
     def reader(self, inp: LockInput) -> Reader:
         if self._reader is None:
@@ -882,6 +894,7 @@ def resolve_closure(
     previous: str | None = None,
     echo: Echo | None = None,
     matrix: Matrix | None = None,
+    only_binary: Sequence[str] = (),
 ) -> Closure:
     """Resolve the whole closure of ``plan`` and ``request`` with uv, fitted to the torch.
 
@@ -891,7 +904,9 @@ def resolve_closure(
     ``previous``: the pylock.toml already there, whose versions uv keeps where the new
     inputs still allow them (unless ``options.upgrade``). Raises :class:`Unsatisfiable`
     (exit 1) when no closure fits, naming the framework that needs another torch, and
-    :class:`EnvironmentFailure` (exit 3) when uv or an index fails.
+    :class:`EnvironmentFailure` (exit 3) when uv or an index fails; :class:`NoWheelsForPython`
+    (exit 1) when a package has no wheel for the plan's Python (``only_binary``: packages that
+    must come as wheels), without looking further.
     """
     say = echo or (lambda _line: None)
     with tempfile.TemporaryDirectory(prefix="cudalock-lock-") as tmp:
@@ -904,6 +919,7 @@ def resolve_closure(
             # where the new plan still allows them.
             (work / "closure" / LOCK_FILE).write_text(previous, encoding="utf-8")
         fitter = _Fitter(plan, request, options, uv, matrix or load_matrix())
+        fitter.only_binary = tuple(only_binary)
         fitter.prepare(fitter.input())
         inp = fitter.input()
         routes = ", ".join(f"{', '.join(r.packages)} only from {redact(r.url)}" for r in inp.routes)
@@ -916,6 +932,8 @@ def resolve_closure(
             inp = fitter.input()
             try:
                 text = uv.resolve(inp)
+            except NoWheelsForPython:
+                raise  # the Python's doing: no framework probe would say more
             except Unsatisfiable as err:
                 raise _diagnose(fitter, work, err) from None
             lock = read_toml_lock(text, source="uv's pylock.toml")

@@ -10,7 +10,13 @@ from cudalock.errors import EnvironmentFailure, Unsatisfiable
 from cudalock.lock.uvinput import INPUT_PROJECT, LockInput
 from cudalock.urls import redact
 
-__all__ = ["NotOnIndex", "classify_uv_failure", "missing_from_index"]
+__all__ = [
+    "NoWheelsForPython",
+    "NotOnIndex",
+    "classify_uv_failure",
+    "missing_from_index",
+    "no_wheels_for_python",
+]
 
 
 class NotOnIndex(EnvironmentFailure):
@@ -38,6 +44,47 @@ def missing_from_index(stderr: str, inp: LockInput) -> NotOnIndex | None:
                     hint="check --pytorch-index (a mirror must carry this build), or choose "
                     "another build with --torch or --cuda",
                 )
+    return None
+
+
+class NoWheelsForPython(Unsatisfiable):
+    """uv's answer proves the closure does not install on the Python it resolved for: a
+    package it needs has no wheel for that Python (and no sdist, or ``--only-binary`` forbids
+    building it). A default Python then steps down (:mod:`cudalock.lock.python`)."""
+
+    def __init__(self, python: str, package: str, *, hint: str | None = None) -> None:
+        #: What has no wheel for the Python ("sentencepiece 0.2.0", "torchaudio").
+        self.package = package
+        self.python = python
+        super().__init__(
+            f"uv found no wheel of {package} for Python {python}, so the closure does not "
+            f"install on Python {python}",
+            hint=hint or "choose a Python the whole stack has wheels for with --python",
+        )
+
+
+#: uv's words for a package without a wheel for the Python: ``torch==2.5.1+cu124 has no wheels
+#: with a matching Python ABI tag (e.g., `cp313`)``; with ``--only-binary``, ``sentencepiece==0.2.0
+#: has no usable wheels`` or ``all versions of sentencepiece have no usable wheels``.
+_NO_WHEEL_RE = re.compile(
+    r"(?:all versions of (?P<all>[A-Za-z0-9._-]+) have|(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)"
+    r" has) no (?P<why>usable wheels|wheels with a matching Python (?:ABI|implementation) tag)"
+)
+
+
+def no_wheels_for_python(stderr: str, inp: LockInput) -> NoWheelsForPython | None:
+    """The package uv found no wheel of for ``inp``'s Python, when that is why it failed: no
+    wheel with the Python's tag, or none at all of a package ``--only-binary`` names (which has
+    wheels for other Pythons). A wheel missing for the platform is not the Python's doing."""
+    from packaging.utils import canonicalize_name
+
+    binary_only = {canonicalize_name(name) for name in inp.only_binary}
+    for found in _NO_WHEEL_RE.finditer(stderr):
+        name = found.group("all") or found.group("name")
+        if found.group("why") == "usable wheels" and canonicalize_name(name) not in binary_only:
+            continue
+        version = found.group("version")
+        return NoWheelsForPython(inp.python, f"{name} {version}" if version else name)
     return None
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "VariantIndex",
     "label_of",
     "labelled_versions",
+    "page_files",
     "page_versions",
     "parse_project_list",
     "read_variant_index",
@@ -90,8 +91,8 @@ def parse_project_list(ctype: str, body: bytes) -> frozenset[str]:
     return frozenset(str(canonicalize_name(t.strip())) for t in links.texts if t.strip())
 
 
-def page_versions(ctype: str, body: bytes) -> frozenset[str]:
-    """Every version a project page has a file for (from the file names)."""
+def page_files(ctype: str, body: bytes) -> tuple[str, ...]:
+    """The file names a project page lists (PEP 691 JSON or PEP 503 HTML)."""
     if _is_json(ctype, body):
         document = json.loads(body)
         names: Iterable[str] = (
@@ -101,8 +102,13 @@ def page_versions(ctype: str, body: bytes) -> frozenset[str]:
         links = _Links()
         links.feed(body.decode("utf-8", "replace"))
         names = (t.strip() for t in links.texts)
+    return tuple(names)
+
+
+def page_versions(ctype: str, body: bytes) -> frozenset[str]:
+    """Every version a project page has a file for (from the file names)."""
     versions = set()
-    for name in names:
+    for name in page_files(ctype, body):
         try:
             if name.endswith(".whl"):
                 versions.add(str(parse_wheel_filename(name)[1]))

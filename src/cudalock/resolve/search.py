@@ -27,7 +27,16 @@ from packaging.version import InvalidVersion, Version
 
 from cudalock.errors import Unsatisfiable
 from cudalock.matrix import DeepSpeedRelease, Matrix, TorchBuild, TorchRelease
-from cudalock.model import Alternative, Change, Fix, PackagePin, Plan, Rejection, Target
+from cudalock.model import (
+    Alternative,
+    Change,
+    Fix,
+    PackagePin,
+    Plan,
+    Rejection,
+    Target,
+    flag_assumptions,
+)
 from cudalock.request import (
     CPU_VARIANT,
     Companion,
@@ -1063,21 +1072,29 @@ def _plan(
         explanation=tuple(explanation),
         unverified=tuple(unverified),
         alternative=alternative,
+        python_reason=(
+            _torch_newest_python(choice.python, release.version, fleet.platform)
+            if request.python is None
+            else f"Python {choice.python}, as asked (--python or cudalock.toml)."
+        ),
+        driver_node=fleet.drivers[0].node if fleet.drivers else None,
+    )
+
+
+def _torch_newest_python(python: str, torch_version: str, platform: str) -> str:
+    """Why a default Python before the closure is resolved: torch's newest. bootstrap and lock
+    replace it with what the closure proves (:mod:`cudalock.lock.python`)."""
+    return (
+        f"Python {python} is the newest CPython torch {torch_version} ships wheels for on "
+        f"{platform}; bootstrap and lock keep it only if the whole stack installs on it "
+        "(--python chooses another)."
     )
 
 
 def _assumptions(targets: Sequence[Target]) -> list[str]:
     """What was derived rather than read for targets given by flags (a driver branch's CUDA, a
     driver's CUDA from the table), each said once."""
-    said: list[str] = []
-    for target in targets:
-        if target.source != "override":
-            continue
-        for note in target.notes:
-            sentence = f"Assumed: {note}."
-            if sentence not in said:
-                said.append(sentence)
-    return said[:3]
+    return [f"Assumed: {note}." for note in flag_assumptions(targets)[:3]]
 
 
 def _alternative(search: _Search, choice: _Choice) -> Alternative | None:
@@ -1157,10 +1174,7 @@ def _explain(
                 "If that is wrong, run cudalock on the GPU machine or give --driver-version."
             )
     if request.python is None:
-        lines.append(
-            f"Python {choice.python} is the newest CPython torch {release.version} "
-            f"ships wheels for on {fleet.platform} (--python chooses another)."
-        )
+        lines.append(_torch_newest_python(choice.python, release.version, fleet.platform))
     if request.torch:
         lines.append(
             f"torch {release.version} is the newest release matching "
