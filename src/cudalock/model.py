@@ -110,6 +110,28 @@ class Target:
                 seen.append(gpu.compute_capability)
         return tuple(sorted(seen))
 
+    def describe(self) -> str:
+        """The driver and the GPUs in words: "driver 570 (CUDA 12.8); 2 × GeForce RTX 5090
+        (12.0)", as audit and doctor name the machine they judged on."""
+        driver = (
+            f"driver {self.driver_version or '?'} (CUDA "
+            f"{format_cuda(self.driver_cuda) if self.driver_cuda else '?'})"
+            if self.has_driver
+            else "no NVIDIA driver known"
+        )
+        described = [
+            g.name + (f" ({format_cc(g.compute_capability)})" if g.compute_capability else "")
+            for g in self.gpus
+        ]
+        gpus = (
+            ", ".join(
+                f"{described.count(d)} × {d}" if described.count(d) > 1 else d
+                for d in dict.fromkeys(described)
+            )
+            or "no GPUs"
+        )
+        return f"{driver}; {gpus}"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": TARGET_SCHEMA_VERSION,

@@ -182,8 +182,6 @@ def render(outcome: AuditOutcome, policy_source: str) -> str:
     ``policy_source`` says where the compatibility policy came from."""
     import textwrap
 
-    from cudalock.versions import format_cc, format_cuda
-
     installed = outcome.installed
     lines = [
         f"Environment: {installed.source.removeprefix('python:')}"
@@ -199,25 +197,7 @@ def render(outcome: AuditOutcome, policy_source: str) -> str:
         lines.append(f"  torch {torch.version} ({cuda})")
     if outcome.report is not None:
         lines.append(f"  recognised: {', '.join(outcome.report.formats) or 'nothing'}")
-    for target in outcome.targets:
-        driver = (
-            f"driver {target.driver_version or '?'} (CUDA "
-            f"{format_cuda(target.driver_cuda) if target.driver_cuda else '?'})"
-            if target.has_driver
-            else "no NVIDIA driver known"
-        )
-        described = [
-            g.name + (f" ({format_cc(g.compute_capability)})" if g.compute_capability else "")
-            for g in target.gpus
-        ]
-        gpus = (
-            ", ".join(
-                f"{described.count(d)} × {d}" if described.count(d) > 1 else d
-                for d in dict.fromkeys(described)
-            )
-            or "no GPUs"
-        )
-        lines.append(f"Target: {target.name}: {driver}; {gpus}")
+    lines.extend(f"Target: {target.name}: {target.describe()}" for target in outcome.targets)
     lines.append(f"Policy: --compat {outcome.compat} ({policy_source})")
     counts = {
         severity: sum(1 for f in outcome.findings if f.severity == severity)

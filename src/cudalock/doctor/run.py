@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cudalock.audit.runner import audit_findings
+from cudalock.audit.runner import AuditOutcome, audit_findings
 from cudalock.doctor import kernel as ke
 from cudalock.doctor.diagnosis import (
     SIGBUS,
@@ -223,7 +223,7 @@ class DoctorRequest:
 #: torch.
 AuditRunner = Callable[[Path | None, bool, Compat], Sequence[Finding]]
 #: The audit of a pasted report on the machine the Target flags (or the report) describe.
-ReportAuditRunner = Callable[[str, "GivenTargets | None", Compat], Sequence[Finding]]
+ReportAuditRunner = Callable[[str, "GivenTargets | None", Compat], AuditOutcome]
 
 
 @dataclass(frozen=True)
@@ -282,15 +282,13 @@ def default_audit(python: Path | None, deep: bool, compat: Compat) -> Sequence[F
     return audit_findings(python, deep, compat)
 
 
-def default_report_audit(
-    text: str, given: GivenTargets | None, compat: Compat
-) -> Sequence[Finding]:
+def default_report_audit(text: str, given: GivenTargets | None, compat: Compat) -> AuditOutcome:
     """Audit a pasted report (collect_env, ds_report, ...) on the machine it names, with the
     Target flags replacing what they give."""
     from cudalock.audit.reports import parse_report
     from cudalock.audit.runner import audit_report
 
-    return audit_report(parse_report(text), given, compat=compat).findings
+    return audit_report(parse_report(text), given, compat=compat)
 
 
 def read_slurm_evidence(reference: str, readers: MachineReaders) -> tuple[SlurmEvidence, JobPlace]:
@@ -447,12 +445,13 @@ def run_doctor(
 
     audit_findings: Sequence[Finding] | None = None
     audit_error: str | None = None
+    audited_on: str | None = None
     if sig == SIGSEGV and not as_kill:
         try:
             if request.report_text is not None:
-                audit_findings = tuple(
-                    report_audit(request.report_text, request.target, request.compat)
-                )
+                outcome = report_audit(request.report_text, request.target, request.compat)
+                audit_findings = outcome.findings
+                audited_on = " and ".join(f"{t.name} ({t.describe()})" for t in outcome.targets)
             else:
                 runner = audit or _live_audit(request.target)
                 audit_findings = tuple(runner(request.python, not request.no_run, request.compat))
@@ -469,6 +468,7 @@ def run_doctor(
         audit_findings=audit_findings,
         audit_error=audit_error,
         audited=request.report_name,
+        audited_on=audited_on,
         scope=scope,
         slurm=slurm,
         gpus_evident=sig == SIGSEGV and gpus_evident(request, (text, request.report_text), probed),
