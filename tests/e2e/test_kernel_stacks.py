@@ -192,7 +192,7 @@ def test_a_closure_package_whose_torch_extra_rejects_the_torch_is_named_with_a_n
     assert done.returncode == 1, done.stderr
     assert "trl==1.16.0 does not fit torch 2.1.0+cu121" in done.stderr
     assert "transformers[torch] (torch>=2.6 (its 'torch' extra))" in done.stderr
-    hint = re.search(r"hint: --framework '(trl==[^']+)'", done.stderr)
+    hint = re.search(r"hint: Give --framework '(trl==[^']+)'", done.stderr)
     assert hint is not None, done.stderr
     assert not list(out.iterdir())
     # The next step works when followed.
@@ -211,7 +211,7 @@ def test_a_framework_pin_that_conflicts_with_torch_names_the_newest_release_that
     assert done.returncode == 1, done.stderr
     assert "vllm 0.10.1.1 requires torch==2.7.1" in done.stderr
     assert "the newest vllm that accepts torch 2.5.1+cu121 is 0.6.6.post1" in done.stderr
-    assert "hint: --framework 'vllm==0.6.6.post1'" in done.stderr
+    assert "hint: Give --framework 'vllm==0.6.6.post1'" in done.stderr
 
 
 def test_a_variant_index_whose_project_list_cannot_be_read_is_said_not_dropped(
