@@ -125,6 +125,7 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions, check_framework_paths, check_lock, make_lock
+    from cudalock.lock.closure import closure_verifier
     from cudalock.lock.files import recorded_python_in
     from cudalock.lock.frameworks import plan_with_frameworks
     from cudalock.lock.http import cache_disabled
@@ -139,6 +140,15 @@ def run(args: argparse.Namespace) -> None:
     inputs = compute_inputs(args, read_spec=True)
     request, request_opts = inputs.request, inputs.request_given
     check_framework_paths(request.frameworks)
+    options = UvOptions(
+        pypi_index=request.pypi_index,
+        allow_insecure=request_opts.allow_insecure_index,
+        cache_dir=args.cache_dir,
+        timeout_s=args.timeout,
+        retries=args.retries,
+        upgrade=args.upgrade,
+        offline=args.offline,
+    )
     default_index = default_index_of(
         request, pypi_index=request.pypi_index, allow_insecure=request_opts.allow_insecure_index
     )
@@ -151,6 +161,7 @@ def run(args: argparse.Namespace) -> None:
         retries=args.retries,
         offline=args.offline,
         use_cache=not cache_disabled(),
+        verify=closure_verifier(options, inputs.matrix),
     )
     # Without --python, the closure decides the Python (the newest it installs on).
     replan = planner(
@@ -186,15 +197,6 @@ def run(args: argparse.Namespace) -> None:
         if not quiet:
             echo(line, err=True)
 
-    options = UvOptions(
-        pypi_index=request.pypi_index,
-        allow_insecure=request_opts.allow_insecure_index,
-        cache_dir=args.cache_dir,
-        timeout_s=args.timeout,
-        retries=args.retries,
-        upgrade=args.upgrade,
-        offline=args.offline,
-    )
     # Two locks into one directory could leave a pylock.toml and a requirements.lock.txt from
     # different runs: a second run exits 3, naming the one that holds the directory.
     with output_lock(out, command="cudalock lock"):

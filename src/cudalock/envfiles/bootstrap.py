@@ -77,6 +77,7 @@ from cudalock.lock import (
     find_uv,
     lock_texts,
 )
+from cudalock.lock.closure import closure_verifier
 from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
@@ -234,6 +235,7 @@ def run_bootstrap(
         retries=options.uv.retries,
         offline=options.uv.offline,
         use_cache=not cache_disabled(options.uv.environ),
+        verify=closure_verifier(options.uv, matrix),
     )
     # Without --python, the closure decides the Python (the newest it installs on), for every
     # format and --create alike.
