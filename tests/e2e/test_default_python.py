@@ -22,6 +22,7 @@ import pytest
 from cudalock.lock.pylock import parse_lock
 from tests.support.cli import cudalock
 from tests.support.index import IndexServer, offline_env, serve_indexes
+from tests.support.realstack import load_recording
 from tests.support.wheels import StandIn, torch_standin
 
 pytestmark = pytest.mark.slow
@@ -32,11 +33,11 @@ TORCH = "2.11.0"
 LINUX = "manylinux_2_28_x86_64"
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
 
-if not 10 <= MINOR <= 13:
-    pytest.skip(
-        "needs an interpreter older than the newest Python torch 2.11.0 ships (3.14)",
-        allow_module_level=True,
-    )
+#: The stand-in stacks below need an interpreter older than torch 2.11.0's newest Python.
+older_than_torchs_newest = pytest.mark.skipif(
+    not 10 <= MINOR <= 13,
+    reason="needs an interpreter older than the newest Python torch 2.11.0 ships (3.14)",
+)
 
 
 def _tag(minor: int) -> str:
@@ -95,6 +96,7 @@ def _expected_reason() -> list[str]:
     return said
 
 
+@older_than_torchs_newest
 def test_lock_takes_the_newest_python_the_whole_stack_installs_on(
     index: IndexServer, tmp_path: Path
 ) -> None:
@@ -126,6 +128,7 @@ def test_lock_takes_the_newest_python_the_whole_stack_installs_on(
     assert f"for Python {RUNNING} on" in again.stdout
 
 
+@older_than_torchs_newest
 def test_python_flag_overrides_the_default(index: IndexServer, tmp_path: Path) -> None:
     older_than_torch = f"3.{max(TORCH_MINORS)}"
     out = tmp_path / "lock"
@@ -146,6 +149,7 @@ def test_python_flag_overrides_the_default(index: IndexServer, tmp_path: Path) -
     assert not tokenkit.wheels and tokenkit.sdist is not None
 
 
+@older_than_torchs_newest
 def test_bootstrap_json_and_every_format_carry_the_same_python(
     index: IndexServer, tmp_path: Path
 ) -> None:
@@ -170,6 +174,7 @@ def test_bootstrap_json_and_every_format_carry_the_same_python(
     assert f"python={RUNNING}" in (tmp_path / "conda" / "environment.yml").read_text()
 
 
+@older_than_torchs_newest
 def test_create_builds_the_venv_with_the_plans_python(index: IndexServer, tmp_path: Path) -> None:
     out = tmp_path / "env"
     done = cudalock(
@@ -267,3 +272,96 @@ def test_no_python_with_every_wheel_keeps_the_newest_and_says_what_is_built(
     assert "no Python torch 2.11.0 ships installs the whole stack from wheels" in reason
     assert "3.14 has no wheel of oldkit 1.0" in reason
     assert "oldkit 1.0 is built from its sdist" in reason
+
+
+def _real_lock(
+    server: IndexServer, tmp_path: Path, torch: str, driver: str, framework: str
+) -> subprocess.CompletedProcess[str]:
+    return cudalock(
+        "lock",
+        "-o",
+        tmp_path / "lock",
+        "--driver-version",
+        driver,
+        "--gpu",
+        "A100",
+        "--platform",
+        "linux-x86_64",
+        "--torch",
+        torch,
+        "--framework",
+        framework,
+        "--pytorch-index",
+        server.pytorch_url,
+        "--pypi-index",
+        server.pypi_url,
+        "--json",
+        cwd=tmp_path,
+        timeout=600,
+    )
+
+
+def test_the_recorded_closure_steps_down_where_a_family_build_lacks_the_wheel(
+    real_stack: IndexServer, tmp_path: Path
+) -> None:
+    """torch 2.5.1 ships 3.9-3.13; the recording's torchvision 0.20.1 has no cp313 wheel: the
+    llamafactory + DeepSpeed closure is locked for 3.12."""
+    files = load_recording().release("torchvision", "0.20.1").files
+    assert not any("-cp313-" in f for f in files)  # the recorded fact this test rests on
+    done = _real_lock(
+        real_stack, tmp_path, "2.5.1", "550.54.14", "llamafactory[metrics,deepspeed]==0.9.4"
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["python"] == "3.12"
+    assert result["python_reason"] == (
+        "Python 3.12: the newest for which the whole stack installs; 3.13 has no wheel of "
+        "torchvision 0.20.1+cu124 (--python chooses another)."
+    )
+    assert result["packages"]["deepspeed"]
+
+
+def test_a_closure_without_a_solution_on_the_newest_python_is_tried_on_the_next(
+    real_stack: IndexServer, tmp_path: Path
+) -> None:
+    """On 3.13 gradio requires audioop-lts<1.0, which the recording (made for 3.11 and 3.12)
+    lacks: uv finds no solution there, and one on 3.12, which is chosen, saying why."""
+    done = _real_lock(real_stack, tmp_path, "2.8.0", "570.86.15", "llamafactory[metrics]==0.9.5")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["python"] == "3.12"
+    assert "3.13 has no solution for the closure (uv: because" in result["python_reason"].lower()
+    assert "audioop-lts" in result["python_reason"]
+
+
+def test_a_conflict_of_the_request_is_not_blamed_on_the_python(
+    real_stack: IndexServer, tmp_path: Path
+) -> None:
+    """llamafactory 0.9.4's deepspeed extra caps DeepSpeed below what --with pins: no Python
+    changes that: after one more Python fails the same way, the first conflict stands (exit 1)."""
+    done = cudalock(
+        "lock",
+        "-o",
+        tmp_path / "lock",
+        "--driver-version",
+        "550.54.14",
+        "--gpu",
+        "A100",
+        "--platform",
+        "linux-x86_64",
+        "--torch",
+        "2.5.1",
+        "--framework",
+        "llamafactory[metrics,deepspeed]==0.9.4",
+        "--with",
+        "deepspeed==0.19.8",
+        "--pytorch-index",
+        real_stack.pytorch_url,
+        "--pypi-index",
+        real_stack.pypi_url,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "deepspeed" in done.stderr.rsplit("cudalock: error:", 1)[-1]
+    assert not (tmp_path / "lock" / "pylock.toml").exists()

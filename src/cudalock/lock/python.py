@@ -9,6 +9,9 @@ uv finds no wheel of at all for this Python (a torch-family build), rejects the 
 older Python the torch release ships is tried, with those packages asked for as wheels only
 (``--only-binary``), so uv's next answer proves they install there. A package with no wheel
 for this platform at any Python (DeepSpeed, an sdist) is built on any Python and rejects none.
+When uv finds no solution at all for a Python (a requirement that only applies from 3.13 on),
+the next older one is tried once: failing there too, the conflict is not the Python's, and the
+newest Python's error stands.
 
 The common case costs one resolution: the newest Python usually works. The choice is said in
 the plan ("Python 3.13: the newest for which the whole stack installs; 3.14 has no wheel of
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +33,12 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from cudalock.errors import CudalockError, EnvironmentFailure
-from cudalock.lock.closure import Closure, Echo, UvOptions, resolve_closure
+from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable
+from cudalock.lock.closure import CONCURRENCY, Closure, Echo, UvOptions, resolve_closure
 from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pylock import read_toml_lock
-from cudalock.lock.uvfailures import NoWheelsForPython
+from cudalock.lock.uvfailures import NO_SOLUTION, NoWheelsForPython
 from cudalock.lock.variant import Reader, page_files
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Plan, Target
@@ -267,6 +271,9 @@ def closure_with_default_python(
     only_binary: list[str] = []
     fallback: tuple[Plan, Closure, list[WheelGap]] | None = None
     first_error: NoWheelsForPython | None = None
+    #: uv found no solution at all for a Python (gradio needs audioop-lts from 3.13 on):
+    #: the next older one is tried once; failing too, the conflict is not the Python's.
+    no_solution: Unsatisfiable | None = None
     for python in order:
         current = plan if python == plan.python else replan(python)
         held_back: list[WheelGap] = []
@@ -284,6 +291,13 @@ def closure_with_default_python(
             except NoWheelsForPython as err:
                 first_error = first_error or err
                 passed.append(_PassedOver(python, f"no wheel of {err.package}"))
+                break
+            except Unsatisfiable as err:
+                if no_solution is not None or python == order[-1]:
+                    raise no_solution or err from None
+                no_solution = err
+                cause = err.message.removeprefix(NO_SOLUTION).rstrip(".")
+                passed.append(_PassedOver(python, f"no solution for the closure (uv: {cause})"))
                 break
             gaps = [g for g in _gaps(closure, options) if g.name not in only_binary]
             if not gaps:
@@ -318,6 +332,8 @@ def closure_with_default_python(
             "(--python chooses another)."
         )
         return _with_reason(chosen, reason), closure
+    if no_solution is not None:
+        raise no_solution
     assert first_error is not None  # every Python was tried, and none resolved
     why = "; ".join(f"Python {p.python}: {p.why}" for p in passed)
     raise NoWheelsForPython(
@@ -348,4 +364,7 @@ def _gaps(closure: Closure, options: UvOptions) -> list[WheelGap]:
         except (EnvironmentFailure, FileNotFoundError, ValueError):
             return None  # unknown: the package is not counted against the Python
 
-    return wheel_gaps(closure.uv_data, inp.platform, files_of)
+    names = [name for name, _version in taken_as_sdist(closure.uv_data)]
+    with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
+        pages = dict(zip(names, pool.map(files_of, names), strict=True))
+    return wheel_gaps(closure.uv_data, inp.platform, pages.get)

@@ -11,12 +11,17 @@ from cudalock.lock.uvinput import INPUT_PROJECT, LockInput
 from cudalock.urls import redact
 
 __all__ = [
+    "NO_SOLUTION",
     "NoWheelsForPython",
     "NotOnIndex",
     "classify_uv_failure",
     "missing_from_index",
     "no_wheels_for_python",
 ]
+
+
+#: How uv's "no solution" starts in cudalock's words (the cause follows).
+NO_SOLUTION = "uv found no set of versions that fits the plan: "
 
 
 class NotOnIndex(EnvironmentFailure):
@@ -108,7 +113,7 @@ def classify_uv_failure(stderr: str) -> Exception:
     if "no solution found" in text.lower() or "unsatisfiable" in text.lower():
         explanation = " ".join(c.removeprefix("╰─▶").strip() for c in causes) or lines[-1]
         return Unsatisfiable(
-            "uv found no set of versions that fits the plan: " + explanation,
+            NO_SOLUTION + explanation,
             hint="Relax the framework or --with requirements, or pin another torch with --torch.",
         )
     build = re.search(r"Failed to build `?([^`\s:]+)", text)
