@@ -79,8 +79,8 @@ class RemoteZip(io.RawIOBase):
                 f"{redact(self.url)} cannot be read: its server does not serve parts of files "
                 f"(it ignored an HTTP Range request), and the wheel ({size}) is larger than "
                 f"the {WHEEL_LIMIT // 2**20} MiB cudalock downloads whole to read it",
-                hint="use an index that serves PEP 658 metadata files or HTTP Range requests "
-                "(pypi.org does both)",
+                hint="Use an index that serves PEP 658 metadata files or HTTP Range requests "
+                "(pypi.org does both).",
             ) from None
         data = answer.body
         self.fetched += len(data)

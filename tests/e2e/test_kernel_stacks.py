@@ -200,7 +200,7 @@ def test_a_closure_package_whose_torch_extra_rejects_the_torch_is_named_with_a_n
     assert done.returncode == 1, done.stderr
     assert "trl==1.16.0 does not fit torch 2.1.0+cu121" in done.stderr
     assert "transformers[torch] (torch>=2.6 (its 'torch' extra))" in done.stderr
-    hint = re.search(r"hint: --framework '(trl==[^']+)'", done.stderr)
+    hint = re.search(r"hint: Give --framework '(trl==[^']+)'", done.stderr)
     assert hint is not None, done.stderr
     assert not list(out.iterdir())
     # The next step works when followed.
@@ -228,7 +228,8 @@ def test_a_framework_pin_that_conflicts_with_torch_names_the_newest_release_that
         "the newest vllm that accepts torch 2.5.1+cu121 is 0.6.6.post1 (uv resolves its closure)"
     ) in done.stderr
     hint = re.search(
-        r"hint: --framework '(vllm==[^']+)', or vllm 0.10.1.1 needs driver ≥ ([\d.]+)", done.stderr
+        r"hint: Give --framework '(vllm==[^']+)', or vllm 0.10.1.1 needs driver ≥ ([\d.]+)",
+        done.stderr,
     )
     assert hint is not None, done.stderr
     assert hint[1] == "vllm==0.6.6.post1"
@@ -276,8 +277,9 @@ def test_a_framework_whose_large_wheel_has_no_pep_658_metadata_is_read_and_named
         done.stderr
     )
     # The lowest driver any torch 2.14.0 build needs (the cu126 one's), not the newest's.
-    assert "hint: --framework 'vllm==0.6.6.post1', or vllm 0.33.0 needs driver ≥ 560.28.03" in (
-        done.stderr
+    assert (
+        "hint: Give --framework 'vllm==0.6.6.post1', or vllm 0.33.0 needs driver ≥ 560.28.03"
+        in done.stderr
     )
     wheel = kernels.file_path("vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl")
     # Read in parts, by cudalock and by uv, never downloaded whole.

@@ -30,7 +30,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable
+from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, sentence
 from cudalock.lock.metadata import (
     Metadata,
     cached_wheel_metadata,
@@ -407,13 +407,13 @@ def _no_release(
                 f"the newest {name} that fits this target is {release.version} (with torch {torch})"
             )
         parts.append(found_text + verified.confirmation)
-        hints.insert(0, f"--framework '{name}=={release.version}'")
+        hints.insert(0, f"give --framework '{name}=={release.version}'")
     else:
         parts.append(f"no release of {name} fits this target and request")
         if not hints:
             hints.append(f"drop --framework {name}")
     parts += verified.passed_over
-    return Unsatisfiable("; ".join(parts), hint=", or ".join(hints))
+    return Unsatisfiable("; ".join(parts), hint=sentence(", or ".join(hints)))
 
 
 @dataclass
