@@ -200,7 +200,7 @@ def test_a_closure_package_whose_torch_extra_rejects_the_torch_is_named_with_a_n
     assert done.returncode == 1, done.stderr
     assert "trl==1.16.0 does not fit torch 2.1.0+cu121" in done.stderr
     assert "transformers[torch] (torch>=2.6 (its 'torch' extra))" in done.stderr
-    hint = re.search(r"hint: --framework '(trl==[^']+)'", done.stderr)
+    hint = re.search(r"hint: Give --framework '(trl==[^']+)'", done.stderr)
     assert hint is not None, done.stderr
     assert not list(out.iterdir())
     # The next step works when followed.
@@ -228,7 +228,8 @@ def test_a_framework_pin_that_conflicts_with_torch_names_the_newest_release_that
         "the newest vllm that accepts torch 2.5.1+cu121 is 0.6.6.post1 (uv resolves its closure)"
     ) in done.stderr
     hint = re.search(
-        r"hint: --framework '(vllm==[^']+)', or vllm 0.10.1.1 needs driver ≥ ([\d.]+)", done.stderr
+        r"hint: Give --framework '(vllm==[^']+)', or vllm 0.10.1.1 needs driver ≥ ([\d.]+)",
+        done.stderr,
     )
     assert hint is not None, done.stderr
     assert hint[1] == "vllm==0.6.6.post1"
@@ -276,10 +277,58 @@ def test_a_framework_whose_large_wheel_has_no_pep_658_metadata_is_read_and_named
         done.stderr
     )
     # The lowest driver any torch 2.14.0 build needs (the cu126 one's), not the newest's.
-    assert "hint: --framework 'vllm==0.6.6.post1', or vllm 0.33.0 needs driver ≥ 560.28.03" in (
-        done.stderr
+    assert (
+        "hint: Give --framework 'vllm==0.6.6.post1', or vllm 0.33.0 needs driver ≥ 560.28.03"
+        in done.stderr
     )
     wheel = kernels.file_path("vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl")
     # Read in parts, by cudalock and by uv, never downloaded whole.
     assert {s for m, p, s in kernels.requests if p == wheel and m == "GET"} == {206}
     assert not list(out.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("asked", "built", "driver", "next_release"),
+    [
+        (
+            "vllm==0.10.1.1",
+            "vllm 0.10.1.1 is built for CUDA 12 against torch 2.7.1",
+            "560.28.03",
+            "vllm==0.6.6.post1",
+        ),
+        (
+            "xformers==0.0.31",
+            "xformers 0.0.31 is built for CUDA 12.8 against torch 2.7.1+cu126",
+            "570.26",
+            "xformers==0.0.28.post3",
+        ),
+    ],
+)
+def test_a_release_built_for_a_cuda_this_target_cannot_run_names_a_resolved_next_step(
+    kernels: IndexServer,
+    env: dict[str, str],
+    tmp_path: Path,
+    asked: str,
+    built: str,
+    driver: str,
+    next_release: str,
+) -> None:
+    """On driver 530.30.02 (CUDA 12.1) the torch such a release pins has a build that runs (cu118),
+    but the release's own CUDA 12 build cannot run beside it: the refusal says so, names the
+    newest release whose closure uv resolves, and the driver the asked one needs."""
+    out = tmp_path / "asked"
+    out.mkdir()
+    done = run(kernels, env, "lock", "--framework", asked, out=out)
+    assert done.returncode == 1, done.stderr
+    name, version = asked.split("==")
+    next_version = next_release.split("==")[1]
+    assert f"{name} {version} requires torch==2.7.1" in done.stderr
+    assert f"torch 2.7.1+cu118 runs here, but {built}; this torch is 2.7.1+cu118" in done.stderr
+    assert f"is {next_version} (uv resolves its closure)" in done.stderr
+    hint = f"hint: --framework '{next_release}', or {name} {version} needs driver ≥ {driver}"
+    assert hint in done.stderr
+    assert not list(out.iterdir())
+    # The next step works when followed (xformers from the variant index, with its label).
+    followed = run(kernels, env, "lock", "--framework", next_release, out=out)
+    assert followed.returncode == 0, followed.stderr
+    assert locked(out)[name][0].split("+")[0] == next_version

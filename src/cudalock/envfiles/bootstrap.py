@@ -60,7 +60,7 @@ from cudalock.envfiles.spec import (
     TargetSummary,
     update_spec,
 )
-from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
+from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError, sentence
 from cudalock.fsutil import (
     append_log,
     credentials_note,
@@ -321,9 +321,11 @@ def run_bootstrap(
             f"could not resolve the closure: {unresolved.message}; the environment files are "
             f"written, the lock files ({', '.join(LOCK_FILES)}) are not, and install.sh needs "
             "them",
-            hint="when the indexes can be reached, run: cudalock lock -o "
+            hint="When the indexes can be reached, run: cudalock lock -o "
             f"{shlex.quote(str(out_dir))} (it reads the cudalock.toml written there), then "
-            + next_steps(output_format, out_dir, name).removeprefix("next: "),
+            # The next-step line is aligned for a terminal; in a sentence one space will do.
+            + " ".join(next_steps(output_format, out_dir, name).removeprefix("next: ").split())
+            + ".",
         )
 
     environment = None
@@ -392,8 +394,8 @@ def find_pixi() -> str:
     if pixi is None:
         raise EnvironmentFailure(
             "--format pixi --create runs 'pixi install', and pixi is not on PATH",
-            hint="install pixi (https://pixi.sh), or leave out --create and run "
-            "'pixi install' where pixi is",
+            hint="Install pixi (https://pixi.sh), or leave out --create and run "
+            "'pixi install' where pixi is.",
         )
     return pixi
 
@@ -538,8 +540,8 @@ def find_interpreter(python_version: str, uv: str | None) -> str:
     raise EnvironmentFailure(
         f"the plan is for Python {python_version}, and no Python {python_version} is here to "
         f"create the venv with (this is Python {running}{said})",
-        hint=f"make it available ({how}) and run again, or plan for a Python that is here "
-        f"with --python {running}",
+        hint=f"Make it available ({how}) and run again, or plan for a Python that is here "
+        f"with --python {running}.",
     )
 
 
@@ -628,8 +630,8 @@ def create_conda(
         if problem:
             raise UsageError(
                 f"{described} at {found} cannot be reused: {problem}",
-                hint=f"remove it ({removal}), or choose another "
-                + ("--venv" if where is not None else "--name"),
+                hint=f"Remove it ({removal}), or choose another "
+                + ("--venv." if where is not None else "--name."),
             )
         echo(f"environment: reusing {described} at {found} (made from this plan)")
         environment = found
@@ -702,9 +704,7 @@ def _create_conda_prefix(
         left = where if where is not None and where.exists() else env_prefix(client, name)
         if left is None:
             raise
-        raise EnvironmentFailure(
-            err.message, hint=f"the environment is left for inspection; remove it with: {removal}"
-        ) from None
+        raise EnvironmentFailure(err.message, hint=_left(removal)) from None
     created = where if where is not None else env_prefix(client, name)
     if created is None or not (created / "conda-meta").is_dir():
         raise EnvironmentFailure(
@@ -881,7 +881,7 @@ def _run_logged(
     hint = _left(removal)
     if network:
         message += f"; the network failed: {network[-1].strip()}"
-        hint = f"check the index URLs and the network, then run again; {hint}"
+        hint = f"Check the index URLs and the network, then run again. {hint}"
     raise EnvironmentFailure(message, hint=hint)
 
 
@@ -892,10 +892,10 @@ KEPT = "kept: "
 def _left(removal: str | None) -> str:
     """What is left behind and how to remove it (None: nothing was made)."""
     if removal is None:
-        return "no environment was created"
+        return "No environment was created."
     if removal.startswith(KEPT):
-        return removal[len(KEPT) :]
-    return f"the environment is left for inspection; remove it with: {removal}"
+        return sentence(removal[len(KEPT) :])
+    return f"The environment is left for inspection (remove it with: {removal})."
 
 
 def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: Echo) -> None:
@@ -919,8 +919,8 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
         raise Unsatisfiable(
             f"the new environment {environment} did not pass the audit"
             + ("" if torch else ": it has no torch"),
-            hint=f"see the findings above and {LOG_FILE}; cudalock audit --python "
-            f"{shlex.quote(str(python_for_prefix(environment)))} repeats them",
+            hint=f"See the findings above and {LOG_FILE}; 'cudalock audit --python "
+            f"{shlex.quote(str(python_for_prefix(environment)))}' repeats them.",
         )
     echo(
         f"environment ready: {environment} (Python {outcome.installed.python_version}, "

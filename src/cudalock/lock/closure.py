@@ -41,7 +41,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
+from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError, sentence
 from cudalock.lock.cudabuilt import BuildCheck
 from cudalock.lock.flashattn import flash_attn_note
 from cudalock.lock.frameworks import (
@@ -615,7 +615,7 @@ class _Fitter:
             raise UsageError(
                 f"--with {name}: {where} serves no {name} build for this plan "
                 + (f"({self.variant.label})" if self.variant else f"({self.variant_problem})"),
-                hint=f"give it as --framework {name}, resolved from PyPI under the planned torch",
+                hint=f"Give it as --framework {name}, resolved from PyPI under the planned torch.",
             )
 
     def requirement_frameworks(self) -> list[tuple[str, Requirement]]:
@@ -642,7 +642,7 @@ class _Fitter:
                 f"offline, the metadata of {name} {version} cannot be read, and without "
                 "it the framework cannot be fitted to the planned torch (its extras that name "
                 "torch are unknown)",
-                hint="run it again where the indexes can be reached",
+                hint="Run it again where the indexes can be reached.",
             )
         if key not in self.metadata:
             package = _package(uv_lock, name)
@@ -675,8 +675,8 @@ class _Fitter:
                 raise Unsatisfiable(
                     f"the closure needs {name} ({self._who_requires(uv_lock, name, inp)}), and "
                     f"the matrix pairs no {name} release with torch {self.plan.torch_version}",
-                    hint=f"choose a torch that has a paired {name} (--torch), or drop the "
-                    "framework that requires it",
+                    hint=f"Choose a torch that has a paired {name} (--torch), or drop the "
+                    "framework that requires it.",
                 )
             self.family[name] = pin
             where = redact(pin.index_url or "the default index")
@@ -1042,7 +1042,7 @@ def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockE
             hints.append(found[1])
     if not problems:
         return original
-    return Unsatisfiable("; ".join(problems), hint="; ".join(hints))
+    return Unsatisfiable("; ".join(problems), hint=sentence("; ".join(hints)))
 
 
 def _misfit_through(
@@ -1064,7 +1064,7 @@ def _misfit_through(
     )
     if newest is not None and not requirement.specifier.contains(newest, prereleases=True):
         problem += f"; the newest {name} that resolves with torch {torch} is {newest}"
-        hint = f"--framework '{name}=={newest}'"
+        hint = f"give --framework '{name}=={newest}'"
     elif newest is None:
         problem += f"; no {name} release resolves with torch {torch}"
         hint = f"drop {name}"
@@ -1121,7 +1121,7 @@ def _misfit(
     newest = _newest_fit(fitter, where / "fit", name, extras)
     if newest is not None:
         problem += f"; the newest {name} that accepts torch {torch} is {newest}"
-        hint = f"--framework '{name}=={newest}'"
+        hint = f"give --framework '{name}=={newest}'"
     else:
         problem += f"; no {name} release accepts torch {torch}"
         hint = f"drop {name}"

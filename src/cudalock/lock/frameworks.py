@@ -30,7 +30,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable
+from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, sentence
 from cudalock.lock.metadata import (
     Metadata,
     cached_wheel_metadata,
@@ -244,9 +244,11 @@ def fit_frameworks(
             continue
         current = choice.request
         fit = _first_fit(matrix, targets, current, reader, requirement, releases, checks)
-        if fit is None and checks:
+        if fit is None and checks and not _names_one_release(requirement):
             # Every release the torch allows fails a check (the CUDA it was built for): the
             # closure's own check reads the locked wheels and refuses with their evidence.
+            # One release asked for by its version (vllm==0.10.1.1) is refused here, with the
+            # check's sourced facts and a next step uv has resolved.
             fit = _first_fit(matrix, targets, current, reader, requirement, releases, ())
         if fit is None:
             raise _no_release(
@@ -266,6 +268,16 @@ def fit_frameworks(
                 + (f"; and {len(rejected) - 3} more" if len(rejected) > 3 else "")
             )
     return choice
+
+
+def _names_one_release(requirement: Requirement) -> bool:
+    """``vllm==0.10.1.1``: one version, no range."""
+    specifiers = list(requirement.specifier)
+    return (
+        len(specifiers) == 1
+        and specifiers[0].operator in ("==", "===")
+        and "*" not in specifiers[0].version
+    )
 
 
 def _first_fit(
@@ -395,13 +407,13 @@ def _no_release(
                 f"the newest {name} that fits this target is {release.version} (with torch {torch})"
             )
         parts.append(found_text + verified.confirmation)
-        hints.insert(0, f"--framework '{name}=={release.version}'")
+        hints.insert(0, f"give --framework '{name}=={release.version}'")
     else:
         parts.append(f"no release of {name} fits this target and request")
         if not hints:
             hints.append(f"drop --framework {name}")
     parts += verified.passed_over
-    return Unsatisfiable("; ".join(parts), hint=", or ".join(hints))
+    return Unsatisfiable("; ".join(parts), hint=sentence(", or ".join(hints)))
 
 
 @dataclass

@@ -341,8 +341,8 @@ def closure_with_default_python(
     raise NoWheelsForPython(
         order[0],
         first_error.package,
-        hint=f"no Python torch {plan.torch_version} ships has wheels of the whole stack ({why}); "
-        "choose another torch (--torch) or drop the package",
+        hint=f"No Python torch {plan.torch_version} ships has wheels of the whole stack ({why}): "
+        "choose another torch (--torch) or drop the package.",
     )
 
 

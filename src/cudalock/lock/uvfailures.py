@@ -46,8 +46,8 @@ def missing_from_index(stderr: str, inp: LockInput) -> NotOnIndex | None:
                 return NotOnIndex(
                     f"{redact(route.url)} serves no {name}=={version} for Python {inp.python} "
                     f"on {inp.platform}",
-                    hint="check --pytorch-index (a mirror must carry this build), or choose "
-                    "another build with --torch or --cuda",
+                    hint="Check --pytorch-index (a mirror must carry this build), or choose "
+                    "another build with --torch or --cuda.",
                 )
     return None
 
@@ -64,7 +64,7 @@ class NoWheelsForPython(Unsatisfiable):
         super().__init__(
             f"uv found no wheel of {package} for Python {python}, so the closure does not "
             f"install on Python {python}",
-            hint=hint or "choose a Python the whole stack has wheels for with --python",
+            hint=hint or "Choose a Python the whole stack has wheels for with --python.",
         )
 
 
@@ -103,7 +103,7 @@ def classify_uv_failure(stderr: str) -> Exception:
         what = missing.group(1) if missing else "what the closure needs"
         return EnvironmentFailure(
             f"offline, and uv's cache does not hold {what}",
-            hint="run it again where the indexes can be reached (without --offline)",
+            hint="Run it again where the indexes can be reached (without --offline).",
         )
     causes = [
         line.removeprefix("cause:").strip()
@@ -114,15 +114,15 @@ def classify_uv_failure(stderr: str) -> Exception:
         explanation = " ".join(c.removeprefix("╰─▶").strip() for c in causes) or lines[-1]
         return Unsatisfiable(
             NO_SOLUTION + explanation,
-            hint="relax the framework or --with requirements, or pin another torch with --torch",
+            hint="Relax the framework or --with requirements, or pin another torch with --torch.",
         )
     build = re.search(r"Failed to build `?([^`\s:]+)", text)
     if build:
         return EnvironmentFailure(
             f"uv had to build {build.group(1)} from source to read its dependencies, and the "
             "build failed",
-            hint="packages without wheels (DeepSpeed is an sdist) run their setup code while "
-            "locking; see uv's output above, or lock without that package (--with)",
+            hint="Packages without wheels (DeepSpeed is an sdist) run their setup code while "
+            "locking: see uv's output above, or lock without that package (--with).",
         )
     first = next(
         (line for line in lines if line.startswith("error:")),
@@ -133,6 +133,6 @@ def classify_uv_failure(stderr: str) -> Exception:
         detail += f" ({causes[-1].removeprefix('Caused by:').strip()})"
     return EnvironmentFailure(
         f"resolving the closure failed: {detail}",
-        hint="check the network and the index URLs (--pytorch-index, --pypi-index); uv retried "
-        "each request --retries times, waiting --timeout seconds",
+        hint="Check the network and the index URLs (--pytorch-index, --pypi-index): uv retried "
+        "each request --retries times, waiting --timeout seconds.",
     )

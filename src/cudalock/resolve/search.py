@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
-from cudalock.errors import Unsatisfiable
+from cudalock.errors import Unsatisfiable, sentence
 from cudalock.matrix import DeepSpeedRelease, Matrix, TorchBuild, TorchRelease
 from cudalock.model import (
     Alternative,
@@ -194,7 +194,7 @@ class _Search:
             raise Unsatisfiable(
                 f"no torch release in matrix {self.matrix.matrix_version} matches "
                 f"{str(self.request.torch)!r} (it knows {oldest} to {newest})",
-                hint="relax --torch, or point --matrix at a newer matrix",
+                hint="Relax --torch, or point --matrix at a newer matrix.",
             )
         for preference in (*self.preferences, None):
             self._start_pass(preference)
@@ -374,7 +374,7 @@ class _Search:
             raise Unsatisfiable(
                 f"--cuda {format_cuda(self.cuda_pin)} asks for a CUDA build, but "
                 f"{self._no_driver_subject()} no NVIDIA driver",
-                hint="give --driver-version for the machine that will run it, or drop --cuda",
+                hint="Give --driver-version for the machine that will run it, or drop --cuda.",
             )
         cpu = next((b for b in builds if b.kind == "cpu"), None)
         if cpu is None:
@@ -903,8 +903,8 @@ def _next_step(search: _Search, rejected: Sequence[Rejection]) -> str | None:
         trial = search._trial(replace(request, compat="minor"), None).choice
         if trial is not None:
             steps.append(
-                f"--compat minor would give torch {trial.release.version}+{trial.build.variant} "
-                f"on this driver, at a cost: {MINOR_COMPAT_COST}"
+                f"with --compat minor, torch {trial.release.version}+{trial.build.variant} "
+                f"would run on this driver, at a cost: {MINOR_COMPAT_COST}"
             )
     upgrades = [
         (fix, DriverVersion(fix.changes[0].value))
@@ -935,12 +935,12 @@ def _next_step(search: _Search, rejected: Sequence[Rejection]) -> str | None:
         closest = (single or with_fix)[-1]
         fix = min(closest.fixes, key=lambda f: len(f.changes))
         candidate = f"torch {fix.torch}+{fix.variant}"
-        return (
+        return sentence(
             fix.text
             if candidate in fix.text
             else f"{fix.text} (for {candidate}, the nearest candidate)"
         )
-    return "; or ".join(steps) + "."
+    return sentence("; or ".join(steps))
 
 
 def _generations(matrix: Matrix, fleet: Fleet, targets: Sequence[Target]) -> tuple[str, str] | None:
@@ -1180,8 +1180,8 @@ def _explain(
             f"torch {release.version} is the newest release matching "
             f"{str(request.torch)!r} that fits."
         )
-    for sentence in search.limits.values():
-        lines.append(sentence[0].upper() + sentence[1:] + ".")
+    for limit in search.limits.values():
+        lines.append(sentence(limit))
     for cc, variants in sorted(search.arch_limits.items()):
         lines.append(
             f"Compute capability {cc_text(cc, fleet.ccs[cc])} rules out the "

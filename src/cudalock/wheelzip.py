@@ -17,16 +17,18 @@ from collections.abc import Sequence
 
 from cudalock import httpget
 from cudalock.errors import EnvironmentFailure
-from cudalock.lock.http import credentials_of
-from cudalock.lock.metadata import WHEEL_LIMIT
 from cudalock.urls import redact
 
 __all__ = [
     "BLOCK",
+    "WHEEL_LIMIT",
     "MemberReader",
     "RemoteZip",
     "open_wheel",
 ]
+
+#: A wheel is read whole only from a server that ignores range requests.
+WHEEL_LIMIT = 256 * 2**20
 
 #: Bytes asked for at a time: a zip's end record and a central directory of a few thousand
 #: entries fit in one or two; member data comes in blocks of this size.
@@ -60,7 +62,7 @@ class RemoteZip(io.RawIOBase):
                 timeout=self._timeout_s,
                 limit=limit,
                 retries=self._retries,
-                credentials=credentials_of(self._indexes),
+                credentials=httpget.credentials_of(self._indexes),
                 headers={"Range": f"bytes={start}-{end}"},
             )
         except httpget.NotFound:
@@ -77,8 +79,8 @@ class RemoteZip(io.RawIOBase):
                 f"{redact(self.url)} cannot be read: its server does not serve parts of files "
                 f"(it ignored an HTTP Range request), and the wheel ({size}) is larger than "
                 f"the {WHEEL_LIMIT // 2**20} MiB cudalock downloads whole to read it",
-                hint="use an index that serves PEP 658 metadata files or HTTP Range requests "
-                "(pypi.org does both)",
+                hint="Use an index that serves PEP 658 metadata files or HTTP Range requests "
+                "(pypi.org does both).",
             ) from None
         data = answer.body
         self.fetched += len(data)
