@@ -85,6 +85,7 @@ def check_matrix(matrix: Matrix) -> list[Problem]:
     problems += _check_gpus(matrix)
     problems += _check_deepspeed(matrix)
     problems += _check_package_builds(matrix)
+    problems += _check_torch_pairings(matrix)
     return problems
 
 
@@ -518,6 +519,26 @@ def _check_package_builds(matrix: Matrix) -> list[Problem]:
                     )
                 )
     problems += _ordered(file, "[[build]]", keys)
+    return problems
+
+
+_TORCH_PAIRING_FIELDS = {"package", "version", "torch", "read_from"}
+
+
+def _check_torch_pairings(matrix: Matrix) -> list[Problem]:
+    """torch_pairings.toml: canonical names, sorted by package then version."""
+    file = "torch_pairings.toml"
+    problems: list[Problem] = []
+    keys: list[tuple[str, object]] = []
+    for pairing in matrix.torch_pairings:
+        entry = f"[[pairing]] package = {pairing.package!r} version = {pairing.version!r}"
+        problems += _check_provenance(file, entry, pairing.provenance, _TORCH_PAIRING_FIELDS)
+        if canonicalize_name(pairing.package) != pairing.package:
+            problems.append(Problem(file, entry, "package is not a canonical (PEP 503) name"))
+        version = _version(pairing.version)
+        if version is not None:
+            keys.append((f"{pairing.package} {pairing.version}", (pairing.package, version)))
+    problems += _ordered(file, "[[pairing]]", keys)
     return problems
 
 
