@@ -11,11 +11,14 @@
 - axolotl 0.9.2's setup.py pins the *installed* torch (``version("torch")``, "2.6.0" when none
   is installed, as in an isolated build): the stand-in sdist carries those lines of its real
   setup.py, and ``--torch 2.5.1 --framework axolotl==0.9.2`` locks axolotl against torch 2.5.1
-  instead of being refused for a torch 2.6.0 that only the isolated build saw.
+  instead of being refused for a torch 2.6.0 that only the isolated build saw; ``bootstrap
+  --format venv --create`` installs torch first and then builds axolotl against it, so the
+  installed axolotl requires the installed torch.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -216,3 +219,52 @@ def test_axolotl_is_locked_against_the_torch_it_is_built_beside(
     )
     last = (tmp_path / "requirements.last.txt").read_text(encoding="utf-8")
     assert "axolotl==0.9.2" in last
+
+
+def test_create_builds_axolotl_against_the_installed_torch(
+    index: IndexServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    pytorch, pypi = index
+    # A toolkit of torch's CUDA: the plan builds something against a CUDA torch.
+    nvcc = tmp_path / "cuda-12.1" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.1, V12.1.105'\n")
+    nvcc.chmod(0o755)
+    env = {**env, "CUDA_HOME": str(nvcc.parent.parent)}
+    done = cudalock(
+        "bootstrap",
+        "-o",
+        "out",
+        "--format",
+        "venv",
+        "--create",
+        *A100_CUDA_12_1,
+        "--python",
+        "3.11",
+        "--pytorch-index",
+        pytorch,
+        "--pypi-index",
+        pypi,
+        "--allow-insecure-index",
+        "--torch",
+        "2.5.1",
+        "--framework",
+        "axolotl==0.9.2",
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    pythons = list(tmp_path.glob("**/bin/python"))
+    assert pythons, list(tmp_path.iterdir())
+    code = (
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({'torch': m.version('torch'), 'requires': m.requires('axolotl')}))"
+    )
+    shown = subprocess.run(
+        [str(pythons[0]), "-c", code], capture_output=True, text=True, check=True
+    )
+    found = json.loads(shown.stdout)
+    assert found["torch"] == "2.5.1+cu121"
+    # Built in isolation, it would require torch==2.6.0; built last, the installed torch.
+    assert "torch==2.5.1+cu121" in found["requires"]

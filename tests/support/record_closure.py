@@ -1,6 +1,7 @@
 """Record the real dependency closure of a fine-tuning stack from PyPI (run by hand, with network).
 
-    .venv/bin/python -m tests.support.record_closure [--stack finetune|kernels] [--as-of YYYY-MM-DD]
+    .venv/bin/python -m tests.support.record_closure [--stack finetune|kernels|unsloth]
+        [--as-of YYYY-MM-DD]
         [--output PATH]
 
 Tests never run this; they read what it wrote, ``tests/fixtures/closures/finetune-stack.json``,
@@ -137,6 +138,27 @@ KERNEL_SCENARIOS: tuple[tuple[str, ...], ...] = (
 )
 
 
+#: unsloth's torch builds: 2.7.1 and 2.8.0 (PyPI's are cu126 and cu128 builds).
+UNSLOTH_TORCH_BUILDS = (
+    TorchBuild("2.7.1", "0.22.1", "2.7.1", "manylinux_2_28_x86_64"),
+    TorchBuild("2.8.0", "0.23.0", "2.8.0", "manylinux_2_28_x86_64"),
+)
+#: unsloth on torch 2.7.1 and 2.8.0, where uv alone takes torchao 0.18.0 (its extensions need
+#: torch >= 2.11) and PyPI's xformers (a CUDA 12 build), and the torchao releases
+#: compat_matrix/torch_pairings.toml records for those torches (0.12.0 for 2.7.1, 0.14.0 for
+#: 2.8.0; unsloth_zoo requires torchao>=0.13.0).
+UNSLOTH_SCENARIOS: tuple[tuple[str, ...], ...] = (
+    *(
+        (f"torch=={b.torch}", f"torchvision=={b.torchvision}", f"torchaudio=={b.torchaudio}")
+        for b in UNSLOTH_TORCH_BUILDS
+    ),
+    ("unsloth==2026.10.9", "torch==2.7.1"),
+    ("unsloth==2026.10.9", "torch==2.8.0"),
+    ("torchao==0.12.0", "torch==2.7.1"),
+    ("torchao==0.14.0", "torch==2.8.0"),
+)
+
+
 @dataclass(frozen=True)
 class Stack:
     """One recording: its requirement sets, torch builds, Pythons and output file."""
@@ -164,6 +186,14 @@ STACKS = {
         KERNEL_TORCH_BUILDS,
         ("3.11",),
         DEFAULT_OUTPUT.parent / "kernels-stack.json",
+    ),
+    "unsloth": Stack(
+        "Real dependency closure of unsloth 2026.10.9 on torch 2.7.1 and 2.8.0 (unsloth_zoo, "
+        "xformers, bitsandbytes, triton, torchao, transformers, trl, peft)",
+        UNSLOTH_SCENARIOS,
+        UNSLOTH_TORCH_BUILDS,
+        ("3.11",),
+        DEFAULT_OUTPUT.parent / "unsloth-stack.json",
     ),
 }
 

@@ -26,6 +26,7 @@ accepts it (exit 1).
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import urllib.parse
 import urllib.request
@@ -38,7 +39,9 @@ from typing import Any
 
 from packaging.pylock import Package, Pylock
 from packaging.requirements import Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
 from cudalock.lock.cudabuilt import BuildCheck
@@ -87,8 +90,16 @@ from cudalock.lock.uvinput import (
 from cudalock.lock.variant import Reader, VariantIndex, labelled_versions, read_variant_index
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import PackagePin, Plan
-from cudalock.request import COMPANIONS, TORCH_FAMILY, Framework, Request, parse_framework
-from cudalock.resolve.pairings import pairing_fit
+from cudalock.request import (
+    COMPANIONS,
+    TORCH_FAMILY,
+    Framework,
+    Request,
+    parse_framework,
+    parse_torch_spec,
+)
+from cudalock.resolve import resolve
+from cudalock.resolve.pairings import fitting_releases, pairing_fit
 from cudalock.urls import redact
 
 Echo = Callable[[str], None]
@@ -1080,6 +1091,9 @@ def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockE
     refusal = fitter.builds.refusal()
     if refusal is not None:
         return Unsatisfiable(refusal[0], hint=refusal[1])
+    paired = _pairing_refusal(fitter, original)
+    if paired is not None:
+        return paired
     problems: list[str] = []
     hints: list[str] = []
     for index, (text, requirement) in enumerate(fitter.requirement_frameworks()):
@@ -1097,6 +1111,67 @@ def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockE
     if not problems:
         return original
     return Unsatisfiable("; ".join(problems), hint="; ".join(hints))
+
+
+def _pairing_refusal(fitter: _Fitter, original: Unsatisfiable) -> Unsatisfiable | None:
+    """When a package narrowed to the releases its torch pairing accepts (torchao<0.13.0 for
+    torch 2.7.1) is required above them by the closure (unsloth_zoo: torchao>=0.13.0): what
+    requires it, what the releases it accepts are built against, and the torch, verified to
+    run on the targets, that the oldest of them works with."""
+    torch = fitter.plan.torch_pin.version
+    for name, narrowed in fitter.paired.items():
+        # uv: "unsloth-zoo==2026.10.9 depends on torchao>=0.13.0", or "all versions of
+        # unsloth-zoo depend on torchao{<marker>}>=0.13.0".
+        needed = re.search(
+            rf"(\S+) depends? on {re.escape(name)}(?:\{{[^}}]*\}})?((?:[<>=!~]=?[^\s,]+,?)+)",
+            original.message,
+        )
+        if needed is None:
+            continue
+        requirer, spec = needed[1], needed[2].rstrip(",")
+        try:
+            wanted = SpecifierSet(spec)
+        except InvalidSpecifier:
+            continue
+        rows = sorted(fitter.matrix.pairings_of(name), key=lambda p: Version(p.version))
+        accepted = [p for p in rows if wanted.contains(p.version, prereleases=True)]
+        fitting = fitting_releases(fitter.matrix, name, torch)
+        problem = (
+            f"{requirer} requires {name}{spec}, and no such {name} release works with torch "
+            f"{torch}: {name} declares no torch requirement, but is built against one torch "
+            f"({', '.join(f'{p.version}: {p.torch_text}' for p in accepted) or 'none recorded'}"
+            f"; source: {accepted[0].provenance.source[0] if accepted else 'none'}), so the "
+            f"closure asked for {narrowed}"
+            + (f" ({', '.join(fitting)} for torch {torch})" if fitting else "")
+        )
+        hints = []
+        for pairing in accepted:
+            plan = _plan_for_torch(fitter, pairing.torch[0])
+            if plan is not None:
+                hints.append(
+                    f"--torch '{pairing.torch[0]}' (torch {plan.torch_version}+{plan.variant} "
+                    f"runs here, with {name} {pairing.version})"
+                )
+                break
+        if not hints:
+            hints.append(
+                f"a target whose driver runs {accepted[0].torch_text} (for {name} "
+                f"{accepted[0].version}), or a release of {requirer.split('==')[0]} that "
+                f"accepts {name} {', '.join(fitting) or 'releases older than the records'}"
+                if accepted
+                else f"drop the package that requires {name}{spec}"
+            )
+        return Unsatisfiable(problem, hint=hints[0])
+    return None
+
+
+def _plan_for_torch(fitter: _Fitter, spec: str) -> Plan | None:
+    """The plan for the same targets and request with torch ``spec``; None when none runs."""
+    request = replace(fitter.request, torch=parse_torch_spec(spec))
+    try:
+        return resolve(fitter.matrix, fitter.plan.targets, request)
+    except Unsatisfiable:
+        return None
 
 
 def _misfit_through(
