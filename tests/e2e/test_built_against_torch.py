@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import cudalock
+from tests.support.cli import cudalock, lock_against, locked_packages
 from tests.support.index import IndexServer, offline_env, serve_indexes
 from tests.support.wheels import StandIn, torch_standin
 
@@ -120,36 +120,9 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def lock(
-    index: IndexServer, env: dict[str, str], out: Path, *args: str
+    server: IndexServer, env: dict[str, str], out: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
-    pytorch, pypi = index
-    return cudalock(
-        "lock",
-        "-o",
-        str(out),
-        *A100_CUDA_12_1,
-        "--python",
-        "3.11",
-        "--pytorch-index",
-        pytorch,
-        "--pypi-index",
-        pypi,
-        "--allow-insecure-index",
-        *args,
-        env=env,
-        timeout=300,
-    )
-
-
-def locked(out: Path) -> dict[str, str]:
-    text = (out / "pylock.toml").read_text(encoding="utf-8")
-    found = {}
-    for block in text.split("[[packages]]")[1:]:
-        name = re.search(r'^name = "([^"]+)"', block, re.MULTILINE)
-        version = re.search(r'^version = "([^"]+)"', block, re.MULTILINE)
-        if name and version:
-            found[name[1]] = version[1]
-    return found
+    return lock_against(server, env, out, A100_CUDA_12_1, *args)
 
 
 def test_torchao_is_the_release_built_for_the_plans_torch(
@@ -157,7 +130,7 @@ def test_torchao_is_the_release_built_for_the_plans_torch(
 ) -> None:
     done = lock(index, env, tmp_path, "--torch", "2.7.1", "--framework", "torchao")
     assert done.returncode == 0, done.stderr
-    versions = locked(tmp_path)
+    versions = {name: found[0] for name, found in locked_packages(tmp_path).items()}
     assert versions["torch"] == "2.7.1+cu118"
     assert versions["torchao"] == "0.12.0"
     said = " ".join((done.stdout + done.stderr).split())
@@ -190,7 +163,7 @@ def test_an_sdist_whose_setup_imports_torch_is_built_after_torch(
 ) -> None:
     done = lock(index, env, tmp_path, "--torch", "2.7.1", "--framework", framework)
     assert done.returncode == 0, done.stderr
-    versions = locked(tmp_path)
+    versions = {name: found[0] for name, found in locked_packages(tmp_path).items()}
     assert versions["kernelpkg"] == "1.0"
     # Its metadata was prepared beside torch 2.7.1: what its setup.py computed there.
     assert versions["einops"] == "0.8.1"
@@ -210,7 +183,7 @@ def test_axolotl_is_locked_against_the_torch_it_is_built_beside(
 ) -> None:
     done = lock(index, env, tmp_path, "--torch", "2.5.1", "--framework", "axolotl==0.9.2")
     assert done.returncode == 0, done.stderr
-    versions = locked(tmp_path)
+    versions = {name: found[0] for name, found in locked_packages(tmp_path).items()}
     assert versions["torch"] == "2.5.1+cu121"
     assert versions["axolotl"] == "0.9.2"
     assert (

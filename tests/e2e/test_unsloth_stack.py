@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import cudalock
+from tests.support.cli import lock_against, locked_packages
 from tests.support.index import IndexServer, offline_env
 from tests.support.realstack import UNSLOTH_RECORDING, Recording, load_recording, serve_real_stack
 
@@ -60,35 +60,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 def lock(
     server: IndexServer, env: dict[str, str], out: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
-    pytorch, pypi = server
-    return cudalock(
-        "lock",
-        "-o",
-        str(out),
-        *A100_CUDA_12_6,
-        "--python",
-        "3.11",
-        "--pytorch-index",
-        pytorch,
-        "--pypi-index",
-        pypi,
-        "--allow-insecure-index",
-        *args,
-        env=env,
-        timeout=300,
-    )
-
-
-def locked(out: Path) -> dict[str, tuple[str, str]]:
-    text = (out / "pylock.toml").read_text(encoding="utf-8")
-    found = {}
-    for block in text.split("[[packages]]")[1:]:
-        name = re.search(r'^name = "([^"]+)"', block, re.MULTILINE)
-        version = re.search(r'^version = "([^"]+)"', block, re.MULTILINE)
-        index = re.search(r'^index = "([^"]+)"', block, re.MULTILINE)
-        if name and version:
-            found[name[1]] = (version[1], index[1] if index else "")
-    return found
+    return lock_against(server, env, out, A100_CUDA_12_6, *args)
 
 
 def test_unsloth_on_torch_2_7_1_is_refused_naming_torchao_and_the_next_step_works(
@@ -112,7 +84,7 @@ def test_unsloth_on_torch_2_7_1_is_refused_naming_torchao_and_the_next_step_work
     # The next step works when followed.
     done = lock(stack, env, out, "--torch", hint[1], "--framework", UNSLOTH)
     assert done.returncode == 0, done.stderr
-    pins = locked(out)
+    pins = locked_packages(out)
     assert pins["torch"] == ("2.8.0+cu126", f"{pytorch}/cu126")
     assert pins["torchao"] == ("0.14.0", pypi)
     assert pins["xformers"] == ("0.0.32.post2+cu126", f"{pytorch}/cu126")

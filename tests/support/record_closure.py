@@ -90,6 +90,16 @@ TORCH_BUILDS = (
     TorchBuild("2.7.1", "0.22.1", "2.7.1", "manylinux_2_28_x86_64"),
     TorchBuild("2.8.0", "0.23.0", "2.8.0", "manylinux_2_28_x86_64"),
 )
+
+
+def _torch_scenarios(builds: Sequence[TorchBuild]) -> list[tuple[str, ...]]:
+    """One requirement set per torch build: torch with the torchvision/torchaudio that pin it."""
+    return [
+        (f"torch=={b.torch}", f"torchvision=={b.torchvision}", f"torchaudio=={b.torchaudio}")
+        for b in builds
+    ]
+
+
 PYTORCH_TAG_EVIDENCE = (
     "download.pytorch.org URLs quoted in public install scripts and lock files (e.g. "
     "torch-2.4.1%2Bcu121-cp311-cp311-linux_x86_64.whl, torch-2.6.0%2Bcu124-cp311-cp311-"
@@ -101,10 +111,7 @@ PYTORCH_TAG_EVIDENCE = (
 #: Requirement sets resolved against real PyPI. The llamafactory extras are the ones its README
 #: installs (torch, metrics) plus deepspeed; 0.9.5 has no deepspeed extra, so DeepSpeed is named.
 SCENARIOS: tuple[tuple[str, ...], ...] = (
-    *(
-        (f"torch=={b.torch}", f"torchvision=={b.torchvision}", f"torchaudio=={b.torchaudio}")
-        for b in TORCH_BUILDS
-    ),
+    *_torch_scenarios(TORCH_BUILDS),
     ("llamafactory[torch,metrics,deepspeed]==0.9.3", "torch==2.4.1"),
     ("llamafactory[torch,metrics,deepspeed]==0.9.3", "torch==2.6.0"),
     ("llamafactory[metrics,deepspeed]==0.9.4", "torch==2.5.1"),
@@ -126,10 +133,7 @@ KERNEL_TORCH_BUILDS = (
 #: alone, and trl on torch 2.1.0, where uv alone takes a transformers (and a safetensors) whose
 #: ``torch`` extra needs a newer torch; with those extras asked for, the releases that fit.
 KERNEL_SCENARIOS: tuple[tuple[str, ...], ...] = (
-    *(
-        (f"torch=={b.torch}", f"torchvision=={b.torchvision}", f"torchaudio=={b.torchaudio}")
-        for b in KERNEL_TORCH_BUILDS
-    ),
+    *_torch_scenarios(KERNEL_TORCH_BUILDS),
     ("vllm==0.6.6.post1",),
     ("vllm==0.10.1.1",),
     ("xformers==0.0.28.post3", "torch==2.5.1"),
@@ -148,10 +152,7 @@ UNSLOTH_TORCH_BUILDS = (
 #: compat_matrix/torch_pairings.toml records for those torches (0.12.0 for 2.7.1, 0.14.0 for
 #: 2.8.0; unsloth_zoo requires torchao>=0.13.0).
 UNSLOTH_SCENARIOS: tuple[tuple[str, ...], ...] = (
-    *(
-        (f"torch=={b.torch}", f"torchvision=={b.torchvision}", f"torchaudio=={b.torchaudio}")
-        for b in UNSLOTH_TORCH_BUILDS
-    ),
+    *_torch_scenarios(UNSLOTH_TORCH_BUILDS),
     ("unsloth==2026.10.9", "torch==2.7.1"),
     ("unsloth==2026.10.9", "torch==2.8.0"),
     ("torchao==0.12.0", "torch==2.7.1"),
