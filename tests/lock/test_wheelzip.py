@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Iterator
@@ -11,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from cudalock.errors import EnvironmentFailure
+from cudalock.lock.metadata import WHEEL_LIMIT, cached_wheel_metadata
 from cudalock.lock.wheelzip import MemberReader, open_wheel
 from cudalock.sharedlibs import needed_libraries
 from tests.conftest import ServeIndexes
-from tests.support.wheels import build_wheel, cuda_extension_standin, xformers_cpp_lib
+from tests.support.wheels import StandIn, build_wheel, cuda_extension_standin, xformers_cpp_lib
 
 XFORMERS = cuda_extension_standin(
     "xformers",
@@ -74,3 +76,66 @@ def test_a_missing_or_foreign_file_is_said(tmp_path: Path, plain_server: str) ->
     (tmp_path / "notes.whl").write_bytes(b"not a zip archive at all")
     with pytest.raises(EnvironmentFailure, match="is not a zip archive"):
         open_wheel(f"{plain_server}/notes.whl")
+
+
+#: vllm 0.33.0's x86_64 wheel as PyPI serves it: 336,361,138 bytes (321 MiB), no PEP 658 file
+#: (tests/fixtures/closures/kernels-stack.json, recorded_by_hand).
+VLLM_0_33_0 = StandIn(
+    "vllm",
+    "0.33.0",
+    requires_dist=["torch==2.14.0", "torchaudio==2.11.0", "torchvision==0.29.0"],
+    requires_python="<3.15,>=3.11",
+    tag="cp38-abi3-manylinux_2_28_x86_64",
+    sparse_bytes=336_361_138,
+)
+
+
+def test_a_wheel_past_the_whole_read_limit_is_read_by_range_requests(
+    serve_indexes: ServeIndexes,
+) -> None:
+    index = serve_indexes(pypi=[VLLM_0_33_0])
+    index.no_metadata.add(VLLM_0_33_0.filename)
+    path = index.file_path(VLLM_0_33_0.filename)
+    metadata = cached_wheel_metadata(
+        index.base_url + path, None, indexes=(index.pypi_url,), retries=0
+    )
+    assert metadata is not None
+    assert metadata.version == "0.33.0"
+    assert "torch==2.14.0" in metadata.requires_dist
+    statuses = [s for _m, p, s in index.requests if p == path]
+    assert statuses and set(statuses) == {206}, statuses
+    assert [s for _m, p, s in index.requests if p == path + ".metadata"] == [404]
+    # The end record, the central directory and METADATA: a few blocks, not the wheel.
+    assert len(statuses) <= 4
+    assert WHEEL_LIMIT < 336_361_138
+
+
+def test_a_large_wheel_on_a_server_without_range_support_is_refused_saying_why(
+    serve_indexes: ServeIndexes,
+) -> None:
+    index = serve_indexes(pypi=[VLLM_0_33_0])
+    index.no_metadata.add(VLLM_0_33_0.filename)
+    index.no_range.add(VLLM_0_33_0.filename)
+    url = index.base_url + index.file_path(VLLM_0_33_0.filename)
+    with pytest.raises(EnvironmentFailure) as raised:
+        cached_wheel_metadata(url, None, indexes=(index.pypi_url,), retries=0)
+    message = raised.value.message
+    assert "does not serve parts of files (it ignored an HTTP Range request)" in message
+    assert "(321 MiB) is larger than the 256 MiB cudalock downloads whole" in message
+    assert raised.value.hint is not None and "PEP 658" in raised.value.hint
+    assert raised.value.exit_code == 3
+
+
+def test_a_small_wheel_on_a_server_without_range_support_is_read_whole(
+    serve_indexes: ServeIndexes,
+) -> None:
+    small = dataclasses.replace(VLLM_0_33_0, sparse_bytes=2 * 2**20)
+    index = serve_indexes(pypi=[small])
+    index.no_metadata.add(small.filename)
+    index.no_range.add(small.filename)
+    path = index.file_path(small.filename)
+    metadata = cached_wheel_metadata(
+        index.base_url + path, None, indexes=(index.pypi_url,), retries=0
+    )
+    assert metadata is not None and "torch==2.14.0" in metadata.requires_dist
+    assert [s for _m, p, s in index.requests if p == path] == [200]

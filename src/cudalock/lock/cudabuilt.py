@@ -27,7 +27,7 @@ from packaging.pylock import Package
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from cudalock.errors import CudalockError, EnvironmentFailure, InputError
+from cudalock.errors import CudalockError, EnvironmentFailure, InputError, sentence
 from cudalock.fsutil import read_bounded, write_atomic
 from cudalock.lock.metadata import Metadata, fetch_metadata
 from cudalock.lock.wheelzip import MemberReader, open_wheel
@@ -372,7 +372,7 @@ class BuildCheck:
             hint = f"drop {name}"
             other = self._recorded_fit(name)
             if other is not None:
-                hint += f", or --framework '{name}=={other[0]}' --torch {other[1]}"
+                hint += f", or give --framework '{name}=={other[0]}' --torch {other[1]}"
             cuda = rejected[0].built.cuda_version
             if cuda is not None and self.plan.targets:
                 driver = self.matrix.min_driver_for_cuda(cuda, self.plan.targets[0].platform)
@@ -382,4 +382,4 @@ class BuildCheck:
                         f"{rejected[0].built.cuda} build"
                     )
             hints.append(hint)
-        return "; ".join(problems), "; ".join(hints)
+        return "; ".join(problems), sentence("; ".join(hints))

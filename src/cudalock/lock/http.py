@@ -131,7 +131,7 @@ def cached_page(
     elif offline:
         raise EnvironmentFailure(
             f"offline, and cudalock's cache does not hold {redact(url)}",
-            hint="run it again where the indexes can be reached (without --offline)",
+            hint="Run it again where the indexes can be reached (without --offline).",
         )
     headers = {"Accept": accept}
     if entry is not None:
