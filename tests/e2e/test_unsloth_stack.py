@@ -76,7 +76,7 @@ def test_unsloth_on_torch_2_7_1_is_refused_naming_torchao_and_the_next_step_work
     assert "no such torchao release works with torch 2.7.1+cu126" in said
     assert "0.13.0: torch 2.8.0" in said and "0.18.0: torch >= 2.11.0" in said
     assert "torchao-0.14.1-py3-none-any.whl" in said  # the source of 0.13.0's row
-    hint = re.search(r"hint: --torch '([^']+)'", done.stderr)
+    hint = re.search(r"hint: Give --torch '([^']+)'", done.stderr)
     assert hint is not None, done.stderr
     assert hint[1] == "==2.8.0"
     assert "Traceback" not in done.stderr

@@ -292,8 +292,8 @@ class _Uv:
                     f"{', '.join(self.no_isolation)} read the installed torch when built, so "
                     f"their metadata is prepared beside torch in a Python {inp.python} "
                     f"environment, and uv found no Python {inp.python} here",
-                    hint=f"install Python {inp.python} (uv python install {inp.python}), or "
-                    "lock for the Python cudalock runs on (--python)",
+                    hint=f"Install Python {inp.python} (uv python install {inp.python}), or "
+                    "lock for the Python cudalock runs on (--python).",
                 )
         args = [self.path, "pip", "install", "-q", "--python", str(venv / "bin" / "python")]
         args += ["-r", "pyproject.toml", "--no-config", "--no-python-downloads"]
@@ -1308,19 +1308,19 @@ def _pairing_refusal(fitter: _Fitter, original: Unsatisfiable) -> Unsatisfiable 
             plan = _plan_for_torch(fitter, pairing.torch[0])
             if plan is not None:
                 hints.append(
-                    f"--torch '{pairing.torch[0]}' (torch {plan.torch_version}+{plan.variant} "
+                    f"give --torch '{pairing.torch[0]}' (torch {plan.torch_version}+{plan.variant} "
                     f"runs here, with {name} {pairing.version})"
                 )
                 break
         if not hints:
             hints.append(
-                f"a target whose driver runs {accepted[0].torch_text} (for {name} "
+                f"choose a target whose driver runs {accepted[0].torch_text} (for {name} "
                 f"{accepted[0].version}), or a release of {requirer.split('==')[0]} that "
                 f"accepts {name} {', '.join(fitting) or 'releases older than the records'}"
                 if accepted
                 else f"drop the package that requires {name}{spec}"
             )
-        return Unsatisfiable(problem, hint=hints[0])
+        return Unsatisfiable(problem, hint=sentence(hints[0]))
     return None
 
 
