@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
@@ -40,6 +40,7 @@ __all__ = [
     "NotFound",
     "TooLarge",
     "basic_authorization",
+    "credentials_of",
     "get",
     "origin",
 ]
@@ -100,6 +101,17 @@ def basic_authorization(url: str) -> str | None:
     user = urllib.parse.unquote(parts.username)
     password = urllib.parse.unquote(parts.password or "")
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
+def credentials_of(indexes: Sequence[str]) -> dict[tuple[str, str | None, int | None], str]:
+    """Basic authorisation per origin, from the index URLs that carry credentials: a file on the
+    same host as an index is read with that index's credentials, any other host with none."""
+    found: dict[tuple[str, str | None, int | None], str] = {}
+    for index in indexes:
+        authorization = basic_authorization(index)
+        if authorization is not None:
+            found.setdefault(origin(index), authorization)
+    return found
 
 
 class _Watchdog:

@@ -30,7 +30,6 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from cudalock.errors import CudalockError, EnvironmentFailure, InputError, sentence
 from cudalock.fsutil import read_bounded, write_atomic
 from cudalock.lock.metadata import Metadata, fetch_metadata
-from cudalock.lock.wheelzip import MemberReader, open_wheel
 from cudalock.matrix import Matrix
 from cudalock.matrix.load import matrix_cache_dir
 from cudalock.model import Plan
@@ -49,6 +48,7 @@ from cudalock.resolve.cudabuilt import (
 )
 from cudalock.sharedlibs import NotElf, needed_libraries
 from cudalock.urls import redact
+from cudalock.wheelzip import MemberReader, open_wheel
 
 __all__ = [
     "EXTENSION_LIMIT",

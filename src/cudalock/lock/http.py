@@ -32,7 +32,6 @@ __all__ = [
     "Answer",
     "cache_disabled",
     "cached_page",
-    "credentials_of",
     "request",
 ]
 
@@ -48,17 +47,6 @@ class Answer:
     status: int
     headers: Mapping[str, str]
     body: bytes
-
-
-def credentials_of(indexes: Sequence[str]) -> dict[tuple[str, str | None, int | None], str]:
-    """Basic authorisation per origin, from the index URLs that carry credentials: a file on the
-    same host as an index is read with that index's credentials, any other host with none."""
-    found: dict[tuple[str, str | None, int | None], str] = {}
-    for index in indexes:
-        authorization = httpget.basic_authorization(index)
-        if authorization is not None:
-            found.setdefault(httpget.origin(index), authorization)
-    return found
 
 
 def request(
@@ -78,7 +66,7 @@ def request(
             timeout=timeout_s,
             limit=limit,
             retries=retries,
-            credentials=credentials_of(indexes),
+            credentials=httpget.credentials_of(indexes),
             headers=headers,
             not_modified_ok=True,
         )

@@ -34,10 +34,10 @@ from cudalock.lock.http import request
 from cudalock.platforms import platform_named
 from cudalock.request import TORCH_FAMILY
 from cudalock.urls import redact
+from cudalock.wheelzip import open_wheel
 
 __all__ = [
     "METADATA_LIMIT",
-    "WHEEL_LIMIT",
     "Metadata",
     "cached_wheel_metadata",
     "describe",
@@ -50,8 +50,6 @@ __all__ = [
 
 #: Core metadata is a few KiB. More is not what was asked for.
 METADATA_LIMIT = 4 * 2**20
-#: A wheel is read whole only from a server that ignores range requests.
-WHEEL_LIMIT = 256 * 2**20
 
 _PYTHON_OS = {
     "linux": ("Linux", "posix"),
@@ -217,9 +215,7 @@ def _ranged_metadata(
     url: str, *, indexes: Sequence[str], timeout_s: float, retries: int
 ) -> Metadata | None:
     """The METADATA of the wheel at ``url`` read by HTTP range requests (the zip's end, its
-    central directory, the member: :mod:`cudalock.lock.wheelzip`), not the whole wheel."""
-    from cudalock.lock.wheelzip import open_wheel  # it reads this module's limits
-
+    central directory, the member: :mod:`cudalock.wheelzip`), not the whole wheel."""
     archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
     try:
         with archive:

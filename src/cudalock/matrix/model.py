@@ -250,6 +250,23 @@ class Matrix:
             None,
         )
 
+    def deepspeed_cuda_check(self, version: str) -> DeepSpeedCudaCheck | None:
+        """The op-builder rule DeepSpeed ``version`` follows (None: no rule covers it)."""
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            parsed = Version(version)
+        except InvalidVersion:
+            return None
+        for check in self.deepspeed_cuda_checks:
+            try:
+                if parsed in SpecifierSet(check.deepspeed):
+                    return check
+            except InvalidSpecifier:
+                continue
+        return None
+
     def package_build(self, name: str, version: str) -> PackageBuild | None:
         """The recorded CUDA build of PyPI's ``name`` ``version`` (canonical name), if any."""
         return next(

@@ -17,16 +17,18 @@ from collections.abc import Sequence
 
 from cudalock import httpget
 from cudalock.errors import EnvironmentFailure
-from cudalock.lock.http import credentials_of
-from cudalock.lock.metadata import WHEEL_LIMIT
 from cudalock.urls import redact
 
 __all__ = [
     "BLOCK",
+    "WHEEL_LIMIT",
     "MemberReader",
     "RemoteZip",
     "open_wheel",
 ]
+
+#: A wheel is read whole only from a server that ignores range requests.
+WHEEL_LIMIT = 256 * 2**20
 
 #: Bytes asked for at a time: a zip's end record and a central directory of a few thousand
 #: entries fit in one or two; member data comes in blocks of this size.
@@ -60,7 +62,7 @@ class RemoteZip(io.RawIOBase):
                 timeout=self._timeout_s,
                 limit=limit,
                 retries=self._retries,
-                credentials=credentials_of(self._indexes),
+                credentials=httpget.credentials_of(self._indexes),
                 headers={"Range": f"bytes={start}-{end}"},
             )
         except httpget.NotFound:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from cudalock.errors import EnvironmentFailure
-from cudalock.lock.metadata import WHEEL_LIMIT, cached_wheel_metadata
-from cudalock.lock.wheelzip import MemberReader, open_wheel
+from cudalock.lock.metadata import cached_wheel_metadata
 from cudalock.sharedlibs import needed_libraries
+from cudalock.wheelzip import WHEEL_LIMIT, MemberReader, open_wheel
 from tests.conftest import ServeIndexes
 from tests.support.wheels import StandIn, build_wheel, cuda_extension_standin, xformers_cpp_lib
 
