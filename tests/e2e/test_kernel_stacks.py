@@ -325,7 +325,7 @@ def test_a_release_built_for_a_cuda_this_target_cannot_run_names_a_resolved_next
     assert f"{name} {version} requires torch==2.7.1" in done.stderr
     assert f"torch 2.7.1+cu118 runs here, but {built}; this torch is 2.7.1+cu118" in done.stderr
     assert f"is {next_version} (uv resolves its closure)" in done.stderr
-    hint = f"hint: --framework '{next_release}', or {name} {version} needs driver ≥ {driver}"
+    hint = f"hint: Give --framework '{next_release}', or {name} {version} needs driver ≥ {driver}"
     assert hint in done.stderr
     assert not list(out.iterdir())
     # The next step works when followed (xformers from the variant index, with its label).
