@@ -31,6 +31,7 @@ from cudalock.audit.installed import (
     local_label,
     public_version,
 )
+from cudalock.audit.pairings import check_torch_pairings
 from cudalock.errors import CudalockError, Unsatisfiable
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.matrix.model import arch_covers
@@ -83,6 +84,7 @@ CODES = (
     "broken-torch-install",
     "cuda-unavailable",
     "cuda-build-mismatch",
+    "torch-pairing-mismatch",
     "extension-abi-mismatch",
     "cuda-library-missing",
     "cudnn-mismatch",
@@ -158,6 +160,7 @@ def audit(
     ):
         findings.extend(check(context))
     findings.extend(check_cuda_builds(installed, target, matrix, compat))
+    findings.extend(check_torch_pairings(installed, matrix))
     findings = _with_reported_messages(context, findings)
     return sort_findings(findings)
 
