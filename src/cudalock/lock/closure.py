@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import tempfile
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -185,7 +184,9 @@ def check_framework_paths(frameworks: Sequence[Framework]) -> None:
     for framework in frameworks:
         path = framework.path
         if path is None and framework.text.lower().startswith("file:"):
-            path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(framework.text).path))
+            from urllib.request import url2pathname  # http.client with it: for file: only
+
+            path = Path(url2pathname(urllib.parse.urlsplit(framework.text).path))
         if path is None:
             continue
         if not path.is_dir():

@@ -30,7 +30,6 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from cudalock.errors import CudalockError, EnvironmentFailure, InputError
 from cudalock.fsutil import read_bounded, write_atomic
 from cudalock.lock.metadata import Metadata, fetch_metadata
-from cudalock.lock.wheelzip import MemberReader, open_wheel
 from cudalock.matrix import Matrix
 from cudalock.matrix.load import matrix_cache_dir
 from cudalock.model import Plan
@@ -159,6 +158,9 @@ def read_wheel_build(
     retries: int,
 ) -> BuiltFor | None:
     """What the wheel at ``url`` says it was built for, reading as little of it as it can."""
+    # HTTP (http.client, urllib) only when a wheel is read: a warm lock reads none.
+    from cudalock.lock.wheelzip import MemberReader, open_wheel
+
     name, version = str(package.name), str(package.version)
     archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
     with archive:

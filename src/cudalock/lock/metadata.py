@@ -13,8 +13,6 @@ take parsed metadata; :func:`fetch_metadata` is the edge that downloads it.
 
 from __future__ import annotations
 
-import email.message
-import email.parser
 import functools
 import io
 import json
@@ -23,6 +21,7 @@ import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.pylock import Package
 from packaging.requirements import InvalidRequirement, Requirement
@@ -34,6 +33,9 @@ from cudalock.lock.http import request
 from cudalock.platforms import platform_named
 from cudalock.request import TORCH_FAMILY
 from cudalock.urls import redact
+
+if TYPE_CHECKING:
+    import email.message
 
 __all__ = [
     "METADATA_CACHE_ENTRIES",
@@ -73,7 +75,9 @@ class Metadata:
 
     @classmethod
     def parse(cls, text: str) -> Metadata:
-        message = email.parser.HeaderParser().parsestr(text)
+        from email.parser import HeaderParser  # the email package: only for fetched metadata
+
+        message = HeaderParser().parsestr(text)
         return cls.of(message)
 
     @classmethod
