@@ -36,6 +36,7 @@ __all__ = [
     "SECRET_MODE",
     "append_log",
     "bound_directory",
+    "cache_disabled",
     "credentials_note",
     "cudalock_cache_dir",
     "current_umask",
@@ -291,6 +292,13 @@ def cudalock_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "cudalock"
+
+
+def cache_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """``CUDALOCK_NO_CACHE`` set (to anything but empty or 0) turns cudalock's caches off: index
+    pages, wheels' metadata, the parsed matrix (not built wheels: CUDALOCK_NO_WHEEL_CACHE)."""
+    value = (environ if environ is not None else os.environ).get("CUDALOCK_NO_CACHE", "")
+    return value not in ("", "0")
 
 
 def bound_directory(directory: Path, entries: int, *, suffix: str) -> None:
