@@ -19,12 +19,13 @@ from cudalock.errors import CudalockError, EnvironmentFailure, InputError
 from cudalock.fsutil import credentials_note, refuse_existing, write_outputs
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
 from cudalock.lock.closure import Closure, Echo, UvOptions, resolve_closure
-from cudalock.lock.installfiles import requirements_files, uv_settings
+from cudalock.lock.installfiles import requirements_files, uv_first_lock, uv_settings
 from cudalock.lock.names import (
     LAST_FILE,
     LOCK_FILE,
     LOCK_FILES,
     REQUIREMENTS_FILE,
+    UV_FIRST_FILE,
     UV_SETTINGS_FILE,
 )
 from cudalock.lock.pixi import PIXI_FILE, expected_pins, pixi_changes
@@ -83,6 +84,7 @@ def lock_texts(closure: Closure, plan: Plan, request: Request) -> dict[str, str]
     texts[UV_SETTINGS_FILE] = uv_settings(
         lock, default_index=inp.default_index, cudalock_version=__version__
     )
+    texts[UV_FIRST_FILE] = uv_first_lock(data, cudalock_version=__version__)
     return texts
 
 
@@ -194,6 +196,7 @@ def check_lock(
     expected[UV_SETTINGS_FILE] = uv_settings(
         lock, default_index=default_index, cudalock_version=__version__
     )
+    expected[UV_FIRST_FILE] = uv_first_lock(data, cudalock_version=__version__)
     for name, text in expected.items():
         path = output_dir / name
         if not path.exists():
@@ -210,6 +213,7 @@ __all__ = [
     "LOCK_FILE",
     "LOCK_FILES",
     "REQUIREMENTS_FILE",
+    "UV_FIRST_FILE",
     "UV_SETTINGS_FILE",
     "LockResult",
     "check_lock",
