@@ -497,6 +497,7 @@ def test_index_failure_exits_3_and_leaves_the_previous_lock(
         "requirements.lock.txt",
         "requirements.last.txt",
         "uv-install.toml",
+        "pylock.first.toml",
         "cudalock.toml",  # the flags, remembered
     }
     index.fail("/pypi/simple/*", status=500)
