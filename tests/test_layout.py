@@ -26,6 +26,7 @@ BASE = frozenset(
         "defaults",
         "units",
         "sharedlibs",
+        "wheelzip",
     }
 )
 #: What each package may import besides the base (and itself); "cli" may import anything.

@@ -17,12 +17,23 @@ __all__ = [
     "Terminated",
     "Unsatisfiable",
     "UsageError",
+    "sentence",
 ]
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 3
+
+
+def sentence(text: str) -> str:
+    """A hint put together from fragments (alternatives joined, a fix's words) as the sentence
+    every hint is: its first letter a capital, a full stop at the end."""
+    text = text.strip()
+    if not text:
+        return text
+    text = text[0].upper() + text[1:]
+    return text if text.endswith((".", "?", "!")) else text + "."
 
 
 class CudalockError(Exception):

@@ -538,7 +538,7 @@ def append_log(path: Path) -> Iterator[TextIO]:
     except OSError as err:
         raise EnvironmentFailure(
             f"cannot write the log {path}: {_reason(err)}",
-            hint="the log was replaced while cudalock ran (a link?); run again",
+            hint="The log was replaced while cudalock ran (a link?): run again.",
         ) from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
@@ -583,7 +583,7 @@ def _failure(path: Path, err: OSError, *, inside: bool = False) -> CudalockError
         reason = err.strerror or str(err)
     return EnvironmentFailure(
         f"cannot write {'in ' if inside else ''}{path}: {reason}; nothing was changed",
-        hint="free space or choose another directory with -o",
+        hint="Free space, or choose another directory with -o.",
     )
 
 
@@ -722,7 +722,7 @@ def _flock(fd: int, directory: Path, path: Path) -> None:
         holder = _read_holder(fd)
         raise EnvironmentFailure(
             f"{directory} is in use by another cudalock run ({holder}); nothing was written",
-            hint=f"wait for it to finish, or choose another directory (the lock is {path})",
+            hint=f"Wait for it to finish, or choose another directory (the lock is {path}).",
         ) from None
 
 

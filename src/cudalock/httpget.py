@@ -27,14 +27,23 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 from cudalock.errors import EnvironmentFailure, UsageError
 from cudalock.urls import redact, strip_credentials
 
-__all__ = ["WHOLE_ANSWER_FACTOR", "Answer", "NotFound", "basic_authorization", "get", "origin"]
+__all__ = [
+    "WHOLE_ANSWER_FACTOR",
+    "Answer",
+    "NotFound",
+    "TooLarge",
+    "basic_authorization",
+    "credentials_of",
+    "get",
+    "origin",
+]
 
 #: One answer, redirects and retries included, may take this many per-read timeouts in all.
 WHOLE_ANSWER_FACTOR = 4
@@ -46,6 +55,16 @@ _SCHEMES = ("http", "https")
 
 class NotFound(Exception):
     """The server answered 404."""
+
+
+class TooLarge(EnvironmentFailure):
+    """The answer's body is larger than the limit: ``size`` is its announced length (None when
+    the server announced none and the body ran past the limit)."""
+
+    def __init__(self, message: str, *, status: int, size: int | None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.size = size
 
 
 @dataclass(frozen=True)
@@ -82,6 +101,17 @@ def basic_authorization(url: str) -> str | None:
     user = urllib.parse.unquote(parts.username)
     password = urllib.parse.unquote(parts.password or "")
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
+def credentials_of(indexes: Sequence[str]) -> dict[tuple[str, str | None, int | None], str]:
+    """Basic authorisation per origin, from the index URLs that carry credentials: a file on the
+    same host as an index is read with that index's credentials, any other host with none."""
+    found: dict[tuple[str, str | None, int | None], str] = {}
+    for index in indexes:
+        authorization = basic_authorization(index)
+        if authorization is not None:
+            found.setdefault(origin(index), authorization)
+    return found
 
 
 class _Watchdog:
@@ -264,12 +294,23 @@ def _read(
 ) -> Answer:
     per_read = max(0.001, min(timeout, watchdog.left()))
     with opener.open(request, timeout=per_read) as response:
+        announced = getattr(response, "length", None)
+        if isinstance(announced, int) and announced > limit:
+            # Said before a byte of the body is read: a 300 MiB answer is not downloaded to
+            # learn that it is too large.
+            raise TooLarge(
+                f"cannot read {redact(url)}: {_size(announced)}, larger than {_size(limit)}",
+                status=response.status,
+                size=announced,
+            )
         body = bytearray()
         while chunk := response.read1(_CHUNK):
             body += chunk
             if len(body) > limit:
-                raise EnvironmentFailure(
-                    f"cannot read {redact(url)}: larger than {_size(limit)}"
+                raise TooLarge(
+                    f"cannot read {redact(url)}: larger than {_size(limit)}",
+                    status=response.status,
+                    size=None,
                 ) from None
         if watchdog.fired:
             raise TimeoutError("the whole answer took too long")

@@ -7,6 +7,7 @@ is :mod:`cudalock.request`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -109,6 +110,28 @@ class Target:
                 seen.append(gpu.compute_capability)
         return tuple(sorted(seen))
 
+    def describe(self) -> str:
+        """The driver and the GPUs in words: "driver 570 (CUDA 12.8); 2 × GeForce RTX 5090
+        (12.0)", as audit and doctor name the machine they judged on."""
+        driver = (
+            f"driver {self.driver_version or '?'} (CUDA "
+            f"{format_cuda(self.driver_cuda) if self.driver_cuda else '?'})"
+            if self.has_driver
+            else "no NVIDIA driver known"
+        )
+        described = [
+            g.name + (f" ({format_cc(g.compute_capability)})" if g.compute_capability else "")
+            for g in self.gpus
+        ]
+        gpus = (
+            ", ".join(
+                f"{described.count(d)} × {d}" if described.count(d) > 1 else d
+                for d in dict.fromkeys(described)
+            )
+            or "no GPUs"
+        )
+        return f"{driver}; {gpus}"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": TARGET_SCHEMA_VERSION,
@@ -121,6 +144,18 @@ class Target:
             "source": self.source,
             "notes": list(self.notes),
         }
+
+
+def flag_assumptions(targets: Sequence[Target]) -> list[str]:
+    """What was derived rather than read for the targets the Target flags describe (a driver
+    branch's CUDA, a driver's CUDA from the table, the host details dropped), each said once:
+    what resolve, audit and doctor state as assumed."""
+    said: list[str] = []
+    for target in targets:
+        if target.source != "override":
+            continue
+        said.extend(note for note in target.notes if note not in said)
+    return said
 
 
 @dataclass(frozen=True)
@@ -246,6 +281,12 @@ class Plan:
     unverified: tuple[str, ...] = ()
     #: The best candidate the choice policy passed over (None: nothing else would run).
     alternative: Alternative | None = None
+    #: Why this Python, in a sentence (asked for; torch's newest; the newest the whole stack
+    #: installs on, which bootstrap and lock prove with the closure).
+    python_reason: str = ""
+    #: The node whose driver the plan was made for: the fleet's lowest, as resolve reduced the
+    #: targets (None: no target has a driver). cudalock.toml records this one's driver.
+    driver_node: Target | None = None
 
     @property
     def torch_pin(self) -> PackagePin:
@@ -275,6 +316,7 @@ class Plan:
             "explanation": list(self.explanation),
             "unverified": list(self.unverified),
             "alternative": self.alternative.to_json() if self.alternative else None,
+            "python_reason": self.python_reason,
         }
 
 

@@ -181,7 +181,7 @@ def validate_index_url(url: str, *, flag: str, allow_insecure: bool = False) -> 
         raise UsageError(
             f"{flag} {shown!r} is plain http to a non-loopback host; packages fetched over it "
             "could be replaced in transit",
-            hint="use https, or pass --allow-insecure-index if you trust this network",
+            hint="Use https, or pass --allow-insecure-index if you trust this network.",
         )
     return url.rstrip("/")
 

@@ -84,8 +84,13 @@ def test_report_without_a_driver_uses_the_override_flags(run: Runner) -> None:
     assert given.returncode == 1, given.stderr
     document = json.loads(given.stdout)
     assert [(f["code"], f["severity"]) for f in document["findings"]] == [
-        ("minor-compat-only", "error")
+        ("minor-compat-only", "error"),
+        ("target-assumed", "info"),
     ]
+    # The driver's CUDA is derived, and said so, as resolve says it.
+    assert document["findings"][1]["message"] == (
+        "maximum CUDA 12.1 for driver 530.30.02 from the matrix's driver table"
+    )
     # The GPU still comes from the report.
     assert document["target"]["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
 

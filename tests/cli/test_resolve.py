@@ -126,7 +126,7 @@ def test_nothing_fits_text_exits_1_with_candidates(known_matrix_dir: Path) -> No
         "cudalock: error: nothing in the matrix (1.13–2.15) fits this target with torch >=2.15"
         in result.stderr
     )
-    assert "hint: upgrade the driver to ≥ 595.45.04 for torch 2.15.0+cu132" in result.stderr
+    assert "hint: Upgrade the driver to ≥ 595.45.04 for torch 2.15.0+cu132" in result.stderr
     assert "≥ 580.65.06, the smallest upgrade that opens a build" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -221,7 +221,7 @@ def test_v100_on_470_gives_the_practical_next_step(known_matrix_dir: Path) -> No
     )
     assert result.returncode == 1
     assert "cudalock: error: nothing in the matrix (1.13–2.15) fits this target" in result.stderr
-    assert "hint: --compat minor would give torch 2.7.1+cu118 on this driver" in result.stderr
+    assert "hint: With --compat minor, torch 2.7.1+cu118 would run on this driver" in result.stderr
     assert "upgrade the driver to ≥ 560.28.03 for torch 2.14.1+cu126" in result.stderr
     assert "Traceback" not in result.stderr
 

@@ -8,14 +8,18 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from cudalock.audit.installed import Installed
+from cudalock.audit.runner import AuditOutcome
 from cudalock.doctor import DoctorRequest, MachineReaders, run_doctor
 from cudalock.doctor.diagnosis import SetupHints
 from cudalock.doctor.kernel import CommandResult, KernelLog, read_kernel_log
 from cudalock.doctor.logs import container_memory_limit, scan_training_log
 from cudalock.machine.host import CgroupLevel, CgroupMemory, ShmInfo
-from cudalock.machine.overrides import TargetOptions
+from cudalock.machine.overrides import GivenTargets, TargetOptions, read_target_options
+from cudalock.matrix import load_matrix
 from cudalock.model import Finding, Gpu, Host, Target
 from cudalock.request import Compat
+from cudalock.versions import DriverVersion
 from tests.support.cli import cudalock
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -193,7 +197,7 @@ def test_a_probe_file_of_the_node_names_the_run_host_and_its_ram(tmp_path: Path)
         DoctorRequest(
             exit_code="-9",
             flags=SetupHints(params=7 * 10**9, zero_stage=2),
-            target=TargetOptions(probe_files=(probe,)),
+            target=read_target_options(TargetOptions(probe_files=(probe,)), load_matrix()),
         ),
         reads.readers(),
         audit=no_audit,
@@ -315,13 +319,21 @@ def test_docker_inspects_oomkilled_false_is_not_an_oom() -> None:
 
 
 def test_minus_11_audits_the_report_given_on_its_own_machine() -> None:
-    seen: list[tuple[str, TargetOptions | None, Compat]] = []
+    seen: list[tuple[str, GivenTargets | None, Compat]] = []
 
-    def report_audit(text: str, options: TargetOptions | None, compat: Compat) -> Sequence[Finding]:
-        seen.append((text, options, compat))
-        return (Finding("driver-too-old", "error", "torch 2.9.1+cu128 needs CUDA 12.8"),)
+    def report_audit(text: str, given: GivenTargets | None, compat: Compat) -> AuditOutcome:
+        seen.append((text, given, compat))
+        found = (Finding("driver-too-old", "error", "torch 2.9.1+cu128 needs CUDA 12.8"),)
+        crashed = Target(
+            platform="linux-x86_64",
+            driver_version=DriverVersion("530.30.02"),
+            driver_cuda=(12, 1),
+            gpus=(Gpu("NVIDIA A100-SXM4-80GB", (8, 0)),),
+            name="the machine in the report",
+        )
+        return AuditOutcome(found, Installed(source="report:collect_env"), (crashed,))
 
-    options = TargetOptions(driver_version="530.30.02")
+    options = read_target_options(TargetOptions(driver_version="530.30.02"), load_matrix())
     report = run_doctor(
         DoctorRequest(
             exit_code="-11",
@@ -335,7 +347,13 @@ def test_minus_11_audits_the_report_given_on_its_own_machine() -> None:
     )
     assert seen == [("PyTorch version: 2.9.1+cu128\n", options, "strict")]
     assert report.verdict == "cuda-newer-than-driver"
-    assert "collect_env.txt" in finding(report.findings, "segfault-report-audited").message
+    audited = finding(report.findings, "segfault-report-audited").message
+    assert "collect_env.txt" in audited
+    # The machine judged is named as audit names it.
+    assert (
+        "the machine in the report (driver 530.30.02 (CUDA 12.1); NVIDIA A100-SXM4-80GB (8.0))"
+        in audited
+    )
 
 
 def test_doctor_takes_the_target_flags_and_a_report() -> None:

@@ -234,7 +234,7 @@ def test_an_environment_not_made_from_this_plan_is_not_reused(scene: Scene, tmp_
     assert done.returncode == 2, done.stderr + done.stdout
     assert f"the conda environment at {prefix} cannot be reused" in done.stderr
     assert "not made by cudalock bootstrap --create" in done.stderr
-    assert f"remove it (rm -rf {prefix})" in done.stderr
+    assert f"Remove it (rm -rf {prefix})" in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -278,5 +278,5 @@ def test_a_cuda_12_vllm_is_refused_beside_a_cu118_torch(
     # The next step, from cuda_builds.toml: the newest recorded vllm whose torch has a CUDA 12
     # build this driver runs (torch 2.5.1+cu121; the CUDA 12 builds of 2.6.0 and later start
     # at cu124).
-    assert "hint: drop vllm, or --framework 'vllm==0.7.3' --torch 2.5.1" in text
+    assert "hint: Drop vllm, or give --framework 'vllm==0.7.3' --torch 2.5.1" in text
     assert not (tmp_path / "out" / "pylock.toml").exists()

@@ -129,6 +129,10 @@ def test_a_framework_that_pins_torch_chooses_it_and_its_variant_packages_route_i
     assert pins["torch"] == ("2.5.1+cu121", f"{pytorch}/cu121")
     assert pins["xformers"] == ("0.0.28.post3+cu121", f"{pytorch}/cu121")
     assert pins["vllm"] == ("0.6.6.post1", pypi)
+    # What the variant's torch pins exactly comes from its index too: triton carries no label.
+    assert pins["triton"] == ("3.1.0", f"{pytorch}/cu121")
+    assert pins["nvidia-cudnn-cu12"] == ("9.1.0.70", f"{pytorch}/cu121")
+    assert "triton==3.1.0" in done.stderr and "torch 2.5.1+cu121 pins them exactly" in done.stderr
     # The variant index's plain copy of numpy is not PyPI's numpy with a label: PyPI's.
     assert pins["numpy"][1] == pypi
     # vllm's transformers: uv alone takes the newest (whose 'torch' extra needs torch >= 2.6).
@@ -175,6 +179,10 @@ def test_with_accepts_what_the_variant_index_builds_and_refuses_a_plain_copy(
     done = run(kernels, env, "lock", "--torch", "2.5.1", "--with", "xformers", out=out)
     assert done.returncode == 0, done.stderr
     assert locked(out)["xformers"] == ("0.0.28.post3+cu121", f"{pytorch}/cu121")
+    # triton has no label, but it is what the variant's torch pins: accepted, from that index.
+    done = run(kernels, env, "lock", "--torch", "2.5.1", "--with", "triton", out=out)
+    assert done.returncode == 0, done.stderr
+    assert locked(out)["triton"] == ("3.1.0", f"{pytorch}/cu121")
     refused = run(kernels, env, "lock", "--torch", "2.5.1", "--with", "numpy", out=out)
     assert refused.returncode == 2, refused.stderr
     assert f"--with numpy: {pytorch}/cu121 serves no numpy build for this plan (cu121)" in (
@@ -192,7 +200,7 @@ def test_a_closure_package_whose_torch_extra_rejects_the_torch_is_named_with_a_n
     assert done.returncode == 1, done.stderr
     assert "trl==1.16.0 does not fit torch 2.1.0+cu121" in done.stderr
     assert "transformers[torch] (torch>=2.6 (its 'torch' extra))" in done.stderr
-    hint = re.search(r"hint: --framework '(trl==[^']+)'", done.stderr)
+    hint = re.search(r"hint: Give --framework '(trl==[^']+)'", done.stderr)
     assert hint is not None, done.stderr
     assert not list(out.iterdir())
     # The next step works when followed.
@@ -210,8 +218,28 @@ def test_a_framework_pin_that_conflicts_with_torch_names_the_newest_release_that
     done = run(kernels, env, "lock", "--torch", "2.5.1", "--framework", "vllm==0.10.1.1")
     assert done.returncode == 1, done.stderr
     assert "vllm 0.10.1.1 requires torch==2.7.1" in done.stderr
-    assert "the newest vllm that accepts torch 2.5.1+cu121 is 0.6.6.post1" in done.stderr
-    assert "hint: --framework 'vllm==0.6.6.post1'" in done.stderr
+    # torch 2.7.1 has a build this driver runs (cu118), but vllm's CUDA 12 build cannot run
+    # beside it: said, with the driver a CUDA 12 torch 2.7.1 needs, not "--torch 2.7.1".
+    assert (
+        "torch 2.7.1+cu118 runs here, but vllm 0.10.1.1 is built for CUDA 12 against torch "
+        "2.7.1; this torch is 2.7.1+cu118"
+    ) in done.stderr
+    assert (
+        "the newest vllm that accepts torch 2.5.1+cu121 is 0.6.6.post1 (uv resolves its closure)"
+    ) in done.stderr
+    hint = re.search(
+        r"hint: Give --framework '(vllm==[^']+)', or vllm 0.10.1.1 needs driver ≥ ([\d.]+)",
+        done.stderr,
+    )
+    assert hint is not None, done.stderr
+    assert hint[1] == "vllm==0.6.6.post1"
+    assert "--torch '==2.7.1'" not in done.stderr
+    # The next step works when followed.
+    out = tmp_path / "followed"
+    out.mkdir()
+    followed = run(kernels, env, "lock", "--torch", "2.5.1", "--framework", hint[1], out=out)
+    assert followed.returncode == 0, followed.stderr
+    assert locked(out)["vllm"][0] == "0.6.6.post1"
 
 
 def test_a_variant_index_whose_project_list_cannot_be_read_is_said_not_dropped(
@@ -231,3 +259,76 @@ def test_a_variant_index_whose_project_list_cannot_be_read_is_said_not_dropped(
         "(its project list could not be read (404))"
     ) in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_framework_whose_large_wheel_has_no_pep_658_metadata_is_read_and_named(
+    kernels: IndexServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    """vllm 0.33.0's 321 MiB wheels have no PEP 658 file: their METADATA is read by range
+    requests, and the refusal says what it pins and why that torch cannot run here."""
+    out = tmp_path / "vllm-0.33"
+    out.mkdir()
+    done = run(kernels, env, "lock", "--framework", "vllm==0.33.0", out=out)
+    assert done.returncode == 1, done.stderr
+    assert "vllm 0.33.0 requires torch==2.14.0" in done.stderr
+    assert "no such torch runs here" in done.stderr
+    assert "driver 530.30.02 supports CUDA 12.1" in done.stderr
+    assert "the newest vllm that accepts torch 2.5.1+cu121 is 0.6.6.post1 (uv resolves" in (
+        done.stderr
+    )
+    # The lowest driver any torch 2.14.0 build needs (the cu126 one's), not the newest's.
+    assert (
+        "hint: Give --framework 'vllm==0.6.6.post1', or vllm 0.33.0 needs driver ≥ 560.28.03"
+        in done.stderr
+    )
+    wheel = kernels.file_path("vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl")
+    # Read in parts, by cudalock and by uv, never downloaded whole.
+    assert {s for m, p, s in kernels.requests if p == wheel and m == "GET"} == {206}
+    assert not list(out.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("asked", "built", "driver", "next_release"),
+    [
+        (
+            "vllm==0.10.1.1",
+            "vllm 0.10.1.1 is built for CUDA 12 against torch 2.7.1",
+            "560.28.03",
+            "vllm==0.6.6.post1",
+        ),
+        (
+            "xformers==0.0.31",
+            "xformers 0.0.31 is built for CUDA 12.8 against torch 2.7.1+cu126",
+            "570.26",
+            "xformers==0.0.28.post3",
+        ),
+    ],
+)
+def test_a_release_built_for_a_cuda_this_target_cannot_run_names_a_resolved_next_step(
+    kernels: IndexServer,
+    env: dict[str, str],
+    tmp_path: Path,
+    asked: str,
+    built: str,
+    driver: str,
+    next_release: str,
+) -> None:
+    """On driver 530.30.02 (CUDA 12.1) the torch such a release pins has a build that runs (cu118),
+    but the release's own CUDA 12 build cannot run beside it: the refusal says so, names the
+    newest release whose closure uv resolves, and the driver the asked one needs."""
+    out = tmp_path / "asked"
+    out.mkdir()
+    done = run(kernels, env, "lock", "--framework", asked, out=out)
+    assert done.returncode == 1, done.stderr
+    name, version = asked.split("==")
+    next_version = next_release.split("==")[1]
+    assert f"{name} {version} requires torch==2.7.1" in done.stderr
+    assert f"torch 2.7.1+cu118 runs here, but {built}; this torch is 2.7.1+cu118" in done.stderr
+    assert f"is {next_version} (uv resolves its closure)" in done.stderr
+    hint = f"hint: --framework '{next_release}', or {name} {version} needs driver ≥ {driver}"
+    assert hint in done.stderr
+    assert not list(out.iterdir())
+    # The next step works when followed (xformers from the variant index, with its label).
+    followed = run(kernels, env, "lock", "--framework", next_release, out=out)
+    assert followed.returncode == 0, followed.stderr
+    assert locked(out)[name][0].split("+")[0] == next_version

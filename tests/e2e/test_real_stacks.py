@@ -365,7 +365,7 @@ def test_no_release_that_fits_is_exit_1_naming_the_newest_that_does(
         "2.5.1+cu124 is 5.19.0"
     ) in done.stderr
     assert (
-        "hint: --framework 'transformers==5.19.0', or a torch transformers 5.24.0 accepts: "
+        "hint: Give --framework 'transformers==5.19.0', or a torch transformers 5.24.0 accepts: "
         "--torch '>=2.6'" in done.stderr
     )
     assert not list(out.iterdir())

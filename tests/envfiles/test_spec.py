@@ -22,7 +22,8 @@ from cudalock.errors import InputError
 from cudalock.machine import TargetOptions
 from cudalock.matrix import load_matrix
 from cudalock.model import Gpu, Target
-from cudalock.request import RequestOptions, make_request
+from cudalock.request import Request, RequestOptions, make_request
+from cudalock.resolve import resolve
 from cudalock.versions import DriverVersion
 
 SPEC = Spec(
@@ -164,7 +165,7 @@ def test_target_summary_of_a_fleet_takes_the_lowest_driver_and_every_arch() -> N
         driver_cuda=(12, 2),
         gpus=(Gpu("A10", (8, 6)), Gpu("A100", (8, 0))),
     )
-    summary = TargetSummary.of([a, b], load_matrix())
+    summary = TargetSummary.of(resolve(load_matrix(), [a, b], Request()))
     assert summary == TargetSummary(
         driver_version="535.104.05",
         driver_cuda="12.2",
@@ -183,13 +184,13 @@ def test_target_summary_keeps_one_nodes_driver_and_cuda_together() -> None:
     b = Target(
         platform="linux-x86_64", driver_version=DriverVersion("550.54.14"), driver_cuda=(12, 2)
     )
-    summary = TargetSummary.of([a, b], load_matrix())
+    summary = TargetSummary.of(resolve(load_matrix(), [a, b], Request()))
     assert summary is not None
     assert (summary.driver_version, summary.driver_cuda) == ("550.54.14", "12.2")
 
 
 def test_cpu_target_is_recorded_as_gpu_false() -> None:
-    summary = TargetSummary.of([Target(platform="linux-x86_64")], load_matrix())
+    summary = TargetSummary.of(resolve(load_matrix(), [Target(platform="linux-x86_64")], Request()))
     assert summary is not None and summary.gpu is False
     text = update_spec_text(None, Spec(target=summary))
     assert "gpu = false" in text

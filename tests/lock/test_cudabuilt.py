@@ -125,7 +125,7 @@ def test_offline_the_matrix_answers_and_the_version_is_excluded(cache_home: Path
     problem, hint = builds.refusal() or ("", "")
     assert problem.endswith("and no other xformers release fits the plan (excluded: 0.0.28.post3)")
     assert (
-        hint == "drop xformers, or run it on a driver ≥ 530.30.02, which runs its CUDA 12.1 build"
+        hint == "Drop xformers, or run it on a driver ≥ 530.30.02, which runs its CUDA 12.1 build."
     )
     # Reviewing the same closure again excludes nothing new.
     assert not builds.review([xformers_package("0.0.28.post3", "a" * 64)])

@@ -283,7 +283,7 @@ def test_strict_failure_says_what_compat_minor_would_give(matrix: Matrix) -> Non
     with pytest.raises(Unsatisfiable) as caught:
         resolve(matrix, [node("535.104.05", A100)], make_request(cuda="12.6"))
     assert caught.value.hint is not None
-    assert "--compat minor would give torch 2.14.1+cu126" in caught.value.hint
+    assert "With --compat minor, torch 2.14.1+cu126 would run" in caught.value.hint
 
 
 def test_mixed_platforms_are_named(matrix: Matrix) -> None:
@@ -329,7 +329,7 @@ def test_v100_on_470_nothing_fits_says_the_matrix_and_the_next_step(matrix: Matr
     error = caught.value
     assert error.message.startswith("nothing in the matrix (1.13–2.15) fits this target (")
     assert error.hint is not None
-    assert error.hint.startswith("--compat minor would give torch 2.7.1+cu118 on this driver")
+    assert error.hint.startswith("With --compat minor, torch 2.7.1+cu118 would run on this driver")
     assert "no PTX JIT" in error.hint
     assert "upgrade the driver to ≥ 560.28.03 for torch 2.14.1+cu126" in error.hint
     assert "≥ 510.39.01, the smallest upgrade that opens a build, gives torch 1.13.1+cu116" in (

@@ -78,9 +78,18 @@ class Fault:
         return fnmatch.fnmatchcase(path, self.pattern)
 
 
+@dataclass(frozen=True)
+class _OnDisk:
+    """A file served from disk, part by part (a sparse wheel of hundreds of MiB)."""
+
+    path: Path
+    size: int
+
+
 @dataclass
 class _File:
     filename: str
+    #: The file's bytes; empty for one served from disk (``disk``).
     data: bytes
     sha256: str
     #: PEP 658 metadata; None for sdists.
@@ -90,6 +99,11 @@ class _File:
     version: str
     #: The URL path the index serves the file at.
     path: str
+    disk: _OnDisk | None = None
+
+    @property
+    def size(self) -> int:
+        return self.disk.size if self.disk is not None else len(self.data)
 
 
 @dataclass
@@ -132,6 +146,8 @@ class IndexServer:
         self.no_metadata: set[str] = set()
         #: The Range header of each ranged request: (path, header).
         self.ranges: list[tuple[str, str]] = []
+        #: Files served whole whatever Range asks, as by a server without range support.
+        self.no_range: set[str] = set()
         self._lock = threading.Lock()
         self.indexes: list[_Index] = []
         for variant, specs in pytorch.items():
@@ -153,18 +169,22 @@ class IndexServer:
     @staticmethod
     def _fill(index: _Index, specs: Sequence[StandIn], directory: Path) -> None:
         for spec in specs:
-            data = build_distribution(spec, directory).read_bytes()
+            built = build_distribution(spec, directory)
             metadata = metadata_of(spec).encode() if spec.kind == "wheel" else None
+            disk = _OnDisk(built, built.stat().st_size) if spec.sparse_bytes else None
+            data = b"" if disk is not None else built.read_bytes()
+            digest = _file_sha256(built) if disk is not None else hashlib.sha256(data).hexdigest()
             index.projects.setdefault(normalize(spec.name), []).append(
                 _File(
                     filename=spec.filename,
                     data=data,
-                    sha256=hashlib.sha256(data).hexdigest(),
+                    sha256=digest,
                     metadata=metadata,
                     metadata_sha256=hashlib.sha256(metadata).hexdigest() if metadata else None,
                     requires_python=spec.requires_python,
                     version=spec.version,
-                    path=index.file_url(spec.filename, data),
+                    path=index.file_url(spec.filename, data or digest.encode()),
+                    disk=disk,
                 )
             )
 
@@ -267,7 +287,7 @@ class IndexServer:
 
     # -- routing --------------------------------------------------------------------------
 
-    def route(self, path: str, accept: str) -> tuple[int, str, bytes]:
+    def route(self, path: str, accept: str) -> tuple[int, str, bytes | _OnDisk]:
         """(status, content type, body) for a GET of ``path``."""
         for index in self.indexes:
             if path.rstrip("/") == index.prefix:
@@ -287,7 +307,7 @@ class IndexServer:
                     for entry in files:
                         if entry.filename == filename:
                             if not want_metadata:
-                                return 200, "binary/octet-stream", entry.data
+                                return 200, "binary/octet-stream", entry.disk or entry.data
                             if entry.metadata is not None and filename not in self.no_metadata:
                                 return 200, "binary/octet-stream", entry.metadata
         return 404, "text/plain", b"not found\n"
@@ -323,7 +343,7 @@ class IndexServer:
                         "url": f.path,
                         "hashes": {"sha256": f.sha256},
                         "requires-python": f.requires_python,
-                        "size": len(f.data),
+                        "size": f.size,
                         **(
                             {
                                 "core-metadata": {"sha256": f.metadata_sha256},
@@ -353,6 +373,20 @@ class IndexServer:
             + "</body></html>\n"
         )
         return 200, "text/html", page.encode()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(2**20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _disk_part(body: _OnDisk, start: int, end: int) -> bytes:
+    with body.path.open("rb") as handle:
+        handle.seek(start)
+        return handle.read(end - start + 1)
 
 
 def _byte_range(header: str, size: int) -> tuple[int, int] | None:
@@ -401,7 +435,11 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
                 )
                 self._record(path, 401)
                 return
-            status, ctype, body = server.route(path, self.headers.get("Accept", ""))
+            status, ctype, found = server.route(path, self.headers.get("Accept", ""))
+            if isinstance(found, _OnDisk):
+                self._answer_from_disk(path, ctype, found, head=head)
+                return
+            body = found
             fault = server._take_fault(path)
             if fault is not None:
                 if fault.kind == "slow":
@@ -477,6 +515,41 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if not head:
                 self.wfile.write(body)
+
+        def _answer_from_disk(self, path: str, ctype: str, body: _OnDisk, *, head: bool) -> None:
+            """A file kept on disk: the asked part read from it (Range), or the whole file in
+            chunks, also when the file is one of ``no_range``."""
+            extra = {"Cache-Control": "max-age=365000000, immutable, public"}
+            ranged = self.headers.get("Range", "")
+            name = urllib.parse.unquote(path.rsplit("/", 1)[1])
+            wanted = None if name in server.no_range else _byte_range(ranged, body.size)
+            if name not in server.no_range:
+                # As files.pythonhosted.org says it: uv reads a wheel's METADATA in parts only
+                # from a server that announces ranges.
+                extra["Accept-Ranges"] = "bytes"
+            if wanted is not None:
+                with server._lock:
+                    server.ranges.append((path, ranged))
+                start, end = wanted
+                self._record(path, 206)
+                extra["Content-Range"] = f"bytes {start}-{end}/{body.size}"
+                self._send(206, ctype, _disk_part(body, start, end), head=head, extra=extra)
+                return
+            self._record(path, 200)
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(body.size))
+            for key, value in extra.items():
+                self.send_header(key, value)
+            self.end_headers()
+            if head:
+                return
+            try:
+                with body.path.open("rb") as handle:
+                    while chunk := handle.read(2**20):
+                        self.wfile.write(chunk)
+            except OSError:
+                self.close_connection = True  # the client stopped reading
 
         def _send_slowly(self, ctype: str, body: bytes, bytes_per_second: int) -> None:
             self.send_response(200)

@@ -61,6 +61,11 @@ class Release:
     provides_extra: tuple[str, ...]
     requires_python: str | None
     files: tuple[str, ...]  # real file names: sdists and the listed wheels
+    #: Real sizes of the files recorded with theirs (vllm 0.33.0's 321 MiB wheels): served as
+    #: sparse stand-ins of that size.
+    sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: Files PyPI serves no PEP 658 metadata for: neither does the stand-in index.
+    without_core_metadata: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -144,6 +149,8 @@ def load_recording(path: Path = RECORDING) -> Recording:
                 provides_extra=tuple(entry["provides_extra"]),
                 requires_python=entry["requires_python"],
                 files=tuple(entry["files"]),
+                sizes=dict(entry.get("sizes", {})),
+                without_core_metadata=tuple(entry.get("without_core_metadata", ())),
             )
             for version, entry in package["versions"].items()
         }
@@ -197,6 +204,7 @@ def _standin(
         tag="py3-none-any" if sdist else _wheel_tag(filename),
         real_filename=filename,
         kind="sdist" if sdist else "wheel",
+        sparse_bytes=release.sizes.get(filename, 0),
     )
 
 
@@ -454,6 +462,9 @@ def serve_real_stack(
         pypi=pypi_standins(recording, payloads),
         hashed_paths=True,
     ) as server:
+        for releases in recording.releases.values():
+            for release in releases.values():
+                server.no_metadata.update(release.without_core_metadata)
         yield server
 
 

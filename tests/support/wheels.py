@@ -8,6 +8,7 @@ would the real several-gigabyte file.
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import hashlib
 import io
@@ -46,6 +47,10 @@ class StandIn:
     #: Bytes of incompressible data the wheel carries (``<package>/_payload.bin``), so that
     #: downloading, caching and unpacking it cost what a real wheel of that size does.
     payload_bytes: int = 0
+    #: Bytes of zeros the wheel carries, stored (``<package>/_sparse.bin``) and written as a hole
+    #: in a sparse file: a wheel of a real large size (vllm's 321 MiB) that costs no disk, for
+    #: reading its table of contents by HTTP range requests. Served from disk by the index.
+    sparse_bytes: int = 0
 
     @property
     def normalized(self) -> str:
@@ -152,10 +157,27 @@ def build_wheel(spec: StandIn, directory: Path) -> Path:
         f"Root-Is-Purelib: {root_is_pure}\n{tag_lines}"
     ).encode()
     record = [_record_line(path, data) for path, data in contents.items()]
+    if spec.sparse_bytes:
+        record.insert(0, _sparse_record_line(f"{spec.normalized}/_sparse.bin", spec.sparse_bytes))
     record.append(f"{dist_info}/RECORD,,")
     contents[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
     path = directory / spec.filename
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    with (
+        path.open("wb") as raw,
+        zipfile.ZipFile(_SparseWriter(raw), "w", compression=zipfile.ZIP_DEFLATED) as archive,
+    ):
+        if spec.sparse_bytes:
+            # First, as in a real wheel whose extension modules come before its dist-info: the
+            # central directory and METADATA sit hundreds of MiB from the start.
+            info = zipfile.ZipInfo(
+                f"{spec.normalized}/_sparse.bin", date_time=(2020, 1, 1, 0, 0, 0)
+            )
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_STORED
+            zeros = bytes(_SPARSE_CHUNK)
+            with archive.open(info, "w", force_zip64=True) as member:
+                for start in range(0, spec.sparse_bytes, _SPARSE_CHUNK):
+                    member.write(zeros[: min(_SPARSE_CHUNK, spec.sparse_bytes - start)])
         for name, data in contents.items():
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
             info.external_attr = 0o644 << 16
@@ -165,6 +187,53 @@ def build_wheel(spec: StandIn, directory: Path) -> Path:
                 info.compress_type = zipfile.ZIP_STORED
             archive.writestr(info, data)
     return path
+
+
+_SPARSE_CHUNK = 2**20
+
+
+def _sparse_record_line(path: str, size: int) -> str:
+    return f"{path},sha256={_zeros_digest(size)},{size}"
+
+
+@functools.cache
+def _zeros_digest(size: int) -> str:
+    digest = hashlib.sha256()
+    zeros = bytes(_SPARSE_CHUNK)
+    for start in range(0, size, _SPARSE_CHUNK):
+        digest.update(zeros[: min(_SPARSE_CHUNK, size - start)])
+    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+
+
+class _SparseWriter(io.RawIOBase):
+    """A file whose writes of zeros only move the position: the file system keeps a hole."""
+
+    def __init__(self, raw: io.BufferedWriter) -> None:
+        super().__init__()
+        self._raw = raw
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._raw.seek(offset, whence)
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        size = len(data)
+        if size >= 4096 and data == bytes(size):
+            self._raw.seek(size, io.SEEK_CUR)
+        else:
+            self._raw.write(data)
+        return size
+
+    def flush(self) -> None:
+        self._raw.flush()
 
 
 def metadata_of(spec: StandIn) -> str:

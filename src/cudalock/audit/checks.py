@@ -89,6 +89,7 @@ CODES = (
     "cudnn-mismatch",
     "nccl-mismatch",
     "check-skipped",
+    "target-assumed",
 )
 
 _ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}

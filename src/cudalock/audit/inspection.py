@@ -179,14 +179,14 @@ class RunningInspection:
             raise EnvironmentFailure(
                 f"{str(python)!r} did not finish inspecting its environment within "
                 f"{self._timeout:g} s; it was stopped, with every process it started",
-                hint="something run at interpreter start-up (sitecustomize, a .pth file) may hang",
+                hint="Something run at interpreter start-up (sitecustomize, a .pth file) may hang.",
             )
         if isinstance(outcome, ChildOutputTooLarge):
             raise EnvironmentFailure(
                 f"{str(python)!r} wrote more than {_MAX_OUTPUT // 2**20} MiB while inspecting its "
                 "environment (the inspection prints a few hundred kB); it was stopped",
-                hint="something run at interpreter start-up (sitecustomize, a .pth file, a "
-                "wrapper script) writes to stdout",
+                hint="Something run at interpreter start-up (sitecustomize, a .pth file, a "
+                "wrapper script) writes to stdout.",
             )
         if isinstance(outcome, PermissionError):
             raise InputError(f"{str(python)!r} is not executable")
@@ -200,7 +200,7 @@ class RunningInspection:
             raise EnvironmentFailure(
                 f"{str(python)!r} was killed by {name} ({outcome.returncode}) while starting up, "
                 "before importing anything but the standard library",
-                hint="the interpreter itself, or a sitecustomize/.pth file it runs, crashes",
+                hint="The interpreter itself, or a sitecustomize/.pth file it runs, crashes.",
             )
         document = _parse_output(python, outcome.returncode, outcome.stdout, outcome.stderr)
         return installed_from_document(document, source=f"python:{python}")

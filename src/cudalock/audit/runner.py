@@ -19,16 +19,14 @@ from cudalock.audit.inspection import start_inspection
 from cudalock.audit.installed import Installed
 from cudalock.audit.reports import report_target
 from cudalock.machine import probe_machine
-from cudalock.machine.overrides import apply_overrides, overrides_from_options
-from cudalock.machine.probefiles import read_probe_files
 from cudalock.matrix import Matrix, load_matrix
-from cudalock.model import Finding, Target
+from cudalock.model import Finding, Target, flag_assumptions
 from cudalock.request import Compat
 
 if TYPE_CHECKING:
     from cudalock.audit.inspection import RunningInspection
     from cudalock.audit.reports import ParsedReport
-    from cudalock.machine import TargetOptions
+    from cudalock.machine.overrides import GivenTargets
 
 __all__ = [
     "AuditOutcome",
@@ -36,7 +34,6 @@ __all__ = [
     "audit_live",
     "audit_report",
     "judge",
-    "report_targets",
 ]
 
 
@@ -77,12 +74,14 @@ def judge(
     compat: Compat = "strict",
 ) -> tuple[Finding, ...]:
     """Audit against every target under policy ``compat``; a finding that several targets
-    share is listed once."""
+    share is listed once. What the Target flags left to be derived (a driver branch's CUDA) is
+    a ``target-assumed`` note, as resolve states it."""
     findings: list[Finding] = list(extra)
     for target in targets:
         for finding in audit(installed, target, matrix, driver_known=driver_known, compat=compat):
             if finding not in findings:
                 findings.append(finding)
+    findings.extend(Finding("target-assumed", "info", note) for note in flag_assumptions(targets))
     return tuple(sort_findings(findings))
 
 
@@ -110,55 +109,38 @@ def audit_live(
     return AuditOutcome(findings, installed, tuple(targets), compat=compat)
 
 
-def report_targets(
-    report: ParsedReport, matrix: Matrix, options: TargetOptions | None = None
-) -> tuple[tuple[Target, ...], bool]:
-    """The targets a report is judged on, and whether the driver is known.
-
-    The report's own driver and GPUs, with any override flags replacing the fields they give;
-    ``--probe`` files replace the report's machine altogether.
-    """
-
-    if options is not None and options.probe_files:
-        overrides = overrides_from_options(options, matrix)
-        targets = read_probe_files(options.probe_files)
-        return tuple(apply_overrides(t, overrides, matrix) for t in targets), True
-    base = report_target(report, matrix)
-    if options is None or not options.overrides_given:
-        return (base,), report.driver_known
-    overrides = overrides_from_options(options, matrix)
-    driver_given = overrides.driver_version is not None or overrides.driver_cuda is not None
-    target = apply_overrides(base, overrides, matrix)
-    return (target,), report.driver_known or driver_given or overrides.no_gpu
-
-
 def audit_report(
     report: ParsedReport,
-    matrix: Matrix,
-    options: TargetOptions | None = None,
+    given: GivenTargets | None = None,
     *,
     compat: Compat = "strict",
 ) -> AuditOutcome:
-    """Audit a parsed report on the machine it names (or the one the flags describe)."""
-    targets, driver_known = report_targets(report, matrix, options)
+    """Audit a parsed report on the machine it names, with the Target flags ``given`` (read by
+    the same pipeline as every command's) replacing the fields they give; ``--probe`` files
+    replace the report's machine altogether. No flags: the shipped matrix, the report's
+    machine."""
+    matrix = given.matrix if given is not None else load_matrix()
+    targets = (
+        given.targets(lambda: report_target(report, matrix))
+        if given is not None
+        else (report_target(report, matrix),)
+    )
+    driver_known = report.driver_known or (given is not None and given.driver_given)
     findings = judge(report.installed, targets, matrix, driver_known=driver_known, compat=compat)
     return AuditOutcome(findings, report.installed, targets, report, compat=compat)
 
 
 def audit_findings(
-    python: Path | None, deep: bool, compat: Compat, options: TargetOptions | None = None
+    python: Path | None, deep: bool, compat: Compat, given: GivenTargets | None = None
 ) -> Sequence[Finding]:
     """doctor's ``AuditRunner``: audit ``python``'s environment (default: the active one) on
-    this machine as probed now (or the machine the Target flags ``options`` describe), under
+    this machine as probed now (or the machine the Target flags ``given`` describe), under
     policy ``compat``."""
 
     with start_inspection(python=python) as inspection:  # runs while we probe
-        if options is None:
+        if given is None:
             matrix = load_matrix()
-            targets = [probe_machine(matrix=matrix)]
+            targets: Sequence[Target] = [probe_machine(matrix=matrix)]
         else:
-            from cudalock.machine.overrides import targets_from_options
-
-            matrix = load_matrix(options.matrix_dir)
-            targets = targets_from_options(options, matrix)
+            matrix, targets = given.matrix, given.targets()
         return audit_live(targets, matrix, inspection, deep=deep, compat=compat).findings

@@ -19,7 +19,7 @@ from cudalock.cli.args import (
     epilog,
     number,
 )
-from cudalock.cli.inputs import compute_inputs, target_options
+from cudalock.cli.inputs import compute_inputs, given_targets, target_options
 
 if TYPE_CHECKING:
     from cudalock.audit.runner import AuditOutcome
@@ -99,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from cudalock.cli.output import echo, emit_json, load_matrix_for
+    from cudalock.cli.output import echo, emit_json
     from cudalock.errors import UsageError
 
     python: Path | None = args.python
@@ -114,15 +114,15 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError("give either --python or --prefix, not both")
     compat, policy_source = compat_policy(args)
     if report is not None:
-        target_opts = target_options(args)
-        if report == "-" and any(str(path) == "-" for path in target_opts.probe_files):
-            raise UsageError("--report - and --probe - both read stdin; give one of them a file")
-        matrix = load_matrix_for(target_opts)
+        refuse_two_stdin_reads(report, args)
+        # The Target flags are read and checked as every command reads them; they apply to
+        # the machine the report names (or the --probe files replace it).
+        given = given_targets(args)
         from cudalock.audit.reports import parse_report, require_recognised
         from cudalock.audit.runner import audit_report
 
         parsed = require_recognised(parse_report(read_report(report)))
-        outcome = audit_report(parsed, matrix, target_opts, compat=compat)
+        outcome = audit_report(parsed, given, compat=compat)
     else:
         from cudalock.audit.inspection import start_inspection
 
@@ -148,6 +148,17 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def refuse_two_stdin_reads(report: str, args: argparse.Namespace) -> None:
+    """``--report -`` with ``--probe -``: both would read stdin; a usage error (exit 2)."""
+    from cudalock.errors import UsageError
+
+    if report == "-" and any(str(path) == "-" for path in target_options(args).probe_files):
+        raise UsageError(
+            "--report - and --probe - both read stdin",
+            hint="Save one of them to a file and give its path.",
+        )
+
+
 def read_report(source: str) -> str:
     """The report text from FILE or stdin ('-'), bounded and checked for binary data."""
     from cudalock.audit.reports import MAX_REPORT_CHARS, decode_report
@@ -171,8 +182,6 @@ def render(outcome: AuditOutcome, policy_source: str) -> str:
     ``policy_source`` says where the compatibility policy came from."""
     import textwrap
 
-    from cudalock.versions import format_cc, format_cuda
-
     installed = outcome.installed
     lines = [
         f"Environment: {installed.source.removeprefix('python:')}"
@@ -188,25 +197,7 @@ def render(outcome: AuditOutcome, policy_source: str) -> str:
         lines.append(f"  torch {torch.version} ({cuda})")
     if outcome.report is not None:
         lines.append(f"  recognised: {', '.join(outcome.report.formats) or 'nothing'}")
-    for target in outcome.targets:
-        driver = (
-            f"driver {target.driver_version or '?'} (CUDA "
-            f"{format_cuda(target.driver_cuda) if target.driver_cuda else '?'})"
-            if target.has_driver
-            else "no NVIDIA driver known"
-        )
-        described = [
-            g.name + (f" ({format_cc(g.compute_capability)})" if g.compute_capability else "")
-            for g in target.gpus
-        ]
-        gpus = (
-            ", ".join(
-                f"{described.count(d)} × {d}" if described.count(d) > 1 else d
-                for d in dict.fromkeys(described)
-            )
-            or "no GPUs"
-        )
-        lines.append(f"Target: {target.name}: {driver}; {gpus}")
+    lines.extend(f"Target: {target.name}: {target.describe()}" for target in outcome.targets)
     lines.append(f"Policy: --compat {outcome.compat} ({policy_source})")
     counts = {
         severity: sum(1 for f in outcome.findings if f.severity == severity)

@@ -13,7 +13,8 @@ from cudalock.cli.args import (
     compat_policy,
     epilog,
 )
-from cudalock.cli.inputs import target_options
+from cudalock.cli.audit import refuse_two_stdin_reads
+from cudalock.cli.inputs import given_targets, target_options
 from cudalock.cli.training import add_training_run_arguments, memory_options
 
 DESCRIPTION = """\
@@ -148,9 +149,16 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError(f"--since {args.since} is after --until {args.until}")
     if args.report is not None and args.python is not None:
         raise UsageError("give either --report (the crashed environment's report) or --python")
-    target = target_options(args)
-    if args.report == "-" and any(str(path) == "-" for path in target.probe_files):
-        raise UsageError("--report - and --probe - both read stdin; give one of them a file")
+    if args.report is not None:
+        refuse_two_stdin_reads(args.report, args)
+    # The Target flags are read and checked as every command reads them (a bad value is exit 2
+    # whatever the signal); none given, the runs load the shipped matrix only when they need it.
+    options = target_options(args)
+    given = (
+        given_targets(args)
+        if options.overrides_given or options.probe_files or options.matrix_dir is not None
+        else None
+    )
     report_text = None
     if args.report is not None:
         from cudalock.cli.audit import read_report
@@ -180,7 +188,7 @@ def run(args: argparse.Namespace) -> None:
         python=args.python,
         no_run=args.no_run,
         compat=compat,
-        target=target,
+        target=given,
         report_text=report_text,
         report_name="the report on stdin" if args.report == "-" else args.report,
     )

@@ -33,12 +33,19 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from cudalock.envfiles.spec import Inputs as SpecInputs
-    from cudalock.machine.overrides import TargetOptions
+    from cudalock.machine.overrides import GivenTargets, TargetOptions
     from cudalock.matrix import Matrix
     from cudalock.model import Target
     from cudalock.request import Request, RequestOptions
 
-__all__ = ["Inputs", "compute_inputs", "matrix_dir", "request_options", "target_options"]
+__all__ = [
+    "Inputs",
+    "compute_inputs",
+    "given_targets",
+    "matrix_dir",
+    "request_options",
+    "target_options",
+]
 
 
 def _environment(environ: Mapping[str, str], variable: str) -> str | None:
@@ -108,8 +115,27 @@ class Inputs:
     #: The Target and Request values the flags and the environment gave, before the spec.
     target_given: TargetOptions
     request_given: RequestOptions
+    #: The Target values read and checked, the probe files read: what ``targets`` came from.
+    targets_read: GivenTargets
     #: What cudalock.toml contributed (None for commands that read none).
     spec: SpecInputs | None = None
+
+
+def given_targets(
+    flags: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> GivenTargets:
+    """The Target flags and the environment, read and checked as :func:`compute_inputs` reads
+    them, for a command that decides later which machine they apply to (doctor: the report's,
+    this one's, or only the probe files')."""
+    return _read_targets(target_options(flags, environ))
+
+
+def _read_targets(options: TargetOptions) -> GivenTargets:
+    """The matrix the options name, the overrides checked against it, the probe files read."""
+    from cudalock.machine.overrides import read_target_options
+    from cudalock.matrix.load import load_matrix
+
+    return read_target_options(options, load_matrix(options.matrix_dir))
 
 
 def compute_inputs(
@@ -124,8 +150,6 @@ def compute_inputs(
     over cudalock.toml, as bootstrap and lock do; ``with_request`` False: a command without
     Request flags, such as probe and audit, gets the default Request). Relative framework paths
     count from ``cwd`` (default: the current directory)."""
-    from cudalock.machine.overrides import targets_from_options
-    from cudalock.matrix.load import load_matrix
     from cudalock.request import RequestOptions
 
     targets_given = target_options(flags, environ)
@@ -144,6 +168,7 @@ def compute_inputs(
         request, targets_used = spec.request, spec.target_options
     else:
         request, targets_used = request_given.to_request(cwd=cwd), targets_given
-    matrix = load_matrix(targets_used.matrix_dir)
-    targets = tuple(targets_from_options(targets_used, matrix))
-    return Inputs(matrix, targets, request, targets_used, targets_given, request_given, spec)
+    read = _read_targets(targets_used)
+    return Inputs(
+        read.matrix, read.targets(), request, targets_used, targets_given, request_given, read, spec
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudalock.cli.args import (
     add_json_flag,
@@ -17,6 +18,9 @@ from cudalock.cli.args import (
     number,
 )
 from cudalock.cli.inputs import Inputs, compute_inputs
+
+if TYPE_CHECKING:
+    from cudalock.model import Plan
 
 DESCRIPTION = """\
 Lock the whole dependency closure, every file pinned by URL and sha256, resolved once by uv as
@@ -121,8 +125,11 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions, check_framework_paths, check_lock, make_lock
+    from cudalock.lock.closure import closure_verifier
+    from cudalock.lock.files import recorded_python_in
     from cudalock.lock.frameworks import plan_with_frameworks
     from cudalock.lock.http import cache_disabled
+    from cudalock.lock.python import plan_for_recorded_python, planner
     from cudalock.lock.uvinput import default_index_of
 
     out: Path = args.output_dir
@@ -133,21 +140,45 @@ def run(args: argparse.Namespace) -> None:
     inputs = compute_inputs(args, read_spec=True)
     request, request_opts = inputs.request, inputs.request_given
     check_framework_paths(request.frameworks)
+    options = UvOptions(
+        pypi_index=request.pypi_index,
+        allow_insecure=request_opts.allow_insecure_index,
+        cache_dir=args.cache_dir,
+        timeout_s=args.timeout,
+        retries=args.retries,
+        upgrade=args.upgrade,
+        offline=args.offline,
+    )
+    default_index = default_index_of(
+        request, pypi_index=request.pypi_index, allow_insecure=request_opts.allow_insecure_index
+    )
     plan, _frameworks = plan_with_frameworks(
         inputs.matrix,
         inputs.targets,
         request,
-        default_index=default_index_of(
-            request,
-            pypi_index=request.pypi_index,
-            allow_insecure=request_opts.allow_insecure_index,
-        ),
+        default_index=default_index,
+        timeout_s=args.timeout,
+        retries=args.retries,
+        offline=args.offline,
+        use_cache=not cache_disabled(),
+        verify=closure_verifier(options, inputs.matrix),
+    )
+    # Without --python, the closure decides the Python (the newest it installs on).
+    replan = planner(
+        inputs.matrix,
+        inputs.targets,
+        request,
+        default_index=default_index,
         timeout_s=args.timeout,
         retries=args.retries,
         offline=args.offline,
         use_cache=not cache_disabled(),
     )
     if args.check:
+        # The Python the lock chose is what today's inputs are compared with.
+        plan = plan_for_recorded_python(
+            plan, request, replan, inputs.matrix, recorded_python_in(out)
+        )
         changes = check_lock(out, plan, request, allow_insecure=request_opts.allow_insecure_index)
         if json_output:
             emit_json(
@@ -166,15 +197,6 @@ def run(args: argparse.Namespace) -> None:
         if not quiet:
             echo(line, err=True)
 
-    options = UvOptions(
-        pypi_index=request.pypi_index,
-        allow_insecure=request_opts.allow_insecure_index,
-        cache_dir=args.cache_dir,
-        timeout_s=args.timeout,
-        retries=args.retries,
-        upgrade=args.upgrade,
-        offline=args.offline,
-    )
     # Two locks into one directory could leave a pylock.toml and a requirements.lock.txt from
     # different runs: a second run exits 3, naming the one that holds the directory.
     with output_lock(out, command="cudalock lock"):
@@ -186,14 +208,18 @@ def run(args: argparse.Namespace) -> None:
             force=args.force,
             echo=progress,
             matrix=inputs.matrix,
-            also=_remembered(inputs, out),
+            also=_remembered(inputs, plan, out),
+            replan=replan,
         )
+    plan = result.plan
     if json_output:
         emit_json(
             {
                 "lock": str(result.lock_path),
                 "requirements": str(result.requirements_path),
                 "packages": result.packages,
+                "python": plan.python,
+                "python_reason": plan.python_reason,
             }
         )
         return
@@ -202,9 +228,11 @@ def run(args: argparse.Namespace) -> None:
         f"locked {len(result.packages)} packages (torch {torch}) for Python "
         f"{plan.python} on {plan.platform}: {result.lock_path}, {result.requirements_path}"
     )
+    if request.python is None:
+        echo(f"  {plan.python_reason}")
 
 
-def _remembered(inputs: Inputs, out: Path) -> dict[Path, str]:
+def _remembered(inputs: Inputs, plan: Plan, out: Path) -> dict[Path, str]:
     """``out/cudalock.toml`` recording the inputs, as bootstrap records them, when a Target or
     Request flag (or its environment variable) was given: so ``lock --check`` and a plain
     ``lock`` afterwards keep the plan this lock was made for. Nothing without such flags."""
@@ -223,7 +251,7 @@ def _remembered(inputs: Inputs, out: Path) -> dict[Path, str]:
     read = inputs.spec
     spec = Spec(
         request=RequestOptions.of(inputs.request),
-        target=TargetSummary.of(inputs.targets, inputs.matrix),
+        target=TargetSummary.of(plan),
         output=read.spec.output if read is not None and read.spec is not None else OutputSpec(),
     )
     path = out / SPEC_FILE

@@ -15,9 +15,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from cudalock.machine.overrides import TargetOptions
-    from cudalock.matrix import Matrix
-
 
 def echo(text: str, *, err: bool = False) -> None:
     """Print one message and a newline on stdout (stderr with ``err``), flushed at once.
@@ -63,9 +60,3 @@ def emit_json(document: Any) -> None:
     from cudalock.urls import redact_json
 
     sys.stdout.write(json.dumps(redact_json(document), indent=2, ensure_ascii=True) + "\n")
-
-
-def load_matrix_for(options: TargetOptions) -> Matrix:
-    from cudalock.matrix.load import load_matrix
-
-    return load_matrix(options.matrix_dir)

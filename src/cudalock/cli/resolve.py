@@ -68,18 +68,25 @@ def run(args: argparse.Namespace) -> None:
     try:
         if inputs.request.frameworks:
             # Frameworks take part in choosing torch: their releases are read from the index.
+            from cudalock.lock.closure import UvOptions, closure_verifier
             from cudalock.lock.frameworks import plan_with_frameworks
             from cudalock.lock.http import cache_disabled
             from cudalock.lock.uvinput import default_index_of
+
+            allow_insecure = inputs.request_given.allow_insecure_index
+            # A refusal's next step is resolved with uv before it is named.
+            verify = closure_verifier(
+                UvOptions(pypi_index=inputs.request.pypi_index, allow_insecure=allow_insecure),
+                inputs.matrix,
+            )
 
             plan, _frameworks = plan_with_frameworks(
                 inputs.matrix,
                 inputs.targets,
                 inputs.request,
-                default_index=default_index_of(
-                    inputs.request, allow_insecure=inputs.request_given.allow_insecure_index
-                ),
+                default_index=default_index_of(inputs.request, allow_insecure=allow_insecure),
                 use_cache=not cache_disabled(),
+                verify=verify,
             )
         else:
             plan = resolve_plan(inputs.matrix, inputs.targets, inputs.request)

@@ -1178,6 +1178,7 @@ def diagnose(
     scope: RunScope | None = None,
     slurm: SlurmEvidence | None = None,
     audited: str | None = None,
+    audited_on: str | None = None,
     gpus_evident: bool = False,
 ) -> DoctorReport:
     """The verdict and findings for one crash (pure).
@@ -1271,8 +1272,9 @@ def diagnose(
                     "segfault-report-audited",
                     "info",
                     f"The audit judged {audited}, the report of the environment that crashed, "
-                    "on the machine it names (and the Target flags give), not an interpreter "
-                    "here.",
+                    "on the machine it names (and the Target flags give)"
+                    + (f", {audited_on}" if audited_on else "")
+                    + ", not an interpreter here.",
                 )
             )
     elif sig == SIGBUS:

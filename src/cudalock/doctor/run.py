@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cudalock.audit.runner import audit_findings
+from cudalock.audit.runner import AuditOutcome, audit_findings
 from cudalock.doctor import kernel as ke
 from cudalock.doctor.diagnosis import (
     SIGBUS,
@@ -69,8 +69,7 @@ from cudalock.machine.host import (
     read_cgroup_memory,
     read_shm,
 )
-from cudalock.machine.overrides import TargetOptions
-from cudalock.machine.probefiles import read_probe_files
+from cudalock.machine.overrides import GivenTargets
 from cudalock.memory import (
     HostMemory,
     MemoryVerdict,
@@ -210,9 +209,10 @@ class DoctorRequest:
     hosts: tuple[str, ...] = ()
     #: ``ID`` or ``ID.STEP``: read the job's Slurm accounting.
     slurm_job: str | None = None
-    #: The Target flags: the machine that crashed (its driver and GPUs for the -11 audit, its
-    #: host and RAM from a probe file for the -9 memory check).
-    target: TargetOptions | None = None
+    #: The Target flags, read and checked as every command reads them: the machine that
+    #: crashed (its driver and GPUs for the -11 audit, its host and RAM from a probe file for
+    #: the -9 memory check). None: none given (the shipped matrix, this machine).
+    target: GivenTargets | None = None
     #: ``--report``: the crashed environment's collect_env / ds_report text, audited for -11
     #: instead of an interpreter here.
     report_text: str | None = None
@@ -223,7 +223,7 @@ class DoctorRequest:
 #: torch.
 AuditRunner = Callable[[Path | None, bool, Compat], Sequence[Finding]]
 #: The audit of a pasted report on the machine the Target flags (or the report) describe.
-ReportAuditRunner = Callable[[str, "TargetOptions | None", Compat], Sequence[Finding]]
+ReportAuditRunner = Callable[[str, "GivenTargets | None", Compat], AuditOutcome]
 
 
 @dataclass(frozen=True)
@@ -282,17 +282,13 @@ def default_audit(python: Path | None, deep: bool, compat: Compat) -> Sequence[F
     return audit_findings(python, deep, compat)
 
 
-def default_report_audit(
-    text: str, options: TargetOptions | None, compat: Compat
-) -> Sequence[Finding]:
+def default_report_audit(text: str, given: GivenTargets | None, compat: Compat) -> AuditOutcome:
     """Audit a pasted report (collect_env, ds_report, ...) on the machine it names, with the
     Target flags replacing what they give."""
     from cudalock.audit.reports import parse_report
     from cudalock.audit.runner import audit_report
-    from cudalock.matrix import load_matrix
 
-    matrix = load_matrix(options.matrix_dir if options is not None else None)
-    return audit_report(parse_report(text), matrix, options, compat=compat).findings
+    return audit_report(parse_report(text), given, compat=compat)
 
 
 def read_slurm_evidence(reference: str, readers: MachineReaders) -> tuple[SlurmEvidence, JobPlace]:
@@ -345,11 +341,10 @@ def _pasted_kernel_lines(text: str, log: LogFacts, path: Path, now: datetime) ->
     )
 
 
-def _probe_targets(options: TargetOptions | None) -> tuple[Target, ...]:
-    """The machines ``--probe`` files describe: the nodes the run ran on."""
-    if options is None or not options.probe_files:
-        return ()
-    return tuple(read_probe_files(options.probe_files))
+def _probe_targets(given: GivenTargets | None) -> tuple[Target, ...]:
+    """The machines ``--probe`` files describe, the other Target flags replacing the fields
+    they give: the nodes the run ran on."""
+    return given.probe_file_targets() if given is not None else ()
 
 
 #: Words that show NVIDIA GPUs in a training log or report (CUDA devices, NCCL, nvidia-smi).
@@ -361,17 +356,8 @@ def gpus_evident(
 ) -> bool:
     """Whether the evidence shows the crashed machine had NVIDIA GPUs: the Target flags or
     probe files say so, or the log or report names NVIDIA, NCCL or CUDA devices."""
-    options = request.target
-    if (
-        options is not None
-        and not options.no_gpu
-        and (
-            options.driver_version
-            or options.driver_cuda
-            or options.gpu_names
-            or options.compute_capabilities
-        )
-    ):
+    given = request.target
+    if given is not None and (given.overrides.driver_given or given.overrides.gpus):
         return True
     if any(t.gpus or t.driver_version for t in probed):
         return True
@@ -459,12 +445,13 @@ def run_doctor(
 
     audit_findings: Sequence[Finding] | None = None
     audit_error: str | None = None
+    audited_on: str | None = None
     if sig == SIGSEGV and not as_kill:
         try:
             if request.report_text is not None:
-                audit_findings = tuple(
-                    report_audit(request.report_text, request.target, request.compat)
-                )
+                outcome = report_audit(request.report_text, request.target, request.compat)
+                audit_findings = outcome.findings
+                audited_on = " and ".join(f"{t.name} ({t.describe()})" for t in outcome.targets)
             else:
                 runner = audit or _live_audit(request.target)
                 audit_findings = tuple(runner(request.python, not request.no_run, request.compat))
@@ -481,18 +468,19 @@ def run_doctor(
         audit_findings=audit_findings,
         audit_error=audit_error,
         audited=request.report_name,
+        audited_on=audited_on,
         scope=scope,
         slurm=slurm,
         gpus_evident=sig == SIGSEGV and gpus_evident(request, (text, request.report_text), probed),
     )
 
 
-def _live_audit(options: TargetOptions | None) -> AuditRunner:
+def _live_audit(given: GivenTargets | None) -> AuditRunner:
     """The audit of an interpreter's environment, on the machine the Target flags describe
     (default: this one, as probed now)."""
 
     def run(python: Path | None, deep: bool, compat: Compat) -> Sequence[Finding]:
-        return audit_findings(python, deep, compat, options)
+        return audit_findings(python, deep, compat, given)
 
     return run
 

@@ -473,7 +473,7 @@ def parse_sacct(text: str, fields: Sequence[str] = SACCT_FIELDS) -> tuple[Accoun
         if len(values) < len(names):
             raise InputError(
                 f"sacct line has {len(values)} fields where {len(names)} were asked for: {raw!r}",
-                hint="was it printed with --parsable2 and the same --format?",
+                hint="Print it with --parsable2 and the --format cudalock asks for.",
             )
         row = dict(zip(names, values, strict=True))
         records.append(_sacct_record(row, raw))
@@ -1029,7 +1029,7 @@ def run_slurm_command(
         raise SlurmCommandNotFound(
             f"{argv[0]} is not installed here: Slurm accounting cannot be read on this machine",
             command=argv,
-            hint="run this on a Slurm login node, or pass the sacct output as a file",
+            hint="Run this on a Slurm login node, or pass the sacct output as a file.",
         ) from None
     except procs.ChildTimedOut:
         raise SlurmCommandTimedOut(
@@ -1113,8 +1113,8 @@ def read_job(reference: str, *, timeout: float = COMMAND_TIMEOUT) -> JobAccounti
             raise sacct_error
         raise SlurmJobNotFound(
             f"Slurm job {job_id} is unknown to sacct and scontrol",
-            hint="check the id; sacct only searches this cluster "
-            "(add -M CLUSTER on multi-cluster sites)",
+            hint="Check the id: sacct only searches this cluster (add -M CLUSTER on "
+            "multi-cluster sites).",
         )
     if step is not None:
         # The step asked about, with the job line (the request and the job's end).

@@ -60,7 +60,7 @@ from cudalock.envfiles.spec import (
     TargetSummary,
     update_spec,
 )
-from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError
+from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError, sentence
 from cudalock.fsutil import (
     append_log,
     credentials_note,
@@ -76,11 +76,12 @@ from cudalock.lock import (
     check_framework_paths,
     find_uv,
     lock_texts,
-    resolve_closure,
 )
+from cudalock.lock.closure import closure_verifier
 from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
+from cudalock.lock.python import closure_with_default_python, planner
 from cudalock.lock.uvinput import default_index_of
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Target
@@ -105,6 +106,7 @@ __all__ = [
     "create_conda",
     "create_pixi",
     "create_venv",
+    "find_interpreter",
     "find_pixi",
     "next_steps",
     "python_for",
@@ -208,14 +210,6 @@ def run_bootstrap(
     spec_path, spec, request = inputs.spec_path, inputs.spec, inputs.request
     check_framework_paths(request.frameworks)
     output_format = choose_format(options.output_format, spec)
-    if options.create and output_format == "venv" and request.python is None:
-        # The venv is made from this interpreter unless asked otherwise: choosing the newest
-        # Python torch supports would send most users off to find an interpreter they lack.
-        request = dataclasses.replace(request, python=_running_python())
-        echo(
-            f"python: {request.python}, the interpreter creating the venv "
-            "(--python chooses another)"
-        )
     if options.create and output_format == "uv":
         raise UsageError(
             "--create builds conda, pixi or venv environments; with --format uv, run "
@@ -229,13 +223,27 @@ def run_bootstrap(
 
     if inputs.recorded_target:
         echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
+    default_index = default_index_of(
+        request, pypi_index=request.pypi_index, allow_insecure=options.uv.allow_insecure
+    )
     plan, _frameworks = plan_with_frameworks(
         matrix,
         targets,
         request,
-        default_index=default_index_of(
-            request, pypi_index=request.pypi_index, allow_insecure=options.uv.allow_insecure
-        ),
+        default_index=default_index,
+        timeout_s=options.uv.timeout_s,
+        retries=options.uv.retries,
+        offline=options.uv.offline,
+        use_cache=not cache_disabled(options.uv.environ),
+        verify=closure_verifier(options.uv, matrix),
+    )
+    # Without --python, the closure decides the Python (the newest it installs on), for every
+    # format and --create alike.
+    replan = planner(
+        matrix,
+        targets,
+        request,
+        default_index=default_index,
         timeout_s=options.uv.timeout_s,
         retries=options.uv.retries,
         offline=options.uv.offline,
@@ -267,10 +275,11 @@ def run_bootstrap(
     closure: Closure | None = None
     unresolved: EnvironmentFailure | None = None
     try:
-        closure = resolve_closure(
+        plan, closure = closure_with_default_python(
             plan,
             request,
             dataclasses.replace(options.uv, pypi_index=request.pypi_index),
+            replan=replan,
             echo=echo,
             matrix=matrix,
         )
@@ -278,6 +287,16 @@ def run_bootstrap(
         raise  # the index lacks the planned build: files that cannot be installed help nobody
     except EnvironmentFailure as err:
         unresolved = err
+    if closure is not None and request.python is None:
+        echo(f"python: {plan.python_reason}")
+    interpreter = None
+    venv_dir = options.venv or out_dir / ".venv"
+    if options.create and output_format == "venv" and not python_for_venv(venv_dir).exists():
+        # Known before anything is written: a venv of another Python would not fit the lock.
+        try:
+            interpreter = find_interpreter(plan.python, _uv_or_none())
+        except EnvironmentFailure as err:
+            raise EnvironmentFailure(f"{err.message}; nothing was written", hint=err.hint) from None
     rendered = render_files(plan, dataclasses.replace(render_options, closure=closure))
     files = {out_dir / file: text for file, text in rendered.items()}
     if closure is not None:
@@ -290,7 +309,7 @@ def run_bootstrap(
             echo(f"  {line}")
     new_spec = Spec(
         request=RequestOptions.of(request),
-        target=TargetSummary.of(targets, matrix),
+        target=TargetSummary.of(plan),
         output=OutputSpec(
             format=output_format, name=options.name or (spec.output.name if spec else None)
         ),
@@ -312,9 +331,11 @@ def run_bootstrap(
             f"could not resolve the closure: {unresolved.message}; the environment files are "
             f"written, the lock files ({', '.join(LOCK_FILES)}) are not, and install.sh needs "
             "them",
-            hint="when the indexes can be reached, run: cudalock lock -o "
+            hint="When the indexes can be reached, run: cudalock lock -o "
             f"{shlex.quote(str(out_dir))} (it reads the cudalock.toml written there), then "
-            + next_steps(output_format, out_dir, name).removeprefix("next: "),
+            # The next-step line is aligned for a terminal; in a sentence one space will do.
+            + " ".join(next_steps(output_format, out_dir, name).removeprefix("next: ").split())
+            + ".",
         )
 
     environment = None
@@ -328,10 +349,11 @@ def run_bootstrap(
         if output_format == "venv":
             environment = create_venv(
                 plan,
-                options.venv or out_dir / ".venv",
+                venv_dir,
                 out_dir,
                 steps,
                 echo,
+                interpreter=interpreter,
                 uv=uv,
                 live=live,
                 no_cache=options.no_cache,
@@ -382,8 +404,8 @@ def find_pixi() -> str:
     if pixi is None:
         raise EnvironmentFailure(
             "--format pixi --create runs 'pixi install', and pixi is not on PATH",
-            hint="install pixi (https://pixi.sh), or leave out --create and run "
-            "'pixi install' where pixi is",
+            hint="Install pixi (https://pixi.sh), or leave out --create and run "
+            "'pixi install' where pixi is.",
         )
     return pixi
 
@@ -417,14 +439,16 @@ def create_venv(
     steps: tuple[Step, ...],
     echo: Echo,
     *,
+    interpreter: str | None = None,
     uv: str | None = None,
     live: Live | None = None,
     no_cache: bool = False,
 ) -> Path:
-    """Create (or reuse) a virtual environment with the plan's Python, then run install.sh
-    (with ``uv`` when given, else pip)."""
+    """Create (or reuse) a virtual environment with the plan's Python (``interpreter``, an
+    interpreter of it; default: :func:`find_interpreter`'s), then run install.sh (with ``uv``
+    when given, else pip)."""
     venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
-    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    python = python_for_venv(venv)
     theirs = os.path.lexists(venv)
     if theirs and not python.exists() and venv.is_dir() and any(venv.iterdir()):
         raise UsageError(
@@ -441,8 +465,9 @@ def create_venv(
     if python.exists():
         echo(f"environment: reusing {venv}")
     else:
-        echo(f"environment: creating {venv} with Python {plan.python}")
-        for command in venv_commands(plan.python, venv, uv):
+        interpreter = interpreter or find_interpreter(plan.python, uv)
+        echo(f"environment: creating {venv} with Python {plan.python} ({interpreter})")
+        for command in venv_commands(interpreter, venv, uv):
             _run_logged(
                 "create the virtual environment",
                 command,
@@ -475,36 +500,63 @@ def create_venv(
     return venv
 
 
-def venv_commands(python_version: str, venv: Path, uv: str | None) -> list[list[str]]:
-    """How to make a venv with ``python_version`` and pip in it.
+def venv_commands(interpreter: str, venv: Path, uv: str | None) -> list[list[str]]:
+    """How to make a venv of ``interpreter`` with pip in it.
 
-    With uv: ``uv venv`` (this interpreter when it is that Python), then pip from the wheel
-    Python bundles for ``ensurepip``, installed by uv without reaching an index; ``python -m
-    venv`` would spend seconds running that same pip to install itself. Without uv: this
-    interpreter's ``venv`` module, or ``pythonX.Y``'s.
+    With uv: ``uv venv``, then pip from the wheel this Python bundles for ``ensurepip``,
+    installed by uv without reaching an index; ``python -m venv`` would spend seconds running
+    that same pip to install itself. Without uv: the interpreter's ``venv`` module.
     """
-    wanted = python_version.rstrip("t")
-    running = _running_python()
-    same = running == wanted and not python_version.endswith("t")
     if uv:
-        interpreter = sys.executable if same else python_version
         bundled = bundled_pip()
-        create = [uv, "venv", "--python", interpreter, str(venv)]
+        create = [uv, "venv", "--no-python-downloads", "--python", interpreter, str(venv)]
         if bundled is None:
             return [[*create[:2], "--seed", *create[2:]]]
-        python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+        python = python_for_venv(venv)
         seed = [uv, "pip", "install", "--python", str(python), "--no-deps", "--offline"]
         return [create, [*seed, str(bundled)]]
-    if same:
-        return [[sys.executable, "-m", "venv", str(venv)]]
+    return [[interpreter, "-m", "venv", str(venv)]]
+
+
+def find_interpreter(python_version: str, uv: str | None) -> str:
+    """An interpreter of ``python_version`` (the plan's) to make the venv with: this one when
+    it is that version, else the one uv finds (a uv-managed Python, or one on PATH), else
+    ``pythonX.Y`` on PATH. None there: exit 3, never a venv of another Python."""
+    wanted = python_version.rstrip("t")
+    running = _running_python()
+    if running == wanted and not python_version.endswith("t"):
+        return sys.executable
+    said = ""
+    if uv:
+        try:
+            found = procs.run(
+                [uv, "python", "find", "--no-python-downloads", python_version],
+                what=f"uv python find {python_version}",
+                timeout=120,
+                env={k: v for k, v in os.environ.items() if k != "UV_PYTHON"},
+            )
+        except (OSError, EnvironmentFailure) as err:
+            said = f"; uv python find failed: {err}"
+        else:
+            path = found.stdout_text().strip()
+            if found.returncode == 0 and path:
+                return path
+            lines = [line.strip() for line in found.stderr_text().splitlines() if line.strip()]
+            said = f"; uv: {lines[0].removeprefix('error: ')}" if lines else ""
     versioned = shutil.which(f"python{wanted}")
-    if versioned:
-        return [[versioned, "-m", "venv", str(venv)]]
+    if versioned and _python_version_or_none(Path(versioned)) == wanted:
+        return versioned
+    how = f"uv python install {python_version}" if uv else f"install Python {python_version}"
     raise EnvironmentFailure(
-        f"no Python {python_version} found to create the environment with (this is "
-        f"Python {running}, and neither uv nor python{wanted} is on PATH)",
-        hint=f"install uv, or Python {python_version}, or choose --python {running}",
+        f"the plan is for Python {python_version}, and no Python {python_version} is here to "
+        f"create the venv with (this is Python {running}{said})",
+        hint=f"Make it available ({how}) and run again, or plan for a Python that is here "
+        f"with --python {running}.",
     )
+
+
+def python_for_venv(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
 def bundled_pip() -> Path | None:
@@ -588,8 +640,8 @@ def create_conda(
         if problem:
             raise UsageError(
                 f"{described} at {found} cannot be reused: {problem}",
-                hint=f"remove it ({removal}), or choose another "
-                + ("--venv" if where is not None else "--name"),
+                hint=f"Remove it ({removal}), or choose another "
+                + ("--venv." if where is not None else "--name."),
             )
         echo(f"environment: reusing {described} at {found} (made from this plan)")
         environment = found
@@ -662,9 +714,7 @@ def _create_conda_prefix(
         left = where if where is not None and where.exists() else env_prefix(client, name)
         if left is None:
             raise
-        raise EnvironmentFailure(
-            err.message, hint=f"the environment is left for inspection; remove it with: {removal}"
-        ) from None
+        raise EnvironmentFailure(err.message, hint=_left(removal)) from None
     created = where if where is not None else env_prefix(client, name)
     if created is None or not (created / "conda-meta").is_dir():
         raise EnvironmentFailure(
@@ -841,7 +891,7 @@ def _run_logged(
     hint = _left(removal)
     if network:
         message += f"; the network failed: {network[-1].strip()}"
-        hint = f"check the index URLs and the network, then run again; {hint}"
+        hint = f"Check the index URLs and the network, then run again. {hint}"
     raise EnvironmentFailure(message, hint=hint)
 
 
@@ -852,10 +902,10 @@ KEPT = "kept: "
 def _left(removal: str | None) -> str:
     """What is left behind and how to remove it (None: nothing was made)."""
     if removal is None:
-        return "no environment was created"
+        return "No environment was created."
     if removal.startswith(KEPT):
-        return removal[len(KEPT) :]
-    return f"the environment is left for inspection; remove it with: {removal}"
+        return sentence(removal[len(KEPT) :])
+    return f"The environment is left for inspection (remove it with: {removal})."
 
 
 def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: Echo) -> None:
@@ -879,8 +929,8 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
         raise Unsatisfiable(
             f"the new environment {environment} did not pass the audit"
             + ("" if torch else ": it has no torch"),
-            hint=f"see the findings above and {LOG_FILE}; cudalock audit --python "
-            f"{shlex.quote(str(python_for_prefix(environment)))} repeats them",
+            hint=f"See the findings above and {LOG_FILE}; 'cudalock audit --python "
+            f"{shlex.quote(str(python_for_prefix(environment)))}' repeats them.",
         )
     echo(
         f"environment ready: {environment} (Python {outcome.installed.python_version}, "

@@ -68,8 +68,8 @@ def find_client(*, rattler_available: bool) -> Client:
     raise EnvironmentFailure(
         "--create needs conda, mamba or micromamba on PATH, or py-rattler installed, to "
         "build a conda environment",
-        hint="pip install 'cudalock[conda]' (py-rattler, no conda install needed), or install "
-        "micromamba/conda, or use --format venv --create",
+        hint="Install cudalock's conda extra (pip install 'cudalock[conda]': py-rattler, no "
+        "conda install needed), or micromamba or conda, or use --format venv --create.",
     )
 
 

@@ -83,7 +83,7 @@ def create_prefix(
         raise EnvironmentFailure(
             f"py-rattler could not create {prefix} from {' '.join(part.specs)} "
             f"({kind}: {' '.join(str(err).split())[:2000]})",
-            hint="check that the channels (" + ", ".join(part.channels) + f") can be reached "
-            f"through channel_alias {channel_alias}",
+            hint="Check that the channels (" + ", ".join(part.channels) + f") can be reached "
+            f"through channel_alias {channel_alias}.",
         ) from None
     return sorted(f"{record.name.normalized}-{record.version}-{record.build}" for record in records)

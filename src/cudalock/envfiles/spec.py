@@ -28,17 +28,14 @@ from cudalock.defaults import OUTPUT_FORMATS, SPEC_FILE
 from cudalock.errors import InputError, UsageError
 from cudalock.fsutil import read_bounded
 from cudalock.machine import TargetOptions
-from cudalock.model import Target
+from cudalock.model import Plan
 from cudalock.request import Request, RequestOptions, parse_compat
-from cudalock.resolve.fleet import reduce_fleet
 from cudalock.tomlfile import tomllib
 from cudalock.urls import strip_credentials
 from cudalock.versions import format_cc, format_cuda
 
 if TYPE_CHECKING:
     import tomlkit
-
-    from cudalock.matrix import Matrix
 
 __all__ = [
     "MAX_SPEC_BYTES",
@@ -77,14 +74,14 @@ class TargetSummary:
     gpu: bool = True
 
     @classmethod
-    def of(cls, targets: Sequence[Target], matrix: Matrix) -> TargetSummary | None:
-        """One summary for a fleet: every GPU architecture, and the driver of the node the plan
-        was made for (the fleet's lowest, by the rule :func:`reduce_fleet` resolves with),
-        its version and its CUDA together: never one node's driver with another's CUDA."""
+    def of(cls, plan: Plan) -> TargetSummary | None:
+        """One summary for the plan's fleet: every GPU architecture, and the driver of the node
+        the plan was made for (the fleet's lowest, as resolve reduced it), its version and its
+        CUDA together: never one node's driver with another's CUDA."""
+        targets = plan.targets
         if not targets:
             return None
-        fleet = reduce_fleet(matrix, targets)
-        lowest = fleet.drivers[0].node if fleet.drivers else None
+        lowest = plan.driver_node
         driver_version = lowest.driver_version if lowest is not None else None
         driver_cuda = lowest.driver_cuda if lowest is not None else None
         ccs = sorted({cc for t in targets for cc in t.compute_capabilities})

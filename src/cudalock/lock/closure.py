@@ -38,8 +38,9 @@ from typing import Any
 from packaging.pylock import Package, Pylock
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
-from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError
+from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, UsageError, sentence
 from cudalock.lock.cudabuilt import BuildCheck
 from cudalock.lock.flashattn import flash_attn_note
 from cudalock.lock.frameworks import (
@@ -62,7 +63,12 @@ from cudalock.lock.metadata import (
 from cudalock.lock.names import BUILD_REQUIREMENTS, BUILT_AGAINST_TORCH, LOCK_FILE
 from cudalock.lock.pylock import locked_versions, read_toml_lock, validate_lock
 from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
-from cudalock.lock.uvfailures import classify_uv_failure, missing_from_index
+from cudalock.lock.uvfailures import (
+    NoWheelsForPython,
+    classify_uv_failure,
+    missing_from_index,
+    no_wheels_for_python,
+)
 from cudalock.lock.uvinput import (
     COMPILE_SETTINGS,
     LOCAL_INPUT,
@@ -74,7 +80,7 @@ from cudalock.lock.uvinput import (
     target_glibc,
     uv_compile_args,
 )
-from cudalock.lock.variant import Reader, VariantIndex, labelled_versions, read_variant_index
+from cudalock.lock.variant import Reader, VariantIndex, read_variant_index, served_versions
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import PackagePin, Plan
 from cudalock.request import COMPANIONS, TORCH_FAMILY, Framework, Request, parse_framework
@@ -253,7 +259,11 @@ class _Uv:
         say = (lambda _line: None) if quiet else (lambda line: self.echo(f"  uv: {line}"))
         result = run_uv(args, cwd=where, env=env, echo=say)
         if not result.ok:
-            raise missing_from_index(result.stderr, inp) or classify_uv_failure(result.stderr)
+            raise (
+                missing_from_index(result.stderr, inp)
+                or no_wheels_for_python(result.stderr, inp)
+                or classify_uv_failure(result.stderr)
+            )
         try:
             return (where / LOCK_FILE).read_text(encoding="utf-8")
         except OSError as err:
@@ -340,7 +350,15 @@ class _Fitter:
         self._reader: Reader | None = None
         #: Whether the local caches are read and written (``CUDALOCK_NO_CACHE`` unset).
         self.use_cache = not cache_disabled(options.environ)
-        self._labelled: dict[str, bool] = {}
+        #: The versions the variant index serves of each project asked about.
+        self._served: dict[str, tuple[Version, ...]] = {}
+        #: What the torch family pins exactly and the variant index serves in that version
+        #: (triton==3.1.0, pytorch-triton): name → version, routed to the variant index.
+        self.family_pins: dict[str, str] = {}
+        #: The family pins whose metadata was read for those (name, version).
+        self._pins_read: set[tuple[str, str]] = set()
+        #: Binary packages uv must take a wheel of (``--only-binary``).
+        self.only_binary: tuple[str, ...] = ()
         #: The closure's packages built against the installed torch (the last resolution's).
         self.built: list[str] = []
         #: What the closure's CUDA-built packages were built for; versions that do not fit.
@@ -359,7 +377,7 @@ class _Fitter:
         self.additions += self._build_needs(planned_built)
 
     def input(self) -> LockInput:
-        return lock_input(
+        inp = lock_input(
             self.plan,
             self.request,
             pypi_index=self.options.pypi_index,
@@ -370,6 +388,7 @@ class _Fitter:
             additions=(*self.additions, *self.fitted, *self.builds.exclusions),
             variant_packages=tuple(self.routed),
         )
+        return replace(inp, only_binary=self.only_binary) if self.only_binary else inp
 
     def reader(self, inp: LockInput) -> Reader:
         if self._reader is None:
@@ -407,7 +426,18 @@ class _Fitter:
                 pool.submit(self._newest_metadata, inp, requirement, reader)
                 for _text, requirement in frameworks
             ]
+            routed_family = [
+                pin
+                for pin in self.available.values()
+                if pin.index_url == self.plan.index_url and pin.name in self.planned
+            ]
+            family_metadata = [
+                pool.submit(self._family_metadata_ahead, pin, reader) for pin in routed_family
+            ]
             self.variant = variant.result() if variant is not None else None
+            self._route_family_pins(
+                [m for future in family_metadata if (m := future.result()) is not None], pool
+            )
             predicted: list[str] = []
             direct: dict[str, Requirement] = {}
             for (text, requirement), future in zip(frameworks, newest, strict=True):
@@ -443,6 +473,68 @@ class _Fitter:
                     self._fit_extra(
                         str(canonicalize_name(requirement.name)), metadata.version, metadata
                     )
+
+    def _family_metadata_ahead(self, pin: PackagePin, reader: Reader) -> Metadata | None:
+        """The metadata of a planned family pin on the variant index (torch 2.5.1+cu121), read
+        from its project page before uv runs; None when the page says too little (an index
+        that speaks only PEP 503): uv's answer is read instead."""
+        try:
+            releases = project_releases(str(pin.index_url), pin.name, reader)
+            wanted = Version(pin.version)
+            release = next((r for r in releases if r.version == wanted), None)
+            metadata = release_metadata(release, reader) if release is not None else None
+        except (CudalockError, FileNotFoundError, ValueError):
+            return None  # read again from uv's answer, where a failure is said
+        if metadata is not None:
+            self.metadata[(canonicalize_name(pin.name), pin.version)] = metadata
+            self._pins_read.add((str(canonicalize_name(pin.name)), pin.version))
+        return metadata
+
+    def _route_family_pins(self, family: Sequence[Metadata], pool: ThreadPoolExecutor) -> bool:
+        """Route what ``family`` (the torch family's metadata) pins exactly, where the variant
+        index serves that version: the triton or pytorch-triton its torch was built with."""
+        variant = self.variant
+        if variant is None or self._reader is None:
+            return False
+        wanted: dict[str, tuple[str, str]] = {}
+        for metadata in family:
+            for requirement in requirements_with(metadata, self.environment):
+                name = str(canonicalize_name(requirement.name))
+                pinned = _exact_pin(requirement)
+                if pinned is not None and name not in TORCH_FAMILY and variant.serves(name):
+                    wanted.setdefault(name, (pinned, f"{metadata.name} {metadata.version}"))
+        self._read_served(list(wanted), pool)
+        routed: dict[str, list[str]] = {}
+        for name, (version, by) in wanted.items():
+            if Version(version) not in self._served.get(name, ()):
+                continue
+            self.family_pins[name] = version
+            if name in self.routed or name in self.planned:
+                continue
+            self.routed.append(name)
+            routed.setdefault(by, []).append(f"{name}=={version}")
+        for by, pins in routed.items():
+            one = len(pins) == 1
+            self.notes.append(
+                f"{', '.join(pins)} from {redact(self.plan.index_url)}: {by} pins "
+                + (
+                    "it exactly and the index serves that version, so it is"
+                    if one
+                    else "them exactly and the index serves those versions, so they are"
+                )
+                + " routed there with the torch"
+            )
+        return bool(routed)
+
+    def _read_served(self, names: Sequence[str], pool: ThreadPoolExecutor) -> None:
+        variant, reader = self.variant, self._reader
+        if variant is None or reader is None:
+            return
+        unknown = sorted({n for n in names if n not in self._served and variant.serves(n)})
+        for name, found in zip(
+            unknown, pool.map(lambda n: served_versions(variant, n, reader), unknown), strict=True
+        ):
+            self._served[name] = found
 
     def _read_variant(self, reader: Reader) -> VariantIndex | None:
         try:
@@ -494,17 +586,13 @@ class _Fitter:
     def _labelled_among(self, names: Sequence[str], pool: ThreadPoolExecutor) -> list[str]:
         """Those of ``names`` the variant index has builds of with its label, in order."""
         variant = self.variant
-        if variant is None or self._reader is None:
+        if variant is None:
             return []
-        reader = self._reader
-        unknown = sorted({n for n in names if n not in self._labelled and variant.serves(n)})
-        for name, found in zip(
-            unknown, pool.map(lambda n: labelled_versions(variant, n, reader), unknown), strict=True
-        ):
-            self._labelled[name] = bool(found)
+        self._read_served(names, pool)
         result: list[str] = []
         for name in names:
-            if self._labelled.get(name) and name not in result:
+            labelled = any(v.local == variant.label for v in self._served.get(name, ()))
+            if labelled and name not in result:
                 result.append(name)
         return result
 
@@ -546,11 +634,13 @@ class _Fitter:
             if name in labelled:
                 self._route(name, "asked for with --with")
                 continue
+            if name in self.family_pins:
+                continue  # routed with the torch that pins it (triton)
             where = redact(self.plan.index_url or "the PyTorch index")
             raise UsageError(
                 f"--with {name}: {where} serves no {name} build for this plan "
                 + (f"({self.variant.label})" if self.variant else f"({self.variant_problem})"),
-                hint=f"give it as --framework {name}, resolved from PyPI under the planned torch",
+                hint=f"Give it as --framework {name}, resolved from PyPI under the planned torch.",
             )
 
     def requirement_frameworks(self) -> list[tuple[str, Requirement]]:
@@ -577,7 +667,7 @@ class _Fitter:
                 f"offline, the metadata of {name} {version} cannot be read, and without "
                 "it the framework cannot be fitted to the planned torch (its extras that name "
                 "torch are unknown)",
-                hint="run it again where the indexes can be reached",
+                hint="Run it again where the indexes can be reached.",
             )
         if key not in self.metadata:
             package = uv_lock.package(name)
@@ -628,8 +718,8 @@ class _Fitter:
                 raise Unsatisfiable(
                     f"the closure needs {name} ({self._who_requires(uv_lock, name, inp)}), and "
                     f"the matrix pairs no {name} release with torch {self.plan.torch_version}",
-                    hint=f"choose a torch that has a paired {name} (--torch), or drop the "
-                    "framework that requires it",
+                    hint=f"Choose a torch that has a paired {name} (--torch), or drop the "
+                    "framework that requires it.",
                 )
             self.family[name] = pin
             where = redact(pin.index_url or "the default index")
@@ -652,6 +742,7 @@ class _Fitter:
                     f"torch requirement in {', '.join(wanted)}"
                 )
                 changed = True
+        changed = self._route_locked_family_pins(uv_lock, inp) or changed
         built = [name for name in BUILT_AGAINST_TORCH if name in versions]
         self.built = built
         if built:
@@ -674,6 +765,40 @@ class _Fitter:
             changed = self.builds.review(packages)
             if changed:
                 self.again.append("a CUDA-built package's version was built for another CUDA")
+        return changed
+
+    def _route_locked_family_pins(self, uv_lock: _Answer, inp: LockInput) -> bool:
+        """What the locked torch family pins exactly, routed like it (when its metadata could
+        not be read before uv ran, or a family member joined the closure since)."""
+        if self.variant is None:
+            return False
+        versions = uv_lock.versions
+        unread = [
+            name
+            for name, pin in self.available.items()
+            if name in versions
+            and pin.index_url == self.plan.index_url
+            and (name, versions[name]) not in self._pins_read
+        ]
+        if not unread:
+            return False
+        family = []
+        for name in unread:
+            self._pins_read.add((name, versions[name]))
+            try:
+                metadata = self.read_metadata(uv_lock, name, inp.indexes, quiet=True)
+            except CudalockError as err:
+                self.notes.append(
+                    f"the metadata of {name} {versions[name]} could not be read ({err.message}); "
+                    "what it pins exactly (triton) was not routed to its index"
+                )
+                continue
+            if metadata is not None:
+                family.append(metadata)
+        with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
+            changed = self._route_family_pins(family, pool)
+        if changed:
+            self.again.append("the torch family pins packages its index serves")
         return changed
 
     def _fit_closure_extras(
@@ -822,6 +947,7 @@ def resolve_closure(
     previous: str | None = None,
     echo: Echo | None = None,
     matrix: Matrix | None = None,
+    only_binary: Sequence[str] = (),
 ) -> Closure:
     """Resolve the whole closure of ``plan`` and ``request`` with uv, fitted to the torch.
 
@@ -831,7 +957,9 @@ def resolve_closure(
     ``previous``: the pylock.toml already there, whose versions uv keeps where the new
     inputs still allow them (unless ``options.upgrade``). Raises :class:`Unsatisfiable`
     (exit 1) when no closure fits, naming the framework that needs another torch, and
-    :class:`EnvironmentFailure` (exit 3) when uv or an index fails.
+    :class:`EnvironmentFailure` (exit 3) when uv or an index fails; :class:`NoWheelsForPython`
+    (exit 1) when a package has no wheel for the plan's Python (``only_binary``: packages that
+    must come as wheels), without looking further.
     """
     say = echo or (lambda _line: None)
     with tempfile.TemporaryDirectory(prefix="cudalock-lock-") as tmp:
@@ -844,6 +972,7 @@ def resolve_closure(
             # where the new plan still allows them.
             (work / "closure" / LOCK_FILE).write_text(previous, encoding="utf-8")
         fitter = _Fitter(plan, request, options, uv, matrix or load_matrix())
+        fitter.only_binary = tuple(only_binary)
         fitter.prepare(fitter.input())
         inp = fitter.input()
         routes = ", ".join(f"{', '.join(r.packages)} only from {redact(r.url)}" for r in inp.routes)
@@ -856,6 +985,8 @@ def resolve_closure(
             inp = fitter.input()
             try:
                 text = uv.resolve(inp)
+            except NoWheelsForPython:
+                raise  # the Python's doing: no framework probe would say more
             except Unsatisfiable as err:
                 raise _diagnose(fitter, work, err) from None
             answer = _Answer(read_toml_lock(text, source="uv's pylock.toml"))
@@ -894,6 +1025,35 @@ def resolve_closure(
             additions=tuple(fitter.additions),
             notes=tuple(notes),
         )
+
+
+def _exact_pin(requirement: Requirement) -> str | None:
+    """The version ``requirement`` pins (``triton==3.1.0``: "3.1.0"); None for a range."""
+    specifiers = list(requirement.specifier)
+    if (
+        len(specifiers) == 1
+        and specifiers[0].operator in ("==", "===")
+        and "*" not in str(specifiers[0].version)
+    ):
+        return specifiers[0].version
+    return None
+
+
+def closure_verifier(
+    options: UvOptions, matrix: Matrix | None = None
+) -> Callable[[Plan, Request], str | None]:
+    """A :data:`cudalock.lock.frameworks.FitVerifier`: the whole closure of a plan and request
+    resolved as ``lock`` resolves it (uv, the CUDA-built checks, torch extras), nothing
+    written; None when it resolves, else why not."""
+
+    def verify(plan: Plan, request: Request) -> str | None:
+        try:
+            resolve_closure(plan, request, options, matrix=matrix)
+        except Unsatisfiable as err:
+            return err.message
+        return None
+
+    return verify
 
 
 def _changes(fitter: _Fitter) -> str:
@@ -935,7 +1095,7 @@ def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockE
             hints.append(found[1])
     if not problems:
         return original
-    return Unsatisfiable("; ".join(problems), hint="; ".join(hints))
+    return Unsatisfiable("; ".join(problems), hint=sentence("; ".join(hints)))
 
 
 def _misfit_through(
@@ -957,7 +1117,7 @@ def _misfit_through(
     )
     if newest is not None and not requirement.specifier.contains(newest, prereleases=True):
         problem += f"; the newest {name} that resolves with torch {torch} is {newest}"
-        hint = f"--framework '{name}=={newest}'"
+        hint = f"give --framework '{name}=={newest}'"
     elif newest is None:
         problem += f"; no {name} release resolves with torch {torch}"
         hint = f"drop {name}"
@@ -1015,7 +1175,7 @@ def _misfit(
     newest = _newest_fit(fitter, where / "fit", name, extras)
     if newest is not None:
         problem += f"; the newest {name} that accepts torch {torch} is {newest}"
-        hint = f"--framework '{name}=={newest}'"
+        hint = f"give --framework '{name}=={newest}'"
     else:
         problem += f"; no {name} release accepts torch {torch}"
         hint = f"drop {name}"
@@ -1064,5 +1224,6 @@ __all__ = [
     "FrameworkFit",
     "UvOptions",
     "check_framework_paths",
+    "closure_verifier",
     "resolve_closure",
 ]

@@ -27,7 +27,7 @@ from packaging.pylock import Package
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from cudalock.errors import CudalockError, EnvironmentFailure, InputError
+from cudalock.errors import CudalockError, EnvironmentFailure, InputError, sentence
 from cudalock.fsutil import read_bounded, write_atomic
 from cudalock.lock.metadata import Metadata, fetch_metadata
 from cudalock.matrix import Matrix
@@ -159,7 +159,7 @@ def read_wheel_build(
 ) -> BuiltFor | None:
     """What the wheel at ``url`` says it was built for, reading as little of it as it can."""
     # HTTP (http.client, urllib) only when a wheel is read: a warm lock reads none.
-    from cudalock.lock.wheelzip import MemberReader, open_wheel
+    from cudalock.wheelzip import MemberReader, open_wheel
 
     name, version = str(package.name), str(package.version)
     archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
@@ -396,7 +396,7 @@ class BuildCheck:
             hint = f"drop {name}"
             other = self._recorded_fit(name)
             if other is not None:
-                hint += f", or --framework '{name}=={other[0]}' --torch {other[1]}"
+                hint += f", or give --framework '{name}=={other[0]}' --torch {other[1]}"
             cuda = rejected[0].built.cuda_version
             if cuda is not None and self.plan.targets:
                 driver = self.matrix.min_driver_for_cuda(cuda, self.plan.targets[0].platform)
@@ -406,4 +406,4 @@ class BuildCheck:
                         f"{rejected[0].built.cuda} build"
                     )
             hints.append(hint)
-        return "; ".join(problems), "; ".join(hints)
+        return "; ".join(problems), sentence("; ".join(hints))

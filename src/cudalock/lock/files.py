@@ -18,7 +18,7 @@ from cudalock import __version__
 from cudalock.errors import CudalockError, EnvironmentFailure, InputError
 from cudalock.fsutil import credentials_note, refuse_existing, write_outputs
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
-from cudalock.lock.closure import Closure, Echo, UvOptions, resolve_closure
+from cudalock.lock.closure import Closure, Echo, UvOptions
 from cudalock.lock.installfiles import requirements_files, uv_first_lock, uv_settings
 from cudalock.lock.names import (
     LAST_FILE,
@@ -40,6 +40,12 @@ from cudalock.lock.pylock import (
     state_of,
     validate_lock,
 )
+from cudalock.lock.python import (
+    RecordedPython,
+    Replan,
+    closure_with_default_python,
+    recorded_python,
+)
 from cudalock.matrix import Matrix
 from cudalock.model import Plan
 from cudalock.request import Request
@@ -51,6 +57,8 @@ class LockResult:
     requirements_path: Path
     packages: dict[str, str]
     closure: Closure
+    #: The plan the closure was resolved for (its Python the one the closure installs on).
+    plan: Plan
 
 
 def lock_texts(closure: Closure, plan: Plan, request: Request) -> dict[str, str]:
@@ -108,9 +116,14 @@ def make_lock(
     echo: Echo | None = None,
     matrix: Matrix | None = None,
     also: Mapping[Path, str] | None = None,
+    replan: Replan | None = None,
 ) -> LockResult:
     """Resolve the closure of ``plan`` with uv and write the lock files into ``output_dir``,
     with the files ``also`` holds (the spec that records the inputs) in the same write.
+
+    When the request names no Python, ``replan`` makes the plan for an older one, and the
+    Python is the newest the whole closure installs on (:mod:`cudalock.lock.python`); the
+    previous lock's choice is kept while it still installs, unless ``options.upgrade``.
 
     On any failure nothing is written and the previous files stay as they were.
     """
@@ -127,8 +140,15 @@ def make_lock(
         except InputError:
             previous = None
     try:
-        closure = resolve_closure(
-            plan, request, options, previous=previous, echo=say, matrix=matrix
+        plan, closure = closure_with_default_python(
+            plan,
+            request,
+            options,
+            replan=replan,
+            previous=previous,
+            echo=say,
+            matrix=matrix,
+            recorded=None if options.upgrade else recorded_python(previous),
         )
         texts = lock_texts(closure, plan, request)
     except CudalockError as err:
@@ -147,7 +167,20 @@ def make_lock(
         requirements_path=paths[REQUIREMENTS_FILE],
         packages=versions,
         closure=closure,
+        plan=plan,
     )
+
+
+def recorded_python_in(output_dir: Path) -> RecordedPython | None:
+    """The Python the lock in ``output_dir`` chose by default (None: no such lock of ours, or
+    its Python was asked for)."""
+    path = output_dir / LOCK_FILE
+    if not path.exists() or not is_ours(path):
+        return None
+    try:
+        return recorded_python(read_lock_text(path))
+    except InputError:
+        return None
 
 
 def read_lock_file(path: Path) -> tuple[Any, dict[str, Any]]:
@@ -220,4 +253,5 @@ __all__ = [
     "lock_texts",
     "make_lock",
     "read_lock_file",
+    "recorded_python_in",
 ]

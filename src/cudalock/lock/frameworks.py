@@ -30,7 +30,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable
+from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, sentence
 from cudalock.lock.metadata import (
     Metadata,
     cached_wheel_metadata,
@@ -42,7 +42,7 @@ from cudalock.lock.metadata import (
 from cudalock.lock.variant import Reader
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Rejection, Target
-from cudalock.request import Request, parse_torch_spec
+from cudalock.request import Request, parse_framework, parse_torch_spec
 from cudalock.resolve import resolve
 from cudalock.resolve.cudabuilt import from_label, from_matrix, mismatch
 
@@ -52,6 +52,11 @@ BATCH = 8
 #: A further check of a framework release against a plan: the reason it cannot be used, or
 #: None. (The CUDA its wheels were built for, say.)
 ReleaseCheck = Callable[[str, str, Plan], str | None]
+#: Resolves the whole closure of a plan and request with uv (``closure_verifier``): None when
+#: it resolves, else why not; an index or uv that fails raises EnvironmentFailure.
+FitVerifier = Callable[[Plan, Request], str | None]
+#: Releases a refusal's next step tries with uv, newest first, before it says none resolved.
+VERIFIED_TRIES = 3
 
 
 def cuda_build_check(matrix: Matrix) -> ReleaseCheck:
@@ -223,9 +228,11 @@ def fit_frameworks(
     *,
     default_index: str,
     checks: Sequence[ReleaseCheck] = (),
+    verify: FitVerifier | None = None,
 ) -> FrameworkChoice:
     """``request`` with its torch narrowed so every requirement framework has a release that
-    accepts it, newest releases first. :class:`Unsatisfiable` when a framework has none."""
+    accepts it, newest releases first. :class:`Unsatisfiable` when a framework has none, naming
+    the newest release that fits, resolved by ``verify`` (uv) before it is named."""
     choice = FrameworkChoice(request=request)
     for framework in request.frameworks:
         requirement = framework.requirement
@@ -237,12 +244,16 @@ def fit_frameworks(
             continue
         current = choice.request
         fit = _first_fit(matrix, targets, current, reader, requirement, releases, checks)
-        if fit is None and checks:
+        if fit is None and checks and not _names_one_release(requirement):
             # Every release the torch allows fails a check (the CUDA it was built for): the
             # closure's own check reads the locked wheels and refuses with their evidence.
+            # One release asked for by its version (vllm==0.10.1.1) is refused here, with the
+            # check's sourced facts and a next step uv has resolved.
             fit = _first_fit(matrix, targets, current, reader, requirement, releases, ())
         if fit is None:
-            raise _no_release(matrix, targets, current, reader, requirement, releases, checks)
+            raise _no_release(
+                matrix, targets, current, reader, requirement, releases, checks, verify
+            )
         release, spec, plan, rejected = fit
         choice.request = _narrowed(current, spec)
         torch = f"{plan.torch_version}+{plan.variant}"
@@ -257,6 +268,16 @@ def fit_frameworks(
                 + (f"; and {len(rejected) - 3} more" if len(rejected) > 3 else "")
             )
     return choice
+
+
+def _names_one_release(requirement: Requirement) -> bool:
+    """``vllm==0.10.1.1``: one version, no range."""
+    specifiers = list(requirement.specifier)
+    return (
+        len(specifiers) == 1
+        and specifiers[0].operator in ("==", "===")
+        and "*" not in specifiers[0].version
+    )
 
 
 def _first_fit(
@@ -318,9 +339,11 @@ def _no_release(
     requirement: Requirement,
     releases: Sequence[Release],
     checks: Sequence[ReleaseCheck],
+    verify: FitVerifier | None = None,
 ) -> CudalockError:
     """Why no release ``requirement`` allows fits: what the newest one requires of torch, why
-    no such torch runs here (or conflicts with --torch), the newest release that does fit,
+    no such torch runs here (or conflicts with --torch), the newest release that does fit
+    (resolved with uv by ``verify`` first: a next step that does not resolve is not named),
     and the torch or driver the asked one would need."""
     name = requirement.name
     asked = matching(releases, requirement, request.python)
@@ -348,48 +371,167 @@ def _no_release(
             try:
                 found = resolve(matrix, targets, alone)
             except Unsatisfiable as err:
-                parts.append(f"no such torch runs here: {err.message}")
+                parts.append(f"no such torch runs here: {_why_no_torch(err)}")
                 driver = _driver_needed(err)
                 if driver:
                     hints.append(f"{name} {newest.version} needs driver ≥ {driver}")
             else:
-                hints.append(
-                    f"a torch {name} {newest.version} accepts: --torch '{spec}' "
-                    f"(torch {found.torch_version}+{found.variant})"
+                version = str(newest.version)
+                reason = next(
+                    (why for check in checks if (why := check(name, version, found))), None
                 )
-    fit = _first_fit(matrix, targets, request, reader, Requirement(name), releases, checks)
-    if fit is not None:
-        release, _spec, plan, _rejected = fit
+                if reason is None:
+                    hints.append(
+                        f"a torch {name} {newest.version} accepts: --torch '{spec}' "
+                        f"(torch {found.torch_version}+{found.variant})"
+                    )
+                else:
+                    # The torch runs here, but not beside this release's build.
+                    parts.append(
+                        f"torch {found.torch_version}+{found.variant} runs here, but {reason}"
+                    )
+                    driver = _build_driver(matrix, name, version, found)
+                    if driver:
+                        hints.append(f"{name} {newest.version} needs driver ≥ {driver}")
+    verified = _verified_fit(matrix, targets, request, reader, name, releases, checks, verify)
+    if verified.fit is not None:
+        release, _spec, plan, _rejected = verified.fit
         torch = f"{plan.torch_version}+{plan.variant}"
         if plain is not None and (plain.torch_version, plain.variant) == (
             plan.torch_version,
             plan.variant,
         ):
-            parts.append(f"the newest {name} that accepts torch {torch} is {release.version}")
+            found_text = f"the newest {name} that accepts torch {torch} is {release.version}"
         else:
-            parts.append(
+            found_text = (
                 f"the newest {name} that fits this target is {release.version} (with torch {torch})"
             )
-        hints.insert(0, f"--framework '{name}=={release.version}'")
+        parts.append(found_text + verified.confirmation)
+        hints.insert(0, f"give --framework '{name}=={release.version}'")
     else:
         parts.append(f"no release of {name} fits this target and request")
         if not hints:
             hints.append(f"drop --framework {name}")
-    return Unsatisfiable("; ".join(parts), hint=", or ".join(hints))
+    parts += verified.passed_over
+    return Unsatisfiable("; ".join(parts), hint=sentence(", or ".join(hints)))
+
+
+@dataclass
+class _Verified:
+    """The next step a refusal names, and how uv took it."""
+
+    fit: tuple[Release, SpecifierSet, Plan, list[str]] | None = None
+    #: Said after the release: " (uv resolves its closure)", or why that was not known.
+    confirmation: str = ""
+    #: Newer releases that fit by their torch requirement but whose closure uv did not resolve.
+    passed_over: list[str] = field(default_factory=list)
+
+
+def _verified_fit(
+    matrix: Matrix,
+    targets: Sequence[Target],
+    request: Request,
+    reader: Reader,
+    name: str,
+    releases: Sequence[Release],
+    checks: Sequence[ReleaseCheck],
+    verify: FitVerifier | None,
+) -> _Verified:
+    """The newest release of ``name`` that fits, its closure resolved with uv by ``verify``:
+    one that does not resolve is passed over for the next older (up to
+    :data:`VERIFIED_TRIES`), and said."""
+    remaining = list(releases)
+    verified = _Verified()
+    for _attempt in range(VERIFIED_TRIES if verify is not None else 1):
+        fit = _first_fit(matrix, targets, request, reader, Requirement(name), remaining, checks)
+        if fit is None or verify is None:
+            verified.fit = fit
+            return verified
+        release, spec, plan, _rejected = fit
+        hinted = _with_framework(_narrowed(request, spec), name, f"{name}=={release.version}")
+        try:
+            why = verify(plan, hinted)
+        except EnvironmentFailure as err:
+            verified.fit = fit
+            verified.confirmation = f" (not confirmed with uv: {err.message})"
+            return verified
+        if why is None:
+            verified.fit = fit
+            verified.confirmation = " (uv resolves its closure)"
+            return verified
+        verified.passed_over.append(
+            f"{name} {release.version} fits by its torch requirement, but its closure does "
+            f"not resolve: {why}"
+        )
+        remaining = [r for r in remaining if r.version < release.version]
+    return verified
+
+
+def _with_framework(request: Request, name: str, text: str) -> Request:
+    """``request`` with its framework ``name`` asked for as ``text`` instead."""
+    wanted = canonicalize_name(name)
+    frameworks = tuple(
+        parse_framework(text)
+        if f.requirement is not None and canonicalize_name(f.requirement.name) == wanted
+        else f
+        for f in request.frameworks
+    )
+    return replace(request, frameworks=frameworks)
+
+
+def _build_driver(matrix: Matrix, name: str, version: str, plan: Plan) -> str | None:
+    """The lowest driver that runs the CUDA release ``version`` of ``name`` was built for
+    (the matrix's sourced facts): its CUDA's own minimum, or, where only the major is known,
+    that of the oldest build of the plan's torch for that major the target was refused."""
+    built = from_label(name, version) or from_matrix(matrix, name, version)
+    if built is None:
+        return None
+    cuda = built.cuda_version
+    if cuda is not None:
+        driver = matrix.min_driver_for_cuda(cuda, plan.platform)
+        return str(driver) if driver is not None else None
+    drivers = [
+        str(change.value)
+        for rejection in plan.rejected
+        if rejection.variant.startswith(f"cu{built.cuda_major}")
+        for fix in rejection.fixes
+        for change in fix.changes
+        if change.kind == "driver"
+    ]
+    return min(drivers, key=_driver_key, default=None)
+
+
+def _why_no_torch(err: Unsatisfiable) -> str:
+    """Why the newest build of the torch asked for cannot run here, in the resolver's words
+    (driver, GPU architecture, Python), with how many builds were rejected."""
+    rejections = [r for r in err.rejected if isinstance(r, Rejection)]
+    if not rejections:
+        return err.message
+    text = rejections[0].reason  # the newest build's: "torch 2.14.0+cu132: CUDA 13.2 needs …"
+    if len(rejections) > 1:
+        text += f" ({len(rejections) - 1} other builds rejected too)"
+    return text
 
 
 def _driver_needed(err: Unsatisfiable) -> str | None:
-    for rejection in err.rejected:
-        if not isinstance(rejection, Rejection):
-            continue
-        for fix in rejection.fixes:
-            for change in fix.changes:
-                if change.kind == "driver":
-                    return str(change.value)
-    return None
+    """The lowest driver any rejected build would run with (the oldest CUDA's minimum)."""
+    drivers = [
+        str(change.value)
+        for rejection in err.rejected
+        if isinstance(rejection, Rejection)
+        for fix in rejection.fixes
+        for change in fix.changes
+        if change.kind == "driver"
+    ]
+    return min(drivers, key=_driver_key, default=None)
+
+
+def _driver_key(driver: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else 0 for part in driver.split("."))
 
 
 __all__ = [
+    "FitVerifier",
     "FrameworkChoice",
     "FrameworkFit",
     "Release",
@@ -415,10 +557,12 @@ def plan_with_frameworks(
     offline: bool = False,
     use_cache: bool = True,
     checks: Sequence[ReleaseCheck] | None = None,
+    verify: FitVerifier | None = None,
 ) -> tuple[Plan, FrameworkChoice]:
     """The plan for ``request`` with torch chosen together with its frameworks
     (:func:`fit_frameworks`), the frameworks' releases said in its explanation. ``checks``
-    (default: :func:`cuda_build_check`) pass over releases that cannot run beside a plan."""
+    (default: :func:`cuda_build_check`) pass over releases that cannot run beside a plan;
+    ``verify`` resolves the next step a refusal names before it is named."""
     if checks is None:
         checks = (cuda_build_check(matrix),)
     if not any(f.requirement is not None for f in request.frameworks):
@@ -432,7 +576,13 @@ def plan_with_frameworks(
     )
     try:
         choice = fit_frameworks(
-            matrix, targets, request, reader, default_index=default_index, checks=checks
+            matrix,
+            targets,
+            request,
+            reader,
+            default_index=default_index,
+            checks=checks,
+            verify=verify,
         )
     except (EnvironmentFailure, FileNotFoundError, ValueError) as err:
         reason = err.message if isinstance(err, CudalockError) else type(err).__name__

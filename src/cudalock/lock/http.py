@@ -29,7 +29,6 @@ __all__ = [
     "Answer",
     "cache_disabled",
     "cached_page",
-    "credentials_of",
     "request",
 ]
 
@@ -45,19 +44,6 @@ class Answer:
     status: int
     headers: Mapping[str, str]
     body: bytes
-
-
-def credentials_of(indexes: Sequence[str]) -> dict[tuple[str, str | None, int | None], str]:
-    """Basic authorisation per origin, from the index URLs that carry credentials: a file on the
-    same host as an index is read with that index's credentials, any other host with none."""
-    from cudalock import httpget  # http.client and urllib: only when something is fetched
-
-    found: dict[tuple[str, str | None, int | None], str] = {}
-    for index in indexes:
-        authorization = httpget.basic_authorization(index)
-        if authorization is not None:
-            found.setdefault(httpget.origin(index), authorization)
-    return found
 
 
 def request(
@@ -79,7 +65,7 @@ def request(
             timeout=timeout_s,
             limit=limit,
             retries=retries,
-            credentials=credentials_of(indexes),
+            credentials=httpget.credentials_of(indexes),
             headers=headers,
             not_modified_ok=True,
         )
@@ -132,7 +118,7 @@ def cached_page(
     elif offline:
         raise EnvironmentFailure(
             f"offline, and cudalock's cache does not hold {redact(url)}",
-            hint="run it again where the indexes can be reached (without --offline)",
+            hint="Run it again where the indexes can be reached (without --offline).",
         )
     headers = {"Accept": accept}
     if entry is not None:

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 __all__ = [
     "METADATA_CACHE_ENTRIES",
     "METADATA_LIMIT",
-    "WHEEL_LIMIT",
     "Metadata",
     "cached_wheel_metadata",
     "describe",
@@ -54,8 +53,6 @@ __all__ = [
 
 #: Core metadata is a few KiB. More is not what was asked for.
 METADATA_LIMIT = 4 * 2**20
-#: A wheel is read whole only from a server that ignores range requests.
-WHEEL_LIMIT = 256 * 2**20
 
 _PYTHON_OS = {
     "linux": ("Linux", "posix"),
@@ -244,8 +241,8 @@ def _ranged_metadata(
     url: str, *, indexes: Sequence[str], timeout_s: float, retries: int
 ) -> Metadata | None:
     """The METADATA of the wheel at ``url`` read by HTTP range requests (the zip's end, its
-    central directory, the member: :mod:`cudalock.lock.wheelzip`), not the whole wheel."""
-    from cudalock.lock.wheelzip import open_wheel  # it reads this module's limits
+    central directory, the member: :mod:`cudalock.wheelzip`), not the whole wheel."""
+    from cudalock.wheelzip import open_wheel  # HTTP: a warm lock reads no wheel
 
     archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
     try:

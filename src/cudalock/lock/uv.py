@@ -29,7 +29,7 @@ __all__ = [
     "uv_version",
 ]
 
-INSTALL_HINT = "reinstall cudalock (it depends on uv), or: pip install uv"
+INSTALL_HINT = "Reinstall cudalock (it depends on uv), or install uv itself (pip install uv)."
 #: How long one uv run may take in all; the network limits are uv's own (--timeout, --retries).
 RUN_TIMEOUT_S = 30 * 60
 

@@ -10,7 +10,18 @@ from cudalock.errors import EnvironmentFailure, Unsatisfiable
 from cudalock.lock.uvinput import INPUT_PROJECT, LockInput
 from cudalock.urls import redact
 
-__all__ = ["NotOnIndex", "classify_uv_failure", "missing_from_index"]
+__all__ = [
+    "NO_SOLUTION",
+    "NoWheelsForPython",
+    "NotOnIndex",
+    "classify_uv_failure",
+    "missing_from_index",
+    "no_wheels_for_python",
+]
+
+
+#: How uv's "no solution" starts in cudalock's words (the cause follows).
+NO_SOLUTION = "uv found no set of versions that fits the plan: "
 
 
 class NotOnIndex(EnvironmentFailure):
@@ -35,9 +46,50 @@ def missing_from_index(stderr: str, inp: LockInput) -> NotOnIndex | None:
                 return NotOnIndex(
                     f"{redact(route.url)} serves no {name}=={version} for Python {inp.python} "
                     f"on {inp.platform}",
-                    hint="check --pytorch-index (a mirror must carry this build), or choose "
-                    "another build with --torch or --cuda",
+                    hint="Check --pytorch-index (a mirror must carry this build), or choose "
+                    "another build with --torch or --cuda.",
                 )
+    return None
+
+
+class NoWheelsForPython(Unsatisfiable):
+    """uv's answer proves the closure does not install on the Python it resolved for: a
+    package it needs has no wheel for that Python (and no sdist, or ``--only-binary`` forbids
+    building it). A default Python then steps down (:mod:`cudalock.lock.python`)."""
+
+    def __init__(self, python: str, package: str, *, hint: str | None = None) -> None:
+        #: What has no wheel for the Python ("sentencepiece 0.2.0", "torchaudio").
+        self.package = package
+        self.python = python
+        super().__init__(
+            f"uv found no wheel of {package} for Python {python}, so the closure does not "
+            f"install on Python {python}",
+            hint=hint or "Choose a Python the whole stack has wheels for with --python.",
+        )
+
+
+#: uv's words for a package without a wheel for the Python: ``torch==2.5.1+cu124 has no wheels
+#: with a matching Python ABI tag (e.g., `cp313`)``; with ``--only-binary``, ``sentencepiece==0.2.0
+#: has no usable wheels`` or ``all versions of sentencepiece have no usable wheels``.
+_NO_WHEEL_RE = re.compile(
+    r"(?:all versions of (?P<all>[A-Za-z0-9._-]+) have|(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)"
+    r" has) no (?P<why>usable wheels|wheels with a matching Python (?:ABI|implementation) tag)"
+)
+
+
+def no_wheels_for_python(stderr: str, inp: LockInput) -> NoWheelsForPython | None:
+    """The package uv found no wheel of for ``inp``'s Python, when that is why it failed: no
+    wheel with the Python's tag, or none at all of a package ``--only-binary`` names (which has
+    wheels for other Pythons). A wheel missing for the platform is not the Python's doing."""
+    from packaging.utils import canonicalize_name
+
+    binary_only = {canonicalize_name(name) for name in inp.only_binary}
+    for found in _NO_WHEEL_RE.finditer(stderr):
+        name = found.group("all") or found.group("name")
+        if found.group("why") == "usable wheels" and canonicalize_name(name) not in binary_only:
+            continue
+        version = found.group("version")
+        return NoWheelsForPython(inp.python, f"{name} {version}" if version else name)
     return None
 
 
@@ -51,7 +103,7 @@ def classify_uv_failure(stderr: str) -> Exception:
         what = missing.group(1) if missing else "what the closure needs"
         return EnvironmentFailure(
             f"offline, and uv's cache does not hold {what}",
-            hint="run it again where the indexes can be reached (without --offline)",
+            hint="Run it again where the indexes can be reached (without --offline).",
         )
     causes = [
         line.removeprefix("cause:").strip()
@@ -61,16 +113,16 @@ def classify_uv_failure(stderr: str) -> Exception:
     if "no solution found" in text.lower() or "unsatisfiable" in text.lower():
         explanation = " ".join(c.removeprefix("╰─▶").strip() for c in causes) or lines[-1]
         return Unsatisfiable(
-            "uv found no set of versions that fits the plan: " + explanation,
-            hint="relax the framework or --with requirements, or pin another torch with --torch",
+            NO_SOLUTION + explanation,
+            hint="Relax the framework or --with requirements, or pin another torch with --torch.",
         )
     build = re.search(r"Failed to build `?([^`\s:]+)", text)
     if build:
         return EnvironmentFailure(
             f"uv had to build {build.group(1)} from source to read its dependencies, and the "
             "build failed",
-            hint="packages without wheels (DeepSpeed is an sdist) run their setup code while "
-            "locking; see uv's output above, or lock without that package (--with)",
+            hint="Packages without wheels (DeepSpeed is an sdist) run their setup code while "
+            "locking: see uv's output above, or lock without that package (--with).",
         )
     first = next(
         (line for line in lines if line.startswith("error:")),
@@ -81,6 +133,6 @@ def classify_uv_failure(stderr: str) -> Exception:
         detail += f" ({causes[-1].removeprefix('Caused by:').strip()})"
     return EnvironmentFailure(
         f"resolving the closure failed: {detail}",
-        hint="check the network and the index URLs (--pytorch-index, --pypi-index); uv retried "
-        "each request --retries times, waiting --timeout seconds",
+        hint="Check the network and the index URLs (--pytorch-index, --pypi-index): uv retried "
+        "each request --retries times, waiting --timeout seconds.",
     )

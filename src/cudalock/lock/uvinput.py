@@ -139,6 +139,9 @@ class LockInput:
     #: Frameworks given as a local path (``-e /abs/dir``) or a URL without a name: uv reads
     #: them from a requirements file, which takes such lines.
     local: tuple[str, ...] = field(default=())
+    #: Packages uv must take a wheel of (``--only-binary``): binary packages that fell back to
+    #: their sdist for a default Python, so a resolution without a wheel of them fails.
+    only_binary: tuple[str, ...] = field(default=())
 
     def index_for(self, name: str) -> str:
         """The index a package (any spelling) is resolved from."""
@@ -341,6 +344,8 @@ def uv_compile_args(
     interpreter = build_interpreter(inp.python)
     if interpreter is not None:
         args += ["--python", interpreter]
+    for name in inp.only_binary:
+        args += ["--only-binary", name]
     if upgrade:
         args.append("--upgrade")
     if no_deps:

@@ -6,6 +6,12 @@ and plain copies of some PyPI packages (numpy, jinja2, ...). Which is which is r
 guessed: the index's project list (its PEP 503/691 root page) says what it serves, and a
 project's page says whether it has builds carrying the variant's local label (``+cu121``).
 A package with such builds is routed to the variant index; a plain copy is left to PyPI.
+
+Some of the variant's own packages carry no such label: the triton a release's torch pins
+(``triton==3.1.0``), the pytorch-triton a nightly's pins (``pytorch-triton==3.1.0+cf34004b8a``,
+a label of its own, served nowhere else). What the torch family on the variant index pins
+exactly, and the index serves in that version, is routed there too
+(:mod:`cudalock.lock.closure`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
+from packaging.version import InvalidVersion, Version
 
 from cudalock.lock.http import cached_page
 
@@ -32,9 +39,11 @@ __all__ = [
     "VariantIndex",
     "label_of",
     "labelled_versions",
+    "page_files",
     "page_versions",
     "parse_project_list",
     "read_variant_index",
+    "served_versions",
 ]
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
@@ -82,8 +91,8 @@ def parse_project_list(ctype: str, body: bytes) -> frozenset[str]:
     return frozenset(str(canonicalize_name(t.strip())) for t in links.texts if t.strip())
 
 
-def page_versions(ctype: str, body: bytes) -> frozenset[str]:
-    """Every version a project page has a file for (from the file names)."""
+def page_files(ctype: str, body: bytes) -> tuple[str, ...]:
+    """The file names a project page lists (PEP 691 JSON or PEP 503 HTML)."""
     if _is_json(ctype, body):
         document = json.loads(body)
         names: Iterable[str] = (
@@ -93,8 +102,13 @@ def page_versions(ctype: str, body: bytes) -> frozenset[str]:
         links = _Links()
         links.feed(body.decode("utf-8", "replace"))
         names = (t.strip() for t in links.texts)
+    return tuple(names)
+
+
+def page_versions(ctype: str, body: bytes) -> frozenset[str]:
+    """Every version a project page has a file for (from the file names)."""
     versions = set()
-    for name in names:
+    for name in page_files(ctype, body):
         try:
             if name.endswith(".whl"):
                 versions.add(str(parse_wheel_filename(name)[1]))
@@ -153,10 +167,8 @@ def read_variant_index(url: str, reader: Reader) -> VariantIndex:
     return VariantIndex(url=url, projects=parse_project_list(ctype, body))
 
 
-def labelled_versions(variant: VariantIndex, name: str, reader: Reader) -> tuple[str, ...]:
-    """The versions of ``name`` the variant index has builds of with its label, newest last."""
-    from packaging.version import InvalidVersion, Version
-
+def served_versions(variant: VariantIndex, name: str, reader: Reader) -> tuple[Version, ...]:
+    """Every version of ``name`` the variant index has a file for, oldest first."""
     if not variant.serves(name):
         return ()
     try:
@@ -166,9 +178,12 @@ def labelled_versions(variant: VariantIndex, name: str, reader: Reader) -> tuple
     found = []
     for text in page_versions(ctype, body):
         try:
-            version = Version(text)
+            found.append(Version(text))
         except InvalidVersion:
             continue
-        if version.local == variant.label:
-            found.append(version)
-    return tuple(str(v) for v in sorted(found))
+    return tuple(sorted(found))
+
+
+def labelled_versions(variant: VariantIndex, name: str, reader: Reader) -> tuple[str, ...]:
+    """The versions of ``name`` the variant index has builds of with its label, oldest first."""
+    return tuple(str(v) for v in served_versions(variant, name, reader) if v.local == variant.label)

@@ -88,6 +88,55 @@ class Overrides:
         return self.driver_version is not None or self.driver_cuda is not None
 
 
+@dataclass(frozen=True)
+class GivenTargets:
+    """The Target flags read once, by every command alike: the overrides parsed and checked
+    (a bad value is exit 2 before any other work), the ``--probe`` files read.
+
+    :meth:`targets` lays the overrides over the probe files' machines, else over the machine
+    the command describes when none is given: this one, probed now, or (``audit --report``)
+    the machine a pasted report names.
+    """
+
+    matrix: Matrix
+    options: TargetOptions
+    overrides: Overrides
+    #: The ``--probe`` files' machines as read, before the overrides.
+    probed: tuple[Target, ...] = ()
+
+    @property
+    def driver_given(self) -> bool:
+        """Whether the driver is known from the flags or probe files, not left to the base
+        machine (``--no-gpu`` says there is none)."""
+        return bool(self.probed) or self.overrides.driver_given or self.overrides.no_gpu
+
+    def probe_file_targets(self) -> tuple[Target, ...]:
+        """The ``--probe`` files' machines with the overrides applied; () when none given."""
+        return tuple(apply_overrides(t, self.overrides, self.matrix) for t in self.probed)
+
+    def targets(self, machine: Callable[[], Target] | None = None) -> tuple[Target, ...]:
+        """The Targets described: the probe files', else ``machine()`` (default: this machine,
+        probed now), with the overrides applied."""
+        if self.probed:
+            return self.probe_file_targets()
+        if machine is None:
+            # The driver and the GPUs given (or --no-gpu): the live values would all be
+            # replaced, so neither is probed.
+            overrides = self.overrides
+            hardware = not (overrides.no_gpu or (overrides.driver_given and overrides.gpus))
+            base = probe_machine(matrix=self.matrix, hardware=hardware)
+        else:
+            base = machine()
+        return (apply_overrides(base, self.overrides, self.matrix),)
+
+
+def read_target_options(options: TargetOptions, matrix: Matrix) -> GivenTargets:
+    """The Target flags parsed and checked, and the probe files read (see :class:`GivenTargets`)."""
+    overrides = overrides_from_options(options, matrix)
+    probed = tuple(read_probe_files(options.probe_files)) if options.probe_files else ()
+    return GivenTargets(matrix, options, overrides, probed)
+
+
 def targets_from_options(
     options: TargetOptions,
     matrix: Matrix,
@@ -95,15 +144,7 @@ def targets_from_options(
     probe: Callable[[], Target] | None = None,
 ) -> list[Target]:
     """The Targets the flags describe (see the module docstring for the precedence)."""
-    overrides = overrides_from_options(options, matrix)
-    if options.probe_files:
-        targets = read_probe_files(options.probe_files)
-        return [apply_overrides(t, overrides, matrix) for t in targets]
-    # The driver and the GPUs given (or --no-gpu): the live values would all be replaced, so
-    # neither is probed.
-    hardware = not (overrides.no_gpu or (overrides.driver_given and overrides.gpus))
-    live = probe() if probe is not None else probe_machine(matrix=matrix, hardware=hardware)
-    return [apply_overrides(live, overrides, matrix)]
+    return list(read_target_options(options, matrix).targets(probe))
 
 
 def overrides_from_options(options: TargetOptions, matrix: Matrix) -> Overrides:

@@ -100,8 +100,8 @@ def _read_stdin() -> bytes:
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError(
             "--probe - reads probe documents from stdin, but stdin is a terminal",
-            hint="pipe them in: srun --ntasks-per-node=1 cudalock probe --json-lines | "
-            "cudalock resolve --probe -",
+            hint="Pipe them in ('srun --ntasks-per-node=1 cudalock probe --json-lines | "
+            "cudalock resolve --probe -').",
         )
     data, cut = read_stream(sys.stdin.buffer, limit=MAX_STREAM_BYTES)
     if cut:
@@ -143,15 +143,15 @@ def read_probe_stream(
             )
             raise InputError(
                 f"{where}: probe document {len(documents) + 1} is not valid JSON: {detail}",
-                hint="write one document per line: srun --ntasks-per-node=1 cudalock probe "
-                "--json-lines",
+                hint="Write one document per line, as srun --ntasks-per-node=1 cudalock "
+                "probe --json-lines does.",
             ) from None
         documents.extend(value if type(value) is list else [value])
     if not documents:
         raise InputError(
             f"{where} holds no probe document",
-            hint="srun --ntasks-per-node=1 cudalock probe --json-lines | cudalock resolve "
-            "--probe -",
+            hint="Pipe in one document per node ('srun --ntasks-per-node=1 cudalock probe "
+            "--json-lines | cudalock resolve --probe -').",
         )
     targets: list[Target] = []
     for number, document in enumerate(documents, start=1):
@@ -189,7 +189,7 @@ def _read_probe_file(path: Path, parsed: _Parsed) -> Target:
             detail = "it holds a number with thousands of digits"
         raise InputError(
             f"probe file {shown!r} is not valid JSON: {detail}",
-            hint="write it with 'cudalock probe --json > FILE'",
+            hint="Write it with 'cudalock probe --json > FILE'.",
         ) from None
     try:
         return _target(data, None, shown, parsed, file=path)

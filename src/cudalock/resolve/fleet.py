@@ -128,7 +128,7 @@ def reduce_fleet(matrix: Matrix, targets: Sequence[Target]) -> Fleet:
         named = ", ".join(f"{p} ({node})" for p, node in platforms.items())
         raise Unsatisfiable(
             f"the targets are on different platforms: {named}; one environment cannot serve them",
-            hint="resolve each platform separately (group the --probe files by platform)",
+            hint="Resolve each platform separately (group the --probe files by platform).",
         )
     # A platform without builds (a probe from an unusual machine) ends as Unsatisfiable below.
     platform = next(iter(platforms))

@@ -25,9 +25,18 @@ from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
-from cudalock.errors import Unsatisfiable
+from cudalock.errors import Unsatisfiable, sentence
 from cudalock.matrix import DeepSpeedRelease, Matrix, TorchBuild, TorchRelease
-from cudalock.model import Alternative, Change, Fix, PackagePin, Plan, Rejection, Target
+from cudalock.model import (
+    Alternative,
+    Change,
+    Fix,
+    PackagePin,
+    Plan,
+    Rejection,
+    Target,
+    flag_assumptions,
+)
 from cudalock.request import (
     CPU_VARIANT,
     Companion,
@@ -185,7 +194,7 @@ class _Search:
             raise Unsatisfiable(
                 f"no torch release in matrix {self.matrix.matrix_version} matches "
                 f"{str(self.request.torch)!r} (it knows {oldest} to {newest})",
-                hint="relax --torch, or point --matrix at a newer matrix",
+                hint="Relax --torch, or point --matrix at a newer matrix.",
             )
         for preference in (*self.preferences, None):
             self._start_pass(preference)
@@ -365,7 +374,7 @@ class _Search:
             raise Unsatisfiable(
                 f"--cuda {format_cuda(self.cuda_pin)} asks for a CUDA build, but "
                 f"{self._no_driver_subject()} no NVIDIA driver",
-                hint="give --driver-version for the machine that will run it, or drop --cuda",
+                hint="Give --driver-version for the machine that will run it, or drop --cuda.",
             )
         cpu = next((b for b in builds if b.kind == "cpu"), None)
         if cpu is None:
@@ -894,8 +903,8 @@ def _next_step(search: _Search, rejected: Sequence[Rejection]) -> str | None:
         trial = search._trial(replace(request, compat="minor"), None).choice
         if trial is not None:
             steps.append(
-                f"--compat minor would give torch {trial.release.version}+{trial.build.variant} "
-                f"on this driver, at a cost: {MINOR_COMPAT_COST}"
+                f"with --compat minor, torch {trial.release.version}+{trial.build.variant} "
+                f"would run on this driver, at a cost: {MINOR_COMPAT_COST}"
             )
     upgrades = [
         (fix, DriverVersion(fix.changes[0].value))
@@ -926,12 +935,12 @@ def _next_step(search: _Search, rejected: Sequence[Rejection]) -> str | None:
         closest = (single or with_fix)[-1]
         fix = min(closest.fixes, key=lambda f: len(f.changes))
         candidate = f"torch {fix.torch}+{fix.variant}"
-        return (
+        return sentence(
             fix.text
             if candidate in fix.text
             else f"{fix.text} (for {candidate}, the nearest candidate)"
         )
-    return "; or ".join(steps) + "."
+    return sentence("; or ".join(steps))
 
 
 def _generations(matrix: Matrix, fleet: Fleet, targets: Sequence[Target]) -> tuple[str, str] | None:
@@ -1063,21 +1072,29 @@ def _plan(
         explanation=tuple(explanation),
         unverified=tuple(unverified),
         alternative=alternative,
+        python_reason=(
+            _torch_newest_python(choice.python, release.version, fleet.platform)
+            if request.python is None
+            else f"Python {choice.python}, as asked (--python or cudalock.toml)."
+        ),
+        driver_node=fleet.drivers[0].node if fleet.drivers else None,
+    )
+
+
+def _torch_newest_python(python: str, torch_version: str, platform: str) -> str:
+    """Why a default Python before the closure is resolved: torch's newest. bootstrap and lock
+    replace it with what the closure proves (:mod:`cudalock.lock.python`)."""
+    return (
+        f"Python {python} is the newest CPython torch {torch_version} ships wheels for on "
+        f"{platform}; bootstrap and lock keep it only if the whole stack installs on it "
+        "(--python chooses another)."
     )
 
 
 def _assumptions(targets: Sequence[Target]) -> list[str]:
     """What was derived rather than read for targets given by flags (a driver branch's CUDA, a
     driver's CUDA from the table), each said once."""
-    said: list[str] = []
-    for target in targets:
-        if target.source != "override":
-            continue
-        for note in target.notes:
-            sentence = f"Assumed: {note}."
-            if sentence not in said:
-                said.append(sentence)
-    return said[:3]
+    return [f"Assumed: {note}." for note in flag_assumptions(targets)[:3]]
 
 
 def _alternative(search: _Search, choice: _Choice) -> Alternative | None:
@@ -1157,17 +1174,14 @@ def _explain(
                 "If that is wrong, run cudalock on the GPU machine or give --driver-version."
             )
     if request.python is None:
-        lines.append(
-            f"Python {choice.python} is the newest CPython torch {release.version} "
-            f"ships wheels for on {fleet.platform} (--python chooses another)."
-        )
+        lines.append(_torch_newest_python(choice.python, release.version, fleet.platform))
     if request.torch:
         lines.append(
             f"torch {release.version} is the newest release matching "
             f"{str(request.torch)!r} that fits."
         )
-    for sentence in search.limits.values():
-        lines.append(sentence[0].upper() + sentence[1:] + ".")
+    for limit in search.limits.values():
+        lines.append(sentence(limit))
     for cc, variants in sorted(search.arch_limits.items()):
         lines.append(
             f"Compute capability {cc_text(cc, fleet.ccs[cc])} rules out the "

@@ -17,16 +17,18 @@ from collections.abc import Sequence
 
 from cudalock import httpget
 from cudalock.errors import EnvironmentFailure
-from cudalock.lock.http import credentials_of
-from cudalock.lock.metadata import WHEEL_LIMIT
 from cudalock.urls import redact
 
 __all__ = [
     "BLOCK",
+    "WHEEL_LIMIT",
     "MemberReader",
     "RemoteZip",
     "open_wheel",
 ]
+
+#: A wheel is read whole only from a server that ignores range requests.
+WHEEL_LIMIT = 256 * 2**20
 
 #: Bytes asked for at a time: a zip's end record and a central directory of a few thousand
 #: entries fit in one or two; member data comes in blocks of this size.
@@ -60,23 +62,29 @@ class RemoteZip(io.RawIOBase):
                 timeout=self._timeout_s,
                 limit=limit,
                 retries=self._retries,
-                credentials=credentials_of(self._indexes),
+                credentials=httpget.credentials_of(self._indexes),
                 headers={"Range": f"bytes={start}-{end}"},
             )
         except httpget.NotFound:
             raise FileNotFoundError(self.url) from None
 
     def _probe_size(self) -> int:
-        """The file's size, from the answer to a request for its last byte."""
-        answer = self._request(0, 0, WHEEL_LIMIT)
+        """The file's size, from the answer to a request for its first byte."""
+        try:
+            answer = self._request(0, 0, WHEEL_LIMIT)
+        except httpget.TooLarge as err:
+            # Only a server that ignores Range sends more than the one byte asked for.
+            size = f"{err.size / 2**20:.0f} MiB" if err.size else "too large"
+            raise EnvironmentFailure(
+                f"{redact(self.url)} cannot be read: its server does not serve parts of files "
+                f"(it ignored an HTTP Range request), and the wheel ({size}) is larger than "
+                f"the {WHEEL_LIMIT // 2**20} MiB cudalock downloads whole to read it",
+                hint="Use an index that serves PEP 658 metadata files or HTTP Range requests "
+                "(pypi.org does both).",
+            ) from None
         data = answer.body
         self.fetched += len(data)
         if answer.status == 200:  # no range support: the whole file came back
-            if len(data) > WHEEL_LIMIT:
-                raise EnvironmentFailure(
-                    f"{redact(self.url)} is larger than {WHEEL_LIMIT // 2**20} MiB and its "
-                    "index does not serve parts of files (HTTP Range)"
-                )
             self._whole = data
             return len(data)
         total = (answer.content_range or "").rpartition("/")[2]
