@@ -271,7 +271,7 @@ def test_nothing_fits_an_ancient_driver_exits_1_with_the_reasons(tmp_path: Path)
     assert "Traceback" not in done.stderr
     # Each rejected build says what it needs and what would fix it.
     assert re.search(r"CUDA \d+\.\d+ needs driver ≥ [\d.]+", done.stderr + done.stdout)
-    assert "fix: upgrade to driver ≥" in done.stderr + done.stdout
+    assert "fix: Upgrade to driver ≥" in done.stderr + done.stdout
 
 
 # ---------------------------------------------------------------------------------------------

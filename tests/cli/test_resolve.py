@@ -53,7 +53,7 @@ def test_json_plan(known_matrix_dir: Path) -> None:
         "variant": "cu132",
         "reason": "torch 2.15.0+cu132: CUDA 13.2 needs driver ≥ 595.45.04; "
         "driver 570.86.15 supports CUDA 12.8",
-        "fix": "upgrade to driver ≥ 595.45.04",
+        "fix": "Upgrade to driver ≥ 595.45.04.",
         "fixes": [
             {
                 "changes": [{"kind": "driver", "value": "595.45.04"}],
@@ -251,8 +251,13 @@ def _toolkit_node(tmp_path: Path, toolkit: str | None) -> Path:
         (None, ["--with", "deepspeed"], "2.6.0+cu124"),
         # A 12.1 toolkit and nothing that compiles CUDA: the toolkit does not matter.
         ("12.1", [], "2.6.0+cu124"),
-        # A 12.1 toolkit and DeepSpeed (JIT ops): the newest build for CUDA 12.1 is 2.5.1.
-        ("12.1", ["--with", "deepspeed"], "2.5.1+cu121"),
+        # A 12.1 toolkit and DeepSpeed 0.19.8, whose op builder accepts 12.1 beside a 12.4 torch
+        # (both in its cuda_minor_mismatch_ok list): the newer 2.6.0+cu124.
+        ("12.1", ["--with", "deepspeed"], "2.6.0+cu124"),
+        # DeepSpeed 0.14.0's list ends at 12.3: it refuses 12.1 beside 12.4, so 2.5.1+cu121.
+        ("12.1", ["--with", "deepspeed==0.14.0"], "2.5.1+cu121"),
+        # flash-attn builds with torch's cpp_extension, which checks the major only.
+        ("12.1", ["--framework", "flash-attn"], "2.6.0+cu124"),
         # A 12.2 toolkit: no torch has cu122, so its major: the newest 12.x ≤ 12.4, 2.6.0+cu124.
         ("12.2", ["--with", "deepspeed"], "2.6.0+cu124"),
         # An 11.8 toolkit (older than the node's CUDA 12): 2.7.1+cu118, the newest it builds for.
@@ -267,15 +272,25 @@ def test_the_toolkit_chooses_the_cuda_when_the_stack_compiles_cuda(
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["packages"][0]["version"] == torch
-    if toolkit == "12.1" and stack:
-        assert any(
-            "the CUDA 12.1 toolkit at /opt/cuda-12.1/bin/nvcc matches, which builds "
-            "DeepSpeed's ops against torch" in line
-            for line in plan["explanation"]
-        )
+    said = " ".join(plan["explanation"])
+    if stack == ["--with", "deepspeed"] and toolkit == "12.1":
+        assert (
+            "the builds the CUDA 12.1 toolkit at /opt/cuda-12.1/bin/nvcc is compatible with for "
+            "DeepSpeed's ops (DeepSpeed 0.19.8's op builder accepts another CUDA 12 minor when "
+            "both are in its list: 12.0, 12.1, 12.2, 12.3, 12.4, 12.5, 12.6, 12.8, 12.9)"
+        ) in said
+    if stack == ["--with", "deepspeed==0.14.0"]:
         assert plan["alternative"]["torch"] == "2.6.0"
         assert plan["alternative"]["variant"] == "cu124"
-        assert "does not match the CUDA 12.1 toolkit" in plan["alternative"]["reason"]
+        assert (
+            "its CUDA 12.4 does not match the CUDA 12.1 toolkit, and DeepSpeed 0.14.0's op "
+            "builder refuses that minor mismatch (unless DS_SKIP_CUDA_CHECK=1)"
+        ) in plan["alternative"]["reason"]
+    if stack == ["--framework", "flash-attn"]:
+        assert (
+            "torch's cpp_extension refuses a torch of another CUDA major and only warns on "
+            "another minor"
+        ) in said
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,10 @@ its own, offline, and without this machine's pip/uv configuration or CUDALOCK_* 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from tests.support.index import offline_env
@@ -44,3 +45,45 @@ def cudalock(
         done.stdout.decode("utf-8", "replace"),
         done.stderr.decode("utf-8", "replace"),
     )
+
+
+def lock_against(
+    indexes: Iterable[str],
+    env: Mapping[str, str],
+    out: Path,
+    target: Sequence[str],
+    *args: str,
+    python: str = "3.11",
+) -> subprocess.CompletedProcess[str]:
+    """``cudalock lock -o OUT`` for ``target`` (Target flags) against the stand-in indexes
+    ``indexes`` (an :class:`~tests.support.index.IndexServer`: its PyTorch base, its PyPI)."""
+    pytorch, pypi = indexes
+    return cudalock(
+        "lock",
+        "-o",
+        str(out),
+        *target,
+        "--python",
+        python,
+        "--pytorch-index",
+        pytorch,
+        "--pypi-index",
+        pypi,
+        "--allow-insecure-index",
+        *args,
+        env=env,
+        timeout=300,
+    )
+
+
+def locked_packages(out: Path) -> dict[str, tuple[str, str]]:
+    """name → (version, index) of every package in ``out/pylock.toml``."""
+    text = (out / "pylock.toml").read_text(encoding="utf-8")
+    found = {}
+    for block in text.split("[[packages]]")[1:]:
+        name = re.search(r'^name = "([^"]+)"', block, re.MULTILINE)
+        version = re.search(r'^version = "([^"]+)"', block, re.MULTILINE)
+        index = re.search(r'^index = "([^"]+)"', block, re.MULTILINE)
+        if name and version:
+            found[name[1]] = (version[1], index[1] if index else "")
+    return found

@@ -47,6 +47,8 @@ from tests.support.wheels import StandIn, torch_version_file
 RECORDING = Path(__file__).resolve().parent.parent / "fixtures/closures/finetune-stack.json"
 #: vllm, xformers and trl stacks (``record_closure.py --stack kernels``).
 KERNELS_RECORDING = RECORDING.parent / "kernels-stack.json"
+#: unsloth on torch 2.7.1 and 2.8.0 (``record_closure.py --stack unsloth``).
+UNSLOTH_RECORDING = RECORDING.parent / "unsloth-stack.json"
 #: CPython versions the PyTorch-like index carries files for (as the recording lists for PyPI).
 _PYTORCH_INDEX_PYTHONS = ("cp310", "cp311", "cp312", "cp313")
 

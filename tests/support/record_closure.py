@@ -1,6 +1,7 @@
 """Record the real dependency closure of a fine-tuning stack from PyPI (run by hand, with network).
 
-    .venv/bin/python -m tests.support.record_closure [--stack finetune|kernels] [--as-of YYYY-MM-DD]
+    .venv/bin/python -m tests.support.record_closure [--stack finetune|kernels|unsloth]
+        [--as-of YYYY-MM-DD]
         [--output PATH]
 
 Tests never run this; they read what it wrote, ``tests/fixtures/closures/finetune-stack.json``,
@@ -89,6 +90,16 @@ TORCH_BUILDS = (
     TorchBuild("2.7.1", "0.22.1", "2.7.1", "manylinux_2_28_x86_64"),
     TorchBuild("2.8.0", "0.23.0", "2.8.0", "manylinux_2_28_x86_64"),
 )
+
+
+def _torch_scenarios(builds: Sequence[TorchBuild]) -> list[tuple[str, ...]]:
+    """One requirement set per torch build: torch with the torchvision/torchaudio that pin it."""
+    return [
+        (f"torch=={b.torch}", f"torchvision=={b.torchvision}", f"torchaudio=={b.torchaudio}")
+        for b in builds
+    ]
+
+
 PYTORCH_TAG_EVIDENCE = (
     "download.pytorch.org URLs quoted in public install scripts and lock files (e.g. "
     "torch-2.4.1%2Bcu121-cp311-cp311-linux_x86_64.whl, torch-2.6.0%2Bcu124-cp311-cp311-"
@@ -100,10 +111,7 @@ PYTORCH_TAG_EVIDENCE = (
 #: Requirement sets resolved against real PyPI. The llamafactory extras are the ones its README
 #: installs (torch, metrics) plus deepspeed; 0.9.5 has no deepspeed extra, so DeepSpeed is named.
 SCENARIOS: tuple[tuple[str, ...], ...] = (
-    *(
-        (f"torch=={b.torch}", f"torchvision=={b.torchvision}", f"torchaudio=={b.torchaudio}")
-        for b in TORCH_BUILDS
-    ),
+    *_torch_scenarios(TORCH_BUILDS),
     ("llamafactory[torch,metrics,deepspeed]==0.9.3", "torch==2.4.1"),
     ("llamafactory[torch,metrics,deepspeed]==0.9.3", "torch==2.6.0"),
     ("llamafactory[metrics,deepspeed]==0.9.4", "torch==2.5.1"),
@@ -125,15 +133,30 @@ KERNEL_TORCH_BUILDS = (
 #: alone, and trl on torch 2.1.0, where uv alone takes a transformers (and a safetensors) whose
 #: ``torch`` extra needs a newer torch; with those extras asked for, the releases that fit.
 KERNEL_SCENARIOS: tuple[tuple[str, ...], ...] = (
-    *(
-        (f"torch=={b.torch}", f"torchvision=={b.torchvision}", f"torchaudio=={b.torchaudio}")
-        for b in KERNEL_TORCH_BUILDS
-    ),
+    *_torch_scenarios(KERNEL_TORCH_BUILDS),
     ("vllm==0.6.6.post1",),
     ("vllm==0.10.1.1",),
     ("xformers==0.0.28.post3", "torch==2.5.1"),
     ("trl==1.16.0", "torch==2.1.0"),
     ("trl<0.12", "transformers[torch]", "safetensors[torch]", "torch==2.1.0"),
+)
+
+
+#: unsloth's torch builds: 2.7.1 and 2.8.0 (PyPI's are cu126 and cu128 builds).
+UNSLOTH_TORCH_BUILDS = (
+    TorchBuild("2.7.1", "0.22.1", "2.7.1", "manylinux_2_28_x86_64"),
+    TorchBuild("2.8.0", "0.23.0", "2.8.0", "manylinux_2_28_x86_64"),
+)
+#: unsloth on torch 2.7.1 and 2.8.0, where uv alone takes torchao 0.18.0 (its extensions need
+#: torch >= 2.11) and PyPI's xformers (a CUDA 12 build), and the torchao releases
+#: compat_matrix/torch_pairings.toml records for those torches (0.12.0 for 2.7.1, 0.14.0 for
+#: 2.8.0; unsloth_zoo requires torchao>=0.13.0).
+UNSLOTH_SCENARIOS: tuple[tuple[str, ...], ...] = (
+    *_torch_scenarios(UNSLOTH_TORCH_BUILDS),
+    ("unsloth==2026.10.9", "torch==2.7.1"),
+    ("unsloth==2026.10.9", "torch==2.8.0"),
+    ("torchao==0.12.0", "torch==2.7.1"),
+    ("torchao==0.14.0", "torch==2.8.0"),
 )
 
 
@@ -164,6 +187,14 @@ STACKS = {
         KERNEL_TORCH_BUILDS,
         ("3.11",),
         DEFAULT_OUTPUT.parent / "kernels-stack.json",
+    ),
+    "unsloth": Stack(
+        "Real dependency closure of unsloth 2026.10.9 on torch 2.7.1 and 2.8.0 (unsloth_zoo, "
+        "xformers, bitsandbytes, triton, torchao, transformers, trl, peft)",
+        UNSLOTH_SCENARIOS,
+        UNSLOTH_TORCH_BUILDS,
+        ("3.11",),
+        DEFAULT_OUTPUT.parent / "unsloth-stack.json",
     ),
 }
 

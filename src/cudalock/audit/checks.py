@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from cudalock.audit import messages as msg
@@ -32,6 +31,7 @@ from cudalock.audit.installed import (
     local_label,
     public_version,
 )
+from cudalock.audit.pairings import check_torch_pairings
 from cudalock.errors import CudalockError, Unsatisfiable
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.matrix.model import arch_covers
@@ -84,6 +84,7 @@ CODES = (
     "broken-torch-install",
     "cuda-unavailable",
     "cuda-build-mismatch",
+    "torch-pairing-mismatch",
     "extension-abi-mismatch",
     "cuda-library-missing",
     "cudnn-mismatch",
@@ -159,6 +160,7 @@ def audit(
     ):
         findings.extend(check(context))
     findings.extend(check_cuda_builds(installed, target, matrix, compat))
+    findings.extend(check_torch_pairings(installed, matrix))
     findings = _with_reported_messages(context, findings)
     return sort_findings(findings)
 
@@ -1244,22 +1246,11 @@ def _check_deepspeed(context: _Context) -> list[Finding]:
 def _deepspeed_accepts(context: _Context, nvcc: CudaVersion, torch_cuda: CudaVersion) -> bool:
     """DeepSpeed's op builder accepts a minor mismatch when both versions are in its list."""
     ds = context.installed.deepspeed
-    if ds is None or not ds.version:
+    check = context.matrix.deepspeed_cuda_check(ds.version) if ds and ds.version else None
+    if check is None:
         return False
-
-    try:
-        version = Version(ds.version)
-    except InvalidVersion:
-        return False
-    for check in context.matrix.deepspeed_cuda_checks:
-        try:
-            applies = version in SpecifierSet(check.deepspeed)
-        except InvalidSpecifier:
-            continue
-        if applies:
-            allowed = check.minor_mismatch_ok.get(nvcc[0], ())
-            return nvcc in allowed and torch_cuda in allowed
-    return False
+    allowed = check.minor_mismatch_ok.get(nvcc[0], ())
+    return nvcc in allowed and torch_cuda in allowed
 
 
 def _check_nvcc(context: _Context) -> list[Finding]:

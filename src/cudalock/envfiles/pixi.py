@@ -63,7 +63,9 @@ def render_pixi_toml(plan: Plan, options: RenderOptions) -> str:
     options_lines = []
     if options.pypi_index:
         options_lines.append(f"index-url = {toml_string(options.pypi_index)}")
-    built = [name for name, _ in pypi if name in BUILT_AGAINST_TORCH]
+    # The closure's own list holds the sdists it found reading torch when built (axolotl).
+    against = options.closure.built_last if options.closure is not None else BUILT_AGAINST_TORCH
+    built = [name for name, _ in pypi if name in against]
     if built:
         # Built against the installed torch, as install.sh builds it.
         options_lines.append(

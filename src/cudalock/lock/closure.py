@@ -26,6 +26,7 @@ accepts it (exit 1).
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +38,7 @@ from typing import Any
 
 from packaging.pylock import Package, Pylock
 from packaging.requirements import Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -44,12 +46,14 @@ from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable, Us
 from cudalock.lock.cudabuilt import BuildCheck
 from cudalock.lock.flashattn import flash_attn_note
 from cudalock.lock.frameworks import (
+    Sdist,
     matching,
+    newest_sdist_only,
     project_releases,
     release_metadata,
     torch_specifier,
 )
-from cudalock.lock.http import cache_disabled
+from cudalock.lock.http import cache_disabled, request
 from cudalock.lock.metadata import (
     Metadata,
     describe,
@@ -62,6 +66,13 @@ from cudalock.lock.metadata import (
 )
 from cudalock.lock.names import BUILD_REQUIREMENTS, BUILT_AGAINST_TORCH, LOCK_FILE
 from cudalock.lock.pylock import locked_versions, read_toml_lock, validate_lock
+from cudalock.lock.torchbuild import (
+    DEFAULT_BUILD_REQUIRES,
+    SdistBuild,
+    TorchBuildNeeded,
+    needs_torch_to_build,
+    read_sdist,
+)
 from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
 from cudalock.lock.uvfailures import (
     NoWheelsForPython,
@@ -73,6 +84,7 @@ from cudalock.lock.uvinput import (
     COMPILE_SETTINGS,
     LOCAL_INPUT,
     LockInput,
+    build_interpreter,
     compile_settings,
     input_project,
     input_requirements,
@@ -83,7 +95,16 @@ from cudalock.lock.uvinput import (
 from cudalock.lock.variant import Reader, VariantIndex, read_variant_index, served_versions
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import PackagePin, Plan
-from cudalock.request import COMPANIONS, TORCH_FAMILY, Framework, Request, parse_framework
+from cudalock.request import (
+    COMPANIONS,
+    TORCH_FAMILY,
+    Framework,
+    Request,
+    parse_framework,
+    parse_torch_spec,
+)
+from cudalock.resolve import resolve
+from cudalock.resolve.pairings import fitting_releases, pairing_fit
 from cudalock.urls import redact
 
 Echo = Callable[[str], None]
@@ -96,6 +117,8 @@ MAX_ROUNDS = 6
 CONCURRENCY = 8
 #: Releases of a framework whose metadata is read, newest first, to find the one uv will take.
 PREDICTED_RELEASES = 40
+#: The largest sdist read to tell whether its build reads the installed torch.
+SDIST_LIMIT = 64 * 2**20
 #: Added to DeepSpeed's requirements by its setup.py when it is built against a CUDA torch.
 DEEPSPEED_CUDA_REQUIREMENT = "nvidia-ml-py"
 
@@ -154,6 +177,8 @@ class Closure:
     additions: tuple[str, ...] = ()
     #: What was fitted and why, in words (shown with the plan, recorded in the lock).
     notes: tuple[str, ...] = field(default=())
+    #: sdists found reading the installed torch when built (besides BUILT_AGAINST_TORCH).
+    against_torch: tuple[str, ...] = ()
 
     @property
     def versions(self) -> dict[str, str]:
@@ -167,7 +192,9 @@ class Closure:
 
     @property
     def built_last(self) -> tuple[str, ...]:
-        return tuple(name for name in BUILT_AGAINST_TORCH if name in self.versions)
+        versions = self.versions
+        names = (*BUILT_AGAINST_TORCH, *self.against_torch)
+        return tuple(dict.fromkeys(name for name in names if name in versions))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -221,6 +248,65 @@ class _Uv:
         self.echo = echo
         self.path = find_uv()
         self.version = uv_version(self.path)
+        #: Packages whose build reads the installed torch, prepared without isolation in
+        #: ``build_python``, an environment holding the locked torch.
+        self.no_isolation: list[str] = []
+        self.build_python: str | None = None
+
+    def _env(self, inp: LockInput) -> dict[str, str]:
+        env = uv_environment(
+            self.options.environ if self.options.environ is not None else os.environ,
+            timeout_s=self.options.timeout_s,
+            retries=self.options.retries,
+            # uv's own temporary files go in the scratch directory, removed with it even when
+            # uv is killed (SIGTERM to cudalock).
+            extra={"UV_DEFAULT_INDEX": inp.default_index, "TMPDIR": str(self.work)},
+        )
+        if self.options.cache_dir is not None:
+            env.pop("UV_NO_CACHE", None)  # an explicit --cache-dir means: use it
+        return env
+
+    def torch_build_environment(self, inp: LockInput, requirements: Sequence[str]) -> None:
+        """A scratch environment with the locked torch (routed to its index, as in the lock)
+        and ``requirements`` (the build requirements of the sdists built against it), whose
+        interpreter uv then prepares those sdists' metadata in."""
+        where = self.work.parent / "torch-build"
+        where.mkdir(parents=True, exist_ok=True)
+        torch = [r for r in inp.requirements if r.startswith("torch==")]
+        routes = tuple(
+            replace(route, packages=("torch",)) for route in inp.routes if "torch" in route.packages
+        )
+        project = replace(inp, requirements=(*torch, *requirements), routes=routes, local=())
+        (where / "pyproject.toml").write_text(input_project(project), encoding="utf-8")
+        env = self._env(inp)
+        python = build_interpreter(inp.python) or inp.python
+        venv = where / "venv"
+        say = lambda line: self.echo(f"  uv: {line}")  # noqa: E731
+        if not (venv / "bin" / "python").exists():
+            made = run_uv(
+                [self.path, "venv", "-q", "--no-python-downloads", "--python", python, str(venv)],
+                cwd=where,
+                env=env,
+                echo=say,
+            )
+            if not made.ok:
+                raise EnvironmentFailure(
+                    f"{', '.join(self.no_isolation)} read the installed torch when built, so "
+                    f"their metadata is prepared beside torch in a Python {inp.python} "
+                    f"environment, and uv found no Python {inp.python} here",
+                    hint=f"Install Python {inp.python} (uv python install {inp.python}), or "
+                    "lock for the Python cudalock runs on (--python).",
+                )
+        args = [self.path, "pip", "install", "-q", "--python", str(venv / "bin" / "python")]
+        args += ["-r", "pyproject.toml", "--no-config", "--no-python-downloads"]
+        if self.options.cache_dir is not None:
+            args += ["--cache-dir", str(self.options.cache_dir)]
+        if self.options.offline:
+            args.append("--offline")
+        installed = run_uv(args, cwd=where, env=env, echo=say)
+        if not installed.ok:
+            raise classify_uv_failure(installed.stderr)
+        self.build_python = str(venv / "bin" / "python")
 
     def resolve(
         self,
@@ -238,16 +324,7 @@ class _Uv:
         local = input_requirements(inp)
         if local is not None:
             (where / LOCAL_INPUT).write_text(local, encoding="utf-8")
-        env = uv_environment(
-            self.options.environ if self.options.environ is not None else os.environ,
-            timeout_s=self.options.timeout_s,
-            retries=self.options.retries,
-            # uv's own temporary files go in the scratch directory, removed with it even when
-            # uv is killed (SIGTERM to cudalock).
-            extra={"UV_DEFAULT_INDEX": inp.default_index, "TMPDIR": str(self.work)},
-        )
-        if self.options.cache_dir is not None:
-            env.pop("UV_NO_CACHE", None)  # an explicit --cache-dir means: use it
+        env = self._env(inp)
         args = uv_compile_args(
             self.path,
             inp,
@@ -255,10 +332,15 @@ class _Uv:
             cache_dir=self.options.cache_dir,
             no_deps=no_deps,
             offline=self.options.offline,
+            no_build_isolation=self.no_isolation,
+            build_python=self.build_python,
         )
         say = (lambda _line: None) if quiet else (lambda line: self.echo(f"  uv: {line}"))
         result = run_uv(args, cwd=where, env=env, echo=say)
         if not result.ok:
+            needs_torch = needs_torch_to_build(result.stderr)
+            if needs_torch is not None and needs_torch[0] not in self.no_isolation:
+                raise TorchBuildNeeded(*needs_torch, "No module named 'torch'")
             raise (
                 missing_from_index(result.stderr, inp)
                 or no_wheels_for_python(result.stderr, inp)
@@ -340,6 +422,9 @@ class _Fitter:
         self.notes: list[str] = []
         self.metadata: dict[tuple[str, str], Metadata | None] = {}
         self.glibc = target_glibc(plan.targets)
+        self.matrix = matrix
+        #: Packages narrowed to the releases their torch pairing accepts (torchao).
+        self.paired: dict[str, str] = {}
         #: Packages the plan's variant index builds, routed to it (xformers, torchao, ...).
         self.routed: list[str] = []
         self.variant: VariantIndex | None = None
@@ -361,6 +446,11 @@ class _Fitter:
         self.only_binary: tuple[str, ...] = ()
         #: The closure's packages built against the installed torch (the last resolution's).
         self.built: list[str] = []
+        #: sdists whose build reads the installed torch → why (cudalock.lock.torchbuild).
+        self.against_torch: dict[str, str] = {}
+        #: Their build requirements, installed beside the locked torch to prepare them.
+        self.build_requires: list[str] = []
+        self._torch_builds: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         #: What the closure's CUDA-built packages were built for; versions that do not fit.
         self.builds = BuildCheck(
             plan=plan,
@@ -385,7 +475,12 @@ class _Fitter:
             allow_insecure=self.options.allow_insecure,
             family=tuple(self.family.values()),
             extras=self.extras,
-            additions=(*self.additions, *self.fitted, *self.builds.exclusions),
+            additions=(
+                *self.additions,
+                *self.fitted,
+                *self.paired.values(),
+                *self.builds.exclusions,
+            ),
             variant_packages=tuple(self.routed),
         )
         return replace(inp, only_binary=self.only_binary) if self.only_binary else inp
@@ -405,6 +500,9 @@ class _Fitter:
         """What packages built against the installed torch need locked beside them: their
         build tools, and for DeepSpeed on a CUDA torch nvidia-ml-py."""
         needed = [tool for name in built for tool in BUILD_REQUIREMENTS.get(name, ())]
+        # An sdist found reading torch is built last, without isolation, with what its
+        # build-system requires: locked too, so pip finds it installed.
+        needed += [r for r in self.build_requires if any(n in built for n in self.against_torch)]
         if "deepspeed" in built and self.plan.cuda is not None:
             needed.append(DEEPSPEED_CUDA_REQUIREMENT)
         return list(dict.fromkeys(needed))
@@ -426,6 +524,12 @@ class _Fitter:
                 pool.submit(self._newest_metadata, inp, requirement, reader)
                 for _text, requirement in frameworks
             ]
+            sdists = [
+                pool.submit(self._sdist_reading_torch, inp, requirement, reader)
+                for _text, requirement in frameworks
+            ]
+            for scanned in sdists:
+                scanned.result()
             routed_family = [
                 pin
                 for pin in self.available.values()
@@ -473,6 +577,73 @@ class _Fitter:
                     self._fit_extra(
                         str(canonicalize_name(requirement.name)), metadata.version, metadata
                     )
+
+    def _sdist_reading_torch(
+        self, inp: LockInput, requirement: Requirement, reader: Reader
+    ) -> None:
+        """A framework published as an sdist only whose build reads the installed torch
+        (axolotl 0.9.2's setup.py pins torch==<installed>, "2.6.0" in an isolated build) is
+        prepared against the locked torch from the first resolution."""
+        if requirement.url:
+            return
+        try:
+            sdist = newest_sdist_only(inp.default_index, requirement, reader, self.plan.python)
+            build = self._read_sdist(inp, sdist) if sdist is not None else None
+        except (CudalockError, FileNotFoundError, ValueError) as err:
+            reason = err.message if isinstance(err, CudalockError) else type(err).__name__
+            self.notes.append(
+                f"the sdist of {requirement.name} could not be read ahead ({reason}): whether "
+                "its build reads the installed torch is known only if uv's build fails"
+            )
+            return
+        if sdist is not None and build is not None and build.reason is not None:
+            self.found_against_torch(
+                str(canonicalize_name(requirement.name)),
+                f"{sdist.filename}: {build.reason}",
+                build.build_requires,
+            )
+
+    def _read_sdist(self, inp: LockInput, sdist: Sdist) -> SdistBuild:
+        data = request(
+            sdist.url,
+            indexes=inp.indexes,
+            timeout_s=self.options.timeout_s,
+            retries=self.options.retries,
+            limit=SDIST_LIMIT,
+        ).body
+        return read_sdist(data, sdist.filename)
+
+    def sdist_build_requires(
+        self, inp: LockInput, name: str, version: str | None
+    ) -> tuple[str, ...]:
+        """The build requirements of ``name`` ``version``'s sdist (uv's build of it needed
+        torch), read from its pyproject.toml; PEP 517's fallback where it cannot be read."""
+        asked = Requirement(f"{name}=={version}" if version else name)
+        try:
+            sdist = newest_sdist_only(inp.default_index, asked, self.reader(inp), None)
+            if sdist is not None:
+                return self._read_sdist(inp, sdist).build_requires
+        except (CudalockError, FileNotFoundError, ValueError):
+            pass
+        return DEFAULT_BUILD_REQUIRES
+
+    def prepare_torch_builds(self, inp: LockInput) -> None:
+        """uv prepares the sdists found reading torch in an environment with the locked torch
+        (made, or completed, when what it must hold changed)."""
+        wanted = (tuple(self.against_torch), tuple(self.build_requires))
+        if not self.against_torch or wanted == self._torch_builds:
+            return
+        self.uv.no_isolation = list(self.against_torch)
+        self.uv.torch_build_environment(inp, self.build_requires)
+        self._torch_builds = wanted
+
+    def found_against_torch(self, name: str, why: str, build_requires: Sequence[str]) -> None:
+        if name in self.against_torch:
+            return
+        self.against_torch[name] = why
+        for requirement in build_requires:
+            if requirement not in self.build_requires:
+                self.build_requires.append(requirement)
 
     def _family_metadata_ahead(self, pin: PackagePin, reader: Reader) -> Metadata | None:
         """The metadata of a planned family pin on the variant index (torch 2.5.1+cu121), read
@@ -743,7 +914,7 @@ class _Fitter:
                 )
                 changed = True
         changed = self._route_locked_family_pins(uv_lock, inp) or changed
-        built = [name for name in BUILT_AGAINST_TORCH if name in versions]
+        built = [name for name in (*BUILT_AGAINST_TORCH, *self.against_torch) if name in versions]
         self.built = built
         if built:
             for name in self._build_needs(built):
@@ -758,6 +929,7 @@ class _Fitter:
                     self.again.append(f"{name} is in the closure and the variant index builds it")
                     changed = True
             changed = self._fit_closure_extras(uv_lock, inp, pool) or changed
+        changed = self._fit_pairings(versions) or changed
         if not changed:
             # The closure fits the torch family; now what its CUDA-built packages were built for.
             self.builds.indexes = inp.indexes
@@ -765,6 +937,37 @@ class _Fitter:
             changed = self.builds.review(packages)
             if changed:
                 self.again.append("a CUDA-built package's version was built for another CUDA")
+        return changed
+
+    def _fit_pairings(self, versions: Mapping[str, str]) -> bool:
+        """A package that declares no torch requirement but is built against one torch
+        (torchao) is narrowed to the releases the matrix's pairings say accept the plan's
+        torch: uv alone takes the newest (torchao 0.18.0, which needs torch >= 2.11)."""
+        torch = self.plan.torch_pin.version
+        changed = False
+        for name, version in versions.items():
+            if name in self.paired:
+                continue
+            fit = pairing_fit(self.matrix, name, version, torch)
+            if fit is None:
+                continue
+            self.paired[name] = f"{name}{fit.specifier}"
+            rejected = fit.rejected
+            source = rejected.provenance.source[0]
+            if fit.newest is not None:
+                chosen = f"the newest recorded release that accepts torch {torch} is {fit.newest}"
+            else:
+                chosen = (
+                    f"no recorded release accepts torch {torch}, so only releases older than "
+                    "the records remain (their torch is not verified)"
+                )
+            self.notes.append(
+                f"{name} declares no torch requirement, but {name} {version} works with "
+                f"{rejected.torch_text} ({rejected.read_from}; source: {source}): asked for "
+                f"as {self.paired[name]}; {chosen}"
+            )
+            self.again.append(f"{name} {version} is built against another torch")
+            changed = True
         return changed
 
     def _route_locked_family_pins(self, uv_lock: _Answer, inp: LockInput) -> bool:
@@ -936,6 +1139,12 @@ class _Fitter:
                     "built against a CUDA torch"
                 )
             lines.append(f"{', '.join(self.additions)} locked too: {why}")
+        for name, why in self.against_torch.items():
+            lines.append(
+                f"{name} reads the installed torch when built ({why}): uv prepared its metadata "
+                f"without build isolation beside torch {torch}, and it is built last against the "
+                "installed torch (requirements.last.txt)"
+            )
         return lines + self.notes + self.builds.notes
 
 
@@ -984,11 +1193,24 @@ def resolve_closure(
         for _round in range(MAX_ROUNDS):
             inp = fitter.input()
             try:
+                fitter.prepare_torch_builds(inp)
                 text = uv.resolve(inp)
             except NoWheelsForPython:
                 raise  # the Python's doing: no framework probe would say more
             except Unsatisfiable as err:
                 raise _diagnose(fitter, work, err) from None
+            except TorchBuildNeeded as err:
+                fitter.found_against_torch(
+                    err.package,
+                    "uv's isolated build of it failed with No module named 'torch'",
+                    fitter.sdist_build_requires(inp, err.package, err.version),
+                )
+                say(
+                    f"cudalock: resolving again, since {err.package}'s build needs torch: its "
+                    f"metadata is prepared against torch {plan.torch_pin.version}, without "
+                    "build isolation"
+                )
+                continue
             answer = _Answer(read_toml_lock(text, source="uv's pylock.toml"))
             fitter.again.clear()
             if not fitter.review(answer, inp):
@@ -1024,6 +1246,7 @@ def resolve_closure(
             frameworks=fits,
             additions=tuple(fitter.additions),
             notes=tuple(notes),
+            against_torch=tuple(fitter.against_torch),
         )
 
 
@@ -1063,6 +1286,7 @@ def _changes(fitter: _Fitter) -> str:
     ]
     parts += fitter.additions
     parts += fitter.fitted
+    parts += fitter.paired.values()
     parts += fitter.builds.exclusions
     parts += [f"{name} from the variant index" for name in fitter.routed]
     return ", ".join(parts) or "nothing new"
@@ -1079,6 +1303,9 @@ def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockE
     refusal = fitter.builds.refusal()
     if refusal is not None:
         return Unsatisfiable(refusal[0], hint=refusal[1])
+    paired = _pairing_refusal(fitter, original)
+    if paired is not None:
+        return paired
     problems: list[str] = []
     hints: list[str] = []
     for index, (text, requirement) in enumerate(fitter.requirement_frameworks()):
@@ -1096,6 +1323,67 @@ def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockE
     if not problems:
         return original
     return Unsatisfiable("; ".join(problems), hint=sentence("; ".join(hints)))
+
+
+def _pairing_refusal(fitter: _Fitter, original: Unsatisfiable) -> Unsatisfiable | None:
+    """When a package narrowed to the releases its torch pairing accepts (torchao<0.13.0 for
+    torch 2.7.1) is required above them by the closure (unsloth_zoo: torchao>=0.13.0): what
+    requires it, what the releases it accepts are built against, and the torch, verified to
+    run on the targets, that the oldest of them works with."""
+    torch = fitter.plan.torch_pin.version
+    for name, narrowed in fitter.paired.items():
+        # uv: "unsloth-zoo==2026.10.9 depends on torchao>=0.13.0", or "all versions of
+        # unsloth-zoo depend on torchao{<marker>}>=0.13.0".
+        needed = re.search(
+            rf"(\S+) depends? on {re.escape(name)}(?:\{{[^}}]*\}})?((?:[<>=!~]=?[^\s,]+,?)+)",
+            original.message,
+        )
+        if needed is None:
+            continue
+        requirer, spec = needed[1], needed[2].rstrip(",")
+        try:
+            wanted = SpecifierSet(spec)
+        except InvalidSpecifier:
+            continue
+        rows = sorted(fitter.matrix.pairings_of(name), key=lambda p: Version(p.version))
+        accepted = [p for p in rows if wanted.contains(p.version, prereleases=True)]
+        fitting = fitting_releases(fitter.matrix, name, torch)
+        problem = (
+            f"{requirer} requires {name}{spec}, and no such {name} release works with torch "
+            f"{torch}: {name} declares no torch requirement, but is built against one torch "
+            f"({', '.join(f'{p.version}: {p.torch_text}' for p in accepted) or 'none recorded'}"
+            f"; source: {accepted[0].provenance.source[0] if accepted else 'none'}), so the "
+            f"closure asked for {narrowed}"
+            + (f" ({', '.join(fitting)} for torch {torch})" if fitting else "")
+        )
+        hints = []
+        for pairing in accepted:
+            plan = _plan_for_torch(fitter, pairing.torch[0])
+            if plan is not None:
+                hints.append(
+                    f"give --torch '{pairing.torch[0]}' (torch {plan.torch_version}+{plan.variant} "
+                    f"runs here, with {name} {pairing.version})"
+                )
+                break
+        if not hints:
+            hints.append(
+                f"choose a target whose driver runs {accepted[0].torch_text} (for {name} "
+                f"{accepted[0].version}), or a release of {requirer.split('==')[0]} that "
+                f"accepts {name} {', '.join(fitting) or 'releases older than the records'}"
+                if accepted
+                else f"drop the package that requires {name}{spec}"
+            )
+        return Unsatisfiable(problem, hint=sentence(hints[0]))
+    return None
+
+
+def _plan_for_torch(fitter: _Fitter, spec: str) -> Plan | None:
+    """The plan for the same targets and request with torch ``spec``; None when none runs."""
+    request = replace(fitter.request, torch=parse_torch_spec(spec))
+    try:
+        return resolve(fitter.matrix, fitter.plan.targets, request)
+    except Unsatisfiable:
+        return None
 
 
 def _misfit_through(

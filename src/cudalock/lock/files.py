@@ -87,12 +87,18 @@ def lock_texts(closure: Closure, plan: Plan, request: Request) -> dict[str, str]
             python=inp.python,
             platform=inp.platform,
             cudalock_version=__version__,
+            built_last=closure.built_last,
         )
     )
     texts[UV_SETTINGS_FILE] = uv_settings(
-        lock, default_index=inp.default_index, cudalock_version=__version__
+        lock,
+        default_index=inp.default_index,
+        cudalock_version=__version__,
+        built_last=closure.built_last,
     )
-    texts[UV_FIRST_FILE] = uv_first_lock(data, cudalock_version=__version__)
+    texts[UV_FIRST_FILE] = uv_first_lock(
+        data, cudalock_version=__version__, built_last=closure.built_last
+    )
     return texts
 
 
@@ -219,17 +225,23 @@ def check_lock(
     if changes:
         return changes
     default_index = str(record.get("default-index", ""))
+    closure = record.get("closure")
+    listed = closure.get("built-last") if isinstance(closure, dict) else None
+    built_last = [str(n) for n in listed] if isinstance(listed, list) else []
     expected = requirements_files(
         lock,
         default_index=default_index,
         python=recorded.python,
         platform=recorded.platform,
         cudalock_version=__version__,
+        built_last=built_last,
     )
     expected[UV_SETTINGS_FILE] = uv_settings(
-        lock, default_index=default_index, cudalock_version=__version__
+        lock, default_index=default_index, cudalock_version=__version__, built_last=built_last
     )
-    expected[UV_FIRST_FILE] = uv_first_lock(data, cudalock_version=__version__)
+    expected[UV_FIRST_FILE] = uv_first_lock(
+        data, cudalock_version=__version__, built_last=built_last
+    )
     for name, text in expected.items():
         path = output_dir / name
         if not path.exists():

@@ -26,6 +26,7 @@ from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
     canonicalize_name,
+    parse_sdist_filename,
     parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
@@ -135,6 +136,64 @@ def project_releases(index: str, name: str, reader: Reader) -> list[Release]:
     return [best[v][1] for v in sorted(best, reverse=True)]
 
 
+@dataclass(frozen=True)
+class Sdist:
+    """A release published as an sdist only (axolotl): its metadata comes from a build."""
+
+    name: str
+    version: Version
+    url: str
+    filename: str
+
+
+def newest_sdist_only(
+    index: str, requirement: Requirement, reader: Reader, python: str | None
+) -> Sdist | None:
+    """The newest release ``requirement`` allows on ``index`` when it has no wheel at all."""
+    url = f"{index.rstrip('/')}/{canonicalize_name(requirement.name)}/"
+    ctype, body = reader.page(url)
+    if "json" not in ctype and not body.lstrip().startswith(b"{"):
+        return None
+    wheels: set[Version] = set()
+    sdists: dict[Version, tuple[str, str, str | None]] = {}
+    for entry in json.loads(body).get("files", []):
+        if not isinstance(entry, dict) or entry.get("yanked"):
+            continue
+        filename = str(entry.get("filename", ""))
+        try:
+            if filename.endswith(".whl"):
+                wheels.add(parse_wheel_filename(filename)[1])
+            elif filename.endswith((".tar.gz", ".zip")):
+                version = parse_sdist_filename(filename)[1]
+                link = urllib.parse.urljoin(url, str(entry.get("url", "")))
+                sdists[version] = (filename, link, entry.get("requires-python"))
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+    allowed = sorted(
+        (
+            v
+            for v, (_f, _u, needs) in sdists.items()
+            if requirement.specifier.contains(v)
+            and (python is None or _python_allows(needs, python))
+        ),
+        reverse=True,
+    )
+    newest_wheel = max((v for v in wheels if requirement.specifier.contains(v)), default=None)
+    if not allowed or (newest_wheel is not None and newest_wheel >= allowed[0]):
+        return None
+    filename, link, _needs = sdists[allowed[0]]
+    return Sdist(requirement.name, allowed[0], link, filename)
+
+
+def _python_allows(requires_python: str | None, python: str) -> bool:
+    if not requires_python:
+        return True
+    try:
+        return SpecifierSet(requires_python).contains(python.rstrip("t") + ".0")
+    except InvalidSpecifier:
+        return True
+
+
 def release_metadata(release: Release, reader: Reader) -> Metadata | None:
     return cached_wheel_metadata(
         release.wheel_url,
@@ -146,12 +205,7 @@ def release_metadata(release: Release, reader: Reader) -> Metadata | None:
 
 
 def _python_ok(release: Release, python: str) -> bool:
-    if not release.requires_python:
-        return True
-    try:
-        return SpecifierSet(release.requires_python).contains(python.rstrip("t") + ".0")
-    except InvalidSpecifier:
-        return True
+    return _python_allows(release.requires_python, python)
 
 
 def matching(
@@ -536,9 +590,11 @@ __all__ = [
     "FrameworkFit",
     "Release",
     "ReleaseCheck",
+    "Sdist",
     "cuda_build_check",
     "fit_frameworks",
     "matching",
+    "newest_sdist_only",
     "plan_with_frameworks",
     "project_releases",
     "release_metadata",

@@ -317,6 +317,8 @@ def uv_compile_args(
     cache_dir: Path | None,
     no_deps: bool = False,
     offline: bool = False,
+    no_build_isolation: Sequence[str] = (),
+    build_python: str | None = None,
 ) -> list[str]:
     """``uv pip compile`` for the input project (run in its directory, output ``pylock.toml``).
 
@@ -341,7 +343,11 @@ def uv_compile_args(
         "--no-header",
         "--no-python-downloads",
     ]
-    interpreter = build_interpreter(inp.python)
+    # The packages whose build reads the installed torch are prepared in ``build_python``, an
+    # environment holding the locked torch (cudalock.lock.torchbuild).
+    interpreter = build_python or build_interpreter(inp.python)
+    for name in no_build_isolation:
+        args += ["--no-build-isolation-package", name]
     if interpreter is not None:
         args += ["--python", interpreter]
     for name in inp.only_binary:

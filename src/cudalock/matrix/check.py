@@ -85,6 +85,7 @@ def check_matrix(matrix: Matrix) -> list[Problem]:
     problems += _check_gpus(matrix)
     problems += _check_deepspeed(matrix)
     problems += _check_package_builds(matrix)
+    problems += _check_torch_pairings(matrix)
     return problems
 
 
@@ -482,6 +483,27 @@ def _check_deepspeed(matrix: Matrix) -> list[Problem]:
 
 
 _PACKAGE_BUILD_FIELDS = {"package", "version", "cuda", "torch", "read_from"}
+_TORCH_PAIRING_FIELDS = {"package", "version", "torch", "read_from"}
+
+
+def _package_entry(
+    file: str,
+    entry: str,
+    package: str,
+    version: str,
+    provenance: Provenance,
+    fields: set[str],
+    keys: list[tuple[str, object]],
+) -> list[Problem]:
+    """An entry of a per-package table: its provenance and canonical name; its sort key
+    appended to ``keys`` (by package, then version)."""
+    problems = _check_provenance(file, entry, provenance, fields)
+    if canonicalize_name(package) != package:
+        problems.append(Problem(file, entry, "package is not a canonical (PEP 503) name"))
+    parsed = _version(version)
+    if parsed is not None:
+        keys.append((f"{package} {version}", (package, parsed)))
+    return problems
 
 
 def _check_package_builds(matrix: Matrix) -> list[Problem]:
@@ -492,12 +514,15 @@ def _check_package_builds(matrix: Matrix) -> list[Problem]:
     keys: list[tuple[str, object]] = []
     for build in matrix.package_builds:
         entry = f"[[build]] package = {build.package!r} version = {build.version!r}"
-        problems += _check_provenance(file, entry, build.provenance, _PACKAGE_BUILD_FIELDS)
-        if canonicalize_name(build.package) != build.package:
-            problems.append(Problem(file, entry, "package is not a canonical (PEP 503) name"))
-        version = _version(build.version)
-        if version is not None:
-            keys.append((f"{build.package} {build.version}", (build.package, version)))
+        problems += _package_entry(
+            file,
+            entry,
+            build.package,
+            build.version,
+            build.provenance,
+            _PACKAGE_BUILD_FIELDS,
+            keys,
+        )
         if matrix.cuda_major(build.cuda_major) is None:
             problems.append(Problem(file, entry, f"CUDA {build.cuda}: a major cuda.toml lacks"))
         if build.torch is not None:
@@ -518,6 +543,26 @@ def _check_package_builds(matrix: Matrix) -> list[Problem]:
                     )
                 )
     problems += _ordered(file, "[[build]]", keys)
+    return problems
+
+
+def _check_torch_pairings(matrix: Matrix) -> list[Problem]:
+    """torch_pairings.toml: canonical names, sorted by package then version."""
+    file = "torch_pairings.toml"
+    problems: list[Problem] = []
+    keys: list[tuple[str, object]] = []
+    for pairing in matrix.torch_pairings:
+        entry = f"[[pairing]] package = {pairing.package!r} version = {pairing.version!r}"
+        problems += _package_entry(
+            file,
+            entry,
+            pairing.package,
+            pairing.version,
+            pairing.provenance,
+            _TORCH_PAIRING_FIELDS,
+            keys,
+        )
+    problems += _ordered(file, "[[pairing]]", keys)
     return problems
 
 

@@ -51,6 +51,7 @@ from cudalock.matrix.model import (
     PackageBuild,
     Provenance,
     TorchBuild,
+    TorchPairing,
     TorchRelease,
 )
 from cudalock.platforms import PLATFORMS
@@ -362,6 +363,7 @@ _LABELS = {
     "gpu": "name",
     "cuda_check": "deepspeed",
     "build": "package",
+    "pairing": "package",
 }
 
 
@@ -455,6 +457,32 @@ def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = 
                 "cuda_builds.toml", raw.get("cuda_builds.toml", {}), "build", "package"
             )
         ),
+        torch_pairings=tuple(
+            _torch_pairing(e)
+            for e in _entries(
+                "torch_pairings.toml", raw.get("torch_pairings.toml", {}), "pairing", "package"
+            )
+        ),
+    )
+
+
+def _torch_pairing(e: _Entry) -> TorchPairing:
+    torch = e.strs("torch")
+    if not torch:
+        raise e.fail("'torch' must list the torch releases it accepts")
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    for spec in torch:
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            raise e.fail(f"'torch' holds {spec!r}, not a PEP 440 specifier like ==2.10.0") from None
+    return TorchPairing(
+        package=e.req("package"),
+        version=e.version("version"),
+        torch=torch,
+        read_from=e.req("read_from"),
+        provenance=e.provenance(),
     )
 
 

@@ -20,7 +20,7 @@ SCHEMA_VERSION = 1
 
 MATRIX_FILES = ("matrix.toml", "cuda.toml", "torch.toml", "gpus.toml", "deepspeed.toml")
 #: Files a matrix directory may leave out (an older or a user's matrix): read as empty tables.
-OPTIONAL_MATRIX_FILES = ("cuda_builds.toml",)
+OPTIONAL_MATRIX_FILES = ("cuda_builds.toml", "torch_pairings.toml")
 
 
 STATUSES = ("verified", "unverified")
@@ -183,6 +183,35 @@ class PackageBuild:
 
 
 @dataclass(frozen=True)
+class TorchPairing:
+    """The torch releases one release of a package built against torch works with, where the
+    package declares no torch requirement (torchao; torch_pairings.toml)."""
+
+    package: str  # canonical name
+    version: str
+    #: PEP 440 specifiers of torch releases, any one of which it accepts ("==2.10.0").
+    torch: tuple[str, ...]
+    read_from: str
+    provenance: Provenance
+
+    def accepts(self, torch_version: str) -> bool:
+        """Whether it works with ``torch_version`` (its local label ignored, as its check does)."""
+        from packaging.specifiers import SpecifierSet
+
+        public = torch_version.split("+", 1)[0]
+        return any(SpecifierSet(spec).contains(public, prereleases=True) for spec in self.torch)
+
+    @property
+    def torch_text(self) -> str:
+        """The accepted torch releases in words: "torch 2.7.1, 2.6.0 or 2.5.0", "torch >= 2.11"."""
+        exact = [s.removeprefix("==") for s in self.torch if s.startswith("==")]
+        if len(exact) == len(self.torch):
+            head = ", ".join(exact[:-1])
+            return "torch " + (f"{head} or {exact[-1]}" if head else exact[-1])
+        return "torch " + " or ".join(s.replace(">=", ">= ") for s in self.torch)
+
+
+@dataclass(frozen=True)
 class Matrix:
     """The whole compatibility matrix, loaded from compat_matrix/."""
 
@@ -197,6 +226,46 @@ class Matrix:
     deepspeed_cuda_checks: tuple[DeepSpeedCudaCheck, ...]
     directory: Path | None = field(default=None, compare=False)
     package_builds: tuple[PackageBuild, ...] = ()
+    torch_pairings: tuple[TorchPairing, ...] = ()
+
+    def pairings_of(self, name: str) -> tuple[TorchPairing, ...]:
+        """The recorded torch pairings of every release of ``name`` (canonical name)."""
+        return tuple(p for p in self.torch_pairings if p.package == name)
+
+    def pairing(self, name: str, version: str) -> TorchPairing | None:
+        """The recorded torch pairing of ``name`` ``version`` (canonical name), if any."""
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            wanted = Version(version)
+        except InvalidVersion:
+            return None
+        # torchao 0.13.0's second upload is 0.13.0-1 (a post release of the same build).
+        return next(
+            (
+                p
+                for p in self.pairings_of(name)
+                if Version(p.version) == Version(wanted.base_version)
+            ),
+            None,
+        )
+
+    def deepspeed_cuda_check(self, version: str) -> DeepSpeedCudaCheck | None:
+        """The op-builder rule DeepSpeed ``version`` follows (None: no rule covers it)."""
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            parsed = Version(version)
+        except InvalidVersion:
+            return None
+        for check in self.deepspeed_cuda_checks:
+            try:
+                if parsed in SpecifierSet(check.deepspeed):
+                    return check
+            except InvalidSpecifier:
+                continue
+        return None
 
     def package_build(self, name: str, version: str) -> PackageBuild | None:
         """The recorded CUDA build of PyPI's ``name`` ``version`` (canonical name), if any."""

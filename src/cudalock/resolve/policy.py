@@ -6,8 +6,11 @@ toolkit on such a node is 12.x and every extension built against torch (DeepSpee
 flash-attn, apex) needs torch's CUDA major to match it, and Hopper features need CUDA 12. An
 older major is chosen only when no build of the driver's major fits the target and the request;
 ``--cuda`` pins a build and bypasses the policy. When the target has a CUDA toolkit (nvcc,
-CUDA_HOME) and the stack builds against CUDA, the build whose CUDA the toolkit matches comes
-first (exactly, else its major).
+CUDA_HOME) and the stack builds against CUDA, the builds the toolkit can build against come first,
+by the checks the builds make (:class:`ToolkitRule`): torch's cpp_extension (flash-attn, apex,
+DeepSpeed's JIT ops) refuses a torch of another CUDA major and only warns on another minor, so
+any build of the toolkit's major will do; DeepSpeed's op builder also refuses another minor
+unless both versions are in its ``cuda_minor_mismatch_ok`` list (compat_matrix/deepspeed.toml).
 
 The resolver searches once per preference, in order, and takes the first that finds a plan; the
 best candidate a preference passed over is the plan's alternative, with the reason in words.
@@ -19,18 +22,23 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from cudalock.errors import InputError
-from cudalock.matrix import TorchBuild
+from cudalock.matrix import Matrix, TorchBuild
 from cudalock.model import Target
 from cudalock.request import Request
 from cudalock.versions import CudaVersion, format_cuda, parse_cuda_version
 
 __all__ = [
     "CudaPreference",
+    "ToolkitRule",
     "builds_against_cuda",
     "cuda_preferences",
     "declined_reason",
     "target_toolkit",
+    "toolkit_rule",
 ]
 
 #: Packages that compile CUDA code against the installed torch (at install time or as JIT ops):
@@ -44,6 +52,61 @@ CUDA_BUILDING_PACKAGES = {
 _NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?=\s*(?:$|[\[<>=!~;@ ]))")
 
 
+#: What judges the toolkit against torch's CUDA when the stack compiles CUDA against torch:
+#: - torch's cpp_extension, for every CUDA extension build (flash-attn, apex, DeepSpeed's JIT
+#:   ops): ``_check_cuda_version`` raises ``CUDA_MISMATCH_MESSAGE`` when nvcc's major differs
+#:   from ``torch.version.cuda``'s and only logs ``CUDA_MISMATCH_WARN`` when the minor does
+#:   (https://github.com/pytorch/pytorch/blob/main/torch/utils/cpp_extension.py,
+#:   ``_check_cuda_version``);
+#: - DeepSpeed's op builder: ``assert_no_cuda_mismatch`` in op_builder/builder.py passes equal
+#:   major.minor, and another minor only when both versions are in its
+#:   ``cuda_minor_mismatch_ok[major]``; anything else raises CUDAMismatchException unless
+#:   DS_SKIP_CUDA_CHECK=1 (the lists per release, with their sdists: compat_matrix/deepspeed.toml).
+CPP_EXTENSION_RULE = "torch's cpp_extension refuses a torch of another CUDA major"
+
+
+@dataclass(frozen=True)
+class ToolkitRule:
+    """Which torch CUDA builds the machine's toolkit can build the stack's extensions against."""
+
+    toolkit: CudaVersion
+    #: What compiles against torch, in words ("DeepSpeed's ops, flash-attn").
+    building: str
+    #: DeepSpeed's op builder in the stack: its release and the versions its list allows beside
+    #: the toolkit's major (None: no DeepSpeed; an empty list: it allows no other minor).
+    deepspeed: tuple[str, tuple[CudaVersion, ...]] | None = None
+
+    def accepts(self, cuda: CudaVersion) -> bool:
+        if cuda[0] != self.toolkit[0]:
+            return False  # cpp_extension raises on another major
+        if self.deepspeed is None or cuda == self.toolkit:
+            return True  # cpp_extension only warns on another minor
+        allowed = self.deepspeed[1]
+        return self.toolkit in allowed and cuda in allowed
+
+    @property
+    def exact_only(self) -> bool:
+        """Only the toolkit's own CUDA: DeepSpeed's list does not name the toolkit's minor."""
+        return self.deepspeed is not None and self.toolkit not in self.deepspeed[1]
+
+    def reason(self) -> str:
+        """Why the toolkit takes the builds it takes, in words."""
+        toolkit = format_cuda(self.toolkit)
+        if self.deepspeed is None:
+            return f"{CPP_EXTENSION_RULE} and only warns on another minor"
+        release, allowed = self.deepspeed
+        if self.exact_only:
+            return (
+                f"DeepSpeed {release}'s op builder accepts no other minor beside it (its list "
+                f"does not name {toolkit})"
+            )
+        listed = ", ".join(format_cuda(cuda) for cuda in allowed)
+        return (
+            f"DeepSpeed {release}'s op builder accepts another CUDA {self.toolkit[0]} minor "
+            f"when both are in its list: {listed}"
+        )
+
+
 @dataclass(frozen=True)
 class CudaPreference:
     """One pass of the search: the CUDA builds it takes, and why in words."""
@@ -55,17 +118,57 @@ class CudaPreference:
     why: str
     #: The toolkit this preference follows (None: the driver's).
     toolkit: CudaVersion | None = None
+    #: The toolkit's rule, when this preference takes what it builds against.
+    rule: ToolkitRule | None = None
+
+    def accepts_cuda(self, cuda: CudaVersion) -> bool:
+        if self.exact is not None:
+            return cuda == self.exact
+        if self.rule is not None:
+            return self.rule.accepts(cuda)
+        return cuda[0] == self.major
 
     def accepts(self, build: TorchBuild) -> bool:
-        if build.cuda is None:
-            return True
-        if self.exact is not None:
-            return build.cuda == self.exact
-        return build.cuda[0] == self.major
+        return build.cuda is None or self.accepts_cuda(build.cuda)
 
     def describe(self) -> str:
         wanted = format_cuda(self.exact) if self.exact else f"{self.major}.x"
         return f"CUDA {wanted}, {self.why}"
+
+
+def _deepspeed_requested(request: Request) -> SpecifierSet | bool | None:
+    """The DeepSpeed the request names: its specifier (None: any version); False: none."""
+    for companion in request.with_packages:
+        if re.sub(r"[-_.]+", "-", companion.name).lower() == "deepspeed":
+            return companion.specifier
+    for framework in request.frameworks:
+        if framework.requirement is not None and framework.requirement.name.lower() == "deepspeed":
+            return framework.requirement.specifier or None
+    return False
+
+
+def toolkit_rule(
+    toolkit: CudaVersion, building: str, request: Request, matrix: Matrix | None
+) -> ToolkitRule:
+    """The rule for ``toolkit`` and the stack: with DeepSpeed, the list of the newest release
+    in the matrix the request allows (the one resolve pairs with a current torch)."""
+    wanted = _deepspeed_requested(request)
+    if wanted is False or matrix is None:
+        return ToolkitRule(toolkit, building)
+    releases = []
+    for release in matrix.deepspeed:
+        try:
+            version = Version(release.version)
+        except InvalidVersion:
+            continue
+        if wanted is None or (isinstance(wanted, SpecifierSet) and version in wanted):
+            releases.append((version, release.version))
+    if not releases:
+        return ToolkitRule(toolkit, building, ("(unknown)", ()))
+    newest = max(releases)[1]
+    check = matrix.deepspeed_cuda_check(newest)
+    allowed = check.minor_mismatch_ok.get(toolkit[0], ()) if check is not None else ()
+    return ToolkitRule(toolkit, building, (newest, tuple(allowed)))
 
 
 def builds_against_cuda(request: Request) -> str | None:
@@ -109,6 +212,7 @@ def cuda_preferences(
     driver_cuda: CudaVersion | None,
     targets: Sequence[Target],
     request: Request,
+    matrix: Matrix | None = None,
 ) -> tuple[CudaPreference, ...]:
     """The passes the search makes before taking any build that runs, most preferred first."""
     if request.cuda is not None or driver_cuda is None:
@@ -119,9 +223,16 @@ def cuda_preferences(
     if toolkit is not None and building is not None:
         cuda, where = toolkit
         subject = f"the CUDA {format_cuda(cuda)} toolkit{f' at {where}' if where else ''}"
-        why = f"the one {subject} matches, which builds {building} against torch"
-        preferences.append(CudaPreference(cuda[0], cuda, why, cuda))
-        preferences.append(CudaPreference(cuda[0], None, f"the major {subject} matches", cuda))
+        rule = toolkit_rule(cuda, building, request, matrix)
+        if rule.exact_only:
+            why = f"the one {subject} matches, for {building} ({rule.reason()})"
+            preferences.append(CudaPreference(cuda[0], cuda, why, cuda, rule))
+        else:
+            why = f"the builds {subject} is compatible with for {building} ({rule.reason()})"
+            preferences.append(CudaPreference(cuda[0], None, why, cuda, rule))
+        if rule.deepspeed is not None:
+            # Extensions other than DeepSpeed's still build against any build of the major.
+            preferences.append(CudaPreference(cuda[0], None, f"the major {subject} matches", cuda))
     own = CudaPreference(
         driver_cuda[0],
         None,
@@ -143,16 +254,22 @@ def declined_reason(
     cuda = format_cuda(build.cuda)
     if preference.toolkit is not None:
         toolkit = format_cuda(preference.toolkit)
+        rule = preference.rule
         if build.cuda[0] != preference.toolkit[0]:
             consequence = (
                 f"the CUDA {toolkit} toolkit cannot build {building or 'extensions'} against "
-                f"a CUDA {build.cuda[0]} torch"
+                f"a CUDA {build.cuda[0]} torch ({CPP_EXTENSION_RULE})"
+            )
+        elif rule is not None and rule.deepspeed is not None:
+            consequence = (
+                f"its CUDA {cuda} does not match the CUDA {toolkit} toolkit, and DeepSpeed "
+                f"{rule.deepspeed[0]}'s op builder refuses that minor mismatch (unless "
+                "DS_SKIP_CUDA_CHECK=1)"
             )
         else:
             consequence = (
                 f"its CUDA {cuda} does not match the CUDA {toolkit} toolkit that builds "
-                f"{building or 'extensions'} against torch (DeepSpeed refuses some minor "
-                "mismatches)"
+                f"{building or 'extensions'} against torch"
             )
         return f"{consequence}; --cuda {cuda} chooses it"
     node = f"this CUDA {format_cuda(driver_cuda)} node" if driver_cuda else "this node"

@@ -161,7 +161,7 @@ class _Search:
         #: The choice policy's passes (resolve/policy.py), most preferred first; the search
         #: takes the first that finds a plan, then any build that runs.
         self.driver_cuda = fleet.lowest_cuda(matrix) if fleet.has_driver else None
-        self.preferences = cuda_preferences(self.driver_cuda, self.targets, request)
+        self.preferences = cuda_preferences(self.driver_cuda, self.targets, request, matrix)
         self.preference: CudaPreference | None = None
         #: Builds that would run but the pass's preference passed over, newest first.
         self.declined: list[_Choice] = []
@@ -221,9 +221,7 @@ class _Search:
         """The newest rejection of a build the preference takes: why it found nothing."""
         for rejection in self.rejected:
             cuda = cuda_from_variant(rejection.variant)
-            if cuda is not None and (
-                cuda == preference.exact if preference.exact else cuda[0] == preference.major
-            ):
+            if cuda is not None and preference.accepts_cuda(cuda):
                 return rejection
         return None
 
