@@ -27,7 +27,6 @@ from packaging.utils import canonicalize_name
 from cudalock.errors import EnvironmentFailure
 from cudalock.sharedlibs import NotElf, cuda_majors, needed_libraries
 from cudalock.versions import CudaVersion, cuda_from_variant, format_cuda, parse_cuda_version
-from cudalock.wheelzip import MemberReader, open_wheel
 
 __all__ = [
     "EXTENSION_LIMIT",
@@ -201,6 +200,9 @@ def read_wheel_build(
     """What the wheel at ``url`` of ``name`` ``version`` (whose Requires-Dist is
     ``requires_dist``) says it was built for, reading as little of it as it can. None when it
     says nothing; ``FileNotFoundError`` for a 404, EnvironmentFailure for a failed read."""
+    # HTTP (http.client, urllib) only when a wheel is read: a warm lock reads none.
+    from cudalock.wheelzip import MemberReader, open_wheel
+
     archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
     with archive:
         infos = archive.infolist()
