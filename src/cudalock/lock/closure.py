@@ -52,6 +52,7 @@ from cudalock.lock.frameworks import (
     project_releases,
     release_metadata,
     torch_specifier,
+    with_framework,
 )
 from cudalock.lock.http import cache_disabled, request
 from cudalock.lock.metadata import (
@@ -1157,8 +1158,12 @@ def resolve_closure(
     echo: Echo | None = None,
     matrix: Matrix | None = None,
     only_binary: Sequence[str] = (),
+    verify_hints: bool = True,
 ) -> Closure:
     """Resolve the whole closure of ``plan`` and ``request`` with uv, fitted to the torch.
+
+    ``verify_hints``: a refusal's next step is resolved (with this function) before it is
+    named; off for that resolution itself.
 
     ``matrix`` (default: the shipped one or ``CUDALOCK_MATRIX``) judges the CUDA its CUDA-built
     packages were built for against the targets' drivers.
@@ -1198,7 +1203,7 @@ def resolve_closure(
             except NoWheelsForPython:
                 raise  # the Python's doing: no framework probe would say more
             except Unsatisfiable as err:
-                raise _diagnose(fitter, work, err) from None
+                raise _diagnose(fitter, work, err, verify_hints=verify_hints) from None
             except TorchBuildNeeded as err:
                 fitter.found_against_torch(
                     err.package,
@@ -1296,11 +1301,35 @@ def _changes(fitter: _Fitter) -> str:
 # When nothing fits
 
 
-def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockError:
+def _recorded_fit_verifier(fitter: _Fitter) -> Callable[[str, str, str], str | None]:
+    """Resolves ``--framework 'name==version' --torch torch`` (a next step read from
+    cuda_builds.toml) as ``lock`` would: None when it resolves, else why not."""
+
+    def verify(name: str, version: str, torch: str) -> str | None:
+        request = with_framework(
+            replace(fitter.request, torch=parse_torch_spec(f"=={torch}")),
+            name,
+            f"{name}=={version}",
+        )
+        try:
+            plan = resolve(fitter.builds.matrix, fitter.plan.targets, request)
+            resolve_closure(
+                plan, request, fitter.options, matrix=fitter.builds.matrix, verify_hints=False
+            )
+        except CudalockError as err:
+            return err.message
+        return None
+
+    return verify
+
+
+def _diagnose(
+    fitter: _Fitter, work: Path, original: Unsatisfiable, *, verify_hints: bool = True
+) -> CudalockError:
     """The framework whose newest matching release needs another torch, by name; else uv's own
     explanation. Versions excluded for the CUDA they were built for come first: without them
     uv had a solution."""
-    refusal = fitter.builds.refusal()
+    refusal = fitter.builds.refusal(_recorded_fit_verifier(fitter) if verify_hints else None)
     if refusal is not None:
         return Unsatisfiable(refusal[0], hint=refusal[1])
     paired = _pairing_refusal(fitter, original)
