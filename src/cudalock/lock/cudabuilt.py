@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
-import zipfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from packaging.pylock import Package
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from cudalock.errors import CudalockError, EnvironmentFailure, InputError, sentence
+from cudalock.errors import CudalockError, InputError, sentence
 from cudalock.fsutil import read_bounded, write_atomic
 from cudalock.lock.metadata import Metadata, fetch_metadata
 from cudalock.matrix import Matrix
@@ -38,32 +37,20 @@ from cudalock.resolve.compat import driver_verdict
 from cudalock.resolve.cudabuilt import (
     BuiltFor,
     first_known,
-    from_cpp_lib,
     from_label,
     from_matrix,
-    from_needed,
-    from_per_cuda_extensions,
-    from_requirements,
     mismatch,
 )
-from cudalock.sharedlibs import NotElf, needed_libraries
 from cudalock.urls import redact
-from cudalock.wheelzip import MemberReader, open_wheel
+from cudalock.wheelbuild import read_wheel_build
 
 __all__ = [
-    "EXTENSION_LIMIT",
-    "MAX_EXTENSIONS",
     "PARALLEL_READS",
     "BuildCheck",
     "Rejected",
     "built_against_torch_or_cuda",
-    "read_wheel_build",
 ]
 
-#: Extensions read per wheel, smallest first: one that needs a CUDA library settles it.
-MAX_EXTENSIONS = 4
-#: An extension is decompressed only up to its dynamic section, at most this far.
-EXTENSION_LIMIT = 128 * 2**20
 #: Wheels read at the same time.
 PARALLEL_READS = 8
 
@@ -149,52 +136,6 @@ def _cache_write(sha256: str | None, built: BuiltFor | None) -> None:
         pass  # a read-only home only costs reading the wheel again
 
 
-def read_wheel_build(
-    package: Package,
-    metadata: Metadata,
-    url: str,
-    *,
-    indexes: Sequence[str],
-    timeout_s: float,
-    retries: int,
-) -> BuiltFor | None:
-    """What the wheel at ``url`` says it was built for, reading as little of it as it can."""
-    name, version = str(package.name), str(package.version)
-    archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
-    with archive:
-        infos = archive.infolist()
-        for info in infos:
-            if info.filename.count("/") == 1 and info.filename.endswith("/cpp_lib.json"):
-                text = archive.read(info).decode("utf-8", "replace")
-                found = from_cpp_lib(name, version, text, info.filename)
-                if found is not None:
-                    return found
-        per_cuda = from_per_cuda_extensions(name, version, [i.filename for i in infos])
-        if per_cuda is not None:
-            return per_cuda
-        extensions = sorted(
-            (
-                i
-                for i in infos
-                if i.filename.endswith(".so") or ".so." in i.filename.rsplit("/", 1)[-1]
-            ),
-            key=lambda i: (i.file_size, i.filename),
-        )
-        needed = []
-        for info in extensions[:MAX_EXTENSIONS]:
-            reader = MemberReader(archive, info.filename, EXTENSION_LIMIT)
-            try:
-                needed.append((info.filename, needed_libraries(reader)))
-            except (NotElf, EnvironmentFailure, zipfile.BadZipFile):
-                continue
-            finally:
-                reader.close()
-            found = from_needed(name, version, needed[-1:])
-            if found is not None:
-                return found
-    return from_requirements(name, version, metadata.requires_dist)
-
-
 @dataclass(frozen=True)
 class Rejected:
     """A locked version excluded for the CUDA it was built for."""
@@ -229,15 +170,17 @@ class BuildCheck:
             for name, rejected in self.rejected.items()
         )
 
-    def _built_for(self, package: Package) -> BuiltFor | None:
+    def _known_build(self, package: Package) -> tuple[bool, BuiltFor | None]:
+        """(known, what it was built for) without the network: from its version's label, the
+        matrix or the local cache; known False when its wheel must be read."""
         name, version = str(canonicalize_name(package.name)), str(package.version)
         labelled = from_label(name, version)
         if labelled is not None:
-            return labelled
+            return True, labelled
         wheel = _binary_wheel(package)
         if wheel is None:
-            return None
-        url, sha256 = wheel
+            return True, None
+        _url, sha256 = wheel
         recorded = from_matrix(self.matrix, name, version)
         entry = self.matrix.package_build(name, version)
         # The matrix read this very file (its sources name the sha256): no need to again.
@@ -247,15 +190,24 @@ class BuildCheck:
             and sha256
             and any(f"sha256:{sha256}" in source for source in entry.provenance.source)
         ):
-            return recorded
+            return True, recorded
         known, cached = _cache_read(sha256)
         if known:
-            return first_known((cached, recorded))
+            return True, first_known((cached, recorded))
         if self.offline:
-            return recorded
+            return True, recorded
+        return False, None
+
+    def _read_build(self, package: Package) -> BuiltFor | None:
+        """What ``package``, not known without the network, was built for: its wheel read."""
+        wheel = _binary_wheel(package)
+        if wheel is None:
+            return None
+        url, sha256 = wheel
         read = self._read(package, url)
         _cache_write(sha256, read)
-        return first_known((read, recorded))
+        name, version = str(canonicalize_name(package.name)), str(package.version)
+        return first_known((read, from_matrix(self.matrix, name, version)))
 
     def _read(self, package: Package, url: str) -> BuiltFor | None:
         name, version = str(canonicalize_name(package.name)), str(package.version)
@@ -269,8 +221,9 @@ class BuildCheck:
             return None
         try:
             return read_wheel_build(
-                package,
-                metadata,
+                name,
+                version,
+                metadata.requires_dist,
                 url,
                 indexes=self.indexes,
                 timeout_s=self.timeout_s,
@@ -293,9 +246,20 @@ class BuildCheck:
             and p.version is not None
             and (str(canonicalize_name(p.name)), str(p.version)) not in self.builds
         ]
-        with ThreadPoolExecutor(max_workers=PARALLEL_READS) as pool:
-            for package, built in zip(todo, pool.map(self._built_for, todo), strict=True):
+        # What is known without the network is looked up in this thread (a pool's hand-offs
+        # cost more than a small file); only the wheels to read go to the pool.
+        unread = []
+        for package in todo:
+            known, built = self._known_build(package)
+            if known:
                 self.builds[(str(canonicalize_name(package.name)), str(package.version))] = built
+            else:
+                unread.append(package)
+        if unread:
+            with ThreadPoolExecutor(max_workers=PARALLEL_READS) as pool:
+                for package, built in zip(unread, pool.map(self._read_build, unread), strict=True):
+                    key = (str(canonicalize_name(package.name)), str(package.version))
+                    self.builds[key] = built
         torch = self.plan.torch_pin.version
         torch_cuda = self.plan.cuda
         changed = False
