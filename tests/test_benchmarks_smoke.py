@@ -6,9 +6,12 @@ that produced it, and writes its table; the figures themselves are for ``benchma
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -102,3 +105,38 @@ def test_bad_arguments_exit_2_without_writing(tmp_path: Path) -> None:
     assert table == ""
     done, _ = run_benchmarks(tmp_path, "--only", "no-such-case")
     assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+def load_runner() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("benchmarks_run", RUNNER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["benchmarks_run"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_missed_goals_say_what_stands_between_and_peaks_are_figures(tmp_path: Path) -> None:
+    run = load_runner()
+    lock = run.Figure(name="lock", what="lock", compared_with="uv", goal="≤ 1.3× its time")
+    ours = run.Series("cudalock lock (second run)", "cudalock lock ...")
+    theirs = run.Series("uv pip compile", "uv pip compile ...")
+    for seconds, peak in ((0.5, 40 * 2**20), (0.6, 42 * 2**20)):
+        ours.record(seconds, peak)
+        theirs.record(seconds / 10, 30 * 2**20)
+    lock.series, lock.value, lock.met = [ours, theirs], 10.0, False
+    lock.between = "the goal allows 71.5 ms; Python's start-up alone takes 20.0 ms"
+    audit = run.Figure(name="audit", what="audit", compared_with="collect_env", goal="≥ 15×")
+    audit.skipped = "no venv with real torch"
+    figures = [lock, audit]
+    figures += run.memory_figures(figures)
+    ctx = run.Context(
+        venv=VENV, work=tmp_path, repeat=2, setup=False, fleet_size=1, env=dict(os.environ)
+    )
+    table = run.render(figures, ctx, "python benchmarks/run.py", "0.00, 0.00, 0.00")
+    assert "## What stands between each missed goal and its figure" in table
+    assert "- **1. lock**: the goal allows 71.5 ms; Python's start-up alone takes 20.0 ms" in table
+    row = figure_row(table, "peak memory of `cudalock lock`")
+    assert "| 42 MiB | 30 MiB |" in row and row.endswith("| reported |")
+    # A skipped figure misses nothing: no line of its own there.
+    assert "**2. audit**" not in table

@@ -35,6 +35,8 @@ __all__ = [
     "PIPE_READ_SECONDS",
     "SECRET_MODE",
     "append_log",
+    "bound_directory",
+    "cache_disabled",
     "credentials_note",
     "cudalock_cache_dir",
     "current_umask",
@@ -290,6 +292,32 @@ def cudalock_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/cudalock``, else ``~/.cache/cudalock``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "cudalock"
+
+
+def cache_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """``CUDALOCK_NO_CACHE`` set (to anything but empty or 0) turns cudalock's caches off: index
+    pages, wheels' metadata, the parsed matrix (not built wheels: CUDALOCK_NO_WHEEL_CACHE)."""
+    value = (environ if environ is not None else os.environ).get("CUDALOCK_NO_CACHE", "")
+    return value not in ("", "0")
+
+
+def bound_directory(directory: Path, entries: int, *, suffix: str) -> None:
+    """Keep at most ``entries`` files ending in ``suffix`` in the cache ``directory``: the
+    oldest written go first. Entries of a content-keyed cache never change, so the oldest
+    written is the one least likely to be asked for again; one removed is only read again."""
+    try:
+        with os.scandir(directory) as listing:
+            found = [
+                (entry.stat().st_mtime, entry.path)
+                for entry in listing
+                if entry.name.endswith(suffix) and entry.is_file(follow_symlinks=False)
+            ]
+    except OSError:
+        return
+    found.sort()
+    for _mtime, path in found[: max(0, len(found) - entries)]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def write_atomic(

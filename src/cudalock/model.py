@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cudalock.errors import sentence
 from cudalock.request import Compat
 from cudalock.versions import (
     ComputeCapability,
@@ -230,8 +231,9 @@ class Rejection:
 
     @property
     def fix(self) -> str | None:
-        """The fixes in words, alternatives joined by "or" (None: nothing would help)."""
-        return " or ".join(f.text for f in self.fixes) or None
+        """The fixes in words, alternatives joined by "or", as a sentence (None: nothing would
+        help)."""
+        return sentence(" or ".join(f.text for f in self.fixes)) or None
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -24,7 +24,13 @@ from tests.support.wheels import StandIn, torch_standin
 
 TARGET = ["--driver-version", "535.104.05", "--compute-capability", "8.0"]
 REQUEST = ["--torch", "==2.1.0", "--python", "3.11"]
-LOCK_FILES = ["pylock.toml", "requirements.last.txt", "requirements.lock.txt", "uv-install.toml"]
+LOCK_FILES = [
+    "pylock.first.toml",
+    "pylock.toml",
+    "requirements.last.txt",
+    "requirements.lock.txt",
+    "uv-install.toml",
+]
 
 
 @pytest.fixture(scope="module")

@@ -78,6 +78,10 @@ def test_every_hint_a_failing_command_prints_is_a_sentence(
     assert "Traceback" not in done.stderr
     for hint in hints_of(done.stderr):
         assert_sentence(hint)
+    # The nearest candidates' fixes are next steps too.
+    for line in done.stderr.splitlines():
+        if line.startswith("    fix: "):
+            assert_sentence(line.removeprefix("    fix: "))
     # The --json failure object carries the same hint.
     if args[0] == "resolve" and done.returncode == 1:
         document = json.loads(cudalock(*args, "--matrix", known_matrix_dir, "--json").stdout)

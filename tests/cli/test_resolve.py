@@ -53,7 +53,7 @@ def test_json_plan(known_matrix_dir: Path) -> None:
         "variant": "cu132",
         "reason": "torch 2.15.0+cu132: CUDA 13.2 needs driver ≥ 595.45.04; "
         "driver 570.86.15 supports CUDA 12.8",
-        "fix": "upgrade to driver ≥ 595.45.04",
+        "fix": "Upgrade to driver ≥ 595.45.04.",
         "fixes": [
             {
                 "changes": [{"kind": "driver", "value": "595.45.04"}],

@@ -29,7 +29,13 @@ pytestmark = pytest.mark.slow
 
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 USER, TOKEN = "alice", "ghp_SECRETTOKEN"
-LOCK_FILES = ["pylock.toml", "requirements.last.txt", "requirements.lock.txt", "uv-install.toml"]
+LOCK_FILES = [
+    "pylock.first.toml",
+    "pylock.toml",
+    "requirements.last.txt",
+    "requirements.lock.txt",
+    "uv-install.toml",
+]
 #: What one bootstrap --format venv writes: the environment files and the lock, together.
 VENV_FILES = sorted(
     ["constraints.txt", "cudalock.toml", "install.sh", "requirements.txt", *LOCK_FILES]

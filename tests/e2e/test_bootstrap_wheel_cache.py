@@ -33,15 +33,9 @@ TORCH = ["torch===2.1.0"]
 
 BUILD_LOGGER = """
 import os as _os
-_parent = open("/proc/%d/cmdline" % _os.getppid(), "rb").read().split(b"\\0")
-# The builds of install.sh's build step (its installer reads requirements.last.txt). uv's
-# install of pylock.toml in the step before builds the sdist too, in its own build environment,
-# where its own cache keeps the wheel.
-if (
-    torch_available
-    and _os.environ.get("STANDIN_BACKEND_HOOK") == "build_wheel"
-    and b"requirements.last.txt" in _parent
-):
+# Every build of the wheel, whichever installer runs it: install.sh's first step installs
+# pylock.first.toml, which leaves DeepSpeed to the build step, so only that step builds it.
+if torch_available and _os.environ.get("STANDIN_BACKEND_HOOK") == "build_wheel":
     with open(_os.environ["STANDIN_BUILD_LOG"], "a") as _log:
         _log.write(torch.__version__ + "\\n")
 """

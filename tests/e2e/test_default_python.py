@@ -172,6 +172,10 @@ def test_bootstrap_json_and_every_format_carry_the_same_python(
         assert plan["python_reason"].startswith(f"Python {RUNNING}: the newest for which")
         assert any(plan["python_reason"] == line for line in plan["explanation"])
     assert f"python={RUNNING}" in (tmp_path / "conda" / "environment.yml").read_text()
+    assert f'python = "{RUNNING}.*"' in (tmp_path / "pixi" / "pixi.toml").read_text()
+    # lock --check finds bootstrap's lock current: the Python it chose is recorded there.
+    check = cudalock("lock", "-o", tmp_path / "conda", "--check", cwd=tmp_path, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 @older_than_torchs_newest

@@ -497,6 +497,7 @@ def test_index_failure_exits_3_and_leaves_the_previous_lock(
         "requirements.lock.txt",
         "requirements.last.txt",
         "uv-install.toml",
+        "pylock.first.toml",
         "cudalock.toml",  # the flags, remembered
     }
     index.fail("/pypi/simple/*", status=500)
@@ -707,3 +708,24 @@ def test_check_fails_naming_a_newer_matrix(
     )
     assert done.returncode == 1
     assert f"the compatibility matrix changed: {shipped} → 2099-01-01" in done.stderr
+
+
+def test_a_second_lock_reads_what_cudalock_needs_from_its_caches(
+    index: IndexServer, tmp_path: Path, uv_cache: Path
+) -> None:
+    """With its caches on, a lock done again asks the indexes for nothing cudalock itself
+    reads (the variant index's project list, wheels' metadata), and makes the same lock."""
+    # The caches on, in this test's own directory (a stand-in index's port can be reused).
+    env = {k: v for k, v in offline_env().items() if k != "CUDALOCK_NO_CACHE"}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    first = lock(index, tmp_path, cache=uv_cache, env=env)
+    assert first.returncode == 0, first.stderr
+    assert index.requested("*.metadata")  # read once, and kept
+    before = len(index.requests)
+    second = lock(index, tmp_path, cache=uv_cache, env=env)
+    assert second.returncode == 0, second.stderr
+    after = [path for _method, path, _status in index.requests[before:]]
+    assert [p for p in after if p.endswith(".metadata") or p == "/whl/cu121/"] == []
+    assert (tmp_path / "pylock.toml").read_text(encoding="utf-8").count("[[packages]]") == len(
+        EXPECTED
+    )

@@ -30,7 +30,13 @@ pytestmark = pytest.mark.slow
 
 USER, PASSWORD = "alice", "pa55/w@rd"
 #: The lock files one ``cudalock lock`` writes.
-LOCK_FILES = ["pylock.toml", "requirements.last.txt", "requirements.lock.txt", "uv-install.toml"]
+LOCK_FILES = [
+    "pylock.first.toml",
+    "pylock.toml",
+    "requirements.last.txt",
+    "requirements.lock.txt",
+    "uv-install.toml",
+]
 #: What a lock with Target and Request flags writes: the lock files and the spec remembering
 #: the flags.
 WRITTEN = sorted(["cudalock.toml", *LOCK_FILES])

@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 
 from cudalock.errors import EnvironmentFailure, InputError, Unsatisfiable, UsageError
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
-from cudalock.lock.installfiles import requirements_files, uv_settings
+from cudalock.lock.installfiles import requirements_files, uv_first_lock, uv_settings
 from cudalock.lock.names import LOCK_FILES
 from cudalock.lock.pylock import finalize_lock, is_ours, lock_record, parse_lock, state_of
 from cudalock.lock.uv import find_uv, run_uv, uv_environment
@@ -466,7 +466,7 @@ def test_invalid_locks_are_input_errors(text: str, problem: str) -> None:
 
 def test_is_ours_tells_cudalock_files_from_others(tmp_path: Path) -> None:
     text, inp = finalized()
-    lock, _data = parse_lock(text, source="test")
+    lock, data = parse_lock(text, source="test")
     texts = {"pylock.toml": text}
     texts |= requirements_files(
         lock,
@@ -478,9 +478,11 @@ def test_is_ours_tells_cudalock_files_from_others(tmp_path: Path) -> None:
     texts["uv-install.toml"] = uv_settings(
         lock, default_index=inp.default_index, cudalock_version="9.9"
     )
+    texts["pylock.first.toml"] = uv_first_lock(data, cudalock_version="9.9")
     assert sorted(texts) == sorted(LOCK_FILES)
     foreign = {
         "pylock.toml": 'lock-version = "1.0"\ncreated-by = "pip"\n',
+        "pylock.first.toml": 'lock-version = "1.0"\ncreated-by = "pip"\n',
         "requirements.lock.txt": "torch==2.1.0\n",
         "requirements.last.txt": "deepspeed\n",
         "uv-install.toml": "# mine\n[pip]\nno-build-isolation = true\n",

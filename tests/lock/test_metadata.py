@@ -6,16 +6,27 @@ Provides-Extra of transformers, datasets, llamafactory, peft, ...: the rule is c
 
 from __future__ import annotations
 
-import pytest
+import os
+from pathlib import Path
 
+import pytest
+from packaging.pylock import Package, PackageWheel
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from cudalock.fsutil import bound_directory
 from cudalock.lock.metadata import (
     Metadata,
     describe,
     family_requirements,
+    fetch_metadata,
     marker_environment,
+    stored_metadata,
     torch_extras,
 )
+from tests.conftest import ServeIndexes
 from tests.support.realstack import load_recording
+from tests.support.wheels import StandIn
 
 LINUX_311 = marker_environment("3.11", "linux-x86_64")
 
@@ -86,3 +97,78 @@ def test_metadata_is_read_from_core_metadata_text() -> None:
     metadata = Metadata.parse(text)
     assert metadata.provides_extra == ("torch",)
     assert torch_extras(metadata, LINUX_311) == ("torch",)
+
+
+# --------------------------------------------------------------------------------------------
+# The metadata cache (real HTTP on 127.0.0.1)
+
+PEFT = StandIn("peft", "0.17.1", requires_dist=["torch>=1.13.0", "numpy"])
+
+
+def peft_package(url: str, sha256: str) -> Package:
+    return Package(
+        name=canonicalize_name("peft"),
+        version=Version("0.17.1"),
+        wheels=[PackageWheel(url=url, hashes={"sha256": sha256})],
+    )
+
+
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "cudalock" / "metadata"
+
+
+def test_a_wheels_metadata_is_read_once_then_from_the_cache(
+    serve_indexes: ServeIndexes, cache_home: Path
+) -> None:
+    index = serve_indexes(pypi=[PEFT])
+    package = peft_package(
+        index.base_url + index.file_path(PEFT.filename), index.sha256(PEFT.filename)
+    )
+    assert stored_metadata(package) is None
+    fetched = fetch_metadata(package, indexes=[index.pypi_url])
+    assert fetched is not None and "numpy" in fetched.requires_dist
+    assert len(index.requested("*.metadata")) == 1
+    assert stored_metadata(package) == fetched
+    assert fetch_metadata(package, indexes=[index.pypi_url]) == fetched
+    assert len(index.requested("*.metadata")) == 1  # the second answer came from the cache
+    assert [p.name for p in cache_home.iterdir()] == [f"{index.sha256(PEFT.filename)}.json"]
+
+
+def test_no_cache_reads_the_index_every_time_and_keeps_nothing(
+    serve_indexes: ServeIndexes, cache_home: Path
+) -> None:
+    index = serve_indexes(pypi=[PEFT])
+    package = peft_package(
+        index.base_url + index.file_path(PEFT.filename), index.sha256(PEFT.filename)
+    )
+    for _ in range(2):
+        assert fetch_metadata(package, indexes=[index.pypi_url], use_cache=False) is not None
+    assert len(index.requested("*.metadata")) == 2
+    assert not cache_home.exists()
+
+
+def test_a_cache_entry_for_another_hash_is_never_used(
+    serve_indexes: ServeIndexes, cache_home: Path
+) -> None:
+    index = serve_indexes(pypi=[PEFT])
+    url = index.base_url + index.file_path(PEFT.filename)
+    fetch_metadata(peft_package(url, index.sha256(PEFT.filename)), indexes=[index.pypi_url])
+    assert stored_metadata(peft_package(url, "0" * 64)) is None
+    assert stored_metadata(peft_package(url, "not a hash")) is None
+
+
+def test_the_cache_keeps_the_newest_entries_up_to_its_bound(tmp_path: Path) -> None:
+    for number in range(5):
+        entry = tmp_path / f"{number:064x}.json"
+        entry.write_text("{}", encoding="utf-8")
+        os.utime(entry, (1_000_000 + number, 1_000_000 + number))
+    (tmp_path / "other.txt").write_text("not an entry", encoding="utf-8")
+    bound_directory(tmp_path, 3, suffix=".json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"{2:064x}.json",
+        f"{3:064x}.json",
+        f"{4:064x}.json",
+        "other.txt",
+    ]

@@ -261,7 +261,7 @@ def test_a_python_fix_is_offered_when_it_gives_a_plan() -> None:
     targets = [node("595.45.04", (8, 0))]
     _plan, rejected, _hint = outcome(SMALL, targets, make_request(python="3.10"))
     fifteen = next(r for r in rejected if r.torch == "2.15.0")
-    assert fifteen.fix == "use --python 3.15"
+    assert fifteen.fix == "Use --python 3.15."
 
 
 def test_one_candidate_is_one_candidate() -> None:

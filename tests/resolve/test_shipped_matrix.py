@@ -222,7 +222,7 @@ def test_rtx_5090_rejections_name_driver_and_arch(matrix: Matrix) -> None:
     cu132 = by_candidate[("2.15.0", "cu132")]
     assert "needs driver ≥ 595.45.04" in cu132.reason
     assert "driver 570.86.15 supports CUDA 12.8" in cu132.reason
-    assert cu132.fix == "upgrade to driver ≥ 595.45.04"
+    assert cu132.fix == "Upgrade to driver ≥ 595.45.04."
     arch = next(r for r in plan.rejected if r.variant == "cu126")
     assert "no kernels for compute capability 12.0" in arch.reason
 
@@ -272,7 +272,7 @@ def test_unsatisfiable_spec_names_the_driver_it_needs(matrix: Matrix) -> None:
         ("2.15.0", "cu132"),
         ("2.15.0", "cu130"),
     ]
-    assert rejected[1].fix == "upgrade to driver ≥ 580.65.06"  # type: ignore[attr-defined]
+    assert rejected[1].fix == "Upgrade to driver ≥ 580.65.06."  # type: ignore[attr-defined]
     assert error.hint is not None and "580.65.06" in error.hint
     assert "--compat minor" not in error.hint
 

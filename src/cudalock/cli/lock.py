@@ -127,7 +127,6 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.lock import UvOptions, check_framework_paths, check_lock, make_lock
     from cudalock.lock.closure import closure_verifier
     from cudalock.lock.files import recorded_python_in
-    from cudalock.lock.frameworks import plan_with_frameworks
     from cudalock.lock.http import cache_disabled
     from cudalock.lock.python import plan_for_recorded_python, planner
     from cudalock.lock.uvinput import default_index_of
@@ -152,7 +151,9 @@ def run(args: argparse.Namespace) -> None:
     default_index = default_index_of(
         request, pypi_index=request.pypi_index, allow_insecure=request_opts.allow_insecure_index
     )
-    plan, _frameworks = plan_with_frameworks(
+    # Without --python, the closure decides the Python (the newest it installs on): plans for
+    # older ones are made the same way.
+    plan_at = planner(
         inputs.matrix,
         inputs.targets,
         request,
@@ -163,21 +164,11 @@ def run(args: argparse.Namespace) -> None:
         use_cache=not cache_disabled(),
         verify=closure_verifier(options, inputs.matrix),
     )
-    # Without --python, the closure decides the Python (the newest it installs on).
-    replan = planner(
-        inputs.matrix,
-        inputs.targets,
-        request,
-        default_index=default_index,
-        timeout_s=args.timeout,
-        retries=args.retries,
-        offline=args.offline,
-        use_cache=not cache_disabled(),
-    )
+    plan = plan_at(None)
     if args.check:
         # The Python the lock chose is what today's inputs are compared with.
         plan = plan_for_recorded_python(
-            plan, request, replan, inputs.matrix, recorded_python_in(out)
+            plan, request, plan_at, inputs.matrix, recorded_python_in(out)
         )
         changes = check_lock(out, plan, request, allow_insecure=request_opts.allow_insecure_index)
         if json_output:
@@ -209,7 +200,7 @@ def run(args: argparse.Namespace) -> None:
             echo=progress,
             matrix=inputs.matrix,
             also=_remembered(inputs, plan, out),
-            replan=replan,
+            replan=plan_at,
         )
     plan = result.plan
     if json_output:

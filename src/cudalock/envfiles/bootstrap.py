@@ -78,7 +78,6 @@ from cudalock.lock import (
     lock_texts,
 )
 from cudalock.lock.closure import closure_verifier
-from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pixi import PIXI_FILE
 from cudalock.lock.python import closure_with_default_python, planner
@@ -226,7 +225,9 @@ def run_bootstrap(
     default_index = default_index_of(
         request, pypi_index=request.pypi_index, allow_insecure=options.uv.allow_insecure
     )
-    plan, _frameworks = plan_with_frameworks(
+    # Without --python, the closure decides the Python (the newest it installs on), for every
+    # format and --create alike: plans for older ones are made the same way.
+    plan_at = planner(
         matrix,
         targets,
         request,
@@ -237,18 +238,7 @@ def run_bootstrap(
         use_cache=not cache_disabled(options.uv.environ),
         verify=closure_verifier(options.uv, matrix),
     )
-    # Without --python, the closure decides the Python (the newest it installs on), for every
-    # format and --create alike.
-    replan = planner(
-        matrix,
-        targets,
-        request,
-        default_index=default_index,
-        timeout_s=options.uv.timeout_s,
-        retries=options.uv.retries,
-        offline=options.uv.offline,
-        use_cache=not cache_disabled(options.uv.environ),
-    )
+    plan = plan_at(None)
 
     name = check_env_name(
         options.name or (spec.output.name if spec else None) or default_env_name(plan)
@@ -279,7 +269,7 @@ def run_bootstrap(
             plan,
             request,
             dataclasses.replace(options.uv, pypi_index=request.pypi_index),
-            replan=replan,
+            replan=plan_at,
             echo=echo,
             matrix=matrix,
         )

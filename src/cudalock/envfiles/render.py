@@ -32,7 +32,9 @@ from cudalock.lock import (
     INSTALL_ROUTING_VARIABLES,
     LAST_FILE,
     LOCK_FILE,
+    LOCK_FILES,
     REQUIREMENTS_FILE,
+    UV_FIRST_FILE,
     UV_SETTINGS_FILE,
     Closure,
 )
@@ -295,7 +297,8 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
     and nothing else. First local and VCS frameworks, without their dependencies (the lock
     holds them): from the URL as given, so a private repository's token reaches git, while
     pylock.toml records the URL without it (uv then finds the locked commit installed). Then
-    every package pinned with its hash and ``--no-deps`` (uv: the exact files of pylock.toml),
+    every package pinned with its hash and ``--no-deps`` (uv: the exact files of pylock.toml,
+    less what is built last: pylock.first.toml),
     so no resolver runs and nothing can replace torch; then DeepSpeed without build isolation
     or a cached wheel, against the torch just installed; then the checks. Nothing here depends
     on the closure itself, so the script is right for whatever lock is there.
@@ -330,7 +333,8 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
             f"the locked closure ({LOCK_FILE}): every package pinned with its hash, no "
             f"dependency resolution; the torch family from {where}",
             (*pip, "--no-deps", "--require-hashes", *index_args, "-r", REQUIREMENTS_FILE),
-            (*uv_install, "--config-file", UV_SETTINGS_FILE, *index_args, "-r", LOCK_FILE),
+            # uv: pylock.toml without what is built last, which the next step builds once.
+            (*uv_install, "--config-file", UV_SETTINGS_FILE, *index_args, "-r", UV_FIRST_FILE),
         )
     )
     targets = cuda_targets_dir(plan)
@@ -481,10 +485,7 @@ def render_install_sh(plan: Plan, options: RenderOptions) -> str:
         _template("install.sh.tmpl"),
         {
             "header": _header(plan, options, "install.sh"),
-            "lock_files": " ".join(
-                shlex.quote(name)
-                for name in (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
-            ),
+            "lock_files": " ".join(shlex.quote(name) for name in LOCK_FILES),
             "steps": "\n\n".join(blocks),
             "routing_variables": " ".join(INSTALL_ROUTING_VARIABLES),
         },

@@ -344,6 +344,13 @@ def update_spec(path: Path, spec: Spec, read: Inputs | None = None) -> str:
 
 
 def update_spec_text(existing: str | None, spec: Spec, where: str = SPEC_FILE) -> str:
+    # Only a spec cudalock accepts (tomllib, then every key and value checked) reaches
+    # tomlkit, which keeps its comments: what it is slow on never gets that far. A spec that
+    # already records these values is kept as it is (no tomlkit at all: a second lock).
+    if existing is not None:
+        parse_spec(existing, where)
+        if _records(_parse(existing, where), spec):
+            return existing
     import tomlkit
 
     if existing is None:
@@ -353,9 +360,6 @@ def update_spec_text(existing: str | None, spec: Spec, where: str = SPEC_FILE) -
         document.add(tomlkit.nl())
         document["spec_version"] = SPEC_VERSION
     else:
-        # Only a spec cudalock accepts (tomllib, then every key and value checked) reaches
-        # tomlkit, which keeps its comments: what it is slow on never gets that far.
-        parse_spec(existing, where)
         document = tomlkit.parse(existing)
     for name, values in spec_values(spec).items():
         if name not in document:
@@ -368,13 +372,32 @@ def update_spec_text(existing: str | None, spec: Spec, where: str = SPEC_FILE) -
     return tomlkit.dumps(document)
 
 
+def _left_out(key: str, value: Any) -> bool:
+    """Whether ``key`` is left out of the file for ``value`` (an empty list says nothing,
+    except ``with = []``: no companions)."""
+    return value is None or (isinstance(value, list) and not value and key != "with")
+
+
+def _records(data: Mapping[str, Any], spec: Spec) -> bool:
+    """Whether the spec file read as ``data`` already holds ``spec`` as it would be written."""
+    if "target" in data and spec.target is None:
+        return False
+    for name, values in spec_values(spec).items():
+        table = data.get(name)
+        if not isinstance(table, dict):
+            return False
+        for key, value in values.items():
+            if (key in table) if _left_out(key, value) else table.get(key) != value:
+                return False
+    return True
+
+
 def _update_table(table: tomlkit.items.Table, values: Mapping[str, Any]) -> None:
     """Set changed values only, so untouched keys keep their comments and formatting."""
     from tomlkit.items import Item
 
     for key, value in values.items():
-        empty = value is None or (isinstance(value, list) and not value and key != "with")
-        if empty:
+        if _left_out(key, value):
             if key in table:
                 del table[key]
             continue

@@ -16,6 +16,7 @@ from cudalock.lock.names import (
     LOCK_FILE,
     LOCK_FILES,
     REQUIREMENTS_FILE,
+    UV_FIRST_FILE,
     UV_SETTINGS_FILE,
 )
 from cudalock.lock.uv import INSTALL_ROUTING_VARIABLES, find_uv
@@ -28,6 +29,7 @@ __all__ = [
     "LOCK_FILE",
     "LOCK_FILES",
     "REQUIREMENTS_FILE",
+    "UV_FIRST_FILE",
     "UV_SETTINGS_FILE",
     "Closure",
     "FrameworkFit",

@@ -29,7 +29,6 @@ import os
 import re
 import tempfile
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -62,6 +61,7 @@ from cudalock.lock.metadata import (
     fetch_metadata,
     marker_environment,
     requirements_with,
+    stored_metadata,
     torch_extras,
 )
 from cudalock.lock.names import BUILD_REQUIREMENTS, BUILT_AGAINST_TORCH, LOCK_FILE
@@ -217,7 +217,9 @@ def check_framework_paths(frameworks: Sequence[Framework]) -> None:
     for framework in frameworks:
         path = framework.path
         if path is None and framework.text.lower().startswith("file:"):
-            path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(framework.text).path))
+            from urllib.request import url2pathname  # http.client with it: for file: only
+
+            path = Path(url2pathname(urllib.parse.urlsplit(framework.text).path))
         if path is None:
             continue
         if not path.is_dir():
@@ -355,16 +357,37 @@ def _version(uv_data: Mapping[str, Any], name: str) -> str | None:
     return locked_versions(uv_data).get(canonicalize_name(name))
 
 
-def _package(uv_data: Mapping[str, Any], name: str) -> Package | None:
-    """The package ``name`` of uv's lock (as read), validated alone to fetch its metadata:
-    only the lock that is written is validated whole."""
-    wanted = canonicalize_name(name)
-    entries = uv_data.get("packages")
-    for entry in entries if isinstance(entries, list) else ():
-        if isinstance(entry, Mapping) and canonicalize_name(str(entry.get("name"))) == wanted:
-            alone = {"lock-version": "1.0", "created-by": "uv", "packages": [dict(entry)]}
-            return validate_lock(alone, source="uv's pylock.toml").packages[0]
-    return None
+class _Answer:
+    """One uv answer (its pylock.toml as read), its packages looked up by name: the fitter
+    asks about each of a hundred packages, so the lock is indexed once, not searched each time."""
+
+    def __init__(self, uv_data: dict[str, Any]) -> None:
+        self.data = uv_data
+        self.versions = locked_versions(uv_data)
+        entries = uv_data.get("packages")
+        self._entries = {
+            str(canonicalize_name(str(entry.get("name")))): entry
+            for entry in (entries if isinstance(entries, list) else ())
+            if isinstance(entry, Mapping)
+        }
+        self._packages: dict[str, Package | None] = {}
+
+    def version(self, name: str) -> str | None:
+        return self.versions.get(canonicalize_name(name))
+
+    def package(self, name: str) -> Package | None:
+        """The package ``name``, validated alone to fetch its metadata: only the lock that is
+        written is validated whole."""
+        wanted = str(canonicalize_name(name))
+        if wanted not in self._packages:
+            entry = self._entries.get(wanted)
+            alone = {"lock-version": "1.0", "created-by": "uv", "packages": [dict(entry or {})]}
+            self._packages[wanted] = (
+                None
+                if entry is None
+                else validate_lock(alone, source="uv's pylock.toml").packages[0]
+            )
+        return self._packages[wanted]
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,6 +433,8 @@ class _Fitter:
         #: Why uv had to resolve again (said in the output).
         self.again: list[str] = []
         self._reader: Reader | None = None
+        #: Whether the local caches are read and written (``CUDALOCK_NO_CACHE`` unset).
+        self.use_cache = not cache_disabled(options.environ)
         #: The versions the variant index serves of each project asked about.
         self._served: dict[str, tuple[Version, ...]] = {}
         #: What the torch family pins exactly and the variant index serves in that version
@@ -469,7 +494,7 @@ class _Fitter:
                 timeout_s=self.options.timeout_s,
                 retries=self.options.retries,
                 offline=self.options.offline,
-                use_cache=not cache_disabled(self.options.environ),
+                use_cache=self.use_cache,
             )
         return self._reader
 
@@ -800,17 +825,17 @@ class _Fitter:
 
     def read_metadata(
         self,
-        uv_lock: Mapping[str, Any],
+        uv_lock: _Answer,
         name: str,
         indexes: Sequence[str],
         *,
         quiet: bool = False,
     ) -> Metadata | None:
-        version = _version(uv_lock, name)
+        version = uv_lock.version(name)
         if version is None:
             return None
         key = (canonicalize_name(name), version)
-        if key not in self.metadata and self.options.offline:
+        if not self._known_metadata(uv_lock, name) and self.options.offline:
             raise EnvironmentFailure(
                 f"offline, the metadata of {name} {version} cannot be read, and without "
                 "it the framework cannot be fitted to the planned torch (its extras that name "
@@ -818,7 +843,7 @@ class _Fitter:
                 hint="Run it again where the indexes can be reached.",
             )
         if key not in self.metadata:
-            package = _package(uv_lock, name)
+            package = uv_lock.package(name)
             self.metadata[key] = (
                 None
                 if package is None
@@ -827,6 +852,7 @@ class _Fitter:
                     indexes=indexes,
                     timeout_s=self.options.timeout_s,
                     retries=self.options.retries,
+                    use_cache=self.use_cache,
                 )
             )
             if self.metadata[key] is None and not quiet:
@@ -836,9 +862,26 @@ class _Fitter:
                 )
         return self.metadata[key]
 
-    def review(self, uv_lock: Mapping[str, Any], inp: LockInput) -> bool:
+    def _known_metadata(self, uv_lock: _Answer, name: str) -> bool:
+        """Whether the metadata of ``name`` is known without the network: read before, or
+        held by the local cache (then read now, in this thread)."""
+        version = uv_lock.version(name)
+        if version is None:
+            return True
+        key = (canonicalize_name(name), version)
+        if key in self.metadata:
+            return True
+        package = uv_lock.package(name)
+        if package is None:
+            return False
+        stored = stored_metadata(package) if self.use_cache else None
+        if stored is not None:
+            self.metadata[key] = stored
+        return stored is not None
+
+    def review(self, uv_lock: _Answer, inp: LockInput) -> bool:
         """Look at one resolution; True when something was added and uv must resolve again."""
-        versions = locked_versions(uv_lock)
+        versions = uv_lock.versions
         changed = False
         for name in map(str, TORCH_FAMILY):
             if name not in versions or name in self.planned or name in self.family:
@@ -868,7 +911,7 @@ class _Fitter:
             if wanted:
                 self.extras[text] = (*self.extras.get(text, ()), *wanted)
                 self.again.append(
-                    f"{requirement.name} {_version(uv_lock, requirement.name)} declares its "
+                    f"{requirement.name} {uv_lock.version(requirement.name)} declares its "
                     f"torch requirement in {', '.join(wanted)}"
                 )
                 changed = True
@@ -893,7 +936,7 @@ class _Fitter:
         if not changed:
             # The closure fits the torch family; now what its CUDA-built packages were built for.
             self.builds.indexes = inp.indexes
-            packages = [p for p in map(lambda n: _package(uv_lock, n), versions) if p is not None]
+            packages = [p for p in map(uv_lock.package, versions) if p is not None]
             changed = self.builds.review(packages)
             if changed:
                 self.again.append("a CUDA-built package's version was built for another CUDA")
@@ -1006,12 +1049,12 @@ class _Fitter:
             changed = True
         return changed
 
-    def _route_locked_family_pins(self, uv_lock: Mapping[str, Any], inp: LockInput) -> bool:
+    def _route_locked_family_pins(self, uv_lock: _Answer, inp: LockInput) -> bool:
         """What the locked torch family pins exactly, routed like it (when its metadata could
         not be read before uv ran, or a family member joined the closure since)."""
         if self.variant is None:
             return False
-        versions = locked_versions(uv_lock)
+        versions = uv_lock.versions
         unread = [
             name
             for name, pin in self.available.items()
@@ -1041,15 +1084,27 @@ class _Fitter:
         return changed
 
     def _fit_closure_extras(
-        self, uv_lock: Mapping[str, Any], inp: LockInput, pool: ThreadPoolExecutor
+        self, uv_lock: _Answer, inp: LockInput, pool: ThreadPoolExecutor
     ) -> bool:
         """Every package of the closure whose torch extra rejects the planned torch (a
         transformers whose 'torch' extra needs torch>=2.6 under torch 2.1.0) is asked for with
         that extra, so uv chooses a version that accepts the torch, or finds none."""
-        versions = locked_versions(uv_lock)
+        versions = uv_lock.versions
         frameworks = {canonicalize_name(r.name) for _t, r in self.requirement_frameworks()}
         names = [n for n in versions if n not in TORCH_FAMILY and n not in frameworks]
-        read = list(pool.map(lambda n: self._closure_metadata(uv_lock, n, inp), names))
+        # The local cache holds most of them: read in this thread (a pool's hand-offs cost more
+        # than a small file); only the rest is fetched, concurrently.
+        missing = [n for n in names if not self._known_metadata(uv_lock, n)]
+        fetched = dict(
+            zip(
+                missing,
+                pool.map(lambda n: self._closure_metadata(uv_lock, n, inp), missing),
+                strict=True,
+            )
+        )
+        read = [
+            fetched[n] if n in fetched else self._closure_metadata(uv_lock, n, inp) for n in names
+        ]
         changed = False
         for name, metadata in zip(names, read, strict=True):
             if metadata is not None and self._fit_extra(name, versions[name], metadata):
@@ -1090,19 +1145,17 @@ class _Fitter:
         )
         return True
 
-    def _closure_metadata(
-        self, uv_lock: Mapping[str, Any], name: str, inp: LockInput
-    ) -> Metadata | None:
+    def _closure_metadata(self, uv_lock: _Answer, name: str, inp: LockInput) -> Metadata | None:
         try:
             return self.read_metadata(uv_lock, name, inp.indexes, quiet=True)
         except CudalockError as err:
             self.notes.append(
-                f"the metadata of {name} {_version(uv_lock, name)} could not be read "
+                f"the metadata of {name} {uv_lock.version(name)} could not be read "
                 f"({err.message}); its torch extra was not checked"
             )
             return None
 
-    def _who_requires(self, uv_lock: Mapping[str, Any], name: str, inp: LockInput) -> str:
+    def _who_requires(self, uv_lock: _Answer, name: str, inp: LockInput) -> str:
         for text, requirement in self.requirement_frameworks():
             metadata = self.read_metadata(uv_lock, requirement.name, inp.indexes)
             if metadata is None:
@@ -1113,7 +1166,7 @@ class _Fitter:
                     return f"{requirement.name} requires {describe(found)}"
         return f"a package of the closure requires {name}"
 
-    def fits(self, uv_lock: Mapping[str, Any], inp: LockInput) -> tuple[FrameworkFit, ...]:
+    def fits(self, uv_lock: _Answer, inp: LockInput) -> tuple[FrameworkFit, ...]:
         result = []
         for framework in self.request.frameworks:
             text, requirement = framework.text, framework.requirement
@@ -1135,7 +1188,7 @@ class _Fitter:
                     given=text,
                     requested=str(requested),
                     name=requirement.name,
-                    version=_version(uv_lock, requirement.name),
+                    version=uv_lock.version(requirement.name),
                     extras_added=added,
                     torch_requirements=torch,
                 )
@@ -1245,9 +1298,9 @@ def resolve_closure(
                     "build isolation"
                 )
                 continue
-            lock = read_toml_lock(text, source="uv's pylock.toml")
+            answer = _Answer(read_toml_lock(text, source="uv's pylock.toml"))
             fitter.again.clear()
-            if not fitter.review(lock, inp):
+            if not fitter.review(answer, inp):
                 break
             say(
                 "cudalock: resolving again, since uv's answer shows what the first input "
@@ -1257,15 +1310,15 @@ def resolve_closure(
             raise EnvironmentFailure(
                 f"the closure did not settle after {MAX_ROUNDS} resolutions: " + _changes(fitter)
             )
-        fits = fitter.fits(lock, inp)
+        fits = fitter.fits(answer, inp)
         family = tuple(
             sorted(
-                (pin for name, pin in fitter.available.items() if name in locked_versions(lock)),
+                (pin for name, pin in fitter.available.items() if name in answer.versions),
                 key=lambda p: (p.name != "torch", p.name),
             )
         )
         notes = fitter.explain(fits)
-        flash_attn = locked_versions(lock).get(canonicalize_name("flash-attn"))
+        flash_attn = answer.version("flash-attn")
         if flash_attn is not None:
             notes.append(
                 flash_attn_note(
@@ -1274,7 +1327,7 @@ def resolve_closure(
             )
         return Closure(
             input=inp,
-            uv_data=lock,
+            uv_data=answer.data,
             uv_version=uv.version,
             family=family,
             frameworks=fits,
@@ -1471,8 +1524,9 @@ def _misfit(
         fitter.uv.resolve(probe, directory=where / "newest", no_deps=True, quiet=True),
         source="uv's pylock.toml",
     )
-    metadata = fitter.read_metadata(lock, requirement.name, inp.indexes)
-    version = _version(lock, requirement.name)
+    answer = _Answer(lock)
+    metadata = fitter.read_metadata(answer, requirement.name, inp.indexes)
+    version = answer.version(requirement.name)
     if metadata is None or version is None:
         return None
     extras = (*requirement.extras, *torch_extras(metadata, fitter.environment))

@@ -48,7 +48,6 @@ from cudalock.resolve.cudabuilt import (
 )
 from cudalock.sharedlibs import NotElf, needed_libraries
 from cudalock.urls import redact
-from cudalock.wheelzip import MemberReader, open_wheel
 
 __all__ = [
     "EXTENSION_LIMIT",
@@ -159,6 +158,9 @@ def read_wheel_build(
     retries: int,
 ) -> BuiltFor | None:
     """What the wheel at ``url`` says it was built for, reading as little of it as it can."""
+    # HTTP (http.client, urllib) only when a wheel is read: a warm lock reads none.
+    from cudalock.wheelzip import MemberReader, open_wheel
+
     name, version = str(package.name), str(package.version)
     archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
     with archive:
@@ -229,15 +231,17 @@ class BuildCheck:
             for name, rejected in self.rejected.items()
         )
 
-    def _built_for(self, package: Package) -> BuiltFor | None:
+    def _known_build(self, package: Package) -> tuple[bool, BuiltFor | None]:
+        """(known, what it was built for) without the network: from its version's label, the
+        matrix or the local cache; known False when its wheel must be read."""
         name, version = str(canonicalize_name(package.name)), str(package.version)
         labelled = from_label(name, version)
         if labelled is not None:
-            return labelled
+            return True, labelled
         wheel = _binary_wheel(package)
         if wheel is None:
-            return None
-        url, sha256 = wheel
+            return True, None
+        _url, sha256 = wheel
         recorded = from_matrix(self.matrix, name, version)
         entry = self.matrix.package_build(name, version)
         # The matrix read this very file (its sources name the sha256): no need to again.
@@ -247,15 +251,24 @@ class BuildCheck:
             and sha256
             and any(f"sha256:{sha256}" in source for source in entry.provenance.source)
         ):
-            return recorded
+            return True, recorded
         known, cached = _cache_read(sha256)
         if known:
-            return first_known((cached, recorded))
+            return True, first_known((cached, recorded))
         if self.offline:
-            return recorded
+            return True, recorded
+        return False, None
+
+    def _read_build(self, package: Package) -> BuiltFor | None:
+        """What ``package``, not known without the network, was built for: its wheel read."""
+        wheel = _binary_wheel(package)
+        if wheel is None:
+            return None
+        url, sha256 = wheel
         read = self._read(package, url)
         _cache_write(sha256, read)
-        return first_known((read, recorded))
+        name, version = str(canonicalize_name(package.name)), str(package.version)
+        return first_known((read, from_matrix(self.matrix, name, version)))
 
     def _read(self, package: Package, url: str) -> BuiltFor | None:
         name, version = str(canonicalize_name(package.name)), str(package.version)
@@ -293,9 +306,20 @@ class BuildCheck:
             and p.version is not None
             and (str(canonicalize_name(p.name)), str(p.version)) not in self.builds
         ]
-        with ThreadPoolExecutor(max_workers=PARALLEL_READS) as pool:
-            for package, built in zip(todo, pool.map(self._built_for, todo), strict=True):
+        # What is known without the network is looked up in this thread (a pool's hand-offs
+        # cost more than a small file); only the wheels to read go to the pool.
+        unread = []
+        for package in todo:
+            known, built = self._known_build(package)
+            if known:
                 self.builds[(str(canonicalize_name(package.name)), str(package.version))] = built
+            else:
+                unread.append(package)
+        if unread:
+            with ThreadPoolExecutor(max_workers=PARALLEL_READS) as pool:
+                for package, built in zip(unread, pool.map(self._read_build, unread), strict=True):
+                    key = (str(canonicalize_name(package.name)), str(package.version))
+                    self.builds[key] = built
         torch = self.plan.torch_pin.version
         torch_cuda = self.plan.cuda
         changed = False

@@ -19,12 +19,13 @@ from cudalock.errors import CudalockError, EnvironmentFailure, InputError
 from cudalock.fsutil import credentials_note, refuse_existing, write_outputs
 from cudalock.lock.check import LockState, compare, pins_missing_from_lock
 from cudalock.lock.closure import Closure, Echo, UvOptions
-from cudalock.lock.installfiles import requirements_files, uv_settings
+from cudalock.lock.installfiles import requirements_files, uv_first_lock, uv_settings
 from cudalock.lock.names import (
     LAST_FILE,
     LOCK_FILE,
     LOCK_FILES,
     REQUIREMENTS_FILE,
+    UV_FIRST_FILE,
     UV_SETTINGS_FILE,
 )
 from cudalock.lock.pixi import PIXI_FILE, expected_pins, pixi_changes
@@ -94,6 +95,9 @@ def lock_texts(closure: Closure, plan: Plan, request: Request) -> dict[str, str]
         default_index=inp.default_index,
         cudalock_version=__version__,
         built_last=closure.built_last,
+    )
+    texts[UV_FIRST_FILE] = uv_first_lock(
+        data, cudalock_version=__version__, built_last=closure.built_last
     )
     return texts
 
@@ -235,6 +239,9 @@ def check_lock(
     expected[UV_SETTINGS_FILE] = uv_settings(
         lock, default_index=default_index, cudalock_version=__version__, built_last=built_last
     )
+    expected[UV_FIRST_FILE] = uv_first_lock(
+        data, cudalock_version=__version__, built_last=built_last
+    )
     for name, text in expected.items():
         path = output_dir / name
         if not path.exists():
@@ -251,6 +258,7 @@ __all__ = [
     "LOCK_FILE",
     "LOCK_FILES",
     "REQUIREMENTS_FILE",
+    "UV_FIRST_FILE",
     "UV_SETTINGS_FILE",
     "LockResult",
     "check_lock",

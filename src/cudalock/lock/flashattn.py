@@ -21,7 +21,6 @@ import os
 
 from packaging.version import InvalidVersion, Version
 
-from cudalock import httpget
 from cudalock.model import Plan
 from cudalock.urls import redact
 from cudalock.versions import format_cuda
@@ -66,6 +65,8 @@ def releases_base(environ: dict[str, str] | None = None) -> str:
 
 def published(url: str, timeout_s: float) -> bool | None:
     """Whether ``url`` answers (one byte of it); None when that cannot be told."""
+    from cudalock import httpget  # http.client and urllib: only when asked
+
     try:
         httpget.get(url, timeout=timeout_s, limit=2**20, headers={"Range": "bytes=0-0"})
     except httpget.NotFound:

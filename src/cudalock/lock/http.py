@@ -12,19 +12,16 @@ file is published, so it is cached by the file's sha256 (:mod:`cudalock.lock.met
 from __future__ import annotations
 
 import base64
-import email.utils
 import hashlib
 import json
-import os
 import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudalock import httpget
 from cudalock.errors import EnvironmentFailure, UsageError
-from cudalock.fsutil import cudalock_cache_dir, write_atomic
+from cudalock.fsutil import cache_disabled, cudalock_cache_dir, write_atomic
 from cudalock.urls import redact, strip_credentials
 
 __all__ = [
@@ -60,6 +57,8 @@ def request(
 ) -> Answer:
     """GET ``url`` (:func:`cudalock.httpget.get`): a 404 raises ``FileNotFoundError``; 200, 206
     and 304 are answers; anything else, after the retries, is an :class:`EnvironmentFailure`."""
+    from cudalock import httpget  # http.client and urllib: a warm lock fetches nothing
+
     try:
         answer = httpget.get(
             url,
@@ -140,6 +139,8 @@ def cached_page(
     else:
         ctype, body = answer.headers.get("content-type", ""), answer.body
     if use_cache:
+        from email.utils import formatdate
+
         record = {
             "format": _CACHE_FORMAT,
             "url": strip_credentials(url),
@@ -148,7 +149,7 @@ def cached_page(
             "etag": answer.headers.get("etag") or (entry or {}).get("etag"),
             "last_modified": answer.headers.get("last-modified")
             or (entry or {}).get("last_modified")
-            or email.utils.formatdate(now, usegmt=True),
+            or formatdate(now, usegmt=True),
             "type": ctype,
             "body": base64.b64encode(body).decode(),
         }
@@ -158,9 +159,3 @@ def cached_page(
         except (OSError, EnvironmentFailure):
             pass  # a cache that cannot be written only costs the next run a request
     return ctype, body
-
-
-def cache_disabled(environ: Mapping[str, str] | None = None) -> bool:
-    """``CUDALOCK_NO_CACHE`` set (to anything but empty or 0) turns the page cache off."""
-    value = (environ if environ is not None else os.environ).get("CUDALOCK_NO_CACHE", "")
-    return value not in ("", "0")

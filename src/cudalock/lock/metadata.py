@@ -13,30 +13,32 @@ take parsed metadata; :func:`fetch_metadata` is the edge that downloads it.
 
 from __future__ import annotations
 
-import email.message
-import email.parser
 import functools
 import io
 import json
 import re
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.pylock import Package
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from cudalock.errors import EnvironmentFailure
-from cudalock.fsutil import cudalock_cache_dir, write_atomic
+from cudalock.errors import EnvironmentFailure, InputError
+from cudalock.fsutil import bound_directory, cudalock_cache_dir, read_bounded, write_atomic
 from cudalock.lock.http import request
 from cudalock.platforms import platform_named
 from cudalock.request import TORCH_FAMILY
 from cudalock.urls import redact
-from cudalock.wheelzip import open_wheel
+
+if TYPE_CHECKING:
+    import email.message
 
 __all__ = [
+    "METADATA_CACHE_ENTRIES",
     "METADATA_LIMIT",
     "Metadata",
     "cached_wheel_metadata",
@@ -45,6 +47,7 @@ __all__ = [
     "fetch_metadata",
     "marker_environment",
     "requirements_with",
+    "stored_metadata",
     "torch_extras",
 ]
 
@@ -69,7 +72,9 @@ class Metadata:
 
     @classmethod
     def parse(cls, text: str) -> Metadata:
-        message = email.parser.HeaderParser().parsestr(text)
+        from email.parser import HeaderParser  # the email package: only for fetched metadata
+
+        message = HeaderParser().parsestr(text)
         return cls.of(message)
 
     @classmethod
@@ -104,16 +109,28 @@ def marker_environment(python: str, platform: str) -> dict[str, str]:
     }
 
 
-def _mentions_family(metadata: Metadata) -> bool:
-    """Whether any Requires-Dist line could name a torch-family package (a cheap test that
-    spares parsing the metadata of the hundred packages that name none)."""
-    return any("torch" in line.lower() for line in metadata.requires_dist)
+@functools.lru_cache(maxsize=4096)
+def _requirements(metadata: Metadata) -> list[Requirement]:
+    return _parsed(metadata.requires_dist)
 
 
 @functools.lru_cache(maxsize=4096)
-def _requirements(metadata: Metadata) -> list[Requirement]:
+def _family(metadata: Metadata) -> list[Requirement]:
+    """The Requires-Dist lines that name a torch-family package. Every such line holds
+    "torch", a cheap test that spares parsing the hundreds of lines of the packages (and of
+    transformers' extras) that name none."""
+    return [
+        requirement
+        for requirement in _parsed(
+            line for line in metadata.requires_dist if "torch" in line.lower()
+        )
+        if canonicalize_name(requirement.name) in TORCH_FAMILY
+    ]
+
+
+def _parsed(lines: Iterable[str]) -> list[Requirement]:
     parsed = []
-    for line in metadata.requires_dist:
+    for line in lines:
         try:
             parsed.append(Requirement(line))
         except InvalidRequirement:
@@ -141,7 +158,7 @@ def requirements_with(
 def describe(requirement: Requirement) -> str:
     """``torch>=2.6 (its 'torch' extra)`` for ``torch>=2.6; extra == "torch"``."""
     text = f"{requirement.name}{requirement.specifier}"
-    extras = re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(requirement.marker or ""))
+    extras = _EXTRA_NAMED.findall(str(requirement.marker or ""))
     if extras:
         text += f" (its {', '.join(repr(e) for e in extras)} extra)"
     return text
@@ -151,15 +168,11 @@ def family_requirements(
     metadata: Metadata, environment: Mapping[str, str], extras: Sequence[str] = ()
 ) -> list[Requirement]:
     """The torch-family requirements that apply with ``extras`` requested on the target."""
-    if not _mentions_family(metadata):
-        return []
-    found = []
-    for requirement in _requirements(metadata):
-        if canonicalize_name(requirement.name) not in TORCH_FAMILY:
-            continue
-        if any(_applies(requirement, environment, extra) for extra in ("", *extras)):
-            found.append(requirement)
-    return found
+    return [
+        requirement
+        for requirement in _family(metadata)
+        if any(_applies(requirement, environment, extra) for extra in ("", *extras))
+    ]
 
 
 def torch_extras(metadata: Metadata, environment: Mapping[str, str]) -> tuple[str, ...]:
@@ -170,29 +183,42 @@ def torch_extras(metadata: Metadata, environment: Mapping[str, str]) -> tuple[st
     ``all``/``dev``/``testing`` extras also name torch, but with dozens of other packages
     (TensorFlow, JAX, test tools), so they never count.
     """
-    if not _mentions_family(metadata):
-        return ()
-    # The same metadata is asked about for the prediction, each review and the diagnosis.
-    return _torch_extras(metadata, tuple(sorted(environment.items())))
-
-
-@functools.lru_cache(maxsize=1024)
-def _torch_extras(metadata: Metadata, items: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-    environment = dict(items)
-    requirements = _requirements(metadata)
     # Only the extras a family requirement's marker names can count.
     named = {
         str(canonicalize_name(extra))
-        for r in requirements
-        if r.marker is not None and canonicalize_name(r.name) in TORCH_FAMILY
-        for extra in re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(r.marker))
+        for r in _family(metadata)
+        if r.marker is not None
+        for extra in _EXTRA_NAMED.findall(str(r.marker))
     }
+    candidates = tuple(extra for extra in metadata.provides_extra if extra in named)
+    if not candidates:
+        return ()
+    # The same metadata is asked about for the prediction, each review and the diagnosis.
+    return _torch_extras(metadata, candidates, tuple(sorted(environment.items())))
+
+
+_EXTRA_NAMED = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
+#: An extra name no marker holds: a marker that does not spell an extra's name applies with
+#: that extra exactly as it does with this one.
+_UNNAMED_EXTRA = "\x00"
+
+
+@functools.lru_cache(maxsize=1024)
+def _torch_extras(
+    metadata: Metadata, candidates: tuple[str, ...], items: tuple[tuple[str, str], ...]
+) -> tuple[str, ...]:
+    environment = dict(items)
+    marked = [(r, str(r.marker)) for r in _requirements(metadata) if r.marker is not None]
+    # transformers has hundreds of marked lines and a dozen candidate extras: each line is
+    # evaluated once, and again only for the extras its marker spells (packaging writes extra
+    # names normalized, as Provides-Extra is read here).
+    unnamed = [_applies(r, environment, _UNNAMED_EXTRA) for r, _text in marked]
     chosen = []
-    for extra in metadata.provides_extra:
-        if extra not in named:
-            continue
+    for extra in candidates:
         members = [
-            r for r in requirements if r.marker is not None and _applies(r, environment, extra)
+            r
+            for (r, text), applies in zip(marked, unnamed, strict=True)
+            if (_applies(r, environment, extra) if extra in text else applies)
         ]
         family = [r for r in members if canonicalize_name(r.name) in TORCH_FAMILY]
         if not family:
@@ -216,6 +242,8 @@ def _ranged_metadata(
 ) -> Metadata | None:
     """The METADATA of the wheel at ``url`` read by HTTP range requests (the zip's end, its
     central directory, the member: :mod:`cudalock.wheelzip`), not the whole wheel."""
+    from cudalock.wheelzip import open_wheel  # HTTP: a warm lock reads no wheel
+
     archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
     try:
         with archive:
@@ -225,7 +253,12 @@ def _ranged_metadata(
 
 
 def fetch_metadata(
-    package: Package, *, indexes: Sequence[str], timeout_s: float = 60, retries: int = 3
+    package: Package,
+    *,
+    indexes: Sequence[str],
+    timeout_s: float = 60,
+    retries: int = 3,
+    use_cache: bool = True,
 ) -> Metadata | None:
     """The core metadata of a locked package, from its first wheel (:func:`cached_wheel_metadata`).
 
@@ -240,7 +273,18 @@ def fetch_metadata(
             indexes=indexes,
             timeout_s=timeout_s,
             retries=retries,
+            use_cache=use_cache,
         )
+        if found is not None:
+            return found
+    return None
+
+
+def stored_metadata(package: Package) -> Metadata | None:
+    """The core metadata of a locked package as the local cache holds it (no network): read
+    in the calling thread, so that only what is missing goes to a pool of fetches."""
+    for wheel in package.wheels or ():
+        found = _cached_metadata(wheel.hashes.get("sha256"))
         if found is not None:
             return found
     return None
@@ -253,11 +297,13 @@ def cached_wheel_metadata(
     indexes: Sequence[str],
     timeout_s: float = 60,
     retries: int = 3,
+    use_cache: bool = True,
 ) -> Metadata | None:
     """The core metadata of the wheel at ``url``: its PEP 658 file, else its METADATA member
     read by range requests (vllm's wheels are 300+ MiB), cached by the wheel's sha256 (a
-    published file never changes). None when the index serves no such wheel (404)."""
-    cached = _cached_metadata(sha256)
+    published file never changes) unless ``use_cache`` is False (``CUDALOCK_NO_CACHE``). None
+    when the index serves no such wheel (404)."""
+    cached = _cached_metadata(sha256) if use_cache else None
     if cached is not None:
         return cached
     try:
@@ -274,9 +320,14 @@ def cached_wheel_metadata(
             found = _ranged_metadata(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
         except FileNotFoundError:
             return None
-    if found is not None:
+    if found is not None and use_cache:
         _store_metadata(sha256, found)
     return found
+
+
+#: The metadata cache holds at most this many wheels' metadata (a few KiB each); past it, the
+#: oldest entries go when a new one is written.
+METADATA_CACHE_ENTRIES = 20_000
 
 
 def _metadata_cache(digest: str | None) -> Path | None:
@@ -290,14 +341,14 @@ def _cached_metadata(digest: str | None) -> Metadata | None:
     if path is None:
         return None
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(read_bounded(path, limit=METADATA_LIMIT, what="cache file"))
         return Metadata(
             name=str(document["name"]),
             version=str(document["version"]),
             requires_dist=tuple(str(r) for r in document["requires_dist"]),
             provides_extra=tuple(str(e) for e in document["provides_extra"]),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, InputError):
         return None
 
 
@@ -314,8 +365,16 @@ def _store_metadata(digest: str | None, metadata: Metadata) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(path, json.dumps(document))
+        _bound_once(path.parent)
     except (OSError, EnvironmentFailure):
         pass  # an unwritable cache only costs the next run a request
+
+
+@functools.cache
+def _bound_once(directory: Path) -> None:
+    """Keep the cache at :data:`METADATA_CACHE_ENTRIES` (checked once a process, on its first
+    write: a listing of the directory costs more than one entry)."""
+    bound_directory(directory, METADATA_CACHE_ENTRIES, suffix=".json")
 
 
 def _metadata_member(archive: zipfile.ZipFile) -> bytes:

@@ -14,6 +14,7 @@ __all__ = [
     "PIP_FIRST",
     "PIP_LAST",
     "REQUIREMENTS_FILE",
+    "UV_FIRST_FILE",
     "UV_SETTINGS_FILE",
 ]
 
@@ -23,7 +24,10 @@ REQUIREMENTS_FILE = "requirements.lock.txt"
 LAST_FILE = "requirements.last.txt"
 #: The settings with which ``uv pip sync`` / ``uv pip install`` install ``pylock.toml``.
 UV_SETTINGS_FILE = "uv-install.toml"
-LOCK_FILES = (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE)
+#: ``pylock.toml`` without what is built last: what install.sh installs first with uv (uv
+#: installs every package of a pylock.toml, and would build DeepSpeed there, in isolation).
+UV_FIRST_FILE = "pylock.first.toml"
+LOCK_FILES = (LOCK_FILE, REQUIREMENTS_FILE, LAST_FILE, UV_SETTINGS_FILE, UV_FIRST_FILE)
 #: Packages built against the installed torch, so installed after it without build isolation:
 #: DeepSpeed records the torch it was built against (``git_version_info_installed.py``; built in
 #: isolation it records none, torch "0.0"); flash-attn's setup.py imports torch, and takes the

@@ -35,7 +35,7 @@ from packaging.utils import (
 
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable
 from cudalock.lock.closure import CONCURRENCY, Closure, Echo, UvOptions, resolve_closure
-from cudalock.lock.frameworks import plan_with_frameworks
+from cudalock.lock.frameworks import FitVerifier, plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pylock import read_toml_lock
 from cudalock.lock.uvfailures import NO_SOLUTION, NoWheelsForPython
@@ -72,12 +72,13 @@ def planner(
     retries: int = 3,
     offline: bool = False,
     use_cache: bool = True,
-) -> Replan:
-    """How the plan for ``request`` is made at another Python, as the first plan was made
-    (:func:`~cudalock.lock.frameworks.plan_with_frameworks`)."""
+    verify: FitVerifier | None = None,
+) -> Callable[[str | None], Plan]:
+    """How the plan for ``request`` is made (:func:`~cudalock.lock.frameworks.
+    plan_with_frameworks`): at the request's own Python (None), or at another one."""
 
-    def plan_at(python: str) -> Plan:
-        at = dataclasses.replace(request, python=python)
+    def plan_at(python: str | None) -> Plan:
+        at = request if python is None else dataclasses.replace(request, python=python)
         return plan_with_frameworks(
             matrix,
             targets,
@@ -87,6 +88,7 @@ def planner(
             retries=retries,
             offline=offline,
             use_cache=use_cache,
+            verify=verify,
         )[0]
 
     return plan_at
