@@ -975,16 +975,16 @@ class _Fitter:
                 found.append(name)
         return found
 
-    def _find_torch_builds(self, uv_lock: Mapping[str, Any], inp: LockInput) -> bool:
+    def _find_torch_builds(self, uv_lock: _Answer, inp: LockInput) -> bool:
         """sdists of the closure whose build reads the installed torch but succeeded in
         isolation (axolotl pulled in by another package: its metadata then pins the torch
         2.6.0 its setup.py assumes when none is installed) are read once and, when their files
         say so, prepared against the locked torch in the next resolution."""
         unread = []
-        for name in locked_versions(uv_lock):
+        for name in uv_lock.versions:
             if name in self.against_torch or name in BUILT_AGAINST_TORCH or name in self._sdists:
                 continue
-            package = _package(uv_lock, name)
+            package = uv_lock.package(name)
             if package is None or package.wheels or package.sdist is None or not package.sdist.url:
                 continue
             self._sdists.add(name)
