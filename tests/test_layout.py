@@ -27,6 +27,7 @@ BASE = frozenset(
         "units",
         "sharedlibs",
         "wheelzip",
+        "wheelbuild",
     }
 )
 #: What each package may import besides the base (and itself); "cli" may import anything.

@@ -108,7 +108,7 @@ def test_a_cuda_12_1_xformers_is_never_created_beside_a_cu118_torch(
     )
     assert "no other xformers release fits the plan (excluded: 0.0.29.post1, 0.0.28.post3)" in text
     # The next step is what the CUDA 12.1 build needs: a driver that runs CUDA 12.1.
-    assert "drop xformers, or run it on a driver ≥ 530.30.02" in text
+    assert "Drop xformers, or run it on a driver ≥ 530.30.02" in text
     assert not (out / ".venv").exists()
 
 
@@ -273,10 +273,12 @@ def test_a_cuda_12_vllm_is_refused_beside_a_cu118_torch(
     )
     text = done.stdout + done.stderr
     assert done.returncode == 1, text
-    assert "vllm 0.10.1.1 is built for CUDA 12; this torch is 2.7.1+cu118" in text
-    assert "(vllm/_flashmla_C.abi3.so needs libcudart.so.12)" in text
-    # The next step, from cuda_builds.toml: the newest recorded vllm whose torch has a CUDA 12
-    # build this driver runs (torch 2.5.1+cu121; the CUDA 12 builds of 2.6.0 and later start
-    # at cu124).
-    assert "hint: Drop vllm, or give --framework 'vllm==0.7.3' --torch 2.5.1" in text
+    # Asked for by its version, refused before the closure from cuda_builds.toml's sourced
+    # facts: this index has no other vllm for torch 2.7.1, and the driver its build needs.
+    assert (
+        "torch 2.7.1+cu118 runs here, but vllm 0.10.1.1 is built for CUDA 12 against torch "
+        "2.7.1; this torch is 2.7.1+cu118 (cuda_builds.toml (vllm/_flashmla_C.abi3.so DT_NEEDED))"
+    ) in text
+    assert "no release of vllm fits this target and request" in text
+    assert "hint: Run vllm 0.10.1.1 on a driver ≥ 560.28.03." in text
     assert not (tmp_path / "out" / "pylock.toml").exists()

@@ -369,3 +369,25 @@ def test_a_conflict_of_the_request_is_not_blamed_on_the_python(
     assert done.returncode == 1, done.stderr
     assert "deepspeed" in done.stderr.rsplit("cudalock: error:", 1)[-1]
     assert not (tmp_path / "lock" / "pylock.toml").exists()
+
+
+def test_a_release_without_wheels_gives_way_to_one_with_a_wheel_on_the_same_python(
+    tmp_path: Path,
+) -> None:
+    """tokenkit 2.0 is an sdist alone, 1.0 has wheels for every Python: the Python stays the
+    newest, and tokenkit is taken at 1.0, which installs from a wheel; the plan says so."""
+    pytorch = [torch_standin(f"{TORCH}+cpu", None, tag=_tag(m)) for m in range(10, 15)]
+    pypi = [
+        *(StandIn("tokenkit", "1.0", tag=_tag(m)) for m in range(10, 15)),
+        StandIn("tokenkit", "2.0", kind="sdist"),
+    ]
+    with serve_indexes(tmp_path / "index", pytorch={"cpu": pytorch}, pypi=pypi) as server:
+        pytorch_url, pypi_url = server
+        args = ["--no-gpu", "--platform", "linux-x86_64", "--torch", f"=={TORCH}"]
+        args += ["--with", "none", "--framework", "tokenkit"]
+        args += ["--pytorch-index", pytorch_url, "--pypi-index", pypi_url, "--json"]
+        done = cudalock("lock", "-o", tmp_path / "lock", *args, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["python"], result["packages"]["tokenkit"]) == ("3.14", "1.0")
+    assert "tokenkit (not 2.0) taken at a version with a wheel for it" in result["python_reason"]

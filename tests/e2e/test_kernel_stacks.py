@@ -228,7 +228,7 @@ def test_a_framework_pin_that_conflicts_with_torch_names_the_newest_release_that
         "the newest vllm that accepts torch 2.5.1+cu121 is 0.6.6.post1 (uv resolves its closure)"
     ) in done.stderr
     hint = re.search(
-        r"hint: Give --framework '(vllm==[^']+)', or vllm 0.10.1.1 needs driver ≥ ([\d.]+)",
+        r"hint: Give --framework '(vllm==[^']+)', or run vllm 0.10.1.1 on a driver ≥ ([\d.]+)",
         done.stderr,
     )
     assert hint is not None, done.stderr
@@ -278,7 +278,7 @@ def test_a_framework_whose_large_wheel_has_no_pep_658_metadata_is_read_and_named
     )
     # The lowest driver any torch 2.14.0 build needs (the cu126 one's), not the newest's.
     assert (
-        "hint: Give --framework 'vllm==0.6.6.post1', or vllm 0.33.0 needs driver ≥ 560.28.03"
+        "hint: Give --framework 'vllm==0.6.6.post1', or run vllm 0.33.0 on a driver ≥ 560.28.03"
         in done.stderr
     )
     wheel = kernels.file_path("vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl")
@@ -325,7 +325,9 @@ def test_a_release_built_for_a_cuda_this_target_cannot_run_names_a_resolved_next
     assert f"{name} {version} requires torch==2.7.1" in done.stderr
     assert f"torch 2.7.1+cu118 runs here, but {built}; this torch is 2.7.1+cu118" in done.stderr
     assert f"is {next_version} (uv resolves its closure)" in done.stderr
-    hint = f"hint: --framework '{next_release}', or {name} {version} needs driver ≥ {driver}"
+    hint = (
+        f"hint: Give --framework '{next_release}', or run {name} {version} on a driver ≥ {driver}"
+    )
     assert hint in done.stderr
     assert not list(out.iterdir())
     # The next step works when followed (xformers from the variant index, with its label).

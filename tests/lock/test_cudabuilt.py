@@ -16,7 +16,6 @@ from cudalock.lock.cudabuilt import (
     _cache_read,
     _cache_write,
     built_against_torch_or_cuda,
-    read_wheel_build,
 )
 from cudalock.lock.flashattn import prebuilt_wheel_names
 from cudalock.lock.metadata import Metadata, marker_environment
@@ -27,6 +26,7 @@ from cudalock.request import make_request
 from cudalock.resolve.cudabuilt import BuiltFor
 from cudalock.tomlfile import tomllib
 from cudalock.versions import DriverVersion
+from cudalock.wheelbuild import read_wheel_build
 from tests.conftest import ServeIndexes
 from tests.support.wheels import StandIn, elf_shared_object
 
@@ -176,7 +176,12 @@ def test_a_wheel_with_one_build_per_cuda_is_read_as_such(serve_indexes: ServeInd
         wheels=[PackageWheel(url=url, hashes={"sha256": "0" * 64})],
     )
     built = read_wheel_build(
-        package, metadata("torch<3,>=2.0"), url, indexes=(), timeout_s=10, retries=0
+        str(package.name),
+        str(package.version),
+        metadata("torch<3,>=2.0").requires_dist,
+        url,
+        timeout_s=10,
+        retries=0,
     )
     assert built is not None
     assert built.choices == ("11.7", "11.8", "12.1", "12.8")

@@ -301,6 +301,8 @@ def refresh(args: argparse.Namespace) -> None:
         write=not args.dry_run,
     )
     echo(result.diff if result.diff else "the matrix is up to date")
+    for line in result.unread:
+        echo(f"not recorded: {line}", err=True)
     if result.diff:
         verb = "would change" if args.dry_run else "updated"
         echo(f"{verb}: {result.summary}", err=True)

@@ -281,7 +281,8 @@ def run_bootstrap(
         echo(f"python: {plan.python_reason}")
     interpreter = None
     venv_dir = options.venv or out_dir / ".venv"
-    if options.create and output_format == "venv" and not python_for_venv(venv_dir).exists():
+    creates_venv = options.create and output_format == "venv" and unresolved is None
+    if creates_venv and not python_for_venv(venv_dir).exists():
         # Known before anything is written: a venv of another Python would not fit the lock.
         try:
             interpreter = find_interpreter(plan.python, _uv_or_none())

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
-import zipfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from packaging.pylock import Package
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from cudalock.errors import CudalockError, EnvironmentFailure, InputError, sentence
+from cudalock.errors import CudalockError, InputError, sentence
 from cudalock.fsutil import read_bounded, write_atomic
 from cudalock.lock.metadata import Metadata, fetch_metadata
 from cudalock.matrix import Matrix
@@ -38,31 +37,20 @@ from cudalock.resolve.compat import driver_verdict
 from cudalock.resolve.cudabuilt import (
     BuiltFor,
     first_known,
-    from_cpp_lib,
     from_label,
     from_matrix,
-    from_needed,
-    from_per_cuda_extensions,
-    from_requirements,
     mismatch,
 )
-from cudalock.sharedlibs import NotElf, needed_libraries
 from cudalock.urls import redact
+from cudalock.wheelbuild import read_wheel_build
 
 __all__ = [
-    "EXTENSION_LIMIT",
-    "MAX_EXTENSIONS",
     "PARALLEL_READS",
     "BuildCheck",
     "Rejected",
     "built_against_torch_or_cuda",
-    "read_wheel_build",
 ]
 
-#: Extensions read per wheel, smallest first: one that needs a CUDA library settles it.
-MAX_EXTENSIONS = 4
-#: An extension is decompressed only up to its dynamic section, at most this far.
-EXTENSION_LIMIT = 128 * 2**20
 #: Wheels read at the same time.
 PARALLEL_READS = 8
 
@@ -146,55 +134,6 @@ def _cache_write(sha256: str | None, built: BuiltFor | None) -> None:
         write_atomic(path, json.dumps(built.to_json() if built else None))
     except (OSError, CudalockError):
         pass  # a read-only home only costs reading the wheel again
-
-
-def read_wheel_build(
-    package: Package,
-    metadata: Metadata,
-    url: str,
-    *,
-    indexes: Sequence[str],
-    timeout_s: float,
-    retries: int,
-) -> BuiltFor | None:
-    """What the wheel at ``url`` says it was built for, reading as little of it as it can."""
-    # HTTP (http.client, urllib) only when a wheel is read: a warm lock reads none.
-    from cudalock.wheelzip import MemberReader, open_wheel
-
-    name, version = str(package.name), str(package.version)
-    archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)
-    with archive:
-        infos = archive.infolist()
-        for info in infos:
-            if info.filename.count("/") == 1 and info.filename.endswith("/cpp_lib.json"):
-                text = archive.read(info).decode("utf-8", "replace")
-                found = from_cpp_lib(name, version, text, info.filename)
-                if found is not None:
-                    return found
-        per_cuda = from_per_cuda_extensions(name, version, [i.filename for i in infos])
-        if per_cuda is not None:
-            return per_cuda
-        extensions = sorted(
-            (
-                i
-                for i in infos
-                if i.filename.endswith(".so") or ".so." in i.filename.rsplit("/", 1)[-1]
-            ),
-            key=lambda i: (i.file_size, i.filename),
-        )
-        needed = []
-        for info in extensions[:MAX_EXTENSIONS]:
-            reader = MemberReader(archive, info.filename, EXTENSION_LIMIT)
-            try:
-                needed.append((info.filename, needed_libraries(reader)))
-            except (NotElf, EnvironmentFailure, zipfile.BadZipFile):
-                continue
-            finally:
-                reader.close()
-            found = from_needed(name, version, needed[-1:])
-            if found is not None:
-                return found
-    return from_requirements(name, version, metadata.requires_dist)
 
 
 @dataclass(frozen=True)
@@ -282,8 +221,9 @@ class BuildCheck:
             return None
         try:
             return read_wheel_build(
-                package,
-                metadata,
+                name,
+                version,
+                metadata.requires_dist,
                 url,
                 indexes=self.indexes,
                 timeout_s=self.timeout_s,

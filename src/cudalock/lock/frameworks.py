@@ -70,7 +70,7 @@ def cuda_build_check(matrix: Matrix) -> ReleaseCheck:
         built = from_label(name, version) or from_matrix(matrix, name, version)
         if built is None:
             return None
-        return mismatch(
+        reason = mismatch(
             built,
             torch_version=plan.torch_pin.version,
             torch_cuda=plan.cuda,
@@ -78,6 +78,7 @@ def cuda_build_check(matrix: Matrix) -> ReleaseCheck:
             targets=plan.targets,
             compat=plan.compat,
         )
+        return f"{reason} ({built.evidence})" if reason else None
 
     return check
 
@@ -428,7 +429,7 @@ def _no_release(
                 parts.append(f"no such torch runs here: {_why_no_torch(err)}")
                 driver = _driver_needed(err)
                 if driver:
-                    hints.append(f"{name} {newest.version} needs driver ≥ {driver}")
+                    hints.append(f"run {name} {newest.version} on a driver ≥ {driver}")
             else:
                 version = str(newest.version)
                 reason = next(
@@ -446,7 +447,7 @@ def _no_release(
                     )
                     driver = _build_driver(matrix, name, version, found)
                     if driver:
-                        hints.append(f"{name} {newest.version} needs driver ≥ {driver}")
+                        hints.append(f"run {name} {newest.version} on a driver ≥ {driver}")
     verified = _verified_fit(matrix, targets, request, reader, name, releases, checks, verify)
     if verified.fit is not None:
         release, _spec, plan, _rejected = verified.fit

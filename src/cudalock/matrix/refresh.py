@@ -11,6 +11,8 @@ What can be read from those sources, and only that, is refreshed:
   release and platform.
 - PyPI for ``deepspeed`` (:mod:`cudalock.matrix.refresh_deepspeed`): new releases, their torch
   requirement and the CUDA allow-list of their op builder.
+- PyPI for the packages ``cuda_builds.toml`` lists (:mod:`cudalock.matrix.refresh_cuda_builds`):
+  the CUDA and torch their newer releases' wheels were built for, read from the wheels.
 
 What only a person can check is written as unverified with a note, never as a fact: the arch
 lists of a new build are copied from the same variant and platform of the nearest older release
@@ -216,6 +218,8 @@ class RefreshResult:
     diff: str
     changes: tuple[str, ...]
     written: bool
+    #: What was not read, and why ("xformers 0.0.35: no Linux x86_64 wheel on the index").
+    unread: tuple[str, ...] = ()
 
     @property
     def summary(self) -> str:
@@ -250,6 +254,8 @@ class Sources:
 
 #: The files a refresh may change, in the order their diffs are shown.
 _FILES = ("matrix.toml", "cuda.toml", "torch.toml", "deepspeed.toml")
+#: Refreshed where the matrix has it (the loader treats it as optional).
+_OPTIONAL_FILES = ("cuda_builds.toml",)
 
 
 def refresh_matrix(
@@ -269,6 +275,7 @@ def refresh_matrix(
     """
     import tomlkit
 
+    from cudalock.matrix.refresh_cuda_builds import apply_cuda_builds, gather_cuda_builds
     from cudalock.matrix.refresh_deepspeed import apply_deepspeed, gather_deepspeed
 
     pypi_url = validate_index_url(pypi_url, flag="--pypi-url", allow_insecure=allow_insecure)
@@ -277,7 +284,8 @@ def refresh_matrix(
     )
     old: dict[str, str] = {}
     docs: dict[str, Any] = {}
-    for name in _FILES:
+    files = (*_FILES, *(n for n in _OPTIONAL_FILES if (directory / n).exists()))
+    for name in files:
         try:
             old[name] = (directory / name).read_text()
         except OSError as err:
@@ -295,14 +303,21 @@ def refresh_matrix(
         docs["torch.toml"], _cuda_versions(docs["cuda.toml"]), fetcher, pypi_url, pytorch_index, day
     )
     deepspeed = gather_deepspeed(docs["deepspeed.toml"], fetcher, pypi_url)
+    builds = (
+        gather_cuda_builds(docs["cuda_builds.toml"], fetcher, pypi_url)
+        if ("cuda_builds.toml" in docs)
+        else None
+    )
     changes = apply(docs["torch.toml"], sources)
     changes += add_toolkits(docs["cuda.toml"], docs["torch.toml"], sources)
     changes += apply_deepspeed(docs["deepspeed.toml"], deepspeed, day)
+    if builds is not None:
+        changes += apply_cuda_builds(docs["cuda_builds.toml"], builds)
     if changes:
         docs["matrix.toml"]["matrix_version"] = day
-    new = {name: _space_headers(tomlkit.dumps(docs[name])) for name in _FILES}
+    new = {name: _space_headers(tomlkit.dumps(docs[name])) for name in files}
     new["matrix.toml"] = tomlkit.dumps(docs["matrix.toml"])
-    changed = [name for name in _FILES if changes and new[name] != old[name]]
+    changed = [name for name in files if changes and new[name] != old[name]]
     diff = "".join(
         line
         for name in changed
@@ -314,7 +329,12 @@ def refresh_matrix(
         _check_loads(directory, {name: new[name] for name in changed})
     if write and changed:
         write_group({directory / name: new[name] for name in changed}, force=True)
-    return RefreshResult(diff=diff, changes=tuple(changes), written=write and bool(changed))
+    return RefreshResult(
+        diff=diff,
+        changes=tuple(changes),
+        written=write and bool(changed),
+        unread=tuple(builds.unread) if builds is not None else (),
+    )
 
 
 def _check_loads(directory: Path, changed: Mapping[str, str]) -> None:
