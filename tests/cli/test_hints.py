@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cudalock.doctor.diagnosis import FINDING_CODES as DOCTOR_CODES
 from tests.support.cli import cudalock
 
 #: A join whose part went missing ("… — ; given by …"), a doubled or dangling separator.
@@ -137,3 +138,28 @@ def test_hints_of_files_fleets_and_stdin_are_sentences(
         assert "Traceback" not in done.stderr
     for hint in printed:
         assert_sentence(hint)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--exit-code", "-11", "--no-run"],
+        ["--exit-code", "-7"],
+        ["--exit-code", "-11", "--no-run", "--host", "gpu-node-03"],
+    ],
+    ids=["segfault", "bus-error", "segfault-elsewhere"],
+)
+def test_doctors_next_steps_for_a_crash_are_sentences(
+    known_matrix_dir: Path, tmp_path: Path, args: list[str]
+) -> None:
+    report = tmp_path / "freeze.txt"
+    report.write_text("torch==2.7.1+cu128\n")
+    extra = ["--report", str(report)] if "-11" in args else []
+    done = cudalock("doctor", *args, *extra, "--matrix", known_matrix_dir, "--json")
+    assert "Traceback" not in done.stderr, done.stderr
+    # doctor's own findings (the audit's fixes are shell lines to run, comments included).
+    findings = json.loads(done.stdout)["findings"]
+    fixes = [fix for f in findings if f["code"] in DOCTOR_CODES for fix in f["fix"]]
+    assert fixes, done.stdout
+    for fix in fixes:
+        assert_sentence(fix)

@@ -116,7 +116,7 @@ def test_a_log_from_another_host_and_year_is_judged_by_the_memory_check_alone() 
     assert "other-oom-kills" not in codes(with_kills.findings)
     elsewhere = finding(with_kills.findings, "kernel-log-not-this-run")
     assert "the run ran on gpu-node-12 (the hosts the log names), not on vm" in elsewhere.message
-    assert "run cudalock doctor on gpu-node-12" in elsewhere.fix[0]
+    assert "Run cudalock doctor on gpu-node-12" in elsewhere.fix[0]
     # The verdict is the same before the unrelated kills happened.
     before = run_doctor(
         request,

@@ -476,8 +476,8 @@ def _other_event_findings(view: KernelView, *, kills: bool) -> list[Finding]:
                     ]
                 ),
                 (
-                    "give the run's time: --log with its timestamps, or --since and --until "
-                    "(and --host)",
+                    "Give the run's time: --log with its timestamps, or --since and --until "
+                    "(and --host).",
                 ),
             )
         )
@@ -504,10 +504,10 @@ def _not_this_run_finding(view: KernelView, seen: Observations) -> list[Finding]
             "nor rules out an OOM kill." + counters,
             coverage.not_covering,
             (
-                f"run cudalock doctor on {where}, or paste its 'dmesg -T' output into the log "
-                "given with --log",
-                "journalctl -k -b -1 shows the previous boot's kernel log where the journal is "
-                "kept on disk",
+                f"Run cudalock doctor on {where}, or paste its 'dmesg -T' output into the log "
+                "given with --log.",
+                "Where the journal is kept on disk, 'journalctl -k -b -1' shows the previous "
+                "boot's kernel log.",
             ),
         )
     ]
@@ -586,9 +586,9 @@ def _sigkill_findings(
                 + undated,
                 _quote(evidence),
                 (
-                    "raise the container's memory limit (docker run --memory, Kubernetes "
-                    "resources.limits.memory, Slurm --mem) to what the memory check below needs",
-                    "or lower the run's host memory (see the memory check's alternatives)",
+                    "Raise the container's memory limit (docker run --memory, Kubernetes "
+                    "resources.limits.memory, Slurm --mem) to what the memory check below needs.",
+                    "Or lower the run's host memory (see the memory check's alternatives).",
                 ),
             )
         )
@@ -606,10 +606,11 @@ def _sigkill_findings(
                 + view.note(host_kills),
                 _quote(_kill_lines(host_kills)),
                 (
-                    "give the host more RAM or make the run need less (see the memory check below)",
-                    "save checkpoints with ZeRO-3 and "
+                    "Give the host more RAM, or make the run need less (see the memory check "
+                    "below).",
+                    "Save checkpoints with ZeRO-3 and "
                     "stage3_gather_16bit_weights_on_model_save: true, "
-                    "or stagger saves, so the ranks do not all copy the 16-bit weights at once",
+                    "or stagger saves, so the ranks do not all copy the 16-bit weights at once.",
                 ),
             )
         )
@@ -632,8 +633,9 @@ def _sigkill_findings(
                 "no kernel or cgroup record of it was found here.",
                 _quote([e.line for e in dataloader]),
                 (
-                    "check the kernel log with root rights: " + HOW_TO_READ[0],
-                    "fewer DataLoader workers (num_workers) each hold a copy of the dataset state",
+                    f"Check the kernel log with root rights ('{HOW_TO_READ[0]}').",
+                    "Use fewer DataLoader workers (num_workers): each holds a copy of the "
+                    "dataset state.",
                 ),
             )
         )
@@ -654,8 +656,8 @@ def _sigkill_findings(
                 tuple(reasons),
                 (
                     *HOW_TO_READ,
-                    "inside a container, run it on the host (the container cannot read "
-                    "the host's kernel log without privileges)",
+                    "Inside a container, run it on the host (the container cannot read "
+                    "the host's kernel log without privileges).",
                 ),
             )
         )
@@ -678,9 +680,9 @@ def _sigkill_findings(
                 "OOM kill ends every process in the container.",
                 _quote([e.line for e in pod_lines]),
                 (
-                    "raise resources.limits.memory (and requests.memory) of the container to "
-                    "what the memory check below needs",
-                    "or lower the run's host memory (see the memory check's alternatives)",
+                    "Raise resources.limits.memory (and requests.memory) of the container to "
+                    "what the memory check below needs.",
+                    "Or lower the run's host memory (see the memory check's alternatives).",
                 ),
             )
         )
@@ -711,7 +713,7 @@ def _sigkill_findings(
                 "Slurm cancelled the job (time limit or scancel); Slurm stops jobs with SIGTERM, "
                 "then SIGKILL.",
                 _quote([e.line for e in time_limit]),
-                ("ask for more time (--time) or checkpoint and resume",),
+                ("Ask for more time (--time), or checkpoint and resume.",),
             )
         )
         if verdict == "undetermined":
@@ -775,10 +777,10 @@ def gpu_oom_finding(lines: Sequence[LogEvent], how: str) -> Finding:
         f"OOM: {how}.",
         _quote([e.line for e in lines]),
         (
-            "lower the micro-batch size or sequence length, enable gradient checkpointing",
-            "use ZeRO-3 or offload_optimizer/offload_param to CPU (costs host RAM; see the "
-            "memory check)",
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
+            "Lower the micro-batch size or sequence length, or enable gradient checkpointing.",
+            "Use ZeRO-3, or offload_optimizer/offload_param to CPU (it costs host RAM: see the "
+            "memory check).",
+            "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.",
         ),
     )
 
@@ -796,9 +798,9 @@ def _machine_not_read_findings(seen: Observations, scope: RunScope) -> list[Find
         (f"the run's hosts: {', '.join(scope.hosts)} ({scope.hosts_from})",) if scope.hosts else ()
     )
     fix = (
-        "run cudalock doctor on "
+        "Run cudalock doctor on "
         + (", ".join(scope.hosts) if scope.hosts else "the run's node")
-        + " (with --host NAME), or paste its 'dmesg -T' output into the log given with --log",
+        + " (with --host NAME), or paste its 'dmesg -T' output into the log given with --log.",
     )
     if scope.ran_here is False:
         return [Finding("kernel-log-not-this-run", "warning", message, evidence, fix)]
@@ -871,7 +873,7 @@ def memory_only_finding(
         f"Only the memory arithmetic points at an OOM kill: {why}; the memory check says the "
         f"host was {format_gib(memory.shortfall_bytes)} short{hit}.",
         (f"host: {memory.host.describe()}",),
-        ("confirm with the kernel log of the run's node: " + HOW_TO_READ[0],),
+        (f"Confirm with the kernel log of the run's node ('{HOW_TO_READ[0]}').",),
     )
 
 
@@ -1026,9 +1028,9 @@ def _sigsegv_findings(
                     "package version." + view.note(run_events.xids),
                     _quote([xid.line for xid in run_events.xids]),
                     (
-                        "look the Xid number up in NVIDIA's Xid catalogue; 79 (fallen off the "
+                        "Look the Xid number up in NVIDIA's Xid catalogue: 79 (fallen off the "
                         "bus), 48 "
-                        "and 63/64 (ECC) need the machine's administrator",
+                        "and 63/64 (ECC) need the machine's administrator.",
                     ),
                 )
             )
@@ -1070,9 +1072,9 @@ def _sigsegv_findings(
             "recursion; faulty GPU or host memory (Xid errors, ECC).",
             evidence=shm_evidence,
             fix=(
-                "re-run with num_workers=0 to rule DataLoader workers out",
+                "Re-run with num_workers=0 to rule DataLoader workers out.",
                 "PYTHONFAULTHANDLER=1 (or python -X faulthandler) prints the Python stack at the "
-                "crash",
+                "crash.",
             ),
         )
     )
@@ -1224,8 +1226,8 @@ def diagnose(
                     (
                         'ZeRO-3 with "stage3_gather_16bit_weights_on_model_save": true keeps '
                         "the 16-bit "
-                        "copy on rank 0 only",
-                        "or give the node the RAM the memory check asks for",
+                        "copy on rank 0 only.",
+                        "Or give the node the RAM the memory check asks for.",
                     ),
                 )
             )
@@ -1287,7 +1289,7 @@ def diagnose(
                     "warning",
                     "SIGBUS in training is nearly always shared memory (/dev/shm) running out; its "
                     "size could not be read here.",
-                    fix=("df -h /dev/shm",),
+                    fix=("Check the size of /dev/shm ('df -h /dev/shm').",),
                 )
             )
     elif sig is not None:

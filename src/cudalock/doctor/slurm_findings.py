@@ -114,9 +114,9 @@ def job_end_findings(slurm: SlurmEvidence) -> tuple[str | None, list[Finding]]:
                 "stopped them; memory was not the cause.",
                 evidence,
                 (
-                    "ask for more time: #SBATCH --time=… (the job's limit was "
-                    f"{job.time_limit_minutes if job and job.time_limit_minutes else '?'} min)",
-                    "or save checkpoints often enough to resume from one in the next job",
+                    "Ask for more time with #SBATCH --time=… (the job's limit was "
+                    f"{job.time_limit_minutes if job and job.time_limit_minutes else '?'} min).",
+                    "Or save checkpoints often enough to resume from one in the next job.",
                 ),
             )
         ]
@@ -130,7 +130,7 @@ def job_end_findings(slurm: SlurmEvidence) -> tuple[str | None, list[Finding]]:
                 evidence,
                 (
                     "'CANCELLED by UID' names who cancelled it (getent passwd UID); if it was not "
-                    "you, ask the cluster's admins",
+                    "you, ask the cluster's admins.",
                 ),
             )
         ]
@@ -143,8 +143,8 @@ def job_end_findings(slurm: SlurmEvidence) -> tuple[str | None, list[Finding]]:
                 "node's own OOM or a reboot); the job's processes did not crash by themselves.",
                 evidence,
                 (
-                    "scontrol show node NODE (its Reason), sinfo -R",
-                    "resubmit with --exclude=NODE, or ask the admins about the node",
+                    "Read the node's state: 'scontrol show node NODE' (its Reason), 'sinfo -R'.",
+                    "Resubmit with --exclude=NODE, or ask the admins about the node.",
                 ),
             )
         ]
@@ -170,7 +170,10 @@ def job_end_findings(slurm: SlurmEvidence) -> tuple[str | None, list[Finding]]:
                 f"Slurm: {verdict.summary}: the program exited by itself, not by a signal, so its "
                 "own error message (the last traceback in the job's output file) explains it.",
                 evidence,
-                ("scontrol show job ID | grep StdOut (the output file), then its last lines",),
+                (
+                    "Read the job's output file ('scontrol show job ID | grep StdOut'), then "
+                    "its last lines.",
+                ),
             )
         ]
     return None, []
@@ -194,7 +197,7 @@ def signal_finding(slurm: SlurmEvidence) -> Finding:
             "error",
             f"Slurm: {verdict.summary}." + used,
             evidence,
-            ("ask for the memory the run needs: see slurm-memory-request below",),
+            ("Ask for the memory the run needs: see slurm-memory-request below.",),
         )
     if verdict.kind == "segfault":
         certainty = (
@@ -269,8 +272,8 @@ def memory_request_finding(slurm: SlurmEvidence, memory: MemoryVerdict) -> Findi
             "buffers and CUDA contexts come on top.",
             (f"memory check: {format_gib(required)} per node at '{phase.name}'",),
             (
-                "raise #SBATCH --mem= above what the step used, or lower what comes on top "
-                "(DataLoader num_workers, micro-batch size)",
+                "Raise #SBATCH --mem= above what the step used, or lower what comes on top "
+                "(DataLoader num_workers, micro-batch size).",
             ),
         )
     return Finding(
@@ -285,7 +288,7 @@ def memory_request_finding(slurm: SlurmEvidence, memory: MemoryVerdict) -> Findi
         (
             *requests,
             *changes,
-            "a node with less RAM than that cannot give it (sinfo -o '%N %m' lists RealMemory): "
-            "then change the run instead",
+            "A node with less RAM than that cannot give it (sinfo -o '%N %m' lists RealMemory): "
+            "then change the run instead.",
         ),
     )
