@@ -214,3 +214,42 @@ def _recorded_target(out: Path) -> dict[str, object]:
     target = tomllib.loads((out / "cudalock.toml").read_text())["target"]
     assert isinstance(target, dict)
     return target
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--gpu", "H10"],
+            "cudalock: error: unknown GPU 'H10': not in the matrix's GPU table; did you mean "
+            "'NVIDIA H100', 'NVIDIA H20', 'NVIDIA A10'?",
+        ),
+        (["--driver-version", "570", "--driver-cuda", "12"], "invalid CUDA version '12'"),
+    ],
+    ids=["unknown-gpu", "cuda-major"],
+)
+def test_a_bad_form_is_the_same_usage_error_in_every_command(
+    known_matrix_dir: Path, tmp_path: Path, flags: list[str], message: str
+) -> None:
+    report = tmp_path / "freeze.txt"
+    report.write_text("torch==2.7.1+cu128\n")
+    commands = [
+        ["probe"],
+        ["resolve"],
+        ["bootstrap", "-o", str(tmp_path / "b"), "--offline"],
+        ["lock", "-o", str(tmp_path / "l"), "--offline"],
+        ["audit", "--report", str(report)],
+        ["audit", "--python", sys.executable],
+        # doctor reads the flags whatever the signal: a -9 too, not only the -11 audit.
+        ["doctor", "--exit-code", "-9"],
+        ["doctor", "--exit-code", "-11", "--no-run", "--report", str(report)],
+    ]
+    errors = set()
+    for command in commands:
+        done = run(*command, "--matrix", known_matrix_dir, *flags, cwd=tmp_path)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        (error,) = [line for line in done.stderr.splitlines() if line.startswith("cudalock: ")]
+        assert message in error, (command, error)
+        errors.add(error)
+    assert len(errors) == 1, errors
+    assert not (tmp_path / "b").exists() and not (tmp_path / "l").exists()

@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> None:
             echo(f"{out / 'pylock.toml'} is not current:", err=True)
             for change in changes:
                 echo(f"  - {change}", err=True)
-            echo("run 'cudalock lock' (same flags) to regenerate it", err=True)
+            echo("hint: Run 'cudalock lock' (same flags) to regenerate it.", err=True)
         else:
             echo(f"{out / 'pylock.toml'} is current")
         raise SystemExit(1 if changes else 0)
