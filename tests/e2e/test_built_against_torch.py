@@ -56,6 +56,15 @@ _install_requires.append(f"torch=={torch_version}")
 requires_dist = _install_requires
 """
 
+PROBEPKG_SETUP = """from importlib.metadata import PackageNotFoundError, version
+
+try:
+    torch_version = version("torch")
+except PackageNotFoundError:
+    torch_version = "2.7.1"
+requires_dist = [f"torch=={torch_version}"]
+"""
+
 
 def pytorch_standins() -> dict[str, list[StandIn]]:
     return {
@@ -93,6 +102,13 @@ def pypi_standins() -> list[StandIn]:
         StandIn("kernelpkg", "1.0", kind="sdist", files={"setup.py": KERNELPKG_SETUP}),
         # A wheel that requires it: kernelpkg is found only when uv's isolated build fails.
         StandIn("usekernel", "1.0", ["kernelpkg"]),
+        # And one that requires axolotl: its isolated build pins torch==2.6.0, so uv finds no
+        # solution with torch 2.5.1, naming it.
+        StandIn("useaxolotl", "1.0", ["axolotl==0.9.2"]),
+        # An sdist whose setup.py reads torch's version with a fallback that happens to match
+        # the plan's torch: uv's isolated build succeeds, and only its files tell.
+        StandIn("probepkg", "1.0", kind="sdist", files={"setup.py": PROBEPKG_SETUP}),
+        StandIn("useprobe", "1.0", ["probepkg"]),
         StandIn(
             "axolotl",
             "0.9.2",
@@ -178,10 +194,22 @@ def test_an_sdist_whose_setup_imports_torch_is_built_after_torch(
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_axolotl_is_locked_against_the_torch_it_is_built_beside(
+def test_an_sdist_built_in_isolation_for_a_torch_it_guessed_is_built_again_against_it(
     index: IndexServer, env: dict[str, str], tmp_path: Path
 ) -> None:
-    done = lock(index, env, tmp_path, "--torch", "2.5.1", "--framework", "axolotl==0.9.2")
+    done = lock(index, env, tmp_path, "--torch", "2.7.1", "--framework", "useprobe")
+    assert done.returncode == 0, done.stderr
+    assert "probepkg's build reads the installed torch" in done.stderr
+    assert "probepkg reads the installed torch when built (probepkg-1.0.tar.gz" in notes(tmp_path)
+    last = (tmp_path / "requirements.last.txt").read_text(encoding="utf-8")
+    assert "probepkg==1.0" in last
+
+
+@pytest.mark.parametrize("framework", ["axolotl==0.9.2", "useaxolotl"])
+def test_axolotl_is_locked_against_the_torch_it_is_built_beside(
+    index: IndexServer, env: dict[str, str], tmp_path: Path, framework: str
+) -> None:
+    done = lock(index, env, tmp_path, "--torch", "2.5.1", "--framework", framework)
     assert done.returncode == 0, done.stderr
     versions = {name: found[0] for name, found in locked_packages(tmp_path).items()}
     assert versions["torch"] == "2.5.1+cu121"
