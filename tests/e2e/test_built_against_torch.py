@@ -3,7 +3,8 @@
 - torchao declares no torch requirement; uv alone takes torchao 0.18.0 (its C++ extensions need
   torch >= 2.11) for torch 2.7.1. The stand-in PyPI serves torchao 0.12.0, 0.13.0 and 0.18.0
   with the real file names and Requires-Dist (no torch), and the lock takes 0.12.0, the release
-  compat_matrix/torch_pairings.toml records for torch 2.7.1, saying why and citing the source.
+  compat_matrix/torch_pairings.toml records for torch 2.7.1, saying why and citing the source;
+  ``audit`` of a real venv holding torchao 0.18.0 beside torch 2.7.1 reports the pair.
 - an sdist whose setup.py imports torch (``kernelpkg``, a stand-in) fails to build in isolation;
   the lock finds it from its setup.py (a framework published as an sdist only) or from uv's
   failure (a package the closure pulls in), prepares its metadata beside the locked torch
@@ -26,8 +27,14 @@ from pathlib import Path
 
 import pytest
 
+from cudalock.audit.inspection import start_inspection
+from cudalock.audit.runner import audit_live
+from cudalock.matrix import load_matrix
+from cudalock.model import Gpu, Target
+from cudalock.versions import DriverVersion
 from tests.support.cli import cudalock, lock_against, locked_packages
 from tests.support.index import IndexServer, offline_env, serve_indexes
+from tests.support.venvs import EnvSpec, make_env, torch_with
 from tests.support.wheels import StandIn, torch_standin
 
 pytestmark = pytest.mark.slow
@@ -269,3 +276,33 @@ def test_create_builds_axolotl_against_the_installed_torch(
     assert found["torch"] == "2.5.1+cu121"
     # Built in isolation, it would require torch==2.6.0; built last, the installed torch.
     assert "torch==2.5.1+cu121" in found["requires"]
+
+
+def test_a_live_environment_with_torchao_built_for_another_torch_is_an_error(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # What a plain `pip install torchao` gives beside torch 2.7.1: 0.18.0, real file name.
+    torchao = StandIn(
+        "torchao", "0.18.0", TORCHAO_REQUIRES, real_filename="torchao-0.18.0-py3-none-any.whl"
+    )
+    python = make_env(
+        tmp_path_factory.mktemp("torchao-live"),
+        "cu118-torchao-0.18.0",
+        EnvSpec(wheels=[torch_with("2.7.1+cu118", "11.8"), torchao]),
+    )
+    a100 = Gpu(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), index=0)
+    target = Target(
+        platform="linux-x86_64",
+        driver_version=DriverVersion("530.30.02"),
+        driver_cuda=(12, 1),
+        gpus=(a100,),
+        source="override",
+    )
+    with start_inspection(python=python) as inspection:
+        findings = audit_live([target], load_matrix(), inspection).findings
+    [found] = [f for f in findings if f.code == "torch-pairing-mismatch"]
+    assert found.severity == "error"
+    assert found.message.startswith(
+        "torchao 0.18.0 works with torch >= 2.11.0; this torch is 2.7.1+cu118"
+    )
+    assert found.fix == ("pip install --no-deps 'torchao==0.12.0'",)
