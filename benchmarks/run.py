@@ -769,7 +769,7 @@ LOCK_PARTS = (
     ("the inputs: flags, spec, the matrix, the target", "cudalock.cli.lock", "compute_inputs"),
     (
         "the plan, torch chosen with the frameworks' releases",
-        "cudalock.lock.frameworks",
+        "cudalock.lock.python",
         "plan_with_frameworks",
     ),
     ("uv's version", "cudalock.lock.closure", "uv_version"),

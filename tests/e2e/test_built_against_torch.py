@@ -3,7 +3,8 @@
 - torchao declares no torch requirement; uv alone takes torchao 0.18.0 (its C++ extensions need
   torch >= 2.11) for torch 2.7.1. The stand-in PyPI serves torchao 0.12.0, 0.13.0 and 0.18.0
   with the real file names and Requires-Dist (no torch), and the lock takes 0.12.0, the release
-  compat_matrix/torch_pairings.toml records for torch 2.7.1, saying why and citing the source.
+  compat_matrix/torch_pairings.toml records for torch 2.7.1, saying why and citing the source;
+  ``audit`` of a real venv holding torchao 0.18.0 beside torch 2.7.1 reports the pair.
 - an sdist whose setup.py imports torch (``kernelpkg``, a stand-in) fails to build in isolation;
   the lock finds it from its setup.py (a framework published as an sdist only) or from uv's
   failure (a package the closure pulls in), prepares its metadata beside the locked torch
@@ -26,8 +27,14 @@ from pathlib import Path
 
 import pytest
 
+from cudalock.audit.inspection import start_inspection
+from cudalock.audit.runner import audit_live
+from cudalock.matrix import load_matrix
+from cudalock.model import Gpu, Target
+from cudalock.versions import DriverVersion
 from tests.support.cli import cudalock, lock_against, locked_packages
 from tests.support.index import IndexServer, offline_env, serve_indexes
+from tests.support.venvs import EnvSpec, make_env, torch_with
 from tests.support.wheels import StandIn, torch_standin
 
 pytestmark = pytest.mark.slow
@@ -54,6 +61,15 @@ except PackageNotFoundError:
     torch_version = "2.6.0"  # default to torch 2.6
 _install_requires.append(f"torch=={torch_version}")
 requires_dist = _install_requires
+"""
+
+PROBEPKG_SETUP = """from importlib.metadata import PackageNotFoundError, version
+
+try:
+    torch_version = version("torch")
+except PackageNotFoundError:
+    torch_version = "2.7.1"
+requires_dist = [f"torch=={torch_version}"]
 """
 
 
@@ -93,6 +109,13 @@ def pypi_standins() -> list[StandIn]:
         StandIn("kernelpkg", "1.0", kind="sdist", files={"setup.py": KERNELPKG_SETUP}),
         # A wheel that requires it: kernelpkg is found only when uv's isolated build fails.
         StandIn("usekernel", "1.0", ["kernelpkg"]),
+        # And one that requires axolotl: its isolated build pins torch==2.6.0, so uv finds no
+        # solution with torch 2.5.1, naming it.
+        StandIn("useaxolotl", "1.0", ["axolotl==0.9.2"]),
+        # An sdist whose setup.py reads torch's version with a fallback that happens to match
+        # the plan's torch: uv's isolated build succeeds, and only its files tell.
+        StandIn("probepkg", "1.0", kind="sdist", files={"setup.py": PROBEPKG_SETUP}),
+        StandIn("useprobe", "1.0", ["probepkg"]),
         StandIn(
             "axolotl",
             "0.9.2",
@@ -178,10 +201,22 @@ def test_an_sdist_whose_setup_imports_torch_is_built_after_torch(
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_axolotl_is_locked_against_the_torch_it_is_built_beside(
+def test_an_sdist_built_in_isolation_for_a_torch_it_guessed_is_built_again_against_it(
     index: IndexServer, env: dict[str, str], tmp_path: Path
 ) -> None:
-    done = lock(index, env, tmp_path, "--torch", "2.5.1", "--framework", "axolotl==0.9.2")
+    done = lock(index, env, tmp_path, "--torch", "2.7.1", "--framework", "useprobe")
+    assert done.returncode == 0, done.stderr
+    assert "probepkg's build reads the installed torch" in done.stderr
+    assert "probepkg reads the installed torch when built (probepkg-1.0.tar.gz" in notes(tmp_path)
+    last = (tmp_path / "requirements.last.txt").read_text(encoding="utf-8")
+    assert "probepkg==1.0" in last
+
+
+@pytest.mark.parametrize("framework", ["axolotl==0.9.2", "useaxolotl"])
+def test_axolotl_is_locked_against_the_torch_it_is_built_beside(
+    index: IndexServer, env: dict[str, str], tmp_path: Path, framework: str
+) -> None:
+    done = lock(index, env, tmp_path, "--torch", "2.5.1", "--framework", framework)
     assert done.returncode == 0, done.stderr
     versions = {name: found[0] for name, found in locked_packages(tmp_path).items()}
     assert versions["torch"] == "2.5.1+cu121"
@@ -241,3 +276,33 @@ def test_create_builds_axolotl_against_the_installed_torch(
     assert found["torch"] == "2.5.1+cu121"
     # Built in isolation, it would require torch==2.6.0; built last, the installed torch.
     assert "torch==2.5.1+cu121" in found["requires"]
+
+
+def test_a_live_environment_with_torchao_built_for_another_torch_is_an_error(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # What a plain `pip install torchao` gives beside torch 2.7.1: 0.18.0, real file name.
+    torchao = StandIn(
+        "torchao", "0.18.0", TORCHAO_REQUIRES, real_filename="torchao-0.18.0-py3-none-any.whl"
+    )
+    python = make_env(
+        tmp_path_factory.mktemp("torchao-live"),
+        "cu118-torchao-0.18.0",
+        EnvSpec(wheels=[torch_with("2.7.1+cu118", "11.8"), torchao]),
+    )
+    a100 = Gpu(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), index=0)
+    target = Target(
+        platform="linux-x86_64",
+        driver_version=DriverVersion("530.30.02"),
+        driver_cuda=(12, 1),
+        gpus=(a100,),
+        source="override",
+    )
+    with start_inspection(python=python) as inspection:
+        findings = audit_live([target], load_matrix(), inspection).findings
+    [found] = [f for f in findings if f.code == "torch-pairing-mismatch"]
+    assert found.severity == "error"
+    assert found.message.startswith(
+        "torchao 0.18.0 works with torch >= 2.11.0; this torch is 2.7.1+cu118"
+    )
+    assert found.fix == ("pip install --no-deps 'torchao==0.12.0'",)

@@ -282,3 +282,45 @@ def test_a_cuda_12_vllm_is_refused_beside_a_cu118_torch(
     assert "no release of vllm fits this target and request" in text
     assert "hint: Run vllm 0.10.1.1 on a driver ≥ 560.28.03." in text
     assert not (tmp_path / "out" / "pylock.toml").exists()
+
+
+def test_a_next_step_from_cuda_builds_toml_that_does_not_resolve_is_said_not_named(
+    vllm_index: IndexServer, tmp_path: Path
+) -> None:
+    """A range leaves the CUDA build to the closure, which reads the wheel. Its next step from
+    cuda_builds.toml (vllm 0.7.3 with torch 2.5.1) is resolved with uv first: this index has
+    neither, so it is said as tried, and not given as the hint."""
+    pytorch, pypi = vllm_index
+    env = offline_env() | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = cudalock(
+        "lock",
+        "-o",
+        str(tmp_path / "out"),
+        "--driver-version",
+        "530.30.02",
+        "--compute-capability",
+        "8.0",
+        "--torch",
+        "2.7.1",
+        "--python",
+        PY,
+        "--framework",
+        "vllm>=0.10",
+        "--pytorch-index",
+        pytorch,
+        "--pypi-index",
+        pypi,
+        env=env,
+        timeout=600,
+    )
+    text = done.stdout + done.stderr
+    assert done.returncode == 1, text
+    assert "vllm 0.10.1.1 is built for CUDA 12; this torch is 2.7.1+cu118" in text
+    assert "(vllm/_flashmla_C.abi3.so needs libcudart.so.12)" in text
+    assert (
+        "vllm 0.7.3 with torch 2.5.1 (recorded in cuda_builds.toml) was tried and does not "
+        "resolve: "
+    ) in text
+    assert "--framework 'vllm==0.7.3'" not in text
+    assert "hint: Drop vllm" in text
+    assert not (tmp_path / "out" / "pylock.toml").exists()

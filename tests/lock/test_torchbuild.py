@@ -8,6 +8,7 @@ import tarfile
 import zipfile
 
 from cudalock.lock.torchbuild import needs_torch_to_build, read_sdist
+from cudalock.lock.uvinput import LockInput, uv_compile_args
 
 #: uv 0.13's stderr when an sdist's setup.py imports torch in an isolated build (trimmed
 #: traceback), as the end-to-end tests see it from the stand-in sdist.
@@ -102,3 +103,28 @@ def test_a_plain_sdist_is_not_built_against_torch() -> None:
     )
     assert read_sdist(plain, "pkg-1.0.tar.gz").reason is None
     assert read_sdist(b"not an archive", "pkg-1.0.tar.gz").reason is None
+
+
+def test_uv_prepares_them_beside_the_locked_torch_keyed_by_it() -> None:
+    inp = LockInput(
+        requirements=("torch==2.5.1+cu121", "axolotl==0.9.2"),
+        routes=(),
+        default_index="https://pypi.org/simple",
+        python="3.11",
+        platform="linux-x86_64",
+        python_platform="x86_64-manylinux_2_28",
+    )
+    args = uv_compile_args(
+        "uv",
+        inp,
+        upgrade=False,
+        cache_dir=None,
+        no_build_isolation=("axolotl",),
+        build_python="/scratch/torch-build/venv/bin/python",
+    )
+    assert args[args.index("--no-build-isolation-package") + 1] == "axolotl"
+    # uv's cached metadata of an isolated build (torch "2.6.0") is not reused.
+    assert args[args.index("--config-settings-package") + 1] == (
+        "axolotl:cudalock-torch=2.5.1+cu121"
+    )
+    assert args[args.index("--python") + 1] == "/scratch/torch-build/venv/bin/python"

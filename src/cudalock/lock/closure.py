@@ -52,6 +52,7 @@ from cudalock.lock.frameworks import (
     project_releases,
     release_metadata,
     torch_specifier,
+    with_framework,
 )
 from cudalock.lock.http import cache_disabled, request
 from cudalock.lock.metadata import (
@@ -451,6 +452,8 @@ class _Fitter:
         #: Their build requirements, installed beside the locked torch to prepare them.
         self.build_requires: list[str] = []
         self._torch_builds: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        #: The closure's sdist-only packages whose files were read for that.
+        self._sdists: set[str] = set()
         #: What the closure's CUDA-built packages were built for; versions that do not fit.
         self.builds = BuildCheck(
             plan=plan,
@@ -930,6 +933,7 @@ class _Fitter:
                     changed = True
             changed = self._fit_closure_extras(uv_lock, inp, pool) or changed
         changed = self._fit_pairings(versions) or changed
+        changed = self._find_torch_builds(uv_lock, inp) or changed
         if not changed:
             # The closure fits the torch family; now what its CUDA-built packages were built for.
             self.builds.indexes = inp.indexes
@@ -937,6 +941,82 @@ class _Fitter:
             changed = self.builds.review(packages)
             if changed:
                 self.again.append("a CUDA-built package's version was built for another CUDA")
+        return changed
+
+    def torch_builds_behind(self, explanation: str, inp: LockInput) -> list[str]:
+        """The sdists uv's explanation of no solution says depend on torch ("axolotl==0.9.2
+        depends on torch==2.6.0") whose files show the build reads the installed torch: their
+        metadata was built in isolation, for no torch; found, they are prepared against it."""
+        found = []
+        # uv: "axolotl==0.9.2 depends on torch==2.6.0", or "all versions of axolotl depend on
+        # torch==2.6.0" (the version then from what depends on it: "depend on axolotl==0.9.2").
+        named = re.findall(
+            r"(?:^|\s)([A-Za-z0-9][A-Za-z0-9._-]*?)(?:==(\S+))? depends? on torch\b",
+            explanation,
+        )
+        for text, given in dict.fromkeys(named):
+            name = str(canonicalize_name(text))
+            if name in self.against_torch or name in BUILT_AGAINST_TORCH or name in self._sdists:
+                continue
+            version = given
+            if not version:
+                pinned = re.search(rf"depends? on {re.escape(text)}==([^\s,]+)", explanation)
+                version = pinned[1].rstrip(".") if pinned else ""
+            self._sdists.add(name)
+            try:
+                asked = Requirement(f"{name}=={version}" if version else name)
+                sdist = newest_sdist_only(inp.default_index, asked, self.reader(inp), None)
+                build = self._read_sdist(inp, sdist) if sdist is not None else None
+            except (CudalockError, FileNotFoundError, ValueError):
+                continue  # uv's explanation stands
+            if sdist is not None and build is not None and build.reason is not None:
+                self.found_against_torch(
+                    name, f"{sdist.filename}: {build.reason}", build.build_requires
+                )
+                found.append(name)
+        return found
+
+    def _find_torch_builds(self, uv_lock: _Answer, inp: LockInput) -> bool:
+        """sdists of the closure whose build reads the installed torch but succeeded in
+        isolation (axolotl pulled in by another package: its metadata then pins the torch
+        2.6.0 its setup.py assumes when none is installed) are read once and, when their files
+        say so, prepared against the locked torch in the next resolution."""
+        unread = []
+        for name in uv_lock.versions:
+            if name in self.against_torch or name in BUILT_AGAINST_TORCH or name in self._sdists:
+                continue
+            package = uv_lock.package(name)
+            if package is None or package.wheels or package.sdist is None or not package.sdist.url:
+                continue
+            self._sdists.add(name)
+            unread.append(
+                (
+                    name,
+                    Sdist(
+                        name,
+                        Version(str(package.version)),
+                        package.sdist.url,
+                        package.sdist.url.rsplit("/", 1)[-1],
+                    ),
+                )
+            )
+        changed = False
+        for name, sdist in unread:
+            try:
+                build = self._read_sdist(inp, sdist)
+            except (CudalockError, FileNotFoundError) as err:
+                reason = err.message if isinstance(err, CudalockError) else "404"
+                self.notes.append(
+                    f"the sdist of {name} {sdist.version} could not be read ({reason}): whether "
+                    "its build reads the installed torch was not checked"
+                )
+                continue
+            if build.reason is not None:
+                self.found_against_torch(
+                    name, f"{sdist.filename}: {build.reason}", build.build_requires
+                )
+                self.again.append(f"{name}'s build reads the installed torch")
+                changed = True
         return changed
 
     def _fit_pairings(self, versions: Mapping[str, str]) -> bool:
@@ -1157,8 +1237,12 @@ def resolve_closure(
     echo: Echo | None = None,
     matrix: Matrix | None = None,
     only_binary: Sequence[str] = (),
+    verify_hints: bool = True,
 ) -> Closure:
     """Resolve the whole closure of ``plan`` and ``request`` with uv, fitted to the torch.
+
+    ``verify_hints``: a refusal's next step is resolved (with this function) before it is
+    named; off for that resolution itself.
 
     ``matrix`` (default: the shipped one or ``CUDALOCK_MATRIX``) judges the CUDA its CUDA-built
     packages were built for against the targets' drivers.
@@ -1198,7 +1282,15 @@ def resolve_closure(
             except NoWheelsForPython:
                 raise  # the Python's doing: no framework probe would say more
             except Unsatisfiable as err:
-                raise _diagnose(fitter, work, err) from None
+                found = fitter.torch_builds_behind(err.message, inp)
+                if not found:
+                    raise _diagnose(fitter, work, err, verify_hints=verify_hints) from None
+                say(
+                    f"cudalock: resolving again, since {', '.join(found)} read the installed "
+                    "torch when built, and an isolated build saw none: prepared against torch "
+                    f"{plan.torch_pin.version}, without build isolation"
+                )
+                continue
             except TorchBuildNeeded as err:
                 fitter.found_against_torch(
                     err.package,
@@ -1296,11 +1388,35 @@ def _changes(fitter: _Fitter) -> str:
 # When nothing fits
 
 
-def _diagnose(fitter: _Fitter, work: Path, original: Unsatisfiable) -> CudalockError:
+def _recorded_fit_verifier(fitter: _Fitter) -> Callable[[str, str, str], str | None]:
+    """Resolves ``--framework 'name==version' --torch torch`` (a next step read from
+    cuda_builds.toml) as ``lock`` would: None when it resolves, else why not."""
+
+    def verify(name: str, version: str, torch: str) -> str | None:
+        request = with_framework(
+            replace(fitter.request, torch=parse_torch_spec(f"=={torch}")),
+            name,
+            f"{name}=={version}",
+        )
+        try:
+            plan = resolve(fitter.builds.matrix, fitter.plan.targets, request)
+            resolve_closure(
+                plan, request, fitter.options, matrix=fitter.builds.matrix, verify_hints=False
+            )
+        except CudalockError as err:
+            return err.message
+        return None
+
+    return verify
+
+
+def _diagnose(
+    fitter: _Fitter, work: Path, original: Unsatisfiable, *, verify_hints: bool = True
+) -> CudalockError:
     """The framework whose newest matching release needs another torch, by name; else uv's own
     explanation. Versions excluded for the CUDA they were built for come first: without them
     uv had a solution."""
-    refusal = fitter.builds.refusal()
+    refusal = fitter.builds.refusal(_recorded_fit_verifier(fitter) if verify_hints else None)
     if refusal is not None:
         return Unsatisfiable(refusal[0], hint=refusal[1])
     paired = _pairing_refusal(fitter, original)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -320,23 +320,34 @@ class BuildCheck:
                     return entry.version, public
         return None
 
-    def refusal(self) -> tuple[str, str] | None:
+    def refusal(
+        self, verify: Callable[[str, str, str], str | None] | None = None
+    ) -> tuple[str, str] | None:
         """(problem, hint) for a closure that could not be resolved once versions were
-        excluded; None when none were."""
+        excluded; None when none were. ``verify(name, version, torch)`` resolves the next step
+        from cuda_builds.toml with uv first: None when it resolves, else why not (then it is
+        said, not named as the next step)."""
         if not self.rejected:
             return None
         problems = []
         hints = []
         for name, rejected in self.rejected.items():
             versions = ", ".join(r.built.version for r in rejected)
-            problems.append(
+            problem = (
                 f"{rejected[0].problem} ({rejected[0].built.evidence}), and no other {name} "
                 f"release fits the plan (excluded: {versions})"
             )
             hint = f"drop {name}"
             other = self._recorded_fit(name)
-            if other is not None:
+            why = verify(name, *other) if other is not None and verify is not None else None
+            if other is not None and why is None:
                 hint += f", or give --framework '{name}=={other[0]}' --torch {other[1]}"
+            elif other is not None:
+                problem += (
+                    f"; {name} {other[0]} with torch {other[1]} (recorded in cuda_builds.toml) "
+                    f"was tried and does not resolve: {why}"
+                )
+            problems.append(problem)
             cuda = rejected[0].built.cuda_version
             if cuda is not None and self.plan.targets:
                 driver = self.matrix.min_driver_for_cuda(cuda, self.plan.targets[0].platform)

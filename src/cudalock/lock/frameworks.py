@@ -43,7 +43,7 @@ from cudalock.lock.metadata import (
 from cudalock.lock.variant import Reader
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Rejection, Target
-from cudalock.request import Request, parse_framework, parse_torch_spec
+from cudalock.request import Framework, Request, parse_framework, parse_torch_spec
 from cudalock.resolve import resolve
 from cudalock.resolve.cudabuilt import from_label, from_matrix, mismatch
 
@@ -503,7 +503,7 @@ def _verified_fit(
             verified.fit = fit
             return verified
         release, spec, plan, _rejected = fit
-        hinted = _with_framework(_narrowed(request, spec), name, f"{name}=={release.version}")
+        hinted = with_framework(_narrowed(request, spec), name, f"{name}=={release.version}")
         try:
             why = verify(plan, hinted)
         except EnvironmentFailure as err:
@@ -522,15 +522,17 @@ def _verified_fit(
     return verified
 
 
-def _with_framework(request: Request, name: str, text: str) -> Request:
-    """``request`` with its framework ``name`` asked for as ``text`` instead."""
+def with_framework(request: Request, name: str, text: str) -> Request:
+    """``request`` with its framework ``name`` asked for as ``text`` instead (added when it
+    is not one of its frameworks: a package of the closure named as the next step)."""
     wanted = canonicalize_name(name)
-    frameworks = tuple(
-        parse_framework(text)
-        if f.requirement is not None and canonicalize_name(f.requirement.name) == wanted
-        else f
-        for f in request.frameworks
-    )
+
+    def named(f: Framework) -> bool:
+        return f.requirement is not None and canonicalize_name(f.requirement.name) == wanted
+
+    frameworks = tuple(parse_framework(text) if named(f) else f for f in request.frameworks)
+    if not any(named(f) for f in request.frameworks):
+        frameworks += (parse_framework(text),)
     return replace(request, frameworks=frameworks)
 
 
@@ -600,6 +602,7 @@ __all__ = [
     "project_releases",
     "release_metadata",
     "torch_specifier",
+    "with_framework",
 ]
 
 

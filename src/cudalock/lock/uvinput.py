@@ -38,6 +38,7 @@ __all__ = [
     "INPUT_PROJECT",
     "LOCAL_INPUT",
     "STATIC_METADATA",
+    "TORCH_BUILD_SETTING",
     "IndexRoute",
     "LockInput",
     "build_interpreter",
@@ -57,6 +58,9 @@ __all__ = [
 #: build environment (their setup.py imports torch first): flash-attn's install_requires, same
 #: source. Given, uv resolves them without building them.
 STATIC_METADATA: dict[str, tuple[str, ...]] = {"flash-attn": ("torch", "einops")}
+#: The config setting that keys uv's cached metadata of an sdist built against torch by that
+#: torch (cudalock.lock.torchbuild).
+TORCH_BUILD_SETTING = "cudalock-torch"
 #: The uv settings file ``uv pip compile`` reads (the static metadata above).
 COMPILE_SETTINGS = "uv-compile.toml"
 #: The uv input file for frameworks given as a local path or a URL without a name.
@@ -346,8 +350,15 @@ def uv_compile_args(
     # The packages whose build reads the installed torch are prepared in ``build_python``, an
     # environment holding the locked torch (cudalock.lock.torchbuild).
     interpreter = build_python or build_interpreter(inp.python)
+    torch = next((r.split("==", 1)[1] for r in inp.requirements if r.startswith("torch==")), "")
     for name in no_build_isolation:
+        # uv keeps the metadata it built keyed by the source and the build's config settings
+        # (not by what the build environment held, nor refreshed by --refresh): an earlier
+        # isolated build (torch "2.6.0" for axolotl), or one beside another torch, would be
+        # reused. A setting naming the torch keys it; build backends ignore keys they do not
+        # know (setuptools reads only its own).
         args += ["--no-build-isolation-package", name]
+        args += ["--config-settings-package", f"{name}:{TORCH_BUILD_SETTING}={torch or 'none'}"]
     if interpreter is not None:
         args += ["--python", interpreter]
     for name in inp.only_binary:
