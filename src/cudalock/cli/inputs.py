@@ -18,6 +18,11 @@ Precedence, the same for every command and every value (this is the one place it
 5. the **defaults** (torchvision, strict compatibility, the shipped matrix, the public
    indexes).
 
+resolve, bootstrap, lock, probe and the live audit take their targets from
+:func:`compute_inputs`; ``audit --report`` and ``doctor``, whose machine is the one a report
+names (or, for doctor, only the probe files' nodes), read the same Target flags by the same
+code with :func:`given_targets` and lay them over that machine.
+
 Standard library only at the top, like every command module: the core is imported when a
 command computes its inputs.
 """
