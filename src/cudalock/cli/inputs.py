@@ -48,6 +48,7 @@ __all__ = [
     "compute_inputs",
     "given_targets",
     "matrix_dir",
+    "refuse_two_stdin_reads",
     "request_options",
     "target_options",
 ]
@@ -177,3 +178,14 @@ def compute_inputs(
     return Inputs(
         read.matrix, read.targets(), request, targets_used, targets_given, request_given, read, spec
     )
+
+
+def refuse_two_stdin_reads(report: str, args: argparse.Namespace) -> None:
+    """``--report -`` with ``--probe -``: both would read stdin; a usage error (exit 2)."""
+    from cudalock.errors import UsageError
+
+    if report == "-" and any(str(path) == "-" for path in target_options(args).probe_files):
+        raise UsageError(
+            "--report - and --probe - both read stdin",
+            hint="Save one of them to a file and give its path.",
+        )
