@@ -146,8 +146,16 @@ def test_hints_of_files_fleets_and_stdin_are_sentences(
         ["--exit-code", "-11", "--no-run"],
         ["--exit-code", "-7"],
         ["--exit-code", "-11", "--no-run", "--host", "gpu-node-03"],
+        ["--exit-code", "-9"],
+        ["--exit-code", "137", "--host", "gpu-node-03"],
     ],
-    ids=["segfault", "bus-error", "segfault-elsewhere"],
+    ids=[
+        "segfault",
+        "bus-error",
+        "segfault-elsewhere",
+        "sigkill-undetermined",
+        "sigkill-elsewhere",
+    ],
 )
 def test_doctors_next_steps_for_a_crash_are_sentences(
     known_matrix_dir: Path, tmp_path: Path, args: list[str]

@@ -122,7 +122,7 @@ def test_a_log_without_host_or_time_is_not_judged_by_this_machines_kernel_log(
     assert "nothing says the run ran on this machine" in not_read.message
     undetermined = finding(report.findings, "oom-undetermined")
     assert any(
-        fix.startswith("--host vm if the run ran on this machine") for fix in undetermined.fix
+        fix.startswith("Give --host vm if the run ran on this machine") for fix in undetermined.fix
     )
     assert any("dmesg -T" in fix for fix in undetermined.fix)
     assert any("--slurm-job" in fix for fix in undetermined.fix)

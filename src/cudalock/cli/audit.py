@@ -19,7 +19,7 @@ from cudalock.cli.args import (
     epilog,
     number,
 )
-from cudalock.cli.inputs import compute_inputs, given_targets, target_options
+from cudalock.cli.inputs import compute_inputs, given_targets, refuse_two_stdin_reads
 
 if TYPE_CHECKING:
     from cudalock.audit.runner import AuditOutcome
@@ -146,17 +146,6 @@ def run(args: argparse.Namespace) -> None:
         echo(render(outcome, policy_source))
     if outcome.has_errors:
         raise SystemExit(1)
-
-
-def refuse_two_stdin_reads(report: str, args: argparse.Namespace) -> None:
-    """``--report -`` with ``--probe -``: both would read stdin; a usage error (exit 2)."""
-    from cudalock.errors import UsageError
-
-    if report == "-" and any(str(path) == "-" for path in target_options(args).probe_files):
-        raise UsageError(
-            "--report - and --probe - both read stdin",
-            hint="Save one of them to a file and give its path.",
-        )
 
 
 def read_report(source: str) -> str:

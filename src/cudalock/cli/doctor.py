@@ -13,8 +13,7 @@ from cudalock.cli.args import (
     compat_policy,
     epilog,
 )
-from cudalock.cli.audit import refuse_two_stdin_reads
-from cudalock.cli.inputs import given_targets, target_options
+from cudalock.cli.inputs import given_targets, refuse_two_stdin_reads, target_options
 from cudalock.cli.training import add_training_run_arguments, memory_options
 
 DESCRIPTION = """\

@@ -18,6 +18,11 @@ Precedence, the same for every command and every value (this is the one place it
 5. the **defaults** (torchvision, strict compatibility, the shipped matrix, the public
    indexes).
 
+resolve, bootstrap, lock, probe and the live audit take their targets from
+:func:`compute_inputs`; ``audit --report`` and ``doctor``, whose machine is the one a report
+names (or, for doctor, only the probe files' nodes), read the same Target flags by the same
+code with :func:`given_targets` and lay them over that machine.
+
 Standard library only at the top, like every command module: the core is imported when a
 command computes its inputs.
 """
@@ -43,6 +48,7 @@ __all__ = [
     "compute_inputs",
     "given_targets",
     "matrix_dir",
+    "refuse_two_stdin_reads",
     "request_options",
     "target_options",
 ]
@@ -172,3 +178,14 @@ def compute_inputs(
     return Inputs(
         read.matrix, read.targets(), request, targets_used, targets_given, request_given, read, spec
     )
+
+
+def refuse_two_stdin_reads(report: str, args: argparse.Namespace) -> None:
+    """``--report -`` with ``--probe -``: both would read stdin; a usage error (exit 2)."""
+    from cudalock.errors import UsageError
+
+    if report == "-" and any(str(path) == "-" for path in target_options(args).probe_files):
+        raise UsageError(
+            "--report - and --probe - both read stdin",
+            hint="Save one of them to a file and give its path.",
+        )

@@ -655,7 +655,7 @@ def _sigkill_findings(
                 ),
                 tuple(reasons),
                 (
-                    *HOW_TO_READ,
+                    f"Read it with root rights ('{HOW_TO_READ[0]}', or '{HOW_TO_READ[1]}').",
                     "Inside a container, run it on the host (the container cannot read "
                     "the host's kernel log without privileges).",
                 ),
@@ -696,9 +696,9 @@ def _sigkill_findings(
                 "kill ends every process in the container).",
                 tuple(e.line for e in pod_lines),
                 (
-                    "kubectl get pod POD -o jsonpath="
-                    "'{.status.containerStatuses[*].lastState.terminated.reason}'",
-                    "kubectl describe pod POD",
+                    "Read the container's last state ('kubectl get pod POD -o jsonpath="
+                    "'{.status.containerStatuses[*].lastState.terminated.reason}'', or "
+                    "'kubectl describe pod POD').",
                 ),
             )
         )
@@ -815,21 +815,23 @@ def _undetermined_finding(
     decide: list[str] = []
     if seen.machine_not_read is not None:
         decide.append(
-            f"--host {here} if the run ran on this machine: its kernel log and cgroup counters "
-            "are then read"
+            f"Give --host {here} if the run ran on this machine: its kernel log and cgroup "
+            "counters are then read."
         )
     decide.append(
-        "the node's kernel log pasted into the file given with --log: 'dmesg -T | tail -n 200' "
-        "or 'journalctl -k --since \"1 hour ago\"' on the node, right after the crash"
+        "Paste the node's kernel log into the file given with --log ('dmesg -T | tail -n 200' "
+        "or 'journalctl -k --since \"1 hour ago\"' on the node, right after the crash)."
     )
     if slurm is None:
-        decide.append("--slurm-job ID for a Slurm job: its accounting records an OUT_OF_MEMORY")
+        decide.append(
+            "For a Slurm job, give --slurm-job ID: its accounting records an OUT_OF_MEMORY."
+        )
     decide.append(
-        "Kubernetes: the output of 'kubectl describe pod POD' (Last State, Reason: OOMKilled, "
-        "Limits) added to the log"
+        "On Kubernetes, add the output of 'kubectl describe pod POD' (Last State, Reason: "
+        "OOMKilled, Limits) to the log."
     )
     if not scope.knows_time:
-        decide.append("the run's time: --since and --until, or a log with its timestamps")
+        decide.append("Give the run's time: --since and --until, or a log with its timestamps.")
     return Finding(
         "oom-undetermined",
         "warning",
