@@ -33,7 +33,7 @@ from cudalock.matrix import load_matrix
 from cudalock.model import Gpu, Target
 from cudalock.versions import DriverVersion
 from tests.support.cli import cudalock, lock_against, locked_packages
-from tests.support.index import IndexServer, offline_env, serve_indexes
+from tests.support.index import IndexServer, cached_offline_env, serve_indexes
 from tests.support.venvs import EnvSpec, make_env, torch_with
 from tests.support.wheels import StandIn, torch_standin
 
@@ -136,10 +136,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
 
 @pytest.fixture()
 def env(tmp_path: Path) -> dict[str, str]:
-    environ = {k: v for k, v in offline_env().items() if k != "UV_NO_CACHE"}
-    environ["UV_CACHE_DIR"] = str(tmp_path / "uv-cache")
-    environ["XDG_CACHE_HOME"] = str(tmp_path / "cache")
-    return environ
+    return cached_offline_env(tmp_path)
 
 
 def lock(

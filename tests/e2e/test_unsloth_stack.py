@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import lock_against, locked_packages
-from tests.support.index import IndexServer, offline_env
+from tests.support.index import IndexServer, cached_offline_env
 from tests.support.realstack import UNSLOTH_RECORDING, Recording, load_recording, serve_real_stack
 
 pytestmark = pytest.mark.slow
@@ -51,10 +51,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, recording: Recording) -> Ite
 
 @pytest.fixture()
 def env(tmp_path: Path) -> dict[str, str]:
-    environ = {k: v for k, v in offline_env().items() if k not in ("UV_NO_CACHE",)}
-    environ["UV_CACHE_DIR"] = str(tmp_path / "uv-cache")
-    environ["XDG_CACHE_HOME"] = str(tmp_path / "cache")
-    return environ
+    return cached_offline_env(tmp_path)
 
 
 def lock(

@@ -623,3 +623,12 @@ def offline_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     if wheel_cache:
         env.setdefault("CUDALOCK_WHEEL_CACHE", wheel_cache)
     return env
+
+
+def cached_offline_env(directory: Path) -> dict[str, str]:
+    """:func:`offline_env` with uv's cache on, in ``directory`` (a test's own): the uv runs of
+    one lock share what they built (an sdist's metadata), as they do for users."""
+    env = {k: v for k, v in offline_env().items() if k != "UV_NO_CACHE"}
+    env["UV_CACHE_DIR"] = str(directory / "uv-cache")
+    env["XDG_CACHE_HOME"] = str(directory / "cache")
+    return env

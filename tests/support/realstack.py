@@ -49,6 +49,8 @@ RECORDING = Path(__file__).resolve().parent.parent / "fixtures/closures/finetune
 KERNELS_RECORDING = RECORDING.parent / "kernels-stack.json"
 #: unsloth on torch 2.7.1 and 2.8.0 (``record_closure.py --stack unsloth``).
 UNSLOTH_RECORDING = RECORDING.parent / "unsloth-stack.json"
+#: axolotl 0.9.2 on torch 2.5.1 and 2.6.0 (``record_closure.py --stack axolotl``).
+AXOLOTL_RECORDING = RECORDING.parent / "axolotl-stack.json"
 #: CPython versions the PyTorch-like index carries files for (as the recording lists for PyPI).
 _PYTORCH_INDEX_PYTHONS = ("cp310", "cp311", "cp312", "cp313")
 
@@ -68,6 +70,9 @@ class Release:
     sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
     #: Files PyPI serves no PEP 658 metadata for: neither does the stand-in index.
     without_core_metadata: tuple[str, ...] = ()
+    #: torch version → Requires-Dist, for an sdist whose setup.py computes it from the
+    #: installed torch (axolotl 0.9.2): what its real build wrote beside that torch.
+    built_against_torch: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -153,6 +158,12 @@ def load_recording(path: Path = RECORDING) -> Recording:
                 files=tuple(entry["files"]),
                 sizes=dict(entry.get("sizes", {})),
                 without_core_metadata=tuple(entry.get("without_core_metadata", ())),
+                built_against_torch={
+                    torch: tuple(requires)
+                    for torch, requires in entry.get(
+                        "requires_dist_built_against_torch", {}
+                    ).items()
+                },
             )
             for version, entry in package["versions"].items()
         }
@@ -303,6 +314,32 @@ def deepspeed_sdist(release: Release, filename: str) -> StandIn:
     return _standin(release, filename, files=files)
 
 
+#: The stand-in of axolotl 0.9.2's ``setup.py``: its torch probe as the real one has it
+#: (``version("torch")``, "2.6.0" when torch is not installed, as in an isolated build), and the
+#: Requires-Dist its real build wrote beside that torch, with ``torch==<installed version>`` as
+#: the real one appends it (the label included: "2.5.1+cu124"). Format with ``built``.
+TORCH_PINNING_SETUP = """from importlib.metadata import PackageNotFoundError, version
+
+try:
+    torch_version = version("torch")
+except PackageNotFoundError:
+    torch_version = "2.6.0"  # default to torch 2.6
+built = {built!r}
+plain = torch_version.split("+")[0]
+if plain not in built:
+    raise SystemExit("the recording has no build of this sdist beside torch " + torch_version)
+requires_dist = [
+    "torch==" + torch_version if r.startswith("torch==") else r for r in built[plain]
+]
+"""
+
+
+def torch_pinning_sdist(release: Release, filename: str) -> StandIn:
+    """The stand-in of an sdist whose setup.py pins the installed torch (axolotl 0.9.2)."""
+    built = {torch: list(requires) for torch, requires in release.built_against_torch.items()}
+    return _standin(release, filename, files={"setup.py": TORCH_PINNING_SETUP.format(built=built)})
+
+
 #: Bytes of incompressible payload per (package, version without its local label).
 Payloads = Mapping[tuple[str, str], int]
 
@@ -323,6 +360,8 @@ def pypi_standins(recording: Recording, payloads: Payloads | None = None) -> lis
             for filename in release.files:
                 if key == "deepspeed" and not filename.endswith(".whl"):
                     standins.append(deepspeed_sdist(release, filename))
+                elif release.built_against_torch and not filename.endswith(".whl"):
+                    standins.append(torch_pinning_sdist(release, filename))
                 elif key == "torch" and release.version in cuda_of and _is_x86_64(filename):
                     # PyPI's wheel is the default-CUDA build; only its version.py says which.
                     variant, cuda = cuda_of[release.version]

@@ -1,6 +1,7 @@
 """Record the real dependency closure of a fine-tuning stack from PyPI (run by hand, with network).
 
-    .venv/bin/python -m tests.support.record_closure [--stack finetune|kernels|unsloth]
+    .venv/bin/python -m tests.support.record_closure
+        [--stack finetune|kernels|unsloth|axolotl]
         [--as-of YYYY-MM-DD]
         [--output PATH]
 
@@ -18,14 +19,24 @@ What it does:
 2. For every recorded version it reads PyPI's JSON API (``https://pypi.org/pypi/NAME/json``) for
    the file names and the core metadata of one file: a wheel's ``.dist-info/METADATA`` read with
    HTTP range requests (torch wheels are ~1 GB; PEP 658 files are not served by every mirror), or
-   the ``PKG-INFO`` of the sdist when there is no wheel. ``Requires-Dist``, ``Provides-Extra`` and
-   ``Requires-Python`` are kept verbatim. Only the files tests need are listed: sdists,
-   ``*-none-any`` wheels, and manylinux x86_64/aarch64 wheels for CPython 3.10–3.13 (the lowest
-   glibc tag per interpreter, ABI and machine).
+   the ``PKG-INFO`` of the sdist when there is no wheel; a ``PKG-INFO`` older than Metadata-Version
+   2.2 need not list Requires-Dist, so that sdist's metadata is built for real (its backend's
+   ``prepare_metadata_for_build_wheel`` beside its build requirements, as uv does).
+   ``Requires-Dist``, ``Provides-Extra`` and ``Requires-Python`` are kept verbatim. Only the
+   files tests need are listed: sdists, ``*-none-any`` wheels, and manylinux x86_64/aarch64
+   wheels for CPython 3.10–3.13 (the lowest glibc tag per interpreter, ABI and machine).
 3. The torch builds in ``TORCH_BUILDS`` are PyPI's own builds (PyPI carries one CUDA variant per
    release): their CUDA version is read from ``torch/version.py`` inside the PyPI wheel, so the
    stand-in ``/whl/cuXYZ/`` pages serve the torch, torchvision and torchaudio of that variant with
    the real ``Requires-Dist`` (the nvidia-* pins of that CUDA) and the nvidia-* packages it names.
+
+4. A package whose ``setup.py`` computes its Requires-Dist from the installed torch (axolotl
+   0.9.2, an sdist only: its PKG-INFO has no Requires-Dist) is built for real: its sdist's
+   ``prepare_metadata_for_build_wheel`` runs in a venv holding its build requirements and a
+   ``torch-X.dist-info`` of each scenario's torch (metadata only, which is all its setup.py
+   reads). The Requires-Dist each build wrote is recorded per torch
+   (``requires_dist_built_against_torch``), and the scenario resolves that list in the
+   package's place (uv's isolated build would see no torch and pin its default instead).
 
 The output is sorted JSON, one package version per block; the same PyPI state and as-of date give
 the same bytes.
@@ -55,6 +66,8 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+from cudalock.tomlfile import tomllib
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
@@ -160,6 +173,20 @@ UNSLOTH_SCENARIOS: tuple[tuple[str, ...], ...] = (
 )
 
 
+#: axolotl's torch builds: 2.5.1 and 2.6.0 (PyPI's are cu124 builds). Its 0.9.2 setup.py
+#: requires ``torch==<installed>`` and picks xformers by it (>=0.0.28.post3 for 2.5.x with x > 0,
+#: ==0.0.29.post2 and autoawq for 2.6), so each torch gets its own Requires-Dist.
+AXOLOTL_TORCH_BUILDS = (
+    TorchBuild("2.5.1", "0.20.1", "2.5.1", "linux_x86_64"),
+    TorchBuild("2.6.0", "0.21.0", "2.6.0", "linux_x86_64"),
+)
+AXOLOTL_SCENARIOS: tuple[tuple[str, ...], ...] = (
+    *_torch_scenarios(AXOLOTL_TORCH_BUILDS),
+    ("axolotl==0.9.2", "torch==2.5.1"),
+    ("axolotl==0.9.2", "torch==2.6.0"),
+)
+
+
 @dataclass(frozen=True)
 class Stack:
     """One recording: its requirement sets, torch builds, Pythons and output file."""
@@ -169,6 +196,8 @@ class Stack:
     torch_builds: tuple[TorchBuild, ...]
     pythons: tuple[str, ...]
     output: Path
+    #: sdist-only packages whose setup.py computes Requires-Dist from the installed torch.
+    built_against_torch: tuple[str, ...] = ()
 
 
 STACKS = {
@@ -195,6 +224,18 @@ STACKS = {
         UNSLOTH_TORCH_BUILDS,
         ("3.11",),
         DEFAULT_OUTPUT.parent / "unsloth-stack.json",
+    ),
+    "axolotl": Stack(
+        "Real dependency closure of axolotl 0.9.2 (an sdist whose setup.py pins the installed "
+        "torch) on torch 2.5.1 and 2.6.0: its requirements.txt closure (transformers, peft, trl, "
+        "accelerate, datasets, xformers, bitsandbytes, triton, torchao, liger-kernel, autoawq, "
+        "gradio, modal, lm-eval, the s3/gcs/azure/oci filesystems) without extras; left out: its "
+        "extras (flash-attn, deepspeed, mamba-ssm, vllm, ray, ...), which no scenario asks for",
+        AXOLOTL_SCENARIOS,
+        AXOLOTL_TORCH_BUILDS,
+        ("3.11",),
+        DEFAULT_OUTPUT.parent / "axolotl-stack.json",
+        built_against_torch=("axolotl",),
     ),
 }
 
@@ -408,19 +449,29 @@ def file_version(filename: str) -> str:
     return str(parse_sdist_filename(filename)[1])
 
 
-def record_version(name: str, version: str, document: Mapping[str, Any]) -> dict[str, Any]:
+def record_version(
+    name: str, version: str, document: Mapping[str, Any], stack: Stack
+) -> dict[str, Any]:
     """The recorded entry for one version: its metadata and the listed file names."""
     files = [f for f in document["releases"].get(version, []) if not f.get("yanked")]
     if not files:
         raise SystemExit(f"{name} {version}: no files on PyPI")
     source = metadata_source(files)
+    built = False
     if source["filename"].endswith(".whl"):
         text = wheel_metadata(source["url"], int(source["size"]))
     else:
         text = sdist_metadata(source["url"])
+        # A PKG-INFO before Metadata-Version 2.2 need not carry Requires-Dist (grpclib 0.4.7's
+        # and rouge-score 0.1.2's have none: setup.py writes them when built), so the sdist is
+        # built, as uv builds it. Those whose build reads the installed torch are built per
+        # torch instead (``requires_dist_built_against_torch``).
+        if _metadata_version(text) < (2, 2) and name not in stack.built_against_torch:
+            text = built_metadata(source["url"], stack.pythons[0])
+            built = True
     entry = parse_metadata(text)
     entry["files"] = select_files(f["filename"] for f in files)
-    entry["metadata_from"] = source["filename"]
+    entry["metadata_from"] = source["filename"] + (" (built)" if built else "")
     return entry
 
 
@@ -441,18 +492,132 @@ def torch_cuda(document: Mapping[str, Any], version: str) -> str:
     return match[1]
 
 
+def _sdist_of(document: Mapping[str, Any], version: str) -> Mapping[str, Any]:
+    return next(
+        f
+        for f in document["releases"][version]
+        if f["filename"].endswith((".tar.gz", ".zip")) and not f.get("yanked")
+    )
+
+
+#: Runs a PEP 517 backend's ``prepare_metadata_for_build_wheel`` (argv: backend, output folder).
+_PREPARE_METADATA = """import importlib, sys
+module, _, attribute = sys.argv[1].partition(":")
+backend = importlib.import_module(module)
+for part in filter(None, attribute.split(".")):
+    backend = getattr(backend, part)
+print(backend.prepare_metadata_for_build_wheel(sys.argv[2]))
+"""
+
+
+def built_metadata(url: str, python: str, torch: str | None = None) -> str:
+    """METADATA of the sdist at ``url`` as its real build writes it: the backend's
+    ``prepare_metadata_for_build_wheel`` in a venv holding its ``[build-system] requires``
+    and, with ``torch``, a ``torch-<torch>.dist-info`` (what a setup.py reading the installed
+    torch's version sees; no torch code)."""
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        raise SystemExit("uv not found")
+    with tempfile.TemporaryDirectory(prefix="record-build-") as scratch:
+        root = Path(scratch)
+        data = _get(url)
+        if url.endswith(".zip"):
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                archive.extractall(root / "src")
+        else:
+            with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+                archive.extractall(root / "src", filter="data")
+        (tree,) = (root / "src").iterdir()
+        pyproject = tree / "pyproject.toml"
+        system = (
+            tomllib.loads(pyproject.read_text(encoding="utf-8")).get("build-system", {})
+            if pyproject.exists()
+            else {}
+        )
+        requires = system.get("requires", ["setuptools>=40.8.0", "wheel"])
+        backend = system.get("build-backend", "setuptools.build_meta:__legacy__")
+        venv = root / "venv"
+        subprocess.run([uv, "venv", "-q", "-p", python, str(venv)], check=True)
+        interpreter = str(venv / "bin/python")
+        if requires:
+            subprocess.run([uv, "pip", "install", "-q", "-p", interpreter, *requires], check=True)
+        if torch is not None:
+            purelib = subprocess.run(
+                [interpreter, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            dist_info = Path(purelib) / f"torch-{torch}.dist-info"
+            dist_info.mkdir()
+            (dist_info / "METADATA").write_text(
+                f"Metadata-Version: 2.1\nName: torch\nVersion: {torch}\n", encoding="utf-8"
+            )
+        out = root / "metadata"
+        out.mkdir()
+        printed = subprocess.run(
+            [interpreter, "-c", _PREPARE_METADATA, backend, str(out)],
+            cwd=tree,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        return (out / printed.strip().splitlines()[-1] / "METADATA").read_text(encoding="utf-8")
+
+
+def _metadata_version(text: str) -> tuple[int, ...]:
+    found = email.parser.HeaderParser().parsestr(text).get("Metadata-Version", "1.0")
+    return tuple(int(part) for part in str(found).split("."))
+
+
+def _without_extras(requires_dist: Iterable[str]) -> list[str]:
+    return [r for r in requires_dist if "extra ==" not in r]
+
+
 def _parallel(function: Any, items: Iterable[Any]) -> Iterator[Any]:
     with ThreadPoolExecutor(max_workers=16) as pool:
         yield from pool.map(function, items)
 
 
+def _built_in_place(
+    requirements: Sequence[str],
+    python: str,
+    stack: Stack,
+    built: dict[tuple[str, str], dict[str, list[str]]],
+) -> tuple[list[str], dict[str, str]]:
+    """``requirements`` with each ``NAME==VERSION`` of ``stack.built_against_torch`` replaced
+    by the Requires-Dist its real build writes beside the scenario's ``torch==X``, and the
+    pins of those packages (uv never sees them)."""
+    torch = next(r.split("==", 1)[1] for r in requirements if r.startswith("torch=="))
+    asked: list[str] = []
+    own: dict[str, str] = {}
+    for requirement in requirements:
+        name, _, version = requirement.partition("==")
+        if canonicalize_name(name) not in stack.built_against_torch:
+            asked.append(requirement)
+            continue
+        key = (str(canonicalize_name(name)), version)
+        per_torch = built.setdefault(key, {})
+        if torch not in per_torch:
+            sdist = _sdist_of(project_json(name), version)
+            per_torch[torch] = parse_metadata(built_metadata(sdist["url"], python, torch))[
+                "requires_dist"
+            ]
+        asked += _without_extras(per_torch[torch])
+        own[key[0]] = version
+    return asked, own
+
+
 def record(as_of: str, stack: Stack = STACKS["finetune"]) -> dict[str, Any]:
     pins: dict[str, set[str]] = {}
     scenarios = []
+    #: (name, version) → torch → the Requires-Dist its real build wrote.
+    built: dict[tuple[str, str], dict[str, list[str]]] = {}
     with tempfile.TemporaryDirectory(prefix="record-closure-") as cache:
         for requirements in stack.scenarios:
             for python in stack.pythons:
-                resolved = resolve(requirements, python, as_of, Path(cache))
+                asked, own_pins = _built_in_place(requirements, python, stack, built)
+                resolved = resolve(asked, python, as_of, Path(cache)) | own_pins
                 print(
                     f"{python} {' '.join(requirements)}: {len(resolved)} packages", file=sys.stderr
                 )
@@ -468,7 +633,16 @@ def record(as_of: str, stack: Stack = STACKS["finetune"]) -> dict[str, Any]:
     names = sorted(pins)
     documents = dict(zip(names, _parallel(project_json, names), strict=True))
     jobs = [(name, version) for name in names for version in sorted(pins[name])]
-    entries = list(_parallel(lambda job: record_version(job[0], job[1], documents[job[0]]), jobs))
+    entries = list(
+        _parallel(lambda job: record_version(job[0], job[1], documents[job[0]], stack), jobs)
+    )
+    for (name, version), entry in zip(jobs, entries, strict=True):
+        if (name, version) in built:
+            entry["requires_dist_built_against_torch"] = built[(name, version)]
+            entry["requires_dist_built_with"] = (
+                "setuptools build_meta.prepare_metadata_for_build_wheel of the sdist, in a venv "
+                "with its [build-system] requires and a torch-<version>.dist-info"
+            )
     packages: dict[str, Any] = {}
     for (name, version), entry in zip(jobs, entries, strict=True):
         package = packages.setdefault(
