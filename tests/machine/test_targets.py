@@ -89,7 +89,7 @@ def test_driver_version_alone_derives_cuda(matrix: Matrix) -> None:
     # The flags describe another machine: this one's RAM and name are not recorded for it.
     assert target.host == Host(os="linux", arch="x86_64", glibc="2.35")
     assert any(
-        "this machine's RAM, hostname left out: the Target flags describe another machine" in n
+        "this machine's RAM and hostname left out: the Target flags describe another machine" in n
         for n in target.notes
     )
     assert target.source == "override"

@@ -372,5 +372,5 @@ def test_an_older_major_only_when_no_build_of_the_drivers_fits(matrix: Matrix) -
     assert plan.torch_pin.version == "2.7.1+cu118"
     assert plan.alternative is None
     text = " ".join(plan.explanation)
-    assert "No build for CUDA 12.x, the driver's own CUDA major" in text
+    assert "No build fits the preference for CUDA 12.x, the driver's own CUDA major" in text
     assert "Chose an older CUDA" in text

@@ -305,23 +305,31 @@ def apply_overrides(target: Target, overrides: Overrides, matrix: Matrix) -> Tar
     # version (or the reverse) would describe neither machine.
     driver_given = overrides.driver_given
     if (driver_given or overrides.gpus) and target.name == "this machine":
-        # The flags describe another machine: this one's RAM, cgroup limit and name are not
-        # the target's, and a memory check must not judge that machine by them.
+        # The flags describe another machine: this one's RAM, cgroup limit, name and CUDA
+        # toolkit are not the target's; a memory check must not judge that machine by them,
+        # nor the choice policy prefer the build this machine's nvcc matches.
         dropped = [
             label
             for label, value in (
                 ("RAM", host.memory_total_bytes),
                 ("cgroup limit", host.cgroup_memory_limit_bytes),
                 ("hostname", host.hostname),
+                ("CUDA toolkit", host.cuda_toolkit),
             )
             if value is not None
         ]
         if dropped:
             host = replace(
-                host, memory_total_bytes=None, cgroup_memory_limit_bytes=None, hostname=None
+                host,
+                memory_total_bytes=None,
+                cgroup_memory_limit_bytes=None,
+                hostname=None,
+                cuda_toolkit=None,
+                cuda_toolkit_path=None,
             )
+            listed = ", ".join(dropped[:-1]) + " and " if len(dropped) > 1 else ""
             notes.append(
-                f"this machine's {', '.join(dropped)} left out: the Target flags describe "
+                f"this machine's {listed}{dropped[-1]} left out: the Target flags describe "
                 "another machine (give its RAM with --host-memory where a memory check needs it)"
             )
     if driver_given:

@@ -97,8 +97,8 @@ class ToolkitRule:
         release, allowed = self.deepspeed
         if self.exact_only:
             return (
-                f"DeepSpeed {release}'s op builder accepts no other minor beside it (its list "
-                f"does not name {toolkit})"
+                f"DeepSpeed {release}'s op builder allows no minor mismatch for CUDA {toolkit}: "
+                "its list does not name it"
             )
         listed = ", ".join(format_cuda(cuda) for cuda in allowed)
         return (

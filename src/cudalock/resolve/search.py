@@ -1126,8 +1126,8 @@ def _policy_lines(search: _Search, choice: _Choice, alternative: Alternative | N
     which preferences found nothing (and why)."""
     lines: list[str] = []
     for preference, rejection in search.missed:
-        why = f" (the newest: {rejection.reason})" if rejection is not None else ""
-        lines.append(f"No build for {preference.describe()} fits{why}.")
+        newest = f"; the newest such build is {rejection.reason}" if rejection is not None else ""
+        lines.append(f"No build fits the preference for {preference.describe()}{newest}.")
     if search.preference is not None:
         lines.append(f"It is the newest build for {search.preference.describe()}.")
     elif search.missed and choice.build.cuda is not None:
