@@ -32,7 +32,12 @@ from cudalock.audit.runner import audit_live
 from cudalock.matrix import load_matrix
 from cudalock.model import Gpu, Target
 from cudalock.versions import DriverVersion
-from tests.support.cli import cudalock, lock_against, locked_packages
+from tests.support.cli import (
+    create_venv_against,
+    lock_against,
+    locked_packages,
+    toolkit_home,
+)
 from tests.support.index import IndexServer, cached_offline_env, serve_indexes
 from tests.support.venvs import EnvSpec, make_env, torch_with
 from tests.support.wheels import StandIn, torch_standin
@@ -229,35 +234,10 @@ def test_axolotl_is_locked_against_the_torch_it_is_built_beside(
 def test_create_builds_axolotl_against_the_installed_torch(
     index: IndexServer, env: dict[str, str], tmp_path: Path
 ) -> None:
-    pytorch, pypi = index
     # A toolkit of torch's CUDA: the plan builds something against a CUDA torch.
-    nvcc = tmp_path / "cuda-12.1" / "bin" / "nvcc"
-    nvcc.parent.mkdir(parents=True)
-    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.1, V12.1.105'\n")
-    nvcc.chmod(0o755)
-    env = {**env, "CUDA_HOME": str(nvcc.parent.parent)}
-    done = cudalock(
-        "bootstrap",
-        "-o",
-        "out",
-        "--format",
-        "venv",
-        "--create",
-        *A100_CUDA_12_1,
-        "--python",
-        "3.11",
-        "--pytorch-index",
-        pytorch,
-        "--pypi-index",
-        pypi,
-        "--allow-insecure-index",
-        "--torch",
-        "2.5.1",
-        "--framework",
-        "axolotl==0.9.2",
-        cwd=tmp_path,
-        env=env,
-        timeout=600,
+    env = {**env, "CUDA_HOME": str(toolkit_home(tmp_path, "12.1, V12.1.105"))}
+    done = create_venv_against(
+        index, env, tmp_path, A100_CUDA_12_1, "--torch", "2.5.1", "--framework", "axolotl==0.9.2"
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     pythons = list(tmp_path.glob("**/bin/python"))

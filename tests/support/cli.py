@@ -57,12 +57,15 @@ def lock_against(
 ) -> subprocess.CompletedProcess[str]:
     """``cudalock lock -o OUT`` for ``target`` (Target flags) against the stand-in indexes
     ``indexes`` (an :class:`~tests.support.index.IndexServer`: its PyTorch base, its PyPI)."""
-    pytorch, pypi = indexes
     return cudalock(
-        "lock",
-        "-o",
-        str(out),
-        *target,
+        "lock", "-o", str(out), *target, *_index_flags(indexes, python), *args, env=env, timeout=300
+    )
+
+
+def _index_flags(indexes: Iterable[str], python: str) -> list[str]:
+    """The flags that point cudalock at the stand-in indexes ``indexes`` for ``python``."""
+    pytorch, pypi = indexes
+    return [
         "--python",
         python,
         "--pytorch-index",
@@ -70,10 +73,7 @@ def lock_against(
         "--pypi-index",
         pypi,
         "--allow-insecure-index",
-        *args,
-        env=env,
-        timeout=300,
-    )
+    ]
 
 
 def locked_packages(out: Path) -> dict[str, tuple[str, str]]:
@@ -87,3 +87,34 @@ def locked_packages(out: Path) -> dict[str, tuple[str, str]]:
         if name and version:
             found[name[1]] = (version[1], index[1] if index else "")
     return found
+
+
+def create_venv_against(
+    indexes: Iterable[str],
+    env: Mapping[str, str],
+    directory: Path,
+    target: Sequence[str],
+    *args: str,
+    python: str = "3.11",
+) -> subprocess.CompletedProcess[str]:
+    """``cudalock bootstrap -o out --format venv --create`` in ``directory`` for ``target``
+    against the stand-in indexes ``indexes``: the venv is ``directory/out/.venv``."""
+    return cudalock(
+        *("bootstrap", "-o", "out", "--format", "venv", "--create"),
+        *target,
+        *_index_flags(indexes, python),
+        *args,
+        cwd=directory,
+        env=env,
+        timeout=600,
+    )
+
+
+def toolkit_home(directory: Path, release: str) -> Path:
+    """A CUDA toolkit folder (for ``CUDA_HOME``) whose ``bin/nvcc`` prints ``release``
+    ("12.1, V12.1.105") as the real nvcc does: what a plan building against a CUDA torch checks."""
+    nvcc = directory / f"cuda-{release.split(',')[0]}" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}'\n")
+    nvcc.chmod(0o755)
+    return nvcc.parent.parent
