@@ -91,7 +91,7 @@ def load_matrix(directory: str | os.PathLike[str] | None = None) -> Matrix:
         raise InputError(f"matrix directory {str(path)!r} does not exist")
     raw = {name: _read_toml(path / name) for name in MATRIX_FILES}
     raw.update({name: _read_toml(path / name) for name in _present(path)})
-    return build_matrix(raw, path)
+    return build_matrix(raw, path, text_checked=True)
 
 
 def matrix_cache_dir() -> Path:
@@ -116,6 +116,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     parsed = _parsed_before(digest)
     if parsed is None:
         parsed = _parse_toml(path, data)
+        # Checked once, when parsed: only a checked parse is kept, under its bytes' digest.
+        check_text_values(path.name, parsed)
         _keep_parsed(digest, parsed)
     return parsed
 
@@ -380,11 +382,18 @@ def _check_strings(entry: _Entry, value: Any, where: str) -> None:
             _check_strings(entry, item, f"{where}[{position}]")
 
 
-def build_matrix(raw: Mapping[str, Mapping[str, Any]], directory: Path | None = None) -> Matrix:
+def build_matrix(
+    raw: Mapping[str, Mapping[str, Any]],
+    directory: Path | None = None,
+    *,
+    text_checked: bool = False,
+) -> Matrix:
     """Turn the parsed TOML documents (file name → document) into a :class:`Matrix`, checking
-    every value against its grammar (:class:`InputError` naming the file and the entry)."""
-    for name, document in raw.items():
-        check_text_values(name, document)
+    every value against its grammar (:class:`InputError` naming the file and the entry).
+    ``text_checked``: the documents' strings were already checked for control characters."""
+    if not text_checked:
+        for name, document in raw.items():
+            check_text_values(name, document)
     head = _Entry("matrix.toml", "top level", raw["matrix.toml"])
     schema = head.int("schema_version")
     if schema != SCHEMA_VERSION:
