@@ -722,15 +722,23 @@ def test_a_second_lock_reads_what_cudalock_needs_from_its_caches(
     assert first.returncode == 0, first.stderr
     assert index.requested("*.metadata")  # read once, and kept
     before = len(index.requests)
-    # -X importtime's list on stderr: a lock that fetches nothing imports no HTTP client, and
-    # one whose cudalock.toml already holds its flags no TOML writer.
+    # -X importtime's list on stderr: a lock that fetches nothing imports no HTTP client, one
+    # whose cudalock.toml already holds its flags no TOML writer, and none asyncio (only the
+    # py-rattler path needs it) or importlib.metadata (uv says its own version).
     second = lock(index, tmp_path, cache=uv_cache, env=env | {"PYTHONPROFILEIMPORTTIME": "1"})
     assert second.returncode == 0, second.stderr
     after = [path for _method, path, _status in index.requests[before:]]
     assert [p for p in after if p.endswith(".metadata") or p == "/whl/cu121/"] == []
     imported = {line.rsplit("|", 1)[-1].strip() for line in second.stderr.splitlines()}
     assert "cudalock.lock.metadata" in imported
-    assert not imported & {"http.client", "urllib.request", "cudalock.httpget", "tomlkit"}
+    assert not imported & {
+        "http.client",
+        "urllib.request",
+        "cudalock.httpget",
+        "tomlkit",
+        "asyncio",
+        "importlib.metadata",
+    }
     assert (tmp_path / "pylock.toml").read_text(encoding="utf-8").count("[[packages]]") == len(
         EXPECTED
     )

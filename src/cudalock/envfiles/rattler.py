@@ -10,7 +10,6 @@ friends honoured.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -75,6 +74,8 @@ def create_prefix(
         )
         await rattler.install(records, target_prefix=prefix, show_progress=False)
         return list(records)
+
+    import asyncio  # only here: py-rattler's API is async, and asyncio takes 20 ms to import
 
     try:
         records = asyncio.run(solve_and_install())
