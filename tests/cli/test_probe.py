@@ -255,12 +255,16 @@ def test_probe_records_the_cuda_toolkit(tmp_path: Path) -> None:
     nvcc = make_toolkit(tmp_path / "cuda-12.1", version_json="12.1.1", nvcc_says="12.1")
     env = offline_env()
     env["CUDA_HOME"] = str(tmp_path / "cuda-12.1")
-    result = cudalock("probe", "--json", "--driver-version", "550.54.15", env=env)
+    result = cudalock("probe", "--json", env=env)
     assert result.returncode == 0, result.stderr
     host = json.loads(result.stdout)["host"]
     assert (host["cuda_toolkit"], host["cuda_toolkit_path"]) == ("12.1", str(nvcc))
-    summary = cudalock("probe", "--driver-version", "550.54.15", env=env)
+    summary = cudalock("probe", env=env)
     assert f"  CUDA toolkit  CUDA 12.1  ({nvcc})" in summary.stdout.splitlines()
+    # Target flags describe another machine: this one's toolkit is not recorded for it.
+    other = json.loads(cudalock("probe", "--json", "--driver-version", "550.54.15", env=env).stdout)
+    assert other["host"]["cuda_toolkit"] is None
+    assert any("CUDA toolkit left out" in note for note in other["notes"])
     # A probe file keeps it, and refuses a toolkit version that is no CUDA version.
     path = tmp_path / "node.json"
     path.write_text(result.stdout)
