@@ -32,6 +32,7 @@ import pytest
 from packaging.version import Version
 
 from tests.support.cli import cudalock
+from tests.support.cli import locked_packages as locked
 from tests.support.index import IndexServer, offline_env
 from tests.support.realstack import (
     KERNELS_RECORDING,
@@ -93,19 +94,6 @@ def run(
         env=env,
         timeout=300,
     )
-
-
-def locked(out: Path) -> dict[str, tuple[str, str]]:
-    """name → (version, index) of every package in ``out/pylock.toml``."""
-    text = (out / "pylock.toml").read_text(encoding="utf-8")
-    found = {}
-    for block in text.split("[[packages]]")[1:]:
-        name = re.search(r'^name = "([^"]+)"', block, re.MULTILINE)
-        version = re.search(r'^version = "([^"]+)"', block, re.MULTILINE)
-        index = re.search(r'^index = "([^"]+)"', block, re.MULTILINE)
-        if name and version:
-            found[name[1]] = (version[1], index[1] if index else "")
-    return found
 
 
 def transformers_torch_floor(recording: Recording, version: str) -> Version | None:
