@@ -1,5 +1,7 @@
-"""The parsed matrix kept as JSON by each file's sha256: reused while the bytes are the same,
-never once they change, and not at all with CUDALOCK_NO_CACHE."""
+"""The parsed matrix kept as JSON by each file's sha256, and the typed Matrix kept by the
+digest of the directory and all its files: reused while the bytes (and, for the typed one, the
+sources of its classes) are the same, never once they change, and not at all with
+CUDALOCK_NO_CACHE."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import cudalock.matrix.load as matrix_load
 from cudalock.matrix.load import default_matrix_dir, load_matrix
 
 
@@ -56,3 +59,78 @@ def test_no_cache_keeps_nothing(
     monkeypatch.setenv("CUDALOCK_NO_CACHE", "1")
     load_matrix(matrix_copy)
     assert not parsed_dir.exists()
+    assert not typed_dir(parsed_dir).exists()
+
+
+def typed_dir(parsed_dir: Path) -> Path:
+    return parsed_dir.parent / "matrix-typed"
+
+
+def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """A list that gains an item each time the matrix is typed from its parse."""
+    built: list[bool] = []
+    build = matrix_load.build_matrix
+
+    def counting(*args: object, **kwargs: object) -> object:
+        built.append(True)
+        return build(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(matrix_load, "build_matrix", counting)
+    return built
+
+
+def test_the_typed_matrix_is_kept_and_reused_without_typing_again(
+    matrix_copy: Path, parsed_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = load_matrix(matrix_copy)
+    (kept,) = typed_dir(parsed_dir).glob("*.pickle")
+    assert kept.stat().st_mode & 0o077 == 0
+    built = count_builds(monkeypatch)
+    assert load_matrix(matrix_copy) == first
+    assert built == []
+
+
+def test_an_edited_file_is_typed_again(matrix_copy: Path, parsed_dir: Path) -> None:
+    load_matrix(matrix_copy)
+    path = matrix_copy / "matrix.toml"
+    version = load_matrix(matrix_copy).matrix_version
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(f'"{version}"', '"2000-01-01"'),
+        encoding="utf-8",
+    )
+    assert load_matrix(matrix_copy).matrix_version == "2000-01-01"
+    assert len(list(typed_dir(parsed_dir).glob("*.pickle"))) == 2
+
+
+def test_a_changed_class_source_is_not_filled_from_the_old_pickle(
+    matrix_copy: Path, parsed_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = load_matrix(matrix_copy)
+    real = matrix_load._module_digest
+    monkeypatch.setattr(
+        matrix_load,
+        "_module_digest",
+        lambda name: "0" * 64 if name == "cudalock.matrix.model" else real(name),
+    )
+    built = count_builds(monkeypatch)
+    assert load_matrix(matrix_copy) == first
+    assert built == [True]
+
+
+def test_a_pickle_others_can_write_is_not_unpickled(
+    matrix_copy: Path, parsed_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = load_matrix(matrix_copy)
+    (kept,) = typed_dir(parsed_dir).glob("*.pickle")
+    kept.chmod(0o666)
+    built = count_builds(monkeypatch)
+    assert load_matrix(matrix_copy) == first
+    assert built == [True]
+
+
+def test_a_damaged_pickle_is_typed_again(matrix_copy: Path, parsed_dir: Path) -> None:
+    first = load_matrix(matrix_copy)
+    (kept,) = typed_dir(parsed_dir).glob("*.pickle")
+    header = kept.read_bytes().split(b"\n", 1)[0]
+    kept.write_bytes(header + b"\nnot a pickle")
+    assert load_matrix(matrix_copy) == first
