@@ -276,8 +276,11 @@ def case_resolve_startup(ctx: Context, fig: Figure) -> None:
     compare(ctx, a, a_argv, b, b_argv, check_a=check)
     fig.value = a.median / b.median
     fig.met = fig.value <= 10
-    fig.notes.append(startup_breakdown(ctx, a.median))
+    breakdown, medians = startup_breakdown(ctx, a.median)
+    fig.notes.append(breakdown)
     fig.notes.append(import_breakdown(ctx))
+    if not fig.met:
+        fig.between = startup_between(medians, a.median, b.median, 10)
 
 
 #: Start-up, built up import by import: each step adds to the one before (cumulative).
@@ -334,8 +337,9 @@ sys.stdout.write(json.dumps(plan.to_json(), indent=2) + "\\n")
 """
 
 
-def startup_breakdown(ctx: Context, whole: float) -> str:
-    """Medians of ``python -c`` running the imports up to each step, alternating the steps."""
+def startup_breakdown(ctx: Context, whole: float) -> tuple[str, list[float]]:
+    """Medians of ``python -c`` running the imports up to each step, alternating the steps:
+    the note, and the medians (one per :data:`STARTUP_STEPS`, cumulative)."""
     steps = list(STARTUP_STEPS)
     programs = [
         "; ".join(code for _label, code in steps[: i + 1] if code != "pass") or "pass"
@@ -364,7 +368,7 @@ def startup_breakdown(ctx: Context, whole: float) -> str:
         f"| the same Plan from library calls, no CLI at all (below) | "
         f"{statistics.median(library) * 1000:.1f} | |"
     )
-    return (
+    text = (
         "Where the start-up goes: each line is the median wall time of "
         f'`{shown(ctx.python)} -c "<the imports of this line and those above>"`, '
         f"{ctx.repeat} runs each, alternating; the last column is what the line adds.\n\n"
@@ -375,6 +379,30 @@ def startup_breakdown(ctx: Context, whole: float) -> str:
         "the core it uses when it runs. The last line is the same work as library calls, no CLI "
         "at all: "
         f"`{shown(ctx.python)} -c` running\n\n```python\n{WITHOUT_CLI}```"
+    )
+    return text, medians
+
+
+def startup_between(medians: list[float], whole: float, bare: float, goal: float) -> str:
+    """What stands between ``resolve``'s start-up and ``goal``× ``python -c pass``: each step of
+    :data:`STARTUP_STEPS` by what it adds, largest first."""
+    allowed = goal * bare
+    adds = [
+        (label.removeprefix("+ "), medians[i] - (medians[i - 1] if i else 0.0))
+        for i, (label, _code) in enumerate(STARTUP_STEPS)
+        if i
+    ]
+    adds.append(("the command itself, beyond those imports and the load", whole - medians[-1]))
+    largest = "; ".join(
+        f"{label}: {fmt_seconds(seconds)}"
+        for label, seconds in sorted(adds, key=lambda item: -item[1])
+        if seconds > 0
+    )
+    return (
+        f"The goal allows {fmt_seconds(allowed)} ({goal:g}× the bare interpreter's "
+        f"{fmt_seconds(bare)}); `resolve` takes {fmt_seconds(whole)}, "
+        f"{fmt_seconds(whole - allowed)} more. What each part adds, largest first (from the "
+        f"start-up table in its notes): {largest}."
     )
 
 
@@ -443,6 +471,60 @@ def case_audit(ctx: Context, fig: Figure) -> None:
     fig.value = b.median / a.median
     fig.unit = "× faster"
     fig.met = fig.value >= 15
+    parts = audit_parts(ctx, target_python)
+    fig.notes.append(
+        "Where the audit's time goes (medians of as many runs as the figure's): "
+        + "; ".join(f"{label} {fmt_seconds(seconds)}" for label, seconds in parts.items())
+        + ". The inspection is started before cudalock imports what judges its answer, so the "
+        "two overlap."
+    )
+    if not fig.met:
+        fig.between = audit_between(parts, a.median, b.median, 15)
+
+
+def audit_parts(ctx: Context, target_python: Path) -> dict[str, float]:
+    """The parts of ``cudalock audit`` measured alone: both interpreters' bare start, and the
+    inspection of the target environment (in process, ``--child audit-inspection``)."""
+    commands: dict[str, Callable[[], float]] = {
+        "cudalock's interpreter starting and exiting": lambda: run_timed(
+            [ctx.python, "-c", "pass"], ctx.env
+        )[0],
+        "the audited interpreter starting and exiting": lambda: run_timed(
+            [target_python, "-B", "-c", "pass"], ctx.env
+        )[0],
+        "the inspection of the audited environment (its interpreter started, reading every "
+        "package's metadata)": lambda: float(
+            child_json(ctx, ["audit-inspection", str(target_python)])["inspection"]
+        ),
+    }
+    runs: dict[str, list[float]] = {label: [] for label in commands}
+    for _ in range(ctx.repeat):
+        for label, measure in commands.items():
+            runs[label].append(measure())
+    return {label: statistics.median(samples) for label, samples in runs.items()}
+
+
+def child_audit_inspection(python: str) -> dict[str, Any]:
+    from cudalock.audit.inspection import inspect_environment
+
+    started = time.perf_counter()
+    installed = inspect_environment(Path(python))
+    return {"inspection": time.perf_counter() - started, "packages": len(installed.distributions)}
+
+
+def audit_between(parts: dict[str, float], ours: float, theirs: float, goal: float) -> str:
+    """What stands between the audit and ``goal``× faster than collect_env, in its parts."""
+    allowed = theirs / goal
+    listed = "; ".join(f"{label} {fmt_seconds(seconds)}" for label, seconds in parts.items())
+    inspection = list(parts.values())[-1]
+    return (
+        f"The goal allows {fmt_seconds(allowed)} (collect_env's {fmt_seconds(theirs)} / "
+        f"{goal:g}); the audit takes {fmt_seconds(ours)}, {fmt_seconds(ours - allowed)} more. "
+        f"Measured alone: {listed}. The inspection is started first and runs beside "
+        "cudalock's own imports; the audit's remaining "
+        f"{fmt_seconds(max(0.0, ours - inspection))} beyond the inspection are cudalock's "
+        "start-up, the imports it waits on, judging the answer against the matrix and printing it."
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1346,6 +1428,36 @@ def case_matrix_load(ctx: Context, fig: Figure) -> None:
     fig.value = first.median
     fig.unit = "s"
     fig.met = fig.value <= 0.010
+    if not fig.met:
+        parts = [child_json(ctx, ["matrix-load-parts"]) for _ in range(ctx.repeat)]
+        medians = {key: statistics.median(part[key] for part in parts) for key in parts[0]}
+        fig.between = (
+            f"The goal allows 10 ms; the first load takes {fmt_seconds(first.median)}. "
+            f"Reading and hashing the matrix files takes {fmt_seconds(medians['read'])}, "
+            f"taking the typed matrix kept from an earlier run {fmt_seconds(medians['typed'])}; "
+            f"typing it from its parse, when nothing is kept, would take "
+            f"{fmt_seconds(medians['build'])}."
+        )
+
+
+def child_matrix_load_parts() -> dict[str, float]:
+    """The first load's parts, timed one by one in a fresh process."""
+    from cudalock.matrix import load as matrix_load
+    from cudalock.matrix.model import MATRIX_FILES
+
+    directory = matrix_load.default_matrix_dir()
+    names = (*MATRIX_FILES, *matrix_load._present(directory))
+    started = time.perf_counter()
+    files = {name: matrix_load._read_matrix_file(directory / name) for name in names}
+    key = matrix_load._typed_key(directory, files)
+    read = time.perf_counter() - started
+    started = time.perf_counter()
+    matrix_load._typed_before(key)
+    typed = time.perf_counter() - started
+    raw = {name: matrix_load._parsed(directory / name, data) for name, data in files.items()}
+    started = time.perf_counter()
+    matrix_load.build_matrix(raw, directory, text_checked=True)
+    return {"read": read, "typed": typed, "build": time.perf_counter() - started}
 
 
 def child_matrix_load() -> dict[str, Any]:
@@ -1789,6 +1901,10 @@ def child_main(args: list[str]) -> None:
     kind, rest = args[0], args[1:]
     if kind == "matrix-load":
         result = child_matrix_load()
+    elif kind == "matrix-load-parts":
+        result = child_matrix_load_parts()
+    elif kind == "audit-inspection":
+        result = child_audit_inspection(rest[0])
     elif kind == "make-fleet":
         result = child_make_fleet(Path(rest[0]), int(rest[1]))
     elif kind == "fleet":
