@@ -4,7 +4,9 @@
 # pinned sources with their hashes, the exact torch build (version, local label and the commit
 # it was built from), the CUDA torch was built for, the Python and the platform, the build's
 # DS_BUILD_* / TORCH_CUDA_ARCH_LIST settings and the nvcc it would use; a later environment
-# with the same key installs them in seconds, and any other torch builds anew.
+# with the same key installs them in seconds, and any other torch builds anew. pip builds them
+# with `pip wheel`; uv builds and installs them in one step, with a uv cache of that build's own
+# from which the wheels it built are kept.
 # Arguments: "pip" or "uv", the path of uv (or ""), the requirements file, the index options.
 # CUDALOCK_WHEEL_CACHE names the cache (default: $XDG_CACHE_HOME/cudalock/wheels);
 # CUDALOCK_NO_WHEEL_CACHE=1 builds without it. Standard library only, kept compatible with old
@@ -16,13 +18,19 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
 
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
 SETTINGS = ("DS_BUILD_", "DS_ACCELERATOR", "TORCH_CUDA_ARCH_LIST", "FLASH_ATTENTION_", "CUDA_HOME")
+
+
+def normalize_name(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def torch_build():
@@ -87,9 +95,9 @@ def cache_root():
     return os.path.join(base, "cudalock", "wheels")
 
 
-def run(argv):
+def run(argv, env=None):
     print("+ " + " ".join(argv[:6]) + (" ..." if len(argv) > 6 else ""), flush=True)
-    code = subprocess.call(argv)  # noqa: S603 - this script's own installer commands
+    code = subprocess.call(argv, env=env)  # noqa: S603 - this script's own installer commands
     if code != 0:
         sys.exit(code)
 
@@ -113,9 +121,49 @@ def build_in_place(installer, uv, requirements, index_options):
     run([*argv, *common, "-r", requirements])
 
 
+def pinned_names(requirements):
+    """The normalized names the requirements file pins (``name==version`` lines)."""
+    names = set()
+    with open(requirements, encoding="utf-8") as handle:
+        for line in handle:
+            match = PIN.match(line.strip())
+            if match:
+                names.add(normalize_name(match.group(1)))
+    return names
+
+
+def wheel_name(path):
+    return normalize_name(os.path.basename(path).split("-", 1)[0])
+
+
+def build_with_uv(uv, requirements, index_options, building):
+    """Build and install with uv, then take the wheels it built out of its cache. The cache is
+    one of this build's own, inside ``building``: a shared uv cache would reuse a wheel built
+    against another torch, since uv does not key builds by what is installed. True when every
+    pinned package's wheel was found there (only then is the build kept)."""
+    uv_cache = os.path.join(building, "uv-cache")
+    argv = [uv, "pip", "install", "--python", sys.executable, "--reinstall", "--no-deps"]
+    options = ["--no-build-isolation", "--require-hashes", "--cache-dir", uv_cache]
+    # The cache named is this build's own and removed after it: UV_NO_CACHE would hide it.
+    env = {k: v for k, v in os.environ.items() if k != "UV_NO_CACHE"}
+    run([*argv, *options, *index_options, "-r", requirements], env)
+    built = {}
+    for path in glob.glob(os.path.join(uv_cache, "**", "*.whl"), recursive=True):
+        if os.path.isfile(path):
+            built.setdefault(wheel_name(path), path)
+    missing = sorted(pinned_names(requirements) - set(built))
+    if missing:
+        print("cudalock: not kept: uv left no wheel of " + ", ".join(missing), flush=True)
+        return False
+    for path in built.values():
+        shutil.move(path, os.path.join(building, os.path.basename(path)))
+    shutil.rmtree(uv_cache, ignore_errors=True)
+    return True
+
+
 def main(installer, uv, requirements, *index_options):
     off = os.environ.get("CUDALOCK_NO_WHEEL_CACHE", "") not in ("", "0")
-    if off or importlib.util.find_spec("pip") is None:
+    if off or (installer == "pip" and importlib.util.find_spec("pip") is None):
         why = "CUDALOCK_NO_WHEEL_CACHE is set" if off else "pip, which builds wheels, is missing"
         print("cudalock: building without the wheel cache (" + why + ")", flush=True)
         build_in_place(installer, uv, requirements, index_options)
@@ -131,22 +179,31 @@ def main(installer, uv, requirements, *index_options):
         return
     os.makedirs(root, exist_ok=True)
     building = tempfile.mkdtemp(prefix=".building-", dir=root)
+    installed = False
     try:
         print("cudalock: building against the installed torch (cache " + kept + ")", flush=True)
-        pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-input", "--no-deps"]
-        options = ["--no-build-isolation", "--no-cache-dir", "--require-hashes", *index_options]
-        run([*pip_wheel, *options, "-r", requirements, "-w", building])
-        with open(os.path.join(building, "key.txt"), "w", encoding="utf-8") as handle:
-            handle.write(facts)
-        try:
-            os.rename(building, kept)  # whole or not at all: a stopped build is never reused
-        except OSError:
-            if not os.path.isfile(os.path.join(kept, "key.txt")):
-                raise
-            # Another environment finished the same build first: its wheels are the same.
+        if installer == "uv":
+            # uv builds in a fraction of pip's time; it installs what it built as it goes.
+            installed = True
+            keep = build_with_uv(uv, requirements, index_options, building)
+        else:
+            pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-input", "--no-deps"]
+            options = ["--no-build-isolation", "--no-cache-dir", "--require-hashes"]
+            run([*pip_wheel, *options, *index_options, "-r", requirements, "-w", building])
+            keep = True
+        if keep:
+            with open(os.path.join(building, "key.txt"), "w", encoding="utf-8") as handle:
+                handle.write(facts)
+            try:
+                os.rename(building, kept)  # whole or not at all: a stopped build is never reused
+            except OSError:
+                if not os.path.isfile(os.path.join(kept, "key.txt")):
+                    raise
+                # Another environment finished the same build first: its wheels are the same.
     finally:
         shutil.rmtree(building, ignore_errors=True)
-    install_wheels(installer, uv, sorted(glob.glob(os.path.join(kept, "*.whl"))))
+    if not installed:
+        install_wheels(installer, uv, sorted(glob.glob(os.path.join(kept, "*.whl"))))
 
 
 main(*sys.argv[1:])

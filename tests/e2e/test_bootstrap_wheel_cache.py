@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from cudalock.envfiles.render import build_script
+from cudalock.lock.uv import find_uv
 from tests.e2e.test_lock import REQUEST, TARGET, pypi_stand_ins, pytorch_stand_ins
 from tests.support.cli import cudalock
 from tests.support.index import IndexServer, offline_env, serve_indexes
@@ -186,3 +187,28 @@ def test_another_torch_build_never_gets_the_wheel(cache: Cache) -> None:
     assert "building against the installed torch" in done.stdout
     assert cache.builds == [*before, "2.1.0"]
     assert len(list((cache.root / "wheels").glob("*/*.whl"))) == 2
+
+
+def test_uv_builds_and_keeps_only_a_whole_set_of_wheels(cache: Cache) -> None:
+    # uv builds what it is given with a cache of the build's own and keeps the wheels it built
+    # there; a pinned wheel it merely downloads (packaging) leaves none, so nothing is kept,
+    # and the environment is installed all the same.
+    env_dir = cache.root / "first"
+    python = env_dir / ".venv" / "bin" / "python"
+    locked = (env_dir / "requirements.lock.txt").read_text().splitlines()
+    start = next(i for i, line in enumerate(locked) if line.startswith("packaging=="))
+    (env_dir / "wheel-only.txt").write_text("\n".join(locked[start : start + 2]) + "\n")
+    keys_before = sorted(path.name for path in (cache.root / "wheels").iterdir())
+    argv = [str(python), "-", "uv", find_uv(), "wheel-only.txt"]
+    done = subprocess.run(
+        [*argv, "--index-url", cache.server.pypi_url],
+        input=build_script(),
+        text=True,
+        capture_output=True,
+        cwd=env_dir,
+        env=cache.env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "building against the installed torch" in done.stdout
+    assert "not kept: uv left no wheel of packaging" in done.stdout
+    assert sorted(path.name for path in (cache.root / "wheels").iterdir()) == keys_before
