@@ -15,7 +15,6 @@ import ast
 import contextlib
 import glob
 import hashlib
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -34,9 +33,9 @@ def normalize_name(name):
 
 
 def torch_build():
-    """torch.version's cuda and git_version (the commit the build was made from), read from
-    torch/version.py as text: importing torch is what crashes."""
-    found = {"cuda": "none", "git_version": "unknown"}
+    """torch.version's __version__, cuda and git_version (the commit the build was made from),
+    read from torch/version.py as text: importing torch is what crashes."""
+    found = {"__version__": "", "cuda": "none", "git_version": "unknown"}
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         return found
@@ -75,7 +74,7 @@ def build_key(requirements):
     build = torch_build()
     facts = [
         "requirements=" + pinned,
-        "torch=" + importlib.metadata.version("torch"),
+        "torch=" + (build["__version__"] or installed_version("torch")),
         "torch-cuda=" + build["cuda"],
         "torch-git-version=" + build["git_version"],
         "python=" + sys.implementation.cache_tag + getattr(sys, "abiflags", ""),
@@ -102,9 +101,35 @@ def run(argv, env=None):
         sys.exit(code)
 
 
+def installed_version(name):
+    # Imported only here: importlib.metadata's import costs more than the rest of this script.
+    import importlib.metadata
+
+    return importlib.metadata.version(name)
+
+
+def installed_here(names):
+    """Whether any of ``names`` is installed in this environment's own site-packages, where uv
+    looks (read as directory names: importlib.metadata's import costs more)."""
+    paths = sysconfig.get_paths()
+    for directory in {paths["purelib"], paths["platlib"]}:
+        try:
+            entries = os.listdir(directory)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.endswith(".dist-info") and wheel_name(entry) in names:
+                return True
+    return False
+
+
 def install_wheels(installer, uv, wheels):
     if installer == "uv":
-        head = [uv, "pip", "install", "--python", sys.executable, "--reinstall"]
+        head = [uv, "pip", "install", "--python", sys.executable]
+        if installed_here({wheel_name(wheel) for wheel in wheels}):
+            # Another build of it may be installed; uv's --reinstall costs a fresh look at the
+            # interpreter, so it is asked for only then.
+            head.append("--reinstall")
     else:
         head = [sys.executable, "-m", "pip", "install", "--no-input", "--force-reinstall"]
     run([*head, "--no-deps", "--no-index", *wheels])

@@ -212,3 +212,31 @@ def test_uv_builds_and_keeps_only_a_whole_set_of_wheels(cache: Cache) -> None:
     assert "building against the installed torch" in done.stdout
     assert "not kept: uv left no wheel of packaging" in done.stdout
     assert sorted(path.name for path in (cache.root / "wheels").iterdir()) == keys_before
+
+
+def test_uv_reinstalls_a_kept_wheel_only_over_an_installed_build(cache: Cache) -> None:
+    # A fresh environment has no DeepSpeed before this step: a plain install, without uv's
+    # --reinstall (which costs a fresh look at the interpreter). Run again where one is
+    # installed (perhaps built against another torch), it is replaced.
+    env_dir = cache.root / "second"
+    log = (env_dir / "cudalock-bootstrap.log").read_text()
+    lines = log.splitlines()
+    after = lines.index("cudalock: reusing deepspeed-0.19.8-py3-none-any.whl")
+    reuse = next(line for line in lines[after:] if line.startswith("+ "))
+    assert "--reinstall" not in reuse
+    python = env_dir / ".venv" / "bin" / "python"
+    argv = [str(python), "-", "uv", find_uv(), "requirements.last.txt"]
+    done = subprocess.run(
+        [*argv, "--index-url", cache.server.pypi_url],
+        input=build_script(),
+        text=True,
+        capture_output=True,
+        cwd=env_dir,
+        env=cache.env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reusing deepspeed-0.19.8-py3-none-any.whl" in done.stdout
+    assert any(
+        line.startswith("+ ") and line.rstrip().endswith("--reinstall ...")
+        for line in done.stdout.splitlines()
+    ), done.stdout
