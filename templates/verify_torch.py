@@ -6,7 +6,6 @@
 # cudalock's).
 import ast
 import contextlib
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -23,8 +22,10 @@ def normalize_version(version):
     public, _, local = version.lower().partition("+")
     release = re.match(r"^[0-9]+(\.[0-9]+)*", public)
     if release:
-        numbers = ".".join(str(int(part)) for part in release.group(0).split("."))
-        public = numbers + public[release.end() :]
+        numbers = [int(part) for part in release.group(0).split(".")]
+        while len(numbers) > 1 and numbers[-1] == 0:
+            numbers.pop()  # PEP 440 pads releases with zeros: 3 is 3.0
+        public = ".".join(map(str, numbers)) + public[release.end() :]
     local = re.sub(r"[-_]", ".", local)
     return public + ("+" + local if local else "")
 
@@ -57,12 +58,44 @@ def package_file(package, name):
     return None
 
 
+def metadata_headers(path):
+    """The Name and Version headers of a METADATA or PKG-INFO file (None where absent)."""
+    found = {"name": None, "version": None}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if not line.strip():
+                    break  # the headers end at the first blank line
+                key, _, value = line.partition(":")
+                if key.lower() in found and found[key.lower()] is None:
+                    found[key.lower()] = value.strip()
+    except OSError:
+        pass
+    return found["name"], found["version"]
+
+
 def installed_versions():
+    """Every installed distribution's version by normalized name, the first on sys.path
+    winning, as importlib.metadata.distributions() finds them; their headers are read as
+    text, since importlib.metadata's import and its email parser cost most of this script."""
     versions = {}
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            versions.setdefault(normalize_name(name), dist.version)
+    for entry in sys.path:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for dirname in names:
+            if dirname.endswith(".dist-info"):
+                metadata = os.path.join(entry, dirname, "METADATA")
+            elif dirname.endswith(".egg-info"):
+                metadata = os.path.join(entry, dirname)
+                if os.path.isdir(metadata):
+                    metadata = os.path.join(metadata, "PKG-INFO")
+            else:
+                continue
+            name, version = metadata_headers(metadata)
+            if name and version:
+                versions.setdefault(normalize_name(name), version)
     return versions
 
 

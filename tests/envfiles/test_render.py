@@ -494,6 +494,31 @@ def test_verification_checks_deepspeed_family_labels_and_every_locked_version(
     ]
 
 
+def test_verification_reads_every_kind_of_installed_metadata(tmp_path: Path) -> None:
+    # The headers are read as text, as importlib.metadata would find them: a dist-info whose
+    # directory name is not the header's spelling, a legacy egg-info directory and an egg-info
+    # file (setup.py develop, old distutils); the headers end at the first blank line.
+    site = tmp_path / "site"
+    _fake_site(site, GOOD, BUILT_AGAINST_2_1)
+    odd = site / "Foo_Bar-1.0.dist-info"
+    odd.mkdir()
+    (odd / "METADATA").write_text("Metadata-Version: 2.1\nName: foo.bar\nVersion: 1.0\n\nName: x\n")
+    (site / "legacy.egg-info").mkdir()
+    (site / "legacy.egg-info" / "PKG-INFO").write_text(
+        "Metadata-Version: 1.0\nName: legacy\nVersion: 2\n"
+    )
+    (site / "single-3-py3.11.egg-info").write_text(
+        "Metadata-Version: 1.1\nName: single\nVersion: 3\n"
+    )
+    (site / "requirements.lock.txt").write_text(
+        "torch==2.1.0+cu121 --hash=sha256:aa\nfoo-bar==1.0 --hash=sha256:bb\n"
+        "legacy==2 --hash=sha256:cc\nsingle==3.0 --hash=sha256:dd\n"
+    )
+    done = _verify(site, "12.1", "torch==2.1.0+cu121", "--locked", "requirements.lock.txt")
+    assert done.returncode == 0, done.stderr
+    assert "4 locked packages" in done.stdout
+
+
 def _install_sh(tmp_path: Path, *, with_lock: bool) -> Path:
     out = tmp_path / "out"
     out.mkdir()
