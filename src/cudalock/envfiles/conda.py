@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
 from cudalock import procs
 from cudalock.envfiles.render import CondaPart
 from cudalock.errors import EnvironmentFailure, InputError
@@ -170,6 +168,8 @@ def config_files(environ: Mapping[str, str]) -> list[Path]:
 
 def configured_defaults(environ: Mapping[str, str]) -> list[Path]:
     """The configuration files whose ``channels`` name ``defaults`` (or CONDA_CHANNELS does)."""
+    import yaml  # here: a venv bootstrap imports this module and never reads conda's files
+
     named: list[Path] = []
     if "defaults" in environ.get("CONDA_CHANNELS", "").split(","):
         named.append(Path("$CONDA_CHANNELS"))
@@ -189,6 +189,8 @@ def configured_channel_alias(environ: Mapping[str, str], default: str) -> str:
     that sets it (conda's precedence), else ``default``."""
     if environ.get("CONDA_CHANNEL_ALIAS"):
         return environ["CONDA_CHANNEL_ALIAS"]
+    import yaml
+
     alias = default
     for path in config_files(environ):
         try:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-import yaml
 from packaging.pylock import Package
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
@@ -221,6 +220,8 @@ def yaml_scalar(text: str) -> str:
     """``text`` as a YAML scalar: plain when that reads back as the same string, else quoted."""
     plain = re.fullmatch(r"(?:[A-Za-z0-9_./]|--[A-Za-z])[A-Za-z0-9_./+=<>!~@%:, -]*", text)
     if plain and ": " not in text and " #" not in text and not text.endswith((":", " ")):
+        import yaml  # here: only environment.yml's values need it, and its import is ~20 ms
+
         try:
             # YAML 1.1 resolvers (PyYAML) turn more plain words into non-strings than 1.2 ones
             # (yes, 0x1F, 12:30, dates), so agreeing with PyYAML is the conservative test.
