@@ -99,6 +99,23 @@ class Cache:
         assert done.returncode == 0, done.stdout + done.stderr
         return done
 
+    def build_step(
+        self, name: str, requirements: str, *, installer: str = "uv"
+    ) -> subprocess.CompletedProcess[str]:
+        """install.sh's build step, run alone in environment ``name`` with ``installer``."""
+        python = self.root / name / ".venv" / "bin" / "python"
+        uv = find_uv() if installer == "uv" else ""
+        done = subprocess.run(
+            [str(python), "-", installer, uv, requirements, "--index-url", self.server.pypi_url],
+            input=build_script(),
+            text=True,
+            capture_output=True,
+            cwd=self.root / name,
+            env=self.env | {"PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"},
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
     def torch_info(self, name: str) -> dict[str, object]:
         python = self.root / name / ".venv" / "bin" / "python"
         code = (
@@ -175,15 +192,7 @@ def test_another_torch_build_never_gets_the_wheel(cache: Cache) -> None:
         capture_output=True,
         env=cache.env,
     )
-    done = subprocess.run(
-        [str(python), "-", "pip", "", "requirements.last.txt", "--index-url", pypi],
-        input=build_script(),
-        text=True,
-        capture_output=True,
-        cwd=env_dir,
-        env=cache.env | {"PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = cache.build_step("second", "requirements.last.txt", installer="pip")
     assert "building against the installed torch" in done.stdout
     assert cache.builds == [*before, "2.1.0"]
     assert len(list((cache.root / "wheels").glob("*/*.whl"))) == 2
@@ -194,21 +203,11 @@ def test_uv_builds_and_keeps_only_a_whole_set_of_wheels(cache: Cache) -> None:
     # there; a pinned wheel it merely downloads (packaging) leaves none, so nothing is kept,
     # and the environment is installed all the same.
     env_dir = cache.root / "first"
-    python = env_dir / ".venv" / "bin" / "python"
     locked = (env_dir / "requirements.lock.txt").read_text().splitlines()
     start = next(i for i, line in enumerate(locked) if line.startswith("packaging=="))
     (env_dir / "wheel-only.txt").write_text("\n".join(locked[start : start + 2]) + "\n")
     keys_before = sorted(path.name for path in (cache.root / "wheels").iterdir())
-    argv = [str(python), "-", "uv", find_uv(), "wheel-only.txt"]
-    done = subprocess.run(
-        [*argv, "--index-url", cache.server.pypi_url],
-        input=build_script(),
-        text=True,
-        capture_output=True,
-        cwd=env_dir,
-        env=cache.env,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = cache.build_step("first", "wheel-only.txt")
     assert "building against the installed torch" in done.stdout
     assert "not kept: uv left no wheel of packaging" in done.stdout
     assert sorted(path.name for path in (cache.root / "wheels").iterdir()) == keys_before
@@ -218,23 +217,12 @@ def test_uv_reinstalls_a_kept_wheel_only_over_an_installed_build(cache: Cache) -
     # A fresh environment has no DeepSpeed before this step: a plain install, without uv's
     # --reinstall (which costs a fresh look at the interpreter). Run again where one is
     # installed (perhaps built against another torch), it is replaced.
-    env_dir = cache.root / "second"
-    log = (env_dir / "cudalock-bootstrap.log").read_text()
+    log = (cache.root / "second" / "cudalock-bootstrap.log").read_text()
     lines = log.splitlines()
     after = lines.index("cudalock: reusing deepspeed-0.19.8-py3-none-any.whl")
     reuse = next(line for line in lines[after:] if line.startswith("+ "))
     assert "--reinstall" not in reuse
-    python = env_dir / ".venv" / "bin" / "python"
-    argv = [str(python), "-", "uv", find_uv(), "requirements.last.txt"]
-    done = subprocess.run(
-        [*argv, "--index-url", cache.server.pypi_url],
-        input=build_script(),
-        text=True,
-        capture_output=True,
-        cwd=env_dir,
-        env=cache.env,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = cache.build_step("second", "requirements.last.txt")
     assert "reusing deepspeed-0.19.8-py3-none-any.whl" in done.stdout
     assert any(
         line.startswith("+ ") and line.rstrip().endswith("--reinstall ...")
