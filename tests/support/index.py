@@ -35,6 +35,7 @@ import html
 import json
 import os
 import re
+import sys
 import threading
 import time
 import urllib.parse
@@ -126,6 +127,15 @@ class _Index:
         )
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-transfer (pip and uv do, once they have what they need) is
+    no error of the index's: no traceback for it, as a real index logs none."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class IndexServer:
     """The running server. Iterate it for ``(pytorch_url, pypi_url)``."""
 
@@ -159,7 +169,7 @@ class IndexServer:
         )
         self._fill(pypi_index, pypi, wheel_dir / "pypi")
         self.indexes.append(pypi_index)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd = _QuietServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
