@@ -204,12 +204,10 @@ def main(installer, uv, requirements, *index_options):
         return
     os.makedirs(root, exist_ok=True)
     building = tempfile.mkdtemp(prefix=".building-", dir=root)
-    installed = False
     try:
         print("cudalock: building against the installed torch (cache " + kept + ")", flush=True)
         if installer == "uv":
             # uv builds in a fraction of pip's time; it installs what it built as it goes.
-            installed = True
             keep = build_with_uv(uv, requirements, index_options, building)
         else:
             pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-input", "--no-deps"]
@@ -227,7 +225,7 @@ def main(installer, uv, requirements, *index_options):
                 # Another environment finished the same build first: its wheels are the same.
     finally:
         shutil.rmtree(building, ignore_errors=True)
-    if not installed:
+    if installer != "uv":
         install_wheels(installer, uv, sorted(glob.glob(os.path.join(kept, "*.whl"))))
 
 
