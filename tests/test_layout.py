@@ -28,6 +28,7 @@ BASE = frozenset(
         "sharedlibs",
         "wheelzip",
         "wheelbuild",
+        "packagenames",
     }
 )
 #: What each package may import besides the base (and itself); "cli" may import anything.

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,7 +215,7 @@ def run(
     """
     args = [os.fspath(arg) for arg in argv]
     _become_subreaper()
-    mark = uuid.uuid4().hex
+    mark = os.urandom(16).hex()
     child_env = dict(os.environ if env is None else env)
     child_env[RUN_MARK] = mark
     started = _clock_ticks_now()

@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from cudalock.defaults import DEFAULT_PYTORCH_INDEX
 from cudalock.errors import InputError, UsageError
+from cudalock.packagenames import canonical_name
 from cudalock.safetext import has_control
 from cudalock.urls import strip_credentials, validate_index_url
 from cudalock.versions import (
@@ -254,7 +255,7 @@ def parse_companion(text: str) -> Companion:
             specifier = SpecifierSet(match.group(2))
         except InvalidSpecifier:
             raise invalid from None
-    name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
+    name = canonical_name(match.group(1))
     if name == "torch":
         raise InputError("'torch' is not a companion package: choose its version with --torch")
     # Any other name is a package the plan's variant index builds (xformers, torchao, ...):
@@ -354,7 +355,7 @@ def parse_framework(text: str, cwd: Path | None = None) -> Framework:
         path = Path(os.path.expanduser(cleaned))
         path = Path(os.path.normpath(path if path.is_absolute() else (cwd or Path.cwd()) / path))
         return Framework(str(path), "path", path=path)
-    name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+    name = canonical_name(requirement.name)
     if name == "torch" or name in COMPANIONS:
         flag = "--torch" if name == "torch" else f"--with {name}"
         raise InputError(

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from cudalock.errors import EnvironmentFailure
+from cudalock.packagenames import canonical_name
 from cudalock.sharedlibs import NotElf, cuda_majors, needed_libraries
 from cudalock.versions import CudaVersion, cuda_from_variant, format_cuda, parse_cuda_version
 
@@ -97,7 +94,7 @@ def from_cpp_lib(package: str, version: str, text: str, where: str) -> BuiltFor 
         return None
     torch = fields.get("torch") if isinstance(fields, dict) else None
     return BuiltFor(
-        package=str(canonicalize_name(package)),
+        package=canonical_name(package),
         version=version,
         cuda=f"{cuda // 100}.{cuda % 100}",
         torch=torch if isinstance(torch, str) and torch else None,
@@ -115,7 +112,7 @@ def from_needed(
         if found:
             soname, major = found[0]
             return BuiltFor(
-                package=str(canonicalize_name(package)),
+                package=canonical_name(package),
                 version=version,
                 cuda=str(major),
                 torch=None,
@@ -143,7 +140,7 @@ def from_per_cuda_extensions(package: str, version: str, paths: Sequence[str]) -
     versions = tuple(format_cuda(cuda) for cuda in sorted(found))
     first, last = min(found), max(found)
     return BuiltFor(
-        package=str(canonicalize_name(package)),
+        package=canonical_name(package),
         version=version,
         cuda=format_cuda(last),
         torch=None,
@@ -155,6 +152,10 @@ def from_per_cuda_extensions(package: str, version: str, paths: Sequence[str]) -
 def from_requirements(package: str, version: str, requires_dist: Sequence[str]) -> BuiltFor | None:
     """A ``nvidia-*-cuNN`` requirement (outside extras): CUDA NN; the minor where the toolkit-
     versioned runtime is pinned (``nvidia-cuda-runtime-cu12==12.4.127`` is CUDA 12.4)."""
+    # Only the lock and the matrix refresh read Requires-Dist; the audit need not load the
+    # requirement parser.
+    from packaging.requirements import InvalidRequirement, Requirement
+
     major: int | None = None
     minor: str | None = None
     evidence = ""
@@ -165,7 +166,7 @@ def from_requirements(package: str, version: str, requires_dist: Sequence[str]) 
             continue
         if requirement.marker is not None and "extra" in str(requirement.marker):
             continue
-        name = canonicalize_name(requirement.name)
+        name = canonical_name(requirement.name)
         match = _NVIDIA_CU_RE.match(name)
         if not match:
             continue
@@ -179,7 +180,7 @@ def from_requirements(package: str, version: str, requires_dist: Sequence[str]) 
     if major is None:
         return None
     return BuiltFor(
-        package=str(canonicalize_name(package)),
+        package=canonical_name(package),
         version=version,
         cuda=minor or str(major),
         torch=None,
@@ -200,7 +201,9 @@ def read_wheel_build(
     """What the wheel at ``url`` of ``name`` ``version`` (whose Requires-Dist is
     ``requires_dist``) says it was built for, reading as little of it as it can. None when it
     says nothing; ``FileNotFoundError`` for a 404, EnvironmentFailure for a failed read."""
-    # HTTP (http.client, urllib) only when a wheel is read: a warm lock reads none.
+    # HTTP (http.client, urllib) and zipfile only when a wheel is read: a warm lock reads none.
+    import zipfile
+
     from cudalock.wheelzip import MemberReader, open_wheel
 
     archive, _remote = open_wheel(url, indexes=indexes, timeout_s=timeout_s, retries=retries)

@@ -144,3 +144,21 @@ def test_command_modules_import_only_the_standard_library_at_the_top(module: str
         and not m.startswith("cudalock.cli.")
     }
     assert outside == set(), module
+
+
+def test_a_live_audit_loads_no_report_parser_and_no_requirement_parser() -> None:
+    """The live audit judges what the inspection read: the pasted-report parser, the deep
+    check and packaging's requirement and wheel-tag parsers (logging, sysconfig) stay unloaded."""
+    done, modules = loaded_modules("audit", "--python", sys.executable, "--json")
+    assert '"findings"' in done.stdout, done.stderr
+    unwanted = (
+        "cudalock.audit.reports",
+        "cudalock.audit.deep",
+        "packaging.requirements",
+        "packaging.tags",
+        "packaging.utils",
+        "logging",
+        "uuid",
+        "zipfile",
+    )
+    assert [m for m in unwanted if m in modules] == []

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import importlib.util
 import json
 import os
 import platform
 import re
-import runpy
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 
 __all__ = [
     "SCRIPT_VERSION",
@@ -312,16 +313,33 @@ def _record_paths(dist_info: str) -> list[str]:
     return [line.split(",", 1)[0] for line in text.splitlines() if line.strip()]
 
 
+def _sharedlibs_readers() -> tuple[Callable[..., object] | None, Callable[..., object] | None]:
+    """``needed_of_file`` and ``cuda_majors`` of :mod:`cudalock.sharedlibs`, loaded from the
+    path cudalock passes as the first argument as a module of its own (its cached bytecode
+    when there is one; not runpy, which loads pkgutil and typing); (None, None) when it
+    cannot be loaded."""
+    if len(sys.argv) < 2 or not os.path.isfile(sys.argv[1]):
+        return None, None
+    try:
+        spec = importlib.util.spec_from_file_location("cudalock_sharedlibs", sys.argv[1])
+        if spec is None or spec.loader is None:
+            return None, None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception:  # an unreadable helper only costs this part of the report
+        return None, None
+    needed_of_file = getattr(module, "needed_of_file", None)
+    cuda_majors = getattr(module, "cuda_majors", None)
+    if not callable(needed_of_file) or not callable(cuda_majors):
+        return None, None
+    return needed_of_file, cuda_majors
+
+
 def _cuda_builds(distributions: list[dict[str, object]]) -> list[dict[str, object]]:
     """What each distribution's own files say about the CUDA it was built for: its
     ``cpp_lib.json`` (xformers) and the DT_NEEDED of its extensions, read with
     :mod:`cudalock.sharedlibs` (loaded from the path cudalock passes as the first argument)."""
-    reader = None
-    if len(sys.argv) > 1 and os.path.isfile(sys.argv[1]):
-        try:
-            reader = runpy.run_path(sys.argv[1])
-        except Exception:  # an unreadable helper only costs this part of the report
-            reader = None
+    needed_of_file, cuda_majors = _sharedlibs_readers()
     found: list[dict[str, object]] = []
     for dist in distributions:
         location = str(dist["location"])
@@ -341,16 +359,16 @@ def _cuda_builds(distributions: list[dict[str, object]]) -> list[dict[str, objec
         needed: list[list[object]] = []
         extensions = [p for p in paths if p.endswith(".so") or ".so." in p.rsplit("/", 1)[-1]]
         per_cuda = [p for p in extensions if _PER_CUDA_RE.search(p.rsplit("/", 1)[-1])]
-        if reader is not None and len(per_cuda) < 2:
+        if needed_of_file is not None and cuda_majors is not None and len(per_cuda) < 2:
             for path in sorted(extensions)[:_MAX_EXTENSIONS]:
                 try:
-                    sonames = reader["needed_of_file"](os.path.join(site, path))
+                    sonames = needed_of_file(os.path.join(site, path))
                 except (OSError, ValueError):
                     continue
                 needed.append([path, sonames])
-                if reader["cuda_majors"](sonames):
+                if cuda_majors(sonames):
                     break
-        cuda_needed = any(reader and reader["cuda_majors"](n[1]) for n in needed)
+        cuda_needed = cuda_majors is not None and any(cuda_majors(n[1]) for n in needed)
         if cpp_lib is not None or cuda_needed or len(per_cuda) >= 2:
             found.append(
                 {

@@ -6,9 +6,10 @@ pasted reports); audit parses them where it compares them.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
+
+from cudalock.packagenames import canonical_name
 
 __all__ = [
     "DeepSpeedBuild",
@@ -19,15 +20,9 @@ __all__ = [
     "ReportedMessage",
     "SharedLibrary",
     "TorchInstall",
-    "canonical_name",
     "local_label",
     "public_version",
 ]
-
-
-def canonical_name(name: str) -> str:
-    """PEP 503 normalisation: ``Torch_Vision`` → ``torch-vision``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def local_label(version: str | None) -> str | None:

@@ -25,13 +25,13 @@ from cudalock.audit.installed import (
     Nvcc,
     ReportedMessage,
     TorchInstall,
-    canonical_name,
     local_label,
     public_version,
 )
 from cudalock.errors import InputError
 from cudalock.matrix import Matrix
 from cudalock.model import Gpu, Target
+from cudalock.packagenames import canonical_name
 from cudalock.platforms import PLATFORMS, platform_for
 from cudalock.versions import (
     CudaVersion,

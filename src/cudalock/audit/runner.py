@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from cudalock.audit.checks import audit, sort_findings
 from cudalock.audit.checks import has_errors as _has_errors
-from cudalock.audit.deep import deep_inspect
 from cudalock.audit.inspection import start_inspection
 from cudalock.audit.installed import Installed
-from cudalock.audit.reports import report_target
 from cudalock.machine import probe_machine
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Finding, Target, flag_assumptions
@@ -100,6 +98,8 @@ def audit_live(
     installed = inspection.installed()
     extra: list[Finding] = []
     if deep:
+        from cudalock.audit.deep import deep_inspect
+
         interpreter = Path(installed.python) if installed.python else inspection.python
         result = deep_inspect(interpreter, deep_timeout)
         extra.extend(result.findings)
@@ -119,6 +119,9 @@ def audit_report(
     the same pipeline as every command's) replacing the fields they give; ``--probe`` files
     replace the report's machine altogether. No flags: the shipped matrix, the report's
     machine."""
+    # A live audit never parses a report: the parser loads only here.
+    from cudalock.audit.reports import report_target
+
     matrix = given.matrix if given is not None else load_matrix()
     targets = (
         given.targets(lambda: report_target(report, matrix))

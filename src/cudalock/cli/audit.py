@@ -112,8 +112,8 @@ def run(args: argparse.Namespace) -> None:
         )
     if python is not None and prefix is not None:
         raise UsageError("give either --python or --prefix, not both")
-    compat, policy_source = compat_policy(args)
     if report is not None:
+        compat, policy_source = compat_policy(args)
         refuse_two_stdin_reads(report, args)
         # The Target flags are read and checked as every command reads them; they apply to
         # the machine the report names (or the --probe files replace it).
@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> None:
         # The audited interpreter reads its environment while this one loads the matrix and
         # probes the machine: on two cores the audit then takes about as long as the slower.
         with start_inspection(python=python, prefix=prefix) as inspection:
+            compat, policy_source = compat_policy(args)
             from cudalock.audit.runner import audit_live
 
             inputs = compute_inputs(args, with_request=False)

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from packaging.utils import canonicalize_name
-
 from cudalock.matrix import Matrix
 from cudalock.model import Target
+from cudalock.packagenames import canonical_name
 from cudalock.resolve.compat import driver_verdict
 from cudalock.versions import CudaVersion, cuda_from_variant, format_cuda
 from cudalock.wheelbuild import (
@@ -54,7 +53,7 @@ FINDING_CODE = "cuda-build-mismatch"
 def from_matrix(matrix: Matrix, package: str, version: str) -> BuiltFor | None:
     """The matrix's record of PyPI's ``package`` ``version`` (a label-free version only:
     ``0.0.31+cu118`` is the PyTorch index's own build, of that label's CUDA)."""
-    name = str(canonicalize_name(package))
+    name = canonical_name(package)
     if "+" in version:
         return None
     entry = matrix.package_build(name, version)
@@ -77,7 +76,7 @@ def from_label(package: str, version: str) -> BuiltFor | None:
     if cuda is None:
         return None
     return BuiltFor(
-        package=str(canonicalize_name(package)),
+        package=canonical_name(package),
         version=version,
         cuda=format_cuda(cuda),
         torch=None,

@@ -28,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 from cudalock.errors import InputError
 from cudalock.matrix import Matrix, TorchBuild
 from cudalock.model import Target
+from cudalock.packagenames import canonical_name
 from cudalock.request import Request
 from cudalock.versions import CudaVersion, format_cuda, parse_cuda_version
 
@@ -139,7 +140,7 @@ class CudaPreference:
 def _deepspeed_requested(request: Request) -> SpecifierSet | bool | None:
     """The DeepSpeed the request names: its specifier (None: any version); False: none."""
     for companion in request.with_packages:
-        if re.sub(r"[-_.]+", "-", companion.name).lower() == "deepspeed":
+        if canonical_name(companion.name) == "deepspeed":
             return companion.specifier
     for framework in request.frameworks:
         if framework.requirement is not None and framework.requirement.name.lower() == "deepspeed":
@@ -182,7 +183,7 @@ def builds_against_cuda(request: Request) -> str | None:
         match = _NAME_RE.match(text.strip())
         if match is None:
             continue
-        name = re.sub(r"[-_.]+", "-", match.group(0)).lower()
+        name = canonical_name(match.group(0))
         words = CUDA_BUILDING_PACKAGES.get(name)
         if words is not None and words not in found:
             found.append(words)
