@@ -42,6 +42,8 @@ PYPI = [
     StandIn("finetunekit", "1.0", requires_dist=["torch>=2.0", "helperlib>=1"]),
     StandIn("helperlib", "1.2"),
     StandIn("finetunekit-nightly", "3.0", requires_dist=["torch>=2.5"]),
+    # Fits torch, but needs a package no index has: uv's resolution of the closure fails.
+    StandIn("brokenkit", "1.0", requires_dist=["torch>=2.0", "nosuchlib>=1"]),
     # A local framework's build backend (pip builds it in isolation).
     *[
         StandIn("hatchling", "1.27.0", requires_dist=["packaging>=24.2", "pathspec>=0.10.1"]),
@@ -286,3 +288,54 @@ def test_a_plan_resolved_under_compat_minor_passes_its_own_audit(scene: Scene) -
     assert done.returncode == 0, done.stderr + done.stdout
     assert "audit warning: minor-compat-only" in done.stdout
     assert "environment ready" in done.stdout
+
+
+def _into(scene: Scene, name: str, *args: str) -> tuple[list[str], Path]:
+    """The scene's bootstrap arguments with ``-o NAME`` (a new directory, its own new venv)."""
+    base = scene.base_args()
+    base[base.index("-o") + 1] = name
+    return [*base, *args], scene.root / name
+
+
+def test_the_new_venv_is_made_while_uv_resolves_the_closure(scene: Scene) -> None:
+    # uv waits 1.5 s on a page of the closure; the venv needs only the plan's Python.
+    scene.server.slow("/pypi/simple/helperlib/", 1.5)
+    try:
+        args, out = _into(scene, "ahead", "--framework", "finetunekit", "--create")
+        done = scene.cudalock(*args)
+    finally:
+        scene.server.clear_faults()
+    assert done.returncode == 0, done.stderr + done.stdout
+    made = (out / ".venv" / "pyvenv.cfg").stat().st_mtime
+    locked = (out / "pylock.toml").stat().st_mtime
+    assert made < locked - 1.0, "the venv was made only after the closure was locked"
+    # The output and the log read as they do when the venv is made after the files.
+    stdout = done.stdout
+    assert stdout.index("wrote: ") < stdout.index("environment: creating") < stdout.index("step 1/")
+    log = (out / "cudalock-bootstrap.log").read_text()
+    assert log.index("### create the virtual environment") < log.index("### install.sh")
+    assert "environment ready" in stdout
+
+
+def test_a_run_that_fails_before_installing_leaves_no_new_venv(scene: Scene) -> None:
+    # uv finds nothing satisfies the closure: nothing is written, and the venv begun meanwhile
+    # is gone.
+    args, out = _into(scene, "refused", "--framework", "brokenkit", "--create")
+    done = scene.cudalock(*args)
+    assert done.returncode == 1, done.stderr + done.stdout
+    assert not out.exists()
+
+    # The index is unreachable: the files are written, the venv and the log are not left.
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/simple"
+    args, out = _into(scene, "unreached", "--framework", "finetunekit", "--create")
+    args[args.index("--pypi-index") + 1] = dead
+    done = scene.cudalock(*args, env=offline_env() | {"UV_HTTP_RETRIES": "0"})
+    assert done.returncode == 3, done.stderr + done.stdout
+    assert "could not resolve the closure" in done.stderr
+    assert (out / "install.sh").exists()
+    assert not (out / ".venv").exists()
+    assert not (out / "cudalock-bootstrap.log").exists()

@@ -140,31 +140,70 @@ def test_a_signal_during_create_stops_the_children_and_keeps_the_log(
     tmp_path: Path, index: IndexServer, sig: signal.Signals, status: int
 ) -> None:
     out = tmp_path / "out"
-    run = subprocess.Popen(
-        bootstrap_argv(out, index, "--create"),
-        cwd=tmp_path,
-        env=offline_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    venv = str(out / ".venv")
-    deadline = time.monotonic() + 120
-    while not processes_mentioning(venv) and time.monotonic() < deadline:
-        time.sleep(0.02)  # python -m venv (then ensurepip) is running
-    assert processes_mentioning(venv), "the venv was never being created"
-    run.send_signal(sig)  # to cudalock alone: its children are in a group of their own
-    _stdout, stderr = run.communicate(timeout=60)
+    # The first install step waits on the torch wheel while the signal comes.
+    index.slow("/whl/cu121/torch-*.whl", 5)
+    try:
+        run = subprocess.Popen(
+            bootstrap_argv(out, index, "--create"),
+            cwd=tmp_path,
+            env=offline_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        script = str(out / "install.sh")
+        deadline = time.monotonic() + 120
+        while not processes_mentioning(script) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert processes_mentioning(script), "install.sh never ran"
+        run.send_signal(sig)  # to cudalock alone: its children are in a group of their own
+        _stdout, stderr = run.communicate(timeout=60)
+    finally:
+        index.clear_faults()
     assert run.returncode == status, stderr
     assert "Traceback" not in stderr
     time.sleep(0.5)
-    assert processes_mentioning(venv) == []  # nothing left running on its own
+    assert processes_mentioning(str(out)) == []  # nothing left running on its own
     log = (out / "cudalock-bootstrap.log").read_text()
     assert "### create the virtual environment" in log
+    assert "### install.sh" in log
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(
         [*VENV_FILES, "cudalock-bootstrap.log"]
     )
+    assert (out / ".venv").is_dir()  # left for inspection, as the message says
     assert not list(out.glob(".*.tmp")) and not (out / ".cudalock.lock").exists()
+
+
+def test_a_signal_while_the_venv_is_made_beside_the_closure_leaves_nothing(
+    tmp_path: Path, index: IndexServer
+) -> None:
+    out = tmp_path / "out"
+    # uv resolves the closure for a while: the venv is being made meanwhile.
+    index.slow("/whl/cu121/torchvision/", 5)
+    try:
+        run = subprocess.Popen(
+            bootstrap_argv(out, index, "--create"),
+            cwd=tmp_path,
+            env=offline_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        venv = str(out / ".venv")
+        deadline = time.monotonic() + 120
+        while not processes_mentioning(venv) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert processes_mentioning(venv), "the venv was never being made"
+        run.send_signal(signal.SIGINT)
+        _stdout, stderr = run.communicate(timeout=60)
+    finally:
+        index.clear_faults()
+    assert run.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    time.sleep(0.5)
+    assert processes_mentioning(str(out)) == []
+    # Nothing was written yet: the venv begun and its log are removed, and so is -o.
+    assert not out.exists()
 
 
 def test_interrupted_bootstraps_leave_all_their_files_or_none(

@@ -15,6 +15,7 @@ need it are still written, and the message says how to finish (``cudalock lock``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -22,8 +23,9 @@ import shlex
 import shutil
 import sys
 import sysconfig
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,6 +101,7 @@ __all__ = [
     "BootstrapResult",
     "Echo",
     "Live",
+    "VenvAhead",
     "audit_new_environment",
     "bundled_pip",
     "choose_format",
@@ -262,113 +265,124 @@ def run_bootstrap(
     for line in plan.explanation:
         echo(f"  {line}")
 
-    closure: Closure | None = None
-    unresolved: EnvironmentFailure | None = None
-    try:
-        plan, closure = closure_with_default_python(
-            plan,
-            request,
-            dataclasses.replace(options.uv, pypi_index=request.pypi_index),
-            replan=plan_at,
-            echo=echo,
-            matrix=matrix,
-        )
-    except NotOnIndex:
-        raise  # the index lacks the planned build: files that cannot be installed help nobody
-    except EnvironmentFailure as err:
-        unresolved = err
-    if closure is not None and request.python is None:
-        echo(f"python: {plan.python_reason}")
-    interpreter = None
     venv_dir = options.venv or out_dir / ".venv"
-    creates_venv = options.create and output_format == "venv" and unresolved is None
-    if creates_venv and not python_for_venv(venv_dir).exists():
-        # Known before anything is written: a venv of another Python would not fit the lock.
+    ahead = None
+    if (
+        options.create
+        and output_format == "venv"
+        and request.python is not None  # else the closure may still choose another Python
+        and not os.path.lexists(venv_dir)
+    ):
+        ahead = VenvAhead(venv_dir, out_dir, plan.python, _interpreter_for(plan), _uv_or_none())
+    # The venv made ahead is removed if the run fails before it is used.
+    with ahead.unless_used() if ahead is not None else contextlib.nullcontext():
+        closure: Closure | None = None
+        unresolved: EnvironmentFailure | None = None
         try:
-            interpreter = find_interpreter(plan.python, _uv_or_none())
+            plan, closure = closure_with_default_python(
+                plan,
+                request,
+                dataclasses.replace(options.uv, pypi_index=request.pypi_index),
+                replan=plan_at,
+                echo=echo,
+                matrix=matrix,
+            )
+        except NotOnIndex:
+            raise  # the index lacks the planned build: files that cannot be installed help nobody
         except EnvironmentFailure as err:
-            raise EnvironmentFailure(f"{err.message}; nothing was written", hint=err.hint) from None
-    rendered = render_files(plan, dataclasses.replace(render_options, closure=closure))
-    files = {out_dir / file: text for file, text in rendered.items()}
-    if closure is not None:
-        files.update(
-            {out_dir / file: text for file, text in lock_texts(closure, plan, request).items()}
-        )
-        count = len(closure.uv_data.get("packages", []))
-        echo(f"closure: {count} packages, resolved once by uv and locked")
-        for line in closure.notes:
-            echo(f"  {line}")
-    new_spec = Spec(
-        request=RequestOptions.of(request),
-        target=TargetSummary.of(plan),
-        output=OutputSpec(
-            format=output_format, name=options.name or (spec.output.name if spec else None)
-        ),
-    )
-    # The spec is always written beside the outputs, so 'cudalock lock -o DIR' finds it; a
-    # --spec read from elsewhere lends its comments to a new one.
-    written_spec = out_dir / SPEC_FILE
-    files[written_spec] = update_spec(
-        written_spec if written_spec.exists() else spec_path, new_spec, inputs
-    )
-    secret = write_outputs(files, executable=[out_dir / "install.sh"])
-    if secret:
-        echo(f"note: {credentials_note(secret)}")
-
-    echo("wrote: " + ", ".join(sorted(str(path) for path in files)))
-
-    if unresolved is not None:
-        raise EnvironmentFailure(
-            f"could not resolve the closure: {unresolved.message}; the environment files are "
-            f"written, the lock files ({', '.join(LOCK_FILES)}) are not, and install.sh needs "
-            "them",
-            hint="When the indexes can be reached, run: cudalock lock -o "
-            f"{shlex.quote(str(out_dir))} (it reads the cudalock.toml written there), then "
-            # The next-step line is aligned for a terminal; in a sentence one space will do.
-            + " ".join(next_steps(output_format, out_dir, name).removeprefix("next: ").split())
-            + ".",
-        )
-
-    environment = None
-    if options.create and output_format == "pixi":
-        environment = create_pixi(out_dir, echo)
-        audit_new_environment(environment, plan, matrix, echo)
-    elif options.create:
-        uv = _uv_or_none()
-        installer: Installer = "uv" if uv else "pip"
-        steps = install_steps(plan, render_options)
-        if output_format == "venv":
-            environment = create_venv(
-                plan,
-                venv_dir,
-                out_dir,
-                steps,
-                echo,
-                interpreter=interpreter,
-                uv=uv,
-                live=live,
-                no_cache=options.no_cache,
+            unresolved = err
+        if closure is not None and request.python is None:
+            echo(f"python: {plan.python_reason}")
+        interpreter = None
+        creates_venv = options.create and output_format == "venv" and unresolved is None
+        if creates_venv and ahead is None and not python_for_venv(venv_dir).exists():
+            interpreter = _interpreter_for(plan)
+        rendered = render_files(plan, dataclasses.replace(render_options, closure=closure))
+        files = {out_dir / file: text for file, text in rendered.items()}
+        if closure is not None:
+            files.update(
+                {out_dir / file: text for file, text in lock_texts(closure, plan, request).items()}
             )
+            count = len(closure.uv_data.get("packages", []))
+            echo(f"closure: {count} packages, resolved once by uv and locked")
+            for line in closure.notes:
+                echo(f"  {line}")
+        new_spec = Spec(
+            request=RequestOptions.of(request),
+            target=TargetSummary.of(plan),
+            output=OutputSpec(
+                format=output_format, name=options.name or (spec.output.name if spec else None)
+            ),
+        )
+        # The spec is always written beside the outputs, so 'cudalock lock -o DIR' finds it; a
+        # --spec read from elsewhere lends its comments to a new one.
+        written_spec = out_dir / SPEC_FILE
+        files[written_spec] = update_spec(
+            written_spec if written_spec.exists() else spec_path, new_spec, inputs
+        )
+        secret = write_outputs(files, executable=[out_dir / "install.sh"])
+        if secret:
+            echo(f"note: {credentials_note(secret)}")
+
+        echo("wrote: " + ", ".join(sorted(str(path) for path in files)))
+
+        if unresolved is not None:
+            raise EnvironmentFailure(
+                f"could not resolve the closure: {unresolved.message}; the environment files are "
+                f"written, the lock files ({', '.join(LOCK_FILES)}) are not, and install.sh needs "
+                "them",
+                hint="When the indexes can be reached, run: cudalock lock -o "
+                f"{shlex.quote(str(out_dir))} (it reads the cudalock.toml written there), then "
+                # The next-step line is aligned for a terminal; in a sentence one space will do.
+                + " ".join(next_steps(output_format, out_dir, name).removeprefix("next: ").split())
+                + ".",
+            )
+
+        environment = None
+        if options.create and output_format == "pixi":
+            environment = create_pixi(out_dir, echo)
+            audit_new_environment(environment, plan, matrix, echo)
+        elif options.create:
+            uv = _uv_or_none()
+            installer: Installer = "uv" if uv else "pip"
+            steps = install_steps(plan, render_options)
+            if output_format == "venv":
+                environment = create_venv(
+                    plan,
+                    venv_dir,
+                    out_dir,
+                    steps,
+                    echo,
+                    interpreter=interpreter,
+                    uv=uv,
+                    live=live,
+                    no_cache=options.no_cache,
+                    ahead=ahead,
+                )
+            else:
+                environment = create_conda(
+                    name,
+                    out_dir,
+                    steps,
+                    conda_part(plan, closure),
+                    plan,
+                    echo,
+                    uv=uv,
+                    prefix=options.venv,
+                    live=live,
+                    no_cache=options.no_cache,
+                )
+            echo(f"installed with {installer}")
+            audit_new_environment(environment, plan, matrix, echo)
         else:
-            environment = create_conda(
-                name,
-                out_dir,
-                steps,
-                conda_part(plan, closure),
-                plan,
-                echo,
-                uv=uv,
-                prefix=options.venv,
-                live=live,
-                no_cache=options.no_cache,
-            )
-        echo(f"installed with {installer}")
-        audit_new_environment(environment, plan, matrix, echo)
-    else:
-        echo(next_steps(output_format, out_dir, name))
-    return BootstrapResult(
-        plan=plan, request=request, written=tuple(files), environment=environment, closure=closure
-    )
+            echo(next_steps(output_format, out_dir, name))
+        return BootstrapResult(
+            plan=plan,
+            request=request,
+            written=tuple(files),
+            environment=environment,
+            closure=closure,
+        )
 
 
 def next_steps(output_format: OutputFormat, out_dir: Path, name: str) -> str:
@@ -434,41 +448,30 @@ def create_venv(
     uv: str | None = None,
     live: Live | None = None,
     no_cache: bool = False,
+    ahead: VenvAhead | None = None,
 ) -> Path:
     """Create (or reuse) a virtual environment with the plan's Python (``interpreter``, an
-    interpreter of it; default: :func:`find_interpreter`'s), then run install.sh (with ``uv``
-    when given, else pip)."""
+    interpreter of it; default: :func:`find_interpreter`'s), or take the one ``ahead`` made,
+    then run install.sh (with ``uv`` when given, else pip)."""
     venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
     python = python_for_venv(venv)
-    theirs = os.path.lexists(venv)
+    theirs = ahead is None and os.path.lexists(venv)
     if theirs and not python.exists() and venv.is_dir() and any(venv.iterdir()):
         raise UsageError(
             f"--venv {str(venv)!r} is a directory that holds files but no virtual environment; "
             "choose a new or empty directory"
         )
-    log = _start_log(out_dir)
     # Only what cudalock made is offered for removal; a directory that was there is the user's.
-    removal = (
-        KEPT + f"{venv} was there before and is left as it is"
-        if theirs
-        else (f"rm -rf {shlex.quote(str(venv))}")
-    )
-    if python.exists():
-        echo(f"environment: reusing {venv}")
+    removal = KEPT + f"{venv} was there before and is left as it is" if theirs else _removal(venv)
+    if ahead is not None:
+        log = ahead.join(echo)
     else:
-        interpreter = interpreter or find_interpreter(plan.python, uv)
-        echo(f"environment: creating {venv} with Python {plan.python} ({interpreter})")
-        for command in venv_commands(interpreter, venv, uv):
-            _run_logged(
-                "create the virtual environment",
-                command,
-                log,
-                echo,
-                cwd=out_dir,
-                env=dict(os.environ),
-                removal=removal,
-                live=live,
-            )
+        log = _start_log(out_dir)
+        if python.exists():
+            echo(f"environment: reusing {venv}")
+        else:
+            interpreter = interpreter or find_interpreter(plan.python, uv)
+            _make_venv(venv, plan.python, interpreter, uv, out_dir, log, echo, live=live)
     found = _python_version(python)
     if found != plan.python.rstrip("t"):
         raise UsageError(
@@ -489,6 +492,110 @@ def create_venv(
         out_dir, steps, log, env, echo, removal=removal, uv=uv, live=live, no_cache=no_cache
     )
     return venv
+
+
+def _removal(venv: Path) -> str:
+    return f"rm -rf {shlex.quote(str(venv))}"
+
+
+def _make_venv(
+    venv: Path,
+    python_version: str,
+    interpreter: str,
+    uv: str | None,
+    out_dir: Path,
+    log: Path,
+    echo: Echo,
+    live: Live | None = None,
+    cancel: threading.Event | None = None,
+) -> None:
+    """Make the new venv ``venv`` of ``interpreter`` (:func:`venv_commands`), logged to ``log``;
+    setting ``cancel`` stops it."""
+    echo(f"environment: creating {venv} with Python {python_version} ({interpreter})")
+    for command in venv_commands(interpreter, venv, uv):
+        _run_logged(
+            "create the virtual environment",
+            command,
+            log,
+            echo,
+            cwd=out_dir,
+            env=dict(os.environ),
+            removal=_removal(venv),
+            live=live,
+            cancel=cancel,
+        )
+
+
+class VenvAhead:
+    """The new venv, made in a thread while uv resolves the closure: it needs only the plan's
+    Python, and the resolution spends most of its time waiting on the index. What making it
+    says is held back until :meth:`join`, so the output reads as it does without it; a run
+    that fails before the venv is used removes it (:meth:`unless_used`)."""
+
+    def __init__(
+        self, venv: Path, out_dir: Path, python_version: str, interpreter: str, uv: str | None
+    ) -> None:
+        self.venv = venv.absolute()
+        self.log = _start_log(out_dir)
+        self._said: list[str] = []
+        self._error: BaseException | None = None
+        self._used = False
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(
+            target=self._make, args=(python_version, interpreter, uv, out_dir), daemon=True
+        )
+        self._thread.start()
+
+    def _make(self, python_version: str, interpreter: str, uv: str | None, out_dir: Path) -> None:
+        try:
+            _make_venv(
+                self.venv,
+                python_version,
+                interpreter,
+                uv,
+                out_dir,
+                self.log,
+                self._said.append,
+                cancel=self._cancel,
+            )
+        except BaseException as err:  # raised in the caller's thread by join()
+            self._error = err
+
+    def join(self, echo: Echo) -> Path:
+        """Wait for the venv, show what making it said, and raise what it raised; the log the
+        rest of the run appends to."""
+        self._thread.join()
+        self._used = True
+        for line in self._said:
+            echo(line)
+        if self._error is not None:
+            raise self._error
+        return self.log
+
+    @contextlib.contextmanager
+    def unless_used(self) -> Iterator[None]:
+        """Stop making the venv and remove it and its log when the body raises before
+        :meth:`join` took them: a run that wrote nothing (or only the files, with the closure
+        unresolved) leaves no venv behind, and Ctrl-C does not wait for one."""
+        try:
+            yield
+        except BaseException:
+            if not self._used:
+                self._cancel.set()
+                self._thread.join()
+                shutil.rmtree(self.venv, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    self.log.unlink()
+            raise
+
+
+def _interpreter_for(plan: Plan) -> str:
+    """The interpreter to make the plan's venv with, known before anything is written: a venv
+    of another Python would not fit the lock."""
+    try:
+        return find_interpreter(plan.python, _uv_or_none())
+    except EnvironmentFailure as err:
+        raise EnvironmentFailure(f"{err.message}; nothing was written", hint=err.hint) from None
 
 
 def venv_commands(interpreter: str, venv: Path, uv: str | None) -> list[list[str]]:
@@ -796,8 +903,10 @@ def _run_logged(
     installer: Installer = "pip",
     uv: str = "uv",
     live: Live | None = None,
+    cancel: threading.Event | None = None,
 ) -> None:
-    """Run ``command``, its output (redacted) appended to ``log``; raise if it fails.
+    """Run ``command``, its output (redacted) appended to ``log``; raise if it fails (or once
+    ``cancel`` is set).
 
     The child's output is read as it comes (stdout and stderr together) and shown as the
     progress of the step it belongs to; a run past :data:`INSTALL_TIMEOUT_S` is stopped with
@@ -855,6 +964,7 @@ def _run_logged(
                 merge_stderr=True,
                 on_line=take,
                 output_limit=INSTALL_OUTPUT_LIMIT,
+                cancel=cancel,
             ).returncode
         except OSError as err:
             raise EnvironmentFailure(
