@@ -317,13 +317,83 @@ def test_the_new_venv_is_made_while_uv_resolves_the_closure(scene: Scene) -> Non
     assert "environment ready" in stdout
 
 
-def test_a_run_that_fails_before_installing_leaves_no_new_venv(scene: Scene) -> None:
-    # uv finds nothing satisfies the closure: nothing is written, and the venv begun meanwhile
-    # is gone.
+def _with_uv_cache(tmp: Path) -> dict[str, str]:
+    """The tests' environment with a uv cache of its own (theirs has none: UV_NO_CACHE) and a
+    temporary directory of its own, so what a run leaves there is seen."""
+    (tmp / "tmp").mkdir(exist_ok=True)
+    env = offline_env()
+    del env["UV_NO_CACHE"]
+    return env | {"UV_CACHE_DIR": str(tmp / "uv-cache"), "TMPDIR": str(tmp / "tmp")}
+
+
+def _torch_downloads(scene: Scene) -> list[str]:
+    return scene.server.requested(scene.server.file_path(f"torch-{PLANNED_TORCH}-py3-none-any.whl"))
+
+
+def _torch_in(venv: Path) -> str:
+    code = "import torch.version as v; print(v.__version__)"
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_the_torch_wheels_are_downloaded_while_uv_resolves_the_closure(
+    scene: Scene, tmp_path: Path
+) -> None:
+    # uv waits 1.5 s on a page of the closure; the torch family's pins are known before.
+    env = _with_uv_cache(tmp_path)
+    before = len(_torch_downloads(scene))
+    scene.server.slow("/pypi/simple/helperlib/", 1.5)
+    try:
+        args, out = _into(scene, "wheels-ahead", "--framework", "finetunekit", "--create")
+        done = scene.cudalock(*args, env=env)
+    finally:
+        scene.server.clear_faults()
+    assert done.returncode == 0, done.stderr + done.stdout
+    cached = [p.stat().st_mtime for p in (tmp_path / "uv-cache").glob("*/*/torch/version.py")]
+    locked = (out / "pylock.toml").stat().st_mtime
+    assert cached and min(cached) < locked - 1.0, "torch was downloaded only after the lock"
+    # Downloaded once: install.sh's uv took it from the cache, checked against the lock's hash.
+    assert len(_torch_downloads(scene)) - before == 1
+    assert _torch_in(out / ".venv") == PLANNED_TORCH
+    log = (out / "cudalock-bootstrap.log").read_text()
+    ahead = log.index("### the torch and CUDA wheels")
+    assert ahead < log.index("### install.sh")
+    assert f"torch=={PLANNED_TORCH}" in log[ahead:]
+    assert "environment ready" in done.stdout
+    assert not list((tmp_path / "tmp").iterdir()), "the download's directory was left behind"
+
+
+def test_a_failed_head_start_leaves_the_download_to_install_sh(
+    scene: Scene, tmp_path: Path
+) -> None:
+    # The first request for the torch wheel fails: the run goes on, install.sh fetches it.
+    env = _with_uv_cache(tmp_path)
+    scene.server.fail(scene.server.file_path(f"torch-{PLANNED_TORCH}-py3-none-any.whl"), times=1)
+    try:
+        args, out = _into(scene, "head-start-failed", "--framework", "finetunekit", "--create")
+        done = scene.cudalock(*args, env=env | {"UV_HTTP_RETRIES": "0"})
+    finally:
+        scene.server.clear_faults()
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "downloading the torch and CUDA wheels ahead failed (exit status" in done.stdout
+    assert "install.sh downloads them" in done.stdout
+    assert "environment ready" in done.stdout
+    assert _torch_in(out / ".venv") == PLANNED_TORCH
+    assert not list((tmp_path / "tmp").iterdir())
+
+
+def test_a_run_that_fails_before_installing_leaves_no_new_venv(
+    scene: Scene, tmp_path: Path
+) -> None:
+    # uv finds nothing satisfies the closure: nothing is written, and the venv and the
+    # download begun meanwhile are gone.
     args, out = _into(scene, "refused", "--framework", "brokenkit", "--create")
-    done = scene.cudalock(*args)
+    done = scene.cudalock(*args, env=_with_uv_cache(tmp_path))
     assert done.returncode == 1, done.stderr + done.stdout
     assert not out.exists()
+    assert not list((tmp_path / "tmp").iterdir())
 
     # The index is unreachable: the files are written, the venv and the log are not left.
     import socket

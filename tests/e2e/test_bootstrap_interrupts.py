@@ -174,6 +174,21 @@ def test_a_signal_during_create_stops_the_children_and_keeps_the_log(
     assert not list(out.glob(".*.tmp")) and not (out / ".cudalock.lock").exists()
 
 
+def interrupted_while_running(argv: list[str], cwd: Path, env: dict[str, str], path: str) -> str:
+    """Run ``argv``, Ctrl-C it once a process it started names ``path``; its stderr (exit 130)."""
+    run = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not processes_mentioning(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert processes_mentioning(path), f"no process named {path} while it ran"
+    run.send_signal(signal.SIGINT)
+    _stdout, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130, stderr
+    return stderr
+
+
 def test_a_signal_while_the_venv_is_made_beside_the_closure_leaves_nothing(
     tmp_path: Path, index: IndexServer
 ) -> None:
@@ -181,29 +196,39 @@ def test_a_signal_while_the_venv_is_made_beside_the_closure_leaves_nothing(
     # uv resolves the closure for a while: the venv is being made meanwhile.
     index.slow("/whl/cu121/torchvision/", 5)
     try:
-        run = subprocess.Popen(
-            bootstrap_argv(out, index, "--create"),
-            cwd=tmp_path,
-            env=offline_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        stderr = interrupted_while_running(
+            bootstrap_argv(out, index, "--create"), tmp_path, offline_env(), str(out / ".venv")
         )
-        venv = str(out / ".venv")
-        deadline = time.monotonic() + 120
-        while not processes_mentioning(venv) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert processes_mentioning(venv), "the venv was never being made"
-        run.send_signal(signal.SIGINT)
-        _stdout, stderr = run.communicate(timeout=60)
     finally:
         index.clear_faults()
-    assert run.returncode == 130, stderr
     assert "Traceback" not in stderr
     time.sleep(0.5)
     assert processes_mentioning(str(out)) == []
     # Nothing was written yet: the venv begun and its log are removed, and so is -o.
     assert not out.exists()
+
+
+def test_a_signal_while_the_torch_wheels_download_ahead_leaves_nothing(
+    tmp_path: Path, index: IndexServer
+) -> None:
+    out, scratch = tmp_path / "out", tmp_path / "tmp"
+    scratch.mkdir()
+    env = offline_env()
+    del env["UV_NO_CACHE"]  # the head start fills uv's cache: none, and there is none
+    env |= {"UV_CACHE_DIR": str(tmp_path / "uv-cache"), "TMPDIR": str(scratch)}
+    # uv waits on a page both the resolution and the download ahead read.
+    index.slow("/whl/cu121/torchvision/", 5)
+    try:
+        stderr = interrupted_while_running(
+            bootstrap_argv(out, index, "--create"), tmp_path, env, str(scratch)
+        )
+    finally:
+        index.clear_faults()
+    assert "Traceback" not in stderr
+    time.sleep(0.5)
+    assert processes_mentioning(str(scratch)) == [] and processes_mentioning(str(out)) == []
+    assert not out.exists()
+    assert not list(scratch.iterdir()), "the download's directory was left behind"
 
 
 def test_interrupted_bootstraps_leave_all_their_files_or_none(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from cudalock.envfiles.wheelsahead import TITLE as WAITED_FOR
 from tests.support.cli import CUDALOCK, cudalock
 from tests.support.index import IndexServer, offline_env, serve_indexes
 from tests.support.wheels import torch_standin
@@ -64,16 +65,31 @@ def bootstrap_args(server: IndexServer, out: Path) -> list[str]:
     ]
 
 
+#: Where the long download happens: install.sh's first step (uv's cache off, as in the other
+#: tests), or the head start bootstrap gives it while uv resolves, which the run then waits for.
+WHERE = {"install step": "step 1/", "head start": WAITED_FOR}
+
+
+def environment(where: str, tmp_path: Path) -> dict[str, str]:
+    env = offline_env()
+    if where == "head start":
+        del env["UV_NO_CACHE"]
+        env["UV_CACHE_DIR"] = str(tmp_path / "uv-cache")
+    return env
+
+
+@pytest.mark.parametrize("where", list(WHERE))
 def test_a_quiet_step_says_what_it_is_doing_at_least_every_ten_seconds_into_a_pipe(
-    slow_index: IndexServer, tmp_path: Path
+    slow_index: IndexServer, tmp_path: Path, where: str
 ) -> None:
     started = time.monotonic()
-    done = cudalock(*bootstrap_args(slow_index, tmp_path / "out"), timeout=300)
+    args = bootstrap_args(slow_index, tmp_path / "out")
+    done = cudalock(*args, env=environment(where, tmp_path), timeout=300)
     took = time.monotonic() - started
     assert done.returncode == 0, done.stdout + done.stderr
     beats = [line for line in done.stdout.splitlines() if "still working" in line]
     assert beats, done.stdout
-    assert all("step 1/" in line for line in beats)
+    assert all(WHERE[where] in line for line in beats), beats
     assert any("downloading torch" in line for line in beats), beats
     # A line per quiet period, never a flood: the log of a one-hour install stays readable.
     assert len(beats) <= took / 10 + 1
@@ -81,14 +97,15 @@ def test_a_quiet_step_says_what_it_is_doing_at_least_every_ten_seconds_into_a_pi
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux for a real terminal")
+@pytest.mark.parametrize("where", list(WHERE))
 def test_on_a_terminal_one_status_line_counts_the_download_while_it_runs(
-    slow_index: IndexServer, tmp_path: Path
+    slow_index: IndexServer, tmp_path: Path, where: str
 ) -> None:
     session = f"cudalock-progress-{os.getpid()}"
     script, status = tmp_path / "run.sh", tmp_path / "status"
     exports = "".join(
         f"export {key}={shlex.quote(value)}\n"
-        for key, value in offline_env().items()
+        for key, value in environment(where, tmp_path).items()
         if key.isidentifier()
     )
     command = shlex.join([str(CUDALOCK), *bootstrap_args(slow_index, tmp_path / "out")])
@@ -118,7 +135,7 @@ def test_on_a_terminal_one_status_line_counts_the_download_while_it_runs(
         line
         for screen in screens
         for line in screen.splitlines()
-        if line.startswith("step 1/") and "downloading torch" in line
+        if line.startswith(WHERE[where]) and "downloading torch" in line
     ]
     assert live, "no status line was seen while torch downloaded:\n" + final
     # The line was redrawn in place while the seconds went by, not printed again and again.

@@ -22,6 +22,8 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,8 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
+from cudalock.envfiles.wheelsahead import DOWNLOAD as DOWNLOAD_AHEAD
+from cudalock.tomlfile import tomllib
 from tests.support.cli import cudalock
 from tests.support.index import IndexServer, offline_env
 from tests.support.realstack import Recording, TorchBuild, load_recording, pinned_requirements
@@ -54,6 +58,8 @@ class Stack:
     env: dict[str, str]
     build: TorchBuild
     indexes: list[str]
+    #: Requests for each wheel's path while bootstrap ran.
+    downloads: Counter[str]
 
 
 def environment(root: Path, cuda: str) -> dict[str, str]:
@@ -101,6 +107,7 @@ def created(
     build = recording.torch_build("2.8.0")
     env = environment(root, build.cuda)
     args = request(real_stack, "2.8.0", "--framework", LLAMAFACTORY, "--with", "deepspeed")
+    before = Counter(real_stack.requested("*.whl"))
     done = cudalock(
         "bootstrap",
         "-o",
@@ -114,9 +121,12 @@ def created(
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    downloads = Counter(real_stack.requested("*.whl")) - before
     indexes = ["--index-url", real_stack.pypi_url]
     indexes += ["--extra-index-url", f"{real_stack.pytorch_url}/{build.variant}"]
-    return Stack(root=root, out=root / "out", env=env, build=build, indexes=indexes)
+    return Stack(
+        root=root, out=root / "out", env=env, build=build, indexes=indexes, downloads=downloads
+    )
 
 
 def run(
@@ -188,6 +198,26 @@ def test_create_installs_exactly_the_locked_closure(created: Stack) -> None:
     # DeepSpeed, an sdist, was built last against the installed torch.
     assert torch_info(python)["version"] == "2.8"
     assert torch_info(python)["cuda_version"] == build.cuda
+
+
+def test_the_wheels_downloaded_ahead_are_the_locked_ones_each_fetched_once(
+    created: Stack, real_stack: IndexServer
+) -> None:
+    # While uv resolved, bootstrap downloaded what the lock takes from the PyTorch index in an
+    # exact version: all of it (the torch family, the nvidia-* and triton wheels torch pins)
+    # and nothing else, so no byte of it was fetched for nothing or fetched twice.
+    log = (created.out / "cudalock-bootstrap.log").read_text()
+    command = next(line for line in log.splitlines() if line.startswith(f"### {DOWNLOAD_AHEAD}"))
+    ahead = dict(word.split("==", 1) for word in command.split() if "==" in word)
+    lock = tomllib.loads((created.out / "pylock.toml").read_text())
+    variant = f"{real_stack.pytorch_url}/{created.build.variant}"
+    from_variant = {p["name"]: p["version"] for p in lock["packages"] if p.get("index") == variant}
+    assert len(ahead) >= 15
+    assert ahead == from_variant
+    for package in lock["packages"]:
+        if package["name"] in ahead:
+            (wheel,) = package["wheels"]
+            assert created.downloads[urllib.parse.urlsplit(wheel["url"]).path] == 1, wheel
 
 
 def test_the_lock_is_larger_than_a_pipe_buffer_and_relocking_takes_seconds(

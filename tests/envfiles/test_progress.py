@@ -45,6 +45,15 @@ def test_uv_says_the_total_and_each_download() -> None:
     assert "3 of 3 packages; installed 3 packages" in progress.describe(400.0)
 
 
+def test_work_that_is_no_step_of_install_sh_is_named_by_its_title() -> None:
+    progress = Progress(title="the torch and CUDA wheels")
+    progress.start_step("", 100.0, 19)
+    progress.feed("Downloading torch (812.3MiB)")
+    assert progress.describe(112.0) == (
+        "the torch and CUDA wheels, 12 s: 0 of 19 packages; downloading torch (812.3MiB)"
+    )
+
+
 def test_pip_counts_against_the_requirements_file_and_names_the_file_it_downloads() -> None:
     progress = fed(PIP_LINES, total=151)
     assert progress.describe(100.0 + 3 * 60 + 5) == (

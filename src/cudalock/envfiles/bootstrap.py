@@ -41,7 +41,7 @@ from cudalock.envfiles.conda import (
     mark_prefix,
     reuse_problem,
 )
-from cudalock.envfiles.progress import Heartbeat, Progress, requirement_count
+from cudalock.envfiles.progress import Heartbeat, Live, Progress, requirement_count
 from cudalock.envfiles.rattler import DEFAULT_CHANNEL_ALIAS, create_prefix, rattler_available
 from cudalock.envfiles.render import (
     CondaPart,
@@ -62,6 +62,7 @@ from cudalock.envfiles.spec import (
     TargetSummary,
     update_spec,
 )
+from cudalock.envfiles.wheelsahead import WheelsAhead, wheels_ahead_wanted
 from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError, sentence
 from cudalock.fsutil import (
     append_log,
@@ -122,8 +123,6 @@ LOG_FILE = "cudalock-bootstrap.log"
 RATTLER_PREFIX = ".conda-env"
 STEP_MARKER = "==> cudalock step "
 Echo = Callable[[str], None]
-#: Redraws one status line in place (a terminal); called with "" to clear it.
-Live = Callable[[str], None]
 #: How long install.sh may run in all (DeepSpeed builds its ops for a while when asked to).
 INSTALL_TIMEOUT_S = 4 * 60 * 60
 #: The output of install.sh kept in memory (all of it is in the log).
@@ -267,15 +266,22 @@ def run_bootstrap(
 
     venv_dir = options.venv or out_dir / ".venv"
     ahead = None
-    if (
-        options.create
-        and output_format == "venv"
-        and request.python is not None  # else the closure may still choose another Python
-        and not os.path.lexists(venv_dir)
-    ):
-        ahead = VenvAhead(venv_dir, out_dir, plan.python, _interpreter_for(plan), _uv_or_none())
-    # The venv made ahead is removed if the run fails before it is used.
-    with ahead.unless_used() if ahead is not None else contextlib.nullcontext():
+    wheels = None
+    # What is started beside the resolution is stopped and removed if the run fails first.
+    with contextlib.ExitStack() as beside:
+        # Without --python the closure may still choose another Python, so nothing is started.
+        if options.create and output_format == "venv" and request.python is not None:
+            ahead_python = str(python_for_venv(venv_dir).absolute())
+            ahead_uv = _uv_or_none()
+            if not os.path.lexists(venv_dir):
+                ahead_python = _interpreter_for(plan)
+                ahead = VenvAhead(venv_dir, out_dir, plan.python, ahead_python, ahead_uv)
+                beside.enter_context(ahead.unless_used())
+            if ahead_uv and not options.uv.offline and wheels_ahead_wanted(os.environ):
+                wheels = WheelsAhead(
+                    ahead_uv, ahead_python, os.environ, timeout_s=INSTALL_TIMEOUT_S
+                )
+                beside.enter_context(wheels.unless_waited())
         closure: Closure | None = None
         unresolved: EnvironmentFailure | None = None
         try:
@@ -286,6 +292,7 @@ def run_bootstrap(
                 replan=plan_at,
                 echo=echo,
                 matrix=matrix,
+                on_routed=wheels.start if wheels is not None else None,
             )
         except NotOnIndex:
             raise  # the index lacks the planned build: files that cannot be installed help nobody
@@ -358,6 +365,7 @@ def run_bootstrap(
                     live=live,
                     no_cache=options.no_cache,
                     ahead=ahead,
+                    wheels=wheels,
                 )
             else:
                 environment = create_conda(
@@ -449,10 +457,12 @@ def create_venv(
     live: Live | None = None,
     no_cache: bool = False,
     ahead: VenvAhead | None = None,
+    wheels: WheelsAhead | None = None,
 ) -> Path:
     """Create (or reuse) a virtual environment with the plan's Python (``interpreter``, an
     interpreter of it; default: :func:`find_interpreter`'s), or take the one ``ahead`` made,
-    then run install.sh (with ``uv`` when given, else pip)."""
+    then run install.sh (with ``uv`` when given, else pip), once ``wheels`` (downloading since
+    the resolution began) are in uv's cache."""
     venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
     python = python_for_venv(venv)
     theirs = ahead is None and os.path.lexists(venv)
@@ -488,6 +498,8 @@ def create_venv(
         }
     )
     env.pop("PYTHONHOME", None)
+    if wheels is not None:
+        wheels.wait(log, echo, live)
     run_install_script(
         out_dir, steps, log, env, echo, removal=removal, uv=uv, live=live, no_cache=no_cache
     )

@@ -21,10 +21,13 @@ from pathlib import Path
 __all__ = [
     "QUIET_S",
     "Heartbeat",
+    "Live",
     "Progress",
     "requirement_count",
 ]
 
+#: Redraws one status line in place (a terminal); called with "" to clear it.
+Live = Callable[[str], None]
 #: Without a terminal, the longest silence before a line says the step is still working.
 QUIET_S = 10.0
 #: On a terminal, how often the status line is redrawn.
@@ -87,6 +90,8 @@ class Progress:
 
     step: str = ""
     started: float = 0.0
+    #: What is shown in place of ``step N/M`` (work that is no step of install.sh).
+    title: str = ""
     #: Packages the step installs, when known (uv says it; a requirements file counts them).
     total: int | None = None
     done: int = 0
@@ -136,7 +141,8 @@ class Progress:
 
     def describe(self, now: float) -> str:
         """``step 2/3, 42 s: 3 of 151 packages; downloading torch (812.3MiB)``."""
-        parts = [f"step {self.step}" if self.step else "installing", _elapsed(now - self.started)]
+        name = self.title or (f"step {self.step}" if self.step else "installing")
+        parts = [name, _elapsed(now - self.started)]
         text = ", ".join(parts)
         counted = []
         if self.total is not None:
@@ -153,7 +159,8 @@ class Heartbeat:
 
     ``echo`` prints a line of its own; ``live`` (a terminal) redraws one status line in place
     and is called with ``""`` to clear it. Call :meth:`printed` whenever something else was
-    printed, so the quiet time counts from there. Use as a context manager.
+    printed, so the quiet time counts from there. ``lock`` (default: a new one) is held
+    while the progress is read; whoever feeds it holds it too. Use as a context manager.
     """
 
     def __init__(
@@ -164,13 +171,14 @@ class Heartbeat:
         *,
         quiet_s: float = QUIET_S,
         clock: Callable[[], float] = time.monotonic,
+        lock: threading.Lock | None = None,
     ) -> None:
         self.progress = progress
         self._echo, self._live = echo, live
         self._quiet_s, self._clock = quiet_s, clock
         self._last_printed = clock()
         self._stop = threading.Event()
-        self.lock = threading.Lock()
+        self.lock = lock or threading.Lock()
         self._thread = threading.Thread(target=self._run, name="cudalock-progress", daemon=True)
 
     def printed(self) -> None:

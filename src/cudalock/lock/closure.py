@@ -140,6 +140,22 @@ class UvOptions:
 
 
 @dataclass(frozen=True)
+class RoutedWheels:
+    """What the first resolution takes from the plan's variant index in an exact version:
+    the torch family and the CUDA wheels torch pins (``nvidia-*``, triton). Known before uv
+    runs, and most of what a new environment downloads, so ``bootstrap --create`` fetches
+    their wheels while uv resolves the rest."""
+
+    #: The variant index (credentials and all): where the lock takes them from.
+    index_url: str
+    #: ``name==version``, each exactly as the lock will hold it.
+    pins: tuple[str, ...]
+    #: The Python and uv's ``--python-platform`` the closure is resolved for.
+    python: str
+    python_platform: str
+
+
+@dataclass(frozen=True)
 class FrameworkFit:
     """One framework as the closure holds it."""
 
@@ -498,6 +514,21 @@ class _Fitter:
                 use_cache=self.use_cache,
             )
         return self._reader
+
+    def routed_wheels(self, inp: LockInput) -> RoutedWheels | None:
+        """The exact pins ``inp`` routes to the plan's variant index (None: it routes none)."""
+        url = self.plan.index_url
+        if not url or url == inp.default_index:
+            return None
+        routed = {name for route in inp.routes if route.url == url for name in route.packages}
+        exact = {
+            name: pin.version
+            for name, pin in self.available.items()
+            if (name in self.planned or name in self.family) and pin.index_url == url
+        }
+        exact.update(self.family_pins)
+        pins = tuple(f"{name}=={version}" for name, version in exact.items() if name in routed)
+        return RoutedWheels(url, pins, inp.python, inp.python_platform) if pins else None
 
     def _build_needs(self, built: Sequence[str]) -> list[str]:
         """What packages built against the installed torch need locked beside them: their
@@ -1238,11 +1269,15 @@ def resolve_closure(
     matrix: Matrix | None = None,
     only_binary: Sequence[str] = (),
     verify_hints: bool = True,
+    on_routed: Callable[[RoutedWheels], None] | None = None,
 ) -> Closure:
     """Resolve the whole closure of ``plan`` and ``request`` with uv, fitted to the torch.
 
     ``verify_hints``: a refusal's next step is resolved (with this function) before it is
     named; off for that resolution itself.
+
+    ``on_routed`` is told, once, before uv first runs, what the lock will take from the variant
+    index in an exact version (:class:`RoutedWheels`), when it takes anything.
 
     ``matrix`` (default: the shipped one or ``CUDALOCK_MATRIX``) judges the CUDA its CUDA-built
     packages were built for against the targets' drivers.
@@ -1274,6 +1309,9 @@ def resolve_closure(
             f"({inp.python_platform}) with uv {uv.version}: {routes or 'no routed packages'}; "
             f"everything else from {redact(inp.default_index)}"
         )
+        wheels = fitter.routed_wheels(inp) if on_routed is not None else None
+        if on_routed is not None and wheels is not None:
+            on_routed(wheels)
         for _round in range(MAX_ROUNDS):
             inp = fitter.input()
             try:
@@ -1626,6 +1664,7 @@ def _with_packages(plan: Plan, packages: Sequence[PackagePin]) -> Plan:
 __all__ = [
     "Closure",
     "FrameworkFit",
+    "RoutedWheels",
     "UvOptions",
     "check_framework_paths",
     "closure_verifier",

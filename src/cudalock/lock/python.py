@@ -34,7 +34,14 @@ from packaging.utils import (
 )
 
 from cudalock.errors import CudalockError, EnvironmentFailure, Unsatisfiable
-from cudalock.lock.closure import CONCURRENCY, Closure, Echo, UvOptions, resolve_closure
+from cudalock.lock.closure import (
+    CONCURRENCY,
+    Closure,
+    Echo,
+    RoutedWheels,
+    UvOptions,
+    resolve_closure,
+)
 from cudalock.lock.frameworks import FitVerifier, plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pylock import read_toml_lock
@@ -251,6 +258,7 @@ def closure_with_default_python(
     echo: Echo | None = None,
     matrix: Matrix | None = None,
     recorded: RecordedPython | None = None,
+    on_routed: Callable[[RoutedWheels], None] | None = None,
 ) -> tuple[Plan, Closure]:
     """The closure of ``plan`` (:func:`resolve_closure`) and the plan it was resolved for.
 
@@ -258,10 +266,19 @@ def closure_with_default_python(
     on (module docstring): ``plan``'s first, then each older one torch ships (``replan`` makes
     its plan), ``recorded`` (a previous lock's choice) first when torch still ships it. No
     Python installs everything from wheels: the newest, saying what it builds from source.
+
+    ``on_routed`` (:func:`resolve_closure`) is told only where the Python is given: a Python
+    that is still to be chosen decides which wheels fit.
     """
     if request.python is not None or replan is None:
         closure = resolve_closure(
-            plan, request, options, previous=previous, echo=echo, matrix=matrix
+            plan,
+            request,
+            options,
+            previous=previous,
+            echo=echo,
+            matrix=matrix,
+            on_routed=on_routed,
         )
         return plan, closure
     say = echo or (lambda _line: None)
