@@ -1169,7 +1169,12 @@ BOOTSTRAP_PHASES = (
     ("start-up, the inputs and the plan", None),
     ("the closure: uv resolves, cudalock fits", r"cudalock: resolving the closure"),
     ("writing the files", r"closure: "),
-    ("creating the venv", r"environment: creating"),
+    # Made beside the closure (--python is given): what is left to wait for once the files
+    # are written.
+    ("the venv, waited for after the files", r"environment: creating"),
+    # Downloaded into uv's cache beside the closure: what is left to wait for (absent when the
+    # download was done by then).
+    ("the torch and CUDA wheels downloaded ahead, waited for", r"environment: waiting for"),
     ("installing the locked closure (uv)", r"\s*step \d+/\d+: the locked closure"),
     ("building DeepSpeed against the installed torch", r"\s*step \d+/\d+: DeepSpeed"),
     ("`uv pip check` and the verify script", r"\s*step \d+/\d+: check the installed"),
