@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cudalock.envfiles.wheelsahead import DOWNLOAD as DOWNLOAD_AHEAD
 from tests.support.cli import cudalock
 from tests.support.conda_channel import LocalChannel, channel_for_tests
 from tests.support.index import IndexServer, offline_env, serve_indexes
@@ -201,6 +202,27 @@ def test_create_with_a_relative_o_builds_a_working_environment_with_py_rattler(
     again = cudalock(*args, "--force", cwd=tmp_path, env=scene.env(), timeout=600)
     assert again.returncode == 0, again.stderr + again.stdout
     assert "reusing" in again.stdout and "made from this plan" in again.stdout
+
+
+def test_the_torch_wheels_download_while_uv_resolves_and_the_environment_is_made(
+    scene: Scene, tmp_path: Path
+) -> None:
+    # uv's cache on (the other tests have none): the torch wheel is downloaded into it while
+    # the closure resolves, and install.sh in the new conda environment takes it from there.
+    env = scene.env(UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    del env["UV_NO_CACHE"]
+    wheel = scene.server.file_path(f"torch-{PLANNED_TORCH}-py3-none-any.whl")
+    before = len(scene.server.requested(wheel))
+    args = scene.bootstrap_args("out", "--framework", "finetunekit", "--create")
+    done = cudalock(*args, cwd=tmp_path, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr + done.stdout
+    log = (tmp_path / "out" / "cudalock-bootstrap.log").read_text()
+    ahead = log.index(f"### {DOWNLOAD_AHEAD}")
+    assert f"torch=={PLANNED_TORCH}" in log[ahead:]
+    assert ahead < log.index("### install.sh")
+    assert len(scene.server.requested(wheel)) - before == 1
+    packages = _installed(tmp_path / "out" / ".conda-env" / "bin" / "python")
+    assert packages["torch"] == PLANNED_TORCH
 
 
 def test_create_with_an_absolute_o_and_a_prefix_elsewhere(scene: Scene, tmp_path: Path) -> None:

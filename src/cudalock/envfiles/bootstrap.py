@@ -270,10 +270,14 @@ def run_bootstrap(
     # What is started beside the resolution is stopped and removed if the run fails first.
     with contextlib.ExitStack() as beside:
         # Without --python the closure may still choose another Python, so nothing is started.
-        if options.create and output_format == "venv" and request.python is not None:
-            ahead_python = str(python_for_venv(venv_dir).absolute())
+        if options.create and output_format in ("venv", "conda") and request.python is not None:
+            # uv needs an interpreter to download for the plan's Python (--python-version):
+            # the venv's; the conda environment's is not made yet, so one uv finds.
+            ahead_python = None
             ahead_uv = _uv_or_none()
-            if not os.path.lexists(venv_dir):
+            if output_format == "venv":
+                ahead_python = str(python_for_venv(venv_dir).absolute())
+            if output_format == "venv" and not os.path.lexists(venv_dir):
                 ahead_python = _interpreter_for(plan)
                 ahead = VenvAhead(venv_dir, out_dir, plan.python, ahead_python, ahead_uv)
                 beside.enter_context(ahead.unless_used())
@@ -379,6 +383,7 @@ def run_bootstrap(
                     prefix=options.venv,
                     live=live,
                     no_cache=options.no_cache,
+                    wheels=wheels,
                 )
             echo(f"installed with {installer}")
             audit_new_environment(environment, plan, matrix, echo)
@@ -716,9 +721,11 @@ def create_conda(
     prefix: Path | None = None,
     live: Live | None = None,
     no_cache: bool = False,
+    wheels: WheelsAhead | None = None,
 ) -> Path:
     """Create (or reuse, when it was made from this conda part) the conda environment, then
-    run install.sh in it.
+    run install.sh in it, once ``wheels`` (downloading since the resolution began) are in uv's
+    cache.
 
     micromamba, mamba or conda create it by name (or at ``prefix``); without them py-rattler
     creates the prefix (default ``out_dir/.conda-env``). Every path handed on is absolute.
@@ -770,6 +777,8 @@ def create_conda(
         }
     )
     env.pop("PYTHONHOME", None)
+    if wheels is not None:
+        wheels.wait(log, echo, live)
     run_install_script(
         out_dir, steps, log, env, echo, removal=removal, uv=uv, live=live, no_cache=no_cache
     )

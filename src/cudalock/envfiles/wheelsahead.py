@@ -51,8 +51,10 @@ class WheelsAhead:
     first."""
 
     def __init__(
-        self, uv: str, interpreter: str, environ: Mapping[str, str], *, timeout_s: float
+        self, uv: str, interpreter: str | None, environ: Mapping[str, str], *, timeout_s: float
     ) -> None:
+        """``interpreter``: the one uv downloads with (None: one uv finds; the wheels are
+        chosen for the given Python version and platform either way)."""
         self._uv, self._interpreter, self._timeout_s = uv, interpreter, timeout_s
         self._environ = {k: v for k, v in environ.items() if k not in INSTALL_ROUTING_VARIABLES}
         self._lock = threading.Lock()
@@ -80,8 +82,7 @@ class WheelsAhead:
             str(self._scratch / "target"),
             "--link-mode",
             "symlink",
-            "--python",
-            self._interpreter,
+            *(["--python", self._interpreter] if self._interpreter else []),
             "--python-version",
             wheels.python,
             "--python-platform",
