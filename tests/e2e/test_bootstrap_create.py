@@ -364,6 +364,17 @@ def test_the_torch_wheels_are_downloaded_while_uv_resolves_the_closure(
     assert "environment ready" in done.stdout
     assert not list((tmp_path / "tmp").iterdir()), "the download's directory was left behind"
 
+    # Again with that cache: uv's dry run finds every wheel there, and nothing more is done.
+    args, out = _into(scene, "wheels-cached", "--framework", "finetunekit", "--create")
+    again = scene.cudalock(*args, env=env)
+    assert again.returncode == 0, again.stderr + again.stdout
+    log = (out / "cudalock-bootstrap.log").read_text()
+    section = log[log.index("### the torch and CUDA wheels") : log.index("### install.sh")]
+    assert "--dry-run" in section and "every wheel is in uv's cache already" in section
+    assert "--link-mode" not in section
+    assert len(_torch_downloads(scene)) - before == 1
+    assert not list((tmp_path / "tmp").iterdir())
+
 
 def test_a_failed_head_start_leaves_the_download_to_install_sh(
     scene: Scene, tmp_path: Path

@@ -207,7 +207,8 @@ def test_the_wheels_downloaded_ahead_are_the_locked_ones_each_fetched_once(
     # exact version: all of it (the torch family, the nvidia-* and triton wheels torch pins)
     # and nothing else, so no byte of it was fetched for nothing or fetched twice.
     log = (created.out / "cudalock-bootstrap.log").read_text()
-    command = next(line for line in log.splitlines() if line.startswith(f"### {DOWNLOAD_AHEAD}"))
+    section = log[log.index(f"### {DOWNLOAD_AHEAD}") :]
+    command = next(line for line in section.splitlines() if line.startswith("$ "))
     ahead = dict(word.split("==", 1) for word in command.split() if "==" in word)
     lock = tomllib.loads((created.out / "pylock.toml").read_text())
     variant = f"{real_stack.pytorch_url}/{created.build.variant}"

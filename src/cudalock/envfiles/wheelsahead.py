@@ -3,10 +3,12 @@
 Before uv first runs, the lock knows what it will take from the variant index in an exact
 version: the torch family and the CUDA wheels torch pins (:class:`RoutedWheels`), several GB of
 a torch environment's downloads. ``bootstrap --create`` hands them to uv at once: ``uv pip
-install --target`` of a throwaway directory, linked there by symlinks so nothing is copied,
-leaves their wheels in uv's cache, the cache install.sh's uv then installs them from, checked
-against the lock's hashes as every file is. It is a head start and nothing more: when it
-fails, install.sh downloads them as it would have, and the run says so.
+install --target`` of a throwaway directory (hard links into uv's cache where it is on the
+cache's filesystem, else symlinks: nothing is copied) leaves their wheels in uv's cache, the
+cache install.sh's uv then installs them from, checked against the lock's hashes as every file
+is. A dry run first finds whether uv would download anything; with every wheel cached, nothing
+more is done. It is a head start and nothing more: when it fails, install.sh downloads them as
+it would have, and the run says so.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from cudalock.lock.closure import Echo, RoutedWheels
 from cudalock.lock.uv import INSTALL_ROUTING_VARIABLES
 from cudalock.urls import redact
 
-__all__ = ["WheelsAhead", "wheels_ahead_wanted"]
+__all__ = ["WheelsAhead", "link_mode", "wheels_ahead_wanted"]
 
 #: uv's output kept for the log (a line per wheel and a few more).
 OUTPUT_LIMIT = 2**20
@@ -77,11 +79,9 @@ class WheelsAhead:
             "install",
             "--no-config",
             "--no-deps",
-            # Only uv's cache is wanted: the directory gets symlinks into it, no copies.
+            # Only uv's cache is wanted: the directory is removed once the wheels are there.
             "--target",
             str(self._scratch / "target"),
-            "--link-mode",
-            "symlink",
             *(["--python", self._interpreter] if self._interpreter else []),
             "--python-version",
             wheels.python,
@@ -103,9 +103,32 @@ class WheelsAhead:
             self._progress.feed(line)
 
     def _download(self, env: dict[str, str]) -> None:
+        # A dry run first: with every wheel in uv's cache, linking a real torch's ~15,000 files
+        # into a directory that is then removed would be all the work, seconds of it.
+        dry = self._run([*self._command, "--dry-run"], env)
+        with self._lock:
+            cached = dry == 0 and not any(line.startswith("Would download") for line in self._lines)
+            if cached:
+                self._lines.append("every wheel is in uv's cache already: nothing to download")
+        if cached or self._cancel.is_set():
+            return
+        assert self._scratch is not None  # made by start()
+        mode = link_mode(self._uv, self._scratch, env)
+        done = self._run([*self._command, "--link-mode", mode], env)
+        if done is None or done == 0:
+            return
+        errors = [line for line in self._lines if line.startswith(("error:", "ERROR:"))]
+        status = f"killed by {procs.signal_name(-done)}" if done < 0 else f"exit status {done}"
+        self._failure = status + (f": {errors[-1].removeprefix('error: ')}" if errors else "")
+
+    def _run(self, command: list[str], env: dict[str, str]) -> int | None:
+        """Run one uv command, its lines taken as they come; its exit status, or None when it
+        could not run or was stopped (said in :attr:`_failure`)."""
+        with self._lock:
+            self._lines.append(f"$ {redact(' '.join(command))}")
         try:
-            done = procs.run(
-                self._command,
+            return procs.run(
+                command,
                 what="downloading the torch and CUDA wheels ahead",
                 timeout=self._timeout_s,
                 env=env,
@@ -114,18 +137,10 @@ class WheelsAhead:
                 output_limit=OUTPUT_LIMIT,
                 keep_tail=True,
                 cancel=self._cancel,
-            )
+            ).returncode
         except (OSError, EnvironmentFailure) as err:
             self._failure = err.message if isinstance(err, EnvironmentFailure) else str(err)
-            return
-        if done.returncode != 0:
-            errors = [line for line in self._lines if line.startswith(("error:", "ERROR:"))]
-            status = (
-                f"killed by {procs.signal_name(-done.returncode)}"
-                if done.returncode < 0
-                else f"exit status {done.returncode}"
-            )
-            self._failure = status + (f": {errors[0].removeprefix('error: ')}" if errors else "")
+            return None
 
     def wait(self, log: Path, echo: Echo, live: Live | None = None) -> None:
         """Wait for the download, showing how far it is while it runs; write what uv said to
@@ -138,7 +153,7 @@ class WheelsAhead:
                 self._thread.join()
         self._thread.join()
         with append_log(log) as handle:
-            handle.write(f"\n### {DOWNLOAD}: {redact(' '.join(self._command))}\n")
+            handle.write(f"\n### {DOWNLOAD}\n")
             handle.writelines(line + "\n" for line in self._lines)
         if self._failure is not None:
             echo(
@@ -164,3 +179,23 @@ class WheelsAhead:
                 if self._thread is not None:
                     self._thread.join()
                 self._remove()
+
+
+def link_mode(uv: str, directory: Path, env: Mapping[str, str]) -> str:
+    """Hard links where ``directory`` is on the filesystem of uv's cache (cheap to make and to
+    remove: a real torch's take about a second, symlinks several), else symlinks (a hard link
+    to another filesystem is a copy)."""
+    try:
+        done = procs.run(
+            [uv, "cache", "dir", "--no-config"], what="uv cache dir", timeout=60, env=env
+        )
+    except (OSError, EnvironmentFailure):
+        return "symlink"
+    cache = Path(done.stdout_text().strip() or ".").absolute()
+    while not cache.exists() and cache != cache.parent:
+        cache = cache.parent  # a cache not made yet goes where its parent is
+    try:
+        same = cache.stat().st_dev == directory.stat().st_dev
+    except OSError:
+        return "symlink"
+    return "hardlink" if done.returncode == 0 and same else "symlink"
