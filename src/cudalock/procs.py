@@ -41,6 +41,7 @@ __all__ = [
     "ChildOutputTooLarge",
     "ChildTimedOut",
     "Completed",
+    "exit_status",
     "run",
     "signal_name",
 ]
@@ -70,6 +71,13 @@ def signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def exit_status(returncode: int) -> str:
+    """How a child ended, for a message: ``exit status 2``, or ``killed by SIGKILL`` (< 0)."""
+    return (
+        f"killed by {signal_name(-returncode)}" if returncode < 0 else f"exit status {returncode}"
+    )
 
 
 class ChildTimedOut(EnvironmentFailure):

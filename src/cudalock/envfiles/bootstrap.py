@@ -275,9 +275,9 @@ def run_bootstrap(
             # the venv's; the conda environment's is not made yet, so one uv finds.
             ahead_python = None
             ahead_uv = _uv_or_none()
-            if output_format == "venv":
+            if output_format == "venv" and os.path.lexists(venv_dir):
                 ahead_python = str(python_for_venv(venv_dir).absolute())
-            if output_format == "venv" and not os.path.lexists(venv_dir):
+            elif output_format == "venv":
                 ahead_python = _interpreter_for(plan)
                 ahead = VenvAhead(venv_dir, out_dir, plan.python, ahead_python, ahead_uv)
                 beside.enter_context(ahead.unless_used())
@@ -1004,12 +1004,10 @@ def _run_logged(
     detail = ""
     if errors:
         detail = ": " + errors[0].removeprefix("ERROR: ").removeprefix("error: ")
-    status = (
-        f"killed by {procs.signal_name(-returncode)}"
-        if returncode < 0
-        else f"exit status {returncode}"
+    message = (
+        f"{step_text} failed ({procs.exit_status(returncode)}){detail}; command: {shown}; "
+        f"full output in {log}"
     )
-    message = f"{step_text} failed ({status}){detail}; command: {shown}; full output in {log}"
     hint = _left(removal)
     if network:
         message += f"; the network failed: {network[-1].strip()}"

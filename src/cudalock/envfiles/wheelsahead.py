@@ -118,8 +118,8 @@ class WheelsAhead:
         if done is None or done == 0:
             return
         errors = [line for line in self._lines if line.startswith(("error:", "ERROR:"))]
-        status = f"killed by {procs.signal_name(-done)}" if done < 0 else f"exit status {done}"
-        self._failure = status + (f": {errors[-1].removeprefix('error: ')}" if errors else "")
+        detail = f": {errors[-1].removeprefix('error: ')}" if errors else ""
+        self._failure = procs.exit_status(done) + detail
 
     def _run(self, command: list[str], env: dict[str, str]) -> int | None:
         """Run one uv command, its lines taken as they come; its exit status, or None when it
