@@ -361,6 +361,10 @@ def test_the_torch_wheels_are_downloaded_while_uv_resolves_the_closure(
     ahead = log.index("### the torch and CUDA wheels")
     assert ahead < log.index("### install.sh")
     assert f"torch=={PLANNED_TORCH}" in log[ahead:]
+    # The rest of the lock's wheels followed once it was written, before install.sh ran.
+    rest = log.index("### the other wheels, downloading since the lock was written")
+    assert ahead < rest < log.index("### install.sh")
+    assert "helperlib==1.2" in log[rest:] and "Prepared 2 packages" in log[rest:]
     assert "environment ready" in done.stdout
     assert not list((tmp_path / "tmp").iterdir()), "the download's directory was left behind"
 
@@ -370,7 +374,8 @@ def test_the_torch_wheels_are_downloaded_while_uv_resolves_the_closure(
     assert again.returncode == 0, again.stderr + again.stdout
     log = (out / "cudalock-bootstrap.log").read_text()
     section = log[log.index("### the torch and CUDA wheels") : log.index("### install.sh")]
-    assert "--dry-run" in section and "every wheel is in uv's cache already" in section
+    assert "--dry-run" in section
+    assert section.count("every wheel is in uv's cache already") == 2  # torch's, and the rest
     assert "--link-mode" not in section
     assert len(_torch_downloads(scene)) - before == 1
     assert not list((tmp_path / "tmp").iterdir())
@@ -390,6 +395,24 @@ def test_a_failed_head_start_leaves_the_download_to_install_sh(
     assert done.returncode == 0, done.stderr + done.stdout
     assert "downloading the torch and CUDA wheels ahead failed (exit status" in done.stdout
     assert "install.sh downloads them" in done.stdout
+    assert "environment ready" in done.stdout
+    assert _torch_in(out / ".venv") == PLANNED_TORCH
+    assert not list((tmp_path / "tmp").iterdir())
+
+
+def test_a_failed_download_of_the_other_wheels_leaves_them_to_install_sh(
+    scene: Scene, tmp_path: Path
+) -> None:
+    env = _with_uv_cache(tmp_path)
+    scene.server.fail(scene.server.file_path("helperlib-1.2-py3-none-any.whl"), times=1)
+    try:
+        args, out = _into(scene, "rest-failed", "--framework", "finetunekit", "--create")
+        done = scene.cudalock(*args, env=env | {"UV_HTTP_RETRIES": "0"})
+    finally:
+        scene.server.clear_faults()
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "downloading the other wheels ahead failed (exit status" in done.stdout
+    assert "downloading the torch and CUDA wheels ahead failed" not in done.stdout
     assert "environment ready" in done.stdout
     assert _torch_in(out / ".venv") == PLANNED_TORCH
     assert not list((tmp_path / "tmp").iterdir())

@@ -32,6 +32,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from cudalock.envfiles.wheelsahead import DOWNLOAD as DOWNLOAD_AHEAD
+from cudalock.envfiles.wheelsahead import REST_DOWNLOAD as DOWNLOAD_REST
 from cudalock.tomlfile import tomllib
 from tests.support.cli import cudalock
 from tests.support.index import IndexServer, offline_env
@@ -206,10 +207,7 @@ def test_the_wheels_downloaded_ahead_are_the_locked_ones_each_fetched_once(
     # While uv resolved, bootstrap downloaded what the lock takes from the PyTorch index in an
     # exact version: all of it (the torch family, the nvidia-* and triton wheels torch pins)
     # and nothing else, so no byte of it was fetched for nothing or fetched twice.
-    log = (created.out / "cudalock-bootstrap.log").read_text()
-    section = log[log.index(f"### {DOWNLOAD_AHEAD}") :]
-    command = next(line for line in section.splitlines() if line.startswith("$ "))
-    ahead = dict(word.split("==", 1) for word in command.split() if "==" in word)
+    ahead = downloaded_ahead(created)
     lock = tomllib.loads((created.out / "pylock.toml").read_text())
     variant = f"{real_stack.pytorch_url}/{created.build.variant}"
     from_variant = {p["name"]: p["version"] for p in lock["packages"] if p.get("index") == variant}
@@ -219,6 +217,44 @@ def test_the_wheels_downloaded_ahead_are_the_locked_ones_each_fetched_once(
         if package["name"] in ahead:
             (wheel,) = package["wheels"]
             assert created.downloads[urllib.parse.urlsplit(wheel["url"]).path] == 1, wheel
+
+
+def log_section(created: Stack, heading: str) -> str:
+    """The bootstrap log's section whose ``###`` line starts with ``heading``, up to the next."""
+    log = (created.out / "cudalock-bootstrap.log").read_text()
+    section = log[log.index(f"\n### {heading}") :].split("\n", 2)[2]
+    return section.split("\n### ", 1)[0]
+
+
+def downloaded_ahead(created: Stack) -> dict[str, str]:
+    """Name → version of what the head start downloaded (its command's pins)."""
+    command = next(
+        line for line in log_section(created, DOWNLOAD_AHEAD).splitlines() if line.startswith("$ ")
+    )
+    return dict(word.split("==", 1) for word in command.split() if "==" in word)
+
+
+def test_the_other_wheels_download_once_the_lock_is_written_each_fetched_once(
+    created: Stack,
+) -> None:
+    # Once the lock was written, bootstrap downloaded the rest of what install.sh's uv installs
+    # first: every package of pylock.first.toml with a wheel and no marker, less the head
+    # start's. Every wheel install.sh installed was fetched once, nearly all before it ran.
+    section = log_section(created, DOWNLOAD_REST)
+    first = tomllib.loads((created.out / "pylock.first.toml").read_text())
+    with_wheels = [package for package in first["packages"] if package.get("wheels")]
+    marked = [package for package in with_wheels if "marker" in package]
+    rest = len(with_wheels) - len(marked) - len(downloaded_ahead(created))
+    assert rest >= 100
+    assert f"Would download {rest} packages" in section
+    assert f"Prepared {rest} packages" in section
+    for package in with_wheels:
+        wheels = package["wheels"]
+        fetched = [created.downloads[urllib.parse.urlsplit(w["url"]).path] for w in wheels]
+        assert sum(fetched) == 1, package["name"]
+    # install.sh's first uv step found the rest in uv's cache: it prepared the marked ones only.
+    install = log_section(created, "install.sh").split("Installed", 1)[0]
+    assert ("Prepared" not in install) if not marked else (f"Prepared {len(marked)} " in install)
 
 
 def test_the_lock_is_larger_than_a_pipe_buffer_and_relocking_takes_seconds(

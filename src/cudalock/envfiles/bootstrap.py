@@ -51,6 +51,7 @@ from cudalock.envfiles.render import (
     check_env_name,
     conda_part,
     default_env_name,
+    install_indexes,
     install_steps,
     output_files,
     render_files,
@@ -82,6 +83,7 @@ from cudalock.lock import (
 )
 from cudalock.lock.closure import closure_verifier
 from cudalock.lock.http import cache_disabled
+from cudalock.lock.names import UV_FIRST_FILE
 from cudalock.lock.pixi import PIXI_FILE
 from cudalock.lock.python import closure_with_default_python, planner
 from cudalock.lock.uvinput import default_index_of
@@ -336,6 +338,10 @@ def run_bootstrap(
             echo(f"note: {credentials_note(secret)}")
 
         echo("wrote: " + ", ".join(sorted(str(path) for path in files)))
+        if wheels is not None and closure is not None:
+            # The lock's other wheels download while the torch wheels still do.
+            indexes = install_indexes(plan, render_options)
+            wheels.start_rest(out_dir / UV_FIRST_FILE, indexes)
 
         if unresolved is not None:
             raise EnvironmentFailure(

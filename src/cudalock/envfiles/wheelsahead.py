@@ -1,4 +1,5 @@
-"""The wheels a new environment downloads most of, fetched while uv resolves the closure.
+"""The wheels a new environment downloads, fetched before install.sh runs: the torch and CUDA
+wheels while uv resolves the closure, the rest once the lock is written.
 
 Before uv first runs, the lock knows what it will take from the variant index in an exact
 version: the torch family and the CUDA wheels torch pins (:class:`RoutedWheels`), several GB of
@@ -7,8 +8,10 @@ install --target`` of a throwaway directory (hard links into uv's cache where it
 cache's filesystem, else symlinks: nothing is copied) leaves their wheels in uv's cache, the
 cache install.sh's uv then installs them from, checked against the lock's hashes as every file
 is. A dry run first finds whether uv would download anything; with every wheel cached, nothing
-more is done. It is a head start and nothing more: when it fails, install.sh downloads them as
-it would have, and the run says so.
+more is done. Once the lock is written, the rest of what install.sh's uv installs first
+(``pylock.first.toml``, the wheels the head start is not fetching) follows the same way, while
+the torch wheels still download. It is a head start and nothing more: when it fails,
+install.sh downloads them as it would have, and the run says so.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from cudalock import procs
@@ -27,7 +31,9 @@ from cudalock.errors import EnvironmentFailure
 from cudalock.fsutil import append_log
 from cudalock.lock.closure import Echo, RoutedWheels
 from cudalock.lock.uv import INSTALL_ROUTING_VARIABLES
-from cudalock.urls import redact
+from cudalock.packagenames import canonical_name
+from cudalock.tomlfile import tomllib
+from cudalock.urls import redact, strip_credentials
 
 __all__ = ["WheelsAhead", "link_mode", "wheels_ahead_wanted"]
 
@@ -37,6 +43,9 @@ OUTPUT_LIMIT = 2**20
 TITLE = "the torch and CUDA wheels"
 #: What the output and the log call it.
 DOWNLOAD = f"{TITLE}, downloading since the resolution began"
+#: The other wheels of the lock, downloaded from when it is written.
+REST_TITLE = "the other wheels"
+REST_DOWNLOAD = f"{REST_TITLE}, downloading since the lock was written"
 
 
 def wheels_ahead_wanted(environ: Mapping[str, str]) -> bool:
@@ -47,10 +56,11 @@ def wheels_ahead_wanted(environ: Mapping[str, str]) -> bool:
 
 
 class WheelsAhead:
-    """Downloads :class:`RoutedWheels` into uv's cache in a thread (:meth:`start`, the
-    ``on_routed`` of the closure's resolution); :meth:`wait` is called before install.sh runs,
-    and :meth:`unless_waited` stops the download and removes what it made when the run fails
-    first."""
+    """Downloads into uv's cache, each in a thread: :class:`RoutedWheels` as soon as they are
+    known (:meth:`start`, the ``on_routed`` of the closure's resolution), then the other
+    wheels of the lock once it is written (:meth:`start_rest`). :meth:`wait` is called before
+    install.sh runs, and :meth:`unless_waited` stops the downloads and removes what they made
+    when the run fails first."""
 
     def __init__(
         self, uv: str, interpreter: str | None, environ: Mapping[str, str], *, timeout_s: float
@@ -59,107 +69,98 @@ class WheelsAhead:
         chosen for the given Python version and platform either way)."""
         self._uv, self._interpreter, self._timeout_s = uv, interpreter, timeout_s
         self._environ = {k: v for k, v in environ.items() if k not in INSTALL_ROUTING_VARIABLES}
-        self._lock = threading.Lock()
         self._cancel = threading.Event()
-        self._lines: list[str] = []
-        self._progress = Progress(title=TITLE)
-        self._thread: threading.Thread | None = None
+        self._routed: RoutedWheels | None = None
         self._scratch: Path | None = None
-        self._command: list[str] = []
-        #: Why the download failed, once it has.
-        self._failure: str | None = None
+        self._downloads: list[_Download] = []
 
     def start(self, wheels: RoutedWheels) -> None:
-        if self._thread is not None:
+        if self._routed is not None:
             return
+        self._routed = wheels
         self._scratch = Path(tempfile.mkdtemp(prefix="cudalock-wheels-ahead-"))
-        self._command = [
+        batch = self._batch(wheels.index_url, wheels.pins, "routed")
+        self._downloads.append(
+            _Download(TITLE, DOWNLOAD, [batch], len(wheels.pins), self._timeout_s, self._cancel)
+        )
+
+    def _batch(self, index_url: str, pins: Sequence[str], name: str) -> _Batch:
+        """``uv pip install --target`` of ``pins`` from ``index_url``: only uv's cache is
+        wanted, and the directory is removed once the wheels are there."""
+        assert self._routed is not None and self._scratch is not None  # set by start()
+        command = [
             self._uv,
             "pip",
             "install",
             "--no-config",
             "--no-deps",
-            # Only uv's cache is wanted: the directory is removed once the wheels are there.
             "--target",
-            str(self._scratch / "target"),
+            str(self._scratch / name),
             *(["--python", self._interpreter] if self._interpreter else []),
             "--python-version",
-            wheels.python,
+            self._routed.python,
             "--python-platform",
-            wheels.python_platform,
-            *wheels.pins,
+            self._routed.python_platform,
+            *pins,
         ]
         # The index goes in the environment, not the command line, which others may read.
-        env = self._environ | {"UV_DEFAULT_INDEX": wheels.index_url}
-        self._progress.start_step("", time.monotonic(), len(wheels.pins))
-        self._thread = threading.Thread(
-            target=self._download, args=(env,), name="cudalock-wheels-ahead", daemon=True
-        )
-        self._thread.start()
+        return _Batch(command, self._environ | {"UV_DEFAULT_INDEX": index_url})
 
-    def _take(self, line: str) -> None:
-        with self._lock:
-            self._lines.append(redact(line.rstrip("\r")))
-            self._progress.feed(line)
-
-    def _download(self, env: dict[str, str]) -> None:
-        # A dry run first: with every wheel in uv's cache, linking a real torch's ~15,000 files
-        # into a directory that is then removed would be all the work, seconds of it.
-        dry = self._run([*self._command, "--dry-run"], env)
-        with self._lock:
-            cached = dry == 0 and not any(line.startswith("Would download") for line in self._lines)
-            if cached:
-                self._lines.append("every wheel is in uv's cache already: nothing to download")
-        if cached or self._cancel.is_set():
+    def start_rest(self, first_lock: Path, indexes: Sequence[str]) -> None:
+        """Download the wheels of ``first_lock`` (what install.sh's uv installs first, from
+        ``indexes``, credentials and all) that :meth:`start` is not downloading already: the
+        rest of what install.sh downloads, fetched while the torch wheels still are. Only after
+        :meth:`start`, whose interpreter, Python and platform it takes. Each package comes from
+        the index the lock names, as install.sh's uv takes it, so uv caches the file install.sh
+        installs; left to install.sh are packages without a wheel in the lock (it builds them)
+        and those with a marker (uv is not asked to judge them here)."""
+        if self._routed is None or len(self._downloads) != 1:
             return
-        assert self._scratch is not None  # made by start()
-        mode = link_mode(self._uv, self._scratch, env)
-        done = self._run([*self._command, "--link-mode", mode], env)
-        if done is None or done == 0:
-            return
-        errors = [line for line in self._lines if line.startswith(("error:", "ERROR:"))]
-        detail = f": {errors[-1].removeprefix('error: ')}" if errors else ""
-        self._failure = procs.exit_status(done) + detail
-
-    def _run(self, command: list[str], env: dict[str, str]) -> int | None:
-        """Run one uv command, its lines taken as they come; its exit status, or None when it
-        could not run or was stopped (said in :attr:`_failure`)."""
-        with self._lock:
-            self._lines.append(f"$ {redact(' '.join(command))}")
         try:
-            return procs.run(
-                command,
-                what="downloading the torch and CUDA wheels ahead",
-                timeout=self._timeout_s,
-                env=env,
-                merge_stderr=True,
-                on_line=self._take,
-                output_limit=OUTPUT_LIMIT,
-                keep_tail=True,
-                cancel=self._cancel,
-            ).returncode
-        except (OSError, EnvironmentFailure) as err:
-            self._failure = err.message if isinstance(err, EnvironmentFailure) else str(err)
-            return None
+            document = tomllib.loads(first_lock.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return  # install.sh reads it and says what is wrong
+        routed = {canonical_name(pin.split("==", 1)[0]) for pin in self._routed.pins}
+        by_index: dict[str, list[str]] = {}
+        for package in document.get("packages", []):
+            name, version, index = package.get("name"), package.get("version"), package.get("index")
+            if (
+                isinstance(name, str)
+                and isinstance(version, str)
+                and isinstance(index, str)
+                and package.get("wheels")
+                and "marker" not in package
+                and canonical_name(name) not in routed
+            ):
+                by_index.setdefault(index.rstrip("/"), []).append(f"{name}=={version}")
+        # The lock holds no credentials: the indexes install.sh is given do.
+        given = {strip_credentials(url).rstrip("/"): url for url in indexes}
+        batches = [
+            self._batch(given.get(index, index), pins, f"rest-{position}")
+            for position, (index, pins) in enumerate(by_index.items())
+        ]
+        if batches:
+            total = sum(len(pins) for pins in by_index.values())
+            self._downloads.append(
+                _Download(REST_TITLE, REST_DOWNLOAD, batches, total, self._timeout_s, self._cancel)
+            )
 
     def wait(self, log: Path, echo: Echo, live: Live | None = None) -> None:
-        """Wait for the download, showing how far it is while it runs; write what uv said to
-        ``log``; say a failure (install.sh then downloads the wheels itself)."""
-        if self._thread is None:
-            return
-        if self._thread.is_alive():
-            echo(f"environment: waiting for {DOWNLOAD}")
-            with Heartbeat(self._progress, echo, live, lock=self._lock):
-                self._thread.join()
-        self._thread.join()
+        """Wait for the downloads, showing how far each is while it runs; write what uv said
+        to ``log``; say a failure (install.sh then downloads those wheels itself)."""
+        for download in self._downloads:
+            download.wait(echo, live)
         with append_log(log) as handle:
-            handle.write(f"\n### {DOWNLOAD}\n")
-            handle.writelines(line + "\n" for line in self._lines)
-        if self._failure is not None:
-            echo(
-                f"  note: downloading the torch and CUDA wheels ahead failed ({self._failure}); "
-                f"install.sh downloads them (log: {log})"
-            )
+            for download in self._downloads:
+                handle.write(f"\n### {download.what}\n")
+                handle.writelines(line + "\n" for line in download.lines)
+        for download in self._downloads:
+            if download.failure is not None:
+                echo(
+                    f"  note: downloading {download.title} ahead failed ({download.failure}); "
+                    f"install.sh downloads them (log: {log})"
+                )
+        self._downloads = []
         self._remove()
 
     def _remove(self) -> None:
@@ -169,16 +170,116 @@ class WheelsAhead:
 
     @contextlib.contextmanager
     def unless_waited(self) -> Iterator[None]:
-        """Stop the download and remove its directory when the body raises (nothing is
+        """Stop the downloads and remove their directory when the body raises (nothing is
         installed, or Ctrl-C), or when it ends without :meth:`wait` (no install)."""
         try:
             yield
         finally:
             if self._scratch is not None:
                 self._cancel.set()
-                if self._thread is not None:
-                    self._thread.join()
+                for download in self._downloads:
+                    download.thread.join()
                 self._remove()
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One ``uv pip install --target`` of pins from one index (in ``env``)."""
+
+    command: list[str]
+    env: dict[str, str]
+
+
+class _Download:
+    """:class:`_Batch` runs, one after the other in a thread, for what they leave in uv's
+    cache: a dry run of each first, and with every wheel cached already nothing more."""
+
+    def __init__(
+        self,
+        title: str,
+        what: str,
+        batches: Sequence[_Batch],
+        total: int,
+        timeout_s: float,
+        cancel: threading.Event,
+    ) -> None:
+        #: What the progress line and a failure call it; what the output and the log call it.
+        self.title, self.what = title, what
+        self._timeout_s, self._cancel = timeout_s, cancel
+        self.lock = threading.Lock()
+        self.lines: list[str] = []
+        self.progress = Progress(title=title)
+        self.progress.start_step("", time.monotonic(), total)
+        #: Why the download failed, once it has.
+        self.failure: str | None = None
+        self.thread = threading.Thread(
+            target=self._download, args=(batches,), name="cudalock-wheels-ahead", daemon=True
+        )
+        self.thread.start()
+
+    def _take(self, line: str) -> None:
+        with self.lock:
+            self.lines.append(redact(line.rstrip("\r")))
+            self.progress.feed(line)
+
+    def _download(self, batches: Sequence[_Batch]) -> None:
+        for batch in batches:
+            if self._cancel.is_set() or not self._fetch(batch.command, batch.env):
+                return
+
+    def _fetch(self, command: list[str], env: dict[str, str]) -> bool:
+        """One batch; False when it failed (said in :attr:`failure`) or was stopped."""
+        # A dry run first: with every wheel in uv's cache, linking a real torch's ~15,000 files
+        # into a directory that is then removed would be all the work, seconds of it.
+        said = len(self.lines)
+        dry = self._run([*command, "--dry-run"], env)
+        with self.lock:
+            answer = self.lines[said:]
+            cached = dry == 0 and not any(line.startswith("Would download") for line in answer)
+            if cached:
+                self.lines.append("every wheel is in uv's cache already: nothing to download")
+        if cached:
+            return True
+        if self._cancel.is_set():
+            return False
+        target = Path(command[command.index("--target") + 1])
+        mode = link_mode(command[0], target.parent, env)
+        done = self._run([*command, "--link-mode", mode], env)
+        if done == 0:
+            return True
+        if done is not None:
+            errors = [line for line in self.lines if line.startswith(("error:", "ERROR:"))]
+            detail = f": {errors[-1].removeprefix('error: ')}" if errors else ""
+            self.failure = procs.exit_status(done) + detail
+        return False
+
+    def _run(self, command: list[str], env: dict[str, str]) -> int | None:
+        """Run one uv command, its lines taken as they come; its exit status, or None when it
+        could not run or was stopped (said in :attr:`failure`)."""
+        with self.lock:
+            self.lines.append(f"$ {redact(' '.join(command))}")
+        try:
+            return procs.run(
+                command,
+                what=f"downloading {self.title} ahead",
+                timeout=self._timeout_s,
+                env=env,
+                merge_stderr=True,
+                on_line=self._take,
+                output_limit=OUTPUT_LIMIT,
+                keep_tail=True,
+                cancel=self._cancel,
+            ).returncode
+        except (OSError, EnvironmentFailure) as err:
+            self.failure = err.message if isinstance(err, EnvironmentFailure) else str(err)
+            return None
+
+    def wait(self, echo: Echo, live: Live | None) -> None:
+        if self.thread.is_alive():
+            echo(f"environment: waiting for {self.what}")
+            with Heartbeat(self.progress, echo, live, lock=self.lock):
+                self.thread.join()
+        self.thread.join()
 
 
 def link_mode(uv: str, directory: Path, env: Mapping[str, str]) -> str:
