@@ -381,6 +381,28 @@ def test_the_torch_wheels_are_downloaded_while_uv_resolves_the_closure(
     assert not list((tmp_path / "tmp").iterdir())
 
 
+def test_a_user_uv_toml_naming_a_cache_dir_is_ignored_by_the_head_start_and_install_sh_alike(
+    scene: Scene, tmp_path: Path
+) -> None:
+    # install.sh's uv runs with --config-file (uv then reads no user uv.toml), the head start
+    # with --no-config: both use uv's default cache, so the head start fills the cache
+    # install.sh installs from, and torch is fetched once.
+    env = _with_uv_cache(tmp_path)
+    del env["UV_CACHE_DIR"]
+    (tmp_path / "config" / "uv").mkdir(parents=True)
+    elsewhere = tmp_path / "user-cache"
+    (tmp_path / "config" / "uv" / "uv.toml").write_text(f"cache-dir = {str(elsewhere)!r}\n")
+    env |= {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    before = len(_torch_downloads(scene))
+    args, out = _into(scene, "user-uv-toml", "--framework", "finetunekit", "--create")
+    done = scene.cudalock(*args, env=env)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert len(_torch_downloads(scene)) - before == 1
+    assert list((tmp_path / "xdg" / "uv").glob("*/*/torch/version.py"))
+    assert not elsewhere.exists()
+    assert _torch_in(out / ".venv") == PLANNED_TORCH
+
+
 def test_a_failed_head_start_leaves_the_download_to_install_sh(
     scene: Scene, tmp_path: Path
 ) -> None:
