@@ -403,38 +403,33 @@ def test_a_user_uv_toml_naming_a_cache_dir_is_ignored_by_the_head_start_and_inst
     assert _torch_in(out / ".venv") == PLANNED_TORCH
 
 
-def test_a_failed_head_start_leaves_the_download_to_install_sh(
-    scene: Scene, tmp_path: Path
+@pytest.mark.parametrize(
+    ("wheel", "failed", "not_failed"),
+    [
+        (
+            f"torch-{PLANNED_TORCH}-py3-none-any.whl",
+            "the torch and CUDA wheels",
+            "the other wheels",
+        ),
+        ("helperlib-1.2-py3-none-any.whl", "the other wheels", "the torch and CUDA wheels"),
+    ],
+    ids=["torch", "the-other-wheels"],
+)
+def test_a_failed_download_ahead_leaves_those_wheels_to_install_sh(
+    scene: Scene, tmp_path: Path, wheel: str, failed: str, not_failed: str
 ) -> None:
-    # The first request for the torch wheel fails: the run goes on, install.sh fetches it.
+    # The first request for the wheel fails: the run goes on, install.sh fetches it.
     env = _with_uv_cache(tmp_path)
-    scene.server.fail(scene.server.file_path(f"torch-{PLANNED_TORCH}-py3-none-any.whl"), times=1)
+    scene.server.fail(scene.server.file_path(wheel), times=1)
     try:
-        args, out = _into(scene, "head-start-failed", "--framework", "finetunekit", "--create")
+        args, out = _into(scene, f"ahead-failed-{wheel}", "--framework", "finetunekit", "--create")
         done = scene.cudalock(*args, env=env | {"UV_HTTP_RETRIES": "0"})
     finally:
         scene.server.clear_faults()
     assert done.returncode == 0, done.stderr + done.stdout
-    assert "downloading the torch and CUDA wheels ahead failed (exit status" in done.stdout
+    assert f"downloading {failed} ahead failed (exit status" in done.stdout
+    assert f"downloading {not_failed} ahead failed" not in done.stdout
     assert "install.sh downloads them" in done.stdout
-    assert "environment ready" in done.stdout
-    assert _torch_in(out / ".venv") == PLANNED_TORCH
-    assert not list((tmp_path / "tmp").iterdir())
-
-
-def test_a_failed_download_of_the_other_wheels_leaves_them_to_install_sh(
-    scene: Scene, tmp_path: Path
-) -> None:
-    env = _with_uv_cache(tmp_path)
-    scene.server.fail(scene.server.file_path("helperlib-1.2-py3-none-any.whl"), times=1)
-    try:
-        args, out = _into(scene, "rest-failed", "--framework", "finetunekit", "--create")
-        done = scene.cudalock(*args, env=env | {"UV_HTTP_RETRIES": "0"})
-    finally:
-        scene.server.clear_faults()
-    assert done.returncode == 0, done.stderr + done.stdout
-    assert "downloading the other wheels ahead failed (exit status" in done.stdout
-    assert "downloading the torch and CUDA wheels ahead failed" not in done.stdout
     assert "environment ready" in done.stdout
     assert _torch_in(out / ".venv") == PLANNED_TORCH
     assert not list((tmp_path / "tmp").iterdir())
