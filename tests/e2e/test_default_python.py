@@ -204,6 +204,49 @@ def test_create_builds_the_venv_with_the_plans_python(index: IndexServer, tmp_pa
     assert version == f"(3, {MINOR})"
 
 
+@older_than_torchs_newest
+def test_create_downloads_ahead_for_each_python_tried_and_keeps_the_chosen_ones(
+    index: IndexServer, tmp_path: Path
+) -> None:
+    # Without --python the torch wheels still download while uv resolves: for each Python
+    # tried, the download begun for the one passed over stopped; the chosen Python's torch
+    # wheel is in uv's cache before install.sh, which installs it from there.
+    (tmp_path / "tmp").mkdir()
+    env = offline_env() | {
+        "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+        "TMPDIR": str(tmp_path / "tmp"),
+    }
+    del env["UV_NO_CACHE"]
+    out = tmp_path / "env"
+    wheel = f"torch-{TORCH}+cpu-{_tag(MINOR)}.whl"
+    before = len(index.requested(index.file_path(wheel)))
+    done = cudalock(
+        "bootstrap",
+        "-o",
+        out,
+        "--format",
+        "venv",
+        "--create",
+        *_args(index),
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (out / "cudalock-bootstrap.log").read_text()
+    heading = "### the torch and CUDA wheels, downloading since the resolution began"
+    sections = log.split(heading)[1:]
+    assert len(sections) >= 2
+    for passed_over in sections[:-1]:
+        assert "stopped: the closure is resolved for Python 3." in passed_over
+    chosen = sections[-1].split("\n### ", 1)[0]
+    assert f"--python-version {RUNNING} " in chosen and "stopped" not in chosen
+    assert log.index(heading) < log.index("### install.sh")
+    assert len(index.requested(index.file_path(wheel))) - before == 1
+    assert "ahead failed" not in done.stdout
+    assert not list((tmp_path / "tmp").iterdir())
+
+
 def test_create_refuses_when_the_plans_python_is_not_here(tmp_path: Path) -> None:
     """torch 2.15.0 ships 3.11-3.15, and the whole stack installs on 3.15, which no
     interpreter here is: exit 3 naming the next steps, and nothing written."""

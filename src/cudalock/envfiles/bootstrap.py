@@ -271,15 +271,16 @@ def run_bootstrap(
     wheels = None
     # What is started beside the resolution is stopped and removed if the run fails first.
     with contextlib.ExitStack() as beside:
-        # Without --python the closure may still choose another Python, so nothing is started.
-        if options.create and output_format in ("venv", "conda") and request.python is not None:
-            # uv needs an interpreter to download for the plan's Python (--python-version):
-            # the venv's; the conda environment's is not made yet, so one uv finds.
+        if options.create and output_format in ("venv", "conda"):
+            # uv downloads for the plan's Python (--python-version) with an interpreter: the
+            # venv's; else one uv finds (the conda environment's is not made yet).
             ahead_python = None
             ahead_uv = _uv_or_none()
             if output_format == "venv" and os.path.lexists(venv_dir):
                 ahead_python = str(python_for_venv(venv_dir).absolute())
-            elif output_format == "venv":
+            elif output_format == "venv" and request.python is not None:
+                # Without --python the closure may still choose another Python: the venv
+                # waits for it. The downloads need not: a Python passed over stops them.
                 ahead_python = _interpreter_for(plan)
                 ahead = VenvAhead(venv_dir, out_dir, plan.python, ahead_python, ahead_uv)
                 beside.enter_context(ahead.unless_used())
@@ -341,7 +342,8 @@ def run_bootstrap(
         if wheels is not None and closure is not None:
             # The lock's other wheels download while the torch wheels still do.
             indexes = install_indexes(plan, render_options)
-            wheels.start_rest(out_dir / UV_FIRST_FILE, indexes)
+            inp = closure.input
+            wheels.start_rest(out_dir / UV_FIRST_FILE, indexes, inp.python, inp.python_platform)
 
         if unresolved is not None:
             raise EnvironmentFailure(

@@ -8,15 +8,18 @@ install --target`` of a throwaway directory (hard links into uv's cache where it
 cache's filesystem, else symlinks: nothing is copied) leaves their wheels in uv's cache, the
 cache install.sh's uv then installs them from, checked against the lock's hashes as every file
 is. A dry run first finds whether uv would download anything; with every wheel cached, nothing
-more is done. Once the lock is written, the rest of what install.sh's uv installs first
-(``pylock.first.toml``, the wheels the head start is not fetching) follows the same way, while
-the torch wheels still download. It is a head start and nothing more: when it fails,
-install.sh downloads them as it would have, and the run says so.
+more is done. Where the Python is still to be chosen, the closure is resolved for one Python
+after another: each begins its own head start and stops the one before. Once the lock is
+written, the rest of what install.sh's uv installs first (``pylock.first.toml``, the wheels the
+head start is not fetching) follows the same way, while the torch wheels still download. It is
+a head start and nothing more: when it fails, install.sh downloads them as it would have, and
+the run says so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 import tempfile
 import threading
@@ -69,25 +72,37 @@ class WheelsAhead:
         chosen for the given Python version and platform either way)."""
         self._uv, self._interpreter, self._timeout_s = uv, interpreter, timeout_s
         self._environ = {k: v for k, v in environ.items() if k not in INSTALL_ROUTING_VARIABLES}
-        self._cancel = threading.Event()
-        self._routed: RoutedWheels | None = None
         self._scratch: Path | None = None
+        self._targets = itertools.count()
+        #: The torch and CUDA wheels being downloaded, and for what.
+        self._head: tuple[RoutedWheels, _Download] | None = None
+        self._rest: _Download | None = None
+        #: Every download started, stopped ones too (their lines go in the log).
         self._downloads: list[_Download] = []
 
     def start(self, wheels: RoutedWheels) -> None:
-        if self._routed is not None:
-            return
-        self._routed = wheels
-        self._scratch = Path(tempfile.mkdtemp(prefix="cudalock-wheels-ahead-"))
-        batch = self._batch(wheels.index_url, wheels.pins, "routed")
-        self._downloads.append(
-            _Download(TITLE, DOWNLOAD, [batch], len(wheels.pins), self._timeout_s, self._cancel)
-        )
+        """Download ``wheels``; a download begun for other wheels (the closure is resolved
+        again, for another Python) is stopped."""
+        if self._head is not None:
+            if self._head[0] == wheels:
+                return
+            self._stop_head(f"the closure is resolved for Python {wheels.python} instead")
+        batch = self._batch(wheels.index_url, wheels.pins, wheels.python, wheels.python_platform)
+        download = _Download(TITLE, DOWNLOAD, [batch], len(wheels.pins), self._timeout_s)
+        self._head = (wheels, download)
+        self._downloads.append(download)
 
-    def _batch(self, index_url: str, pins: Sequence[str], name: str) -> _Batch:
-        """``uv pip install --target`` of ``pins`` from ``index_url``: only uv's cache is
-        wanted, and the directory is removed once the wheels are there."""
-        assert self._routed is not None and self._scratch is not None  # set by start()
+    def _stop_head(self, reason: str) -> None:
+        if self._head is not None:
+            self._head[1].stop(reason)
+            self._head = None
+
+    def _batch(self, index_url: str, pins: Sequence[str], python: str, platform: str) -> _Batch:
+        """``uv pip install --target`` of ``pins`` from ``index_url`` for ``python`` on
+        ``platform``: only uv's cache is wanted, and the directory is removed once the wheels
+        are there."""
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="cudalock-wheels-ahead-"))
         command = [
             self._uv,
             "pip",
@@ -95,32 +110,40 @@ class WheelsAhead:
             "--no-config",
             "--no-deps",
             "--target",
-            str(self._scratch / name),
+            str(self._scratch / f"target-{next(self._targets)}"),
             *(["--python", self._interpreter] if self._interpreter else []),
             "--python-version",
-            self._routed.python,
+            python,
             "--python-platform",
-            self._routed.python_platform,
+            platform,
             *pins,
         ]
         # The index goes in the environment, not the command line, which others may read.
         return _Batch(command, self._environ | {"UV_DEFAULT_INDEX": index_url})
 
-    def start_rest(self, first_lock: Path, indexes: Sequence[str]) -> None:
+    def start_rest(
+        self, first_lock: Path, indexes: Sequence[str], python: str, platform: str
+    ) -> None:
         """Download the wheels of ``first_lock`` (what install.sh's uv installs first, from
-        ``indexes``, credentials and all) that :meth:`start` is not downloading already: the
-        rest of what install.sh downloads, fetched while the torch wheels still are. Only after
-        :meth:`start`, whose interpreter, Python and platform it takes. Each package comes from
+        ``indexes``, credentials and all, for ``python`` on ``platform``) that :meth:`start` is
+        not downloading already: the rest of what install.sh downloads, fetched while the torch
+        wheels still are. A head start for another Python is stopped. Each package comes from
         the index the lock names, as install.sh's uv takes it, so uv caches the file install.sh
         installs; left to install.sh are packages without a wheel in the lock (it builds them)
         and those with a marker (uv is not asked to judge them here)."""
-        if self._routed is None or len(self._downloads) != 1:
+        if self._rest is not None:
             return
+        if self._head is not None and (self._head[0].python, self._head[0].python_platform) != (
+            python,
+            platform,
+        ):
+            self._stop_head(f"the closure was resolved for Python {python}")
         try:
             document = tomllib.loads(first_lock.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
             return  # install.sh reads it and says what is wrong
-        routed = {canonical_name(pin.split("==", 1)[0]) for pin in self._routed.pins}
+        pins = self._head[0].pins if self._head is not None else ()
+        routed = {canonical_name(pin.split("==", 1)[0]) for pin in pins}
         by_index: dict[str, list[str]] = {}
         for package in document.get("packages", []):
             name, version, index = package.get("name"), package.get("version"), package.get("index")
@@ -136,14 +159,13 @@ class WheelsAhead:
         # The lock holds no credentials: the indexes install.sh is given do.
         given = {strip_credentials(url).rstrip("/"): url for url in indexes}
         batches = [
-            self._batch(given.get(index, index), pins, f"rest-{position}")
-            for position, (index, pins) in enumerate(by_index.items())
+            self._batch(given.get(index, index), pins, python, platform)
+            for index, pins in by_index.items()
         ]
         if batches:
             total = sum(len(pins) for pins in by_index.values())
-            self._downloads.append(
-                _Download(REST_TITLE, REST_DOWNLOAD, batches, total, self._timeout_s, self._cancel)
-            )
+            self._rest = _Download(REST_TITLE, REST_DOWNLOAD, batches, total, self._timeout_s)
+            self._downloads.append(self._rest)
 
     def wait(self, log: Path, echo: Echo, live: Live | None = None) -> None:
         """Wait for the downloads, showing how far each is while it runs; write what uv said
@@ -160,7 +182,7 @@ class WheelsAhead:
                     f"  note: downloading {download.title} ahead failed ({download.failure}); "
                     f"install.sh downloads them (log: {log})"
                 )
-        self._downloads = []
+        self._downloads, self._head, self._rest = [], None, None
         self._remove()
 
     def _remove(self) -> None:
@@ -176,9 +198,8 @@ class WheelsAhead:
             yield
         finally:
             if self._scratch is not None:
-                self._cancel.set()
                 for download in self._downloads:
-                    download.thread.join()
+                    download.stop("")
                 self._remove()
 
 
@@ -201,11 +222,11 @@ class _Download:
         batches: Sequence[_Batch],
         total: int,
         timeout_s: float,
-        cancel: threading.Event,
     ) -> None:
         #: What the progress line and a failure call it; what the output and the log call it.
         self.title, self.what = title, what
-        self._timeout_s, self._cancel = timeout_s, cancel
+        self._timeout_s = timeout_s
+        self._cancel = threading.Event()
         self.lock = threading.Lock()
         self.lines: list[str] = []
         self.progress = Progress(title=title)
@@ -240,14 +261,15 @@ class _Download:
                 self.lines.append("every wheel is in uv's cache already: nothing to download")
         if cached:
             return True
-        if self._cancel.is_set():
-            return False
-        target = Path(command[command.index("--target") + 1])
-        mode = link_mode(command[0], target.parent, env)
-        done = self._run([*command, "--link-mode", mode], env)
+        if dry == 0 and not self._cancel.is_set():
+            target = Path(command[command.index("--target") + 1])
+            mode = link_mode(command[0], target.parent, env)
+            done = self._run([*command, "--link-mode", mode], env)
+        else:
+            done = dry  # what the dry run could not do, the download cannot either
         if done == 0:
             return True
-        if done is not None:
+        if done is not None and not self._cancel.is_set():
             errors = [line for line in self.lines if line.startswith(("error:", "ERROR:"))]
             detail = f": {errors[-1].removeprefix('error: ')}" if errors else ""
             self.failure = procs.exit_status(done) + detail
@@ -273,6 +295,16 @@ class _Download:
         except (OSError, EnvironmentFailure) as err:
             self.failure = err.message if isinstance(err, EnvironmentFailure) else str(err)
             return None
+
+    def stop(self, reason: str) -> None:
+        """Stop the download (a head start no longer wanted: ``reason`` says why in the log;
+        "": the run ends)."""
+        self._cancel.set()
+        self.thread.join()
+        if reason:
+            with self.lock:
+                self.lines.append(f"stopped: {reason}")
+                self.failure = None  # stopped, not failed
 
     def wait(self, echo: Echo, live: Live | None) -> None:
         if self.thread.is_alive():

@@ -267,8 +267,9 @@ def closure_with_default_python(
     its plan), ``recorded`` (a previous lock's choice) first when torch still ships it. No
     Python installs everything from wheels: the newest, saying what it builds from source.
 
-    ``on_routed`` (:func:`resolve_closure`) is told only where the Python is given: a Python
-    that is still to be chosen decides which wheels fit.
+    ``on_routed`` (:func:`resolve_closure`) is told before each resolution, so when the
+    Python is still to be chosen, once for each Python tried: each call replaces the wheels of
+    the one before (and the Python chosen may be an earlier one: the closure says which).
     """
     if request.python is not None or replan is None:
         closure = resolve_closure(
@@ -306,6 +307,7 @@ def closure_with_default_python(
                     echo=say,
                     matrix=matrix,
                     only_binary=only_binary,
+                    on_routed=on_routed,
                 )
             except NoWheelsForPython as err:
                 first_error = first_error or err
