@@ -1172,9 +1172,10 @@ BOOTSTRAP_PHASES = (
     # Made beside the closure (--python is given): what is left to wait for once the files
     # are written.
     ("the venv, waited for after the files", r"environment: creating"),
-    # Downloaded into uv's cache beside the closure: what is left to wait for (absent when the
-    # download was done by then).
-    ("the torch and CUDA wheels downloaded ahead, waited for", r"environment: waiting for"),
+    # Downloaded into uv's cache beside the closure, and the rest once the files are written:
+    # what is left to wait for of each (absent when that download was done by then).
+    ("the torch and CUDA wheels downloaded ahead, waited for", r"environment: waiting for the t"),
+    ("the other wheels downloaded ahead, waited for", r"environment: waiting for the other"),
     ("installing the locked closure (uv)", r"\s*step \d+/\d+: the locked closure"),
     ("building DeepSpeed against the installed torch", r"\s*step \d+/\d+: DeepSpeed"),
     ("`uv pip check` and the verify script", r"\s*step \d+/\d+: check the installed"),

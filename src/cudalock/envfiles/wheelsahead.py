@@ -164,7 +164,14 @@ class WheelsAhead:
         ]
         if batches:
             total = sum(len(pins) for pins in by_index.values())
-            self._rest = _Download(REST_TITLE, REST_DOWNLOAD, batches, total, self._timeout_s)
+            # A cache that lacked the torch wheels seldom has the rest: the dry run (about
+            # 0.1 s for a hundred wheels) would only delay the download. With torch's cached,
+            # it keeps a warm run from linking a hundred packages for nothing.
+            head = self._head[1] if self._head is not None else None
+            dry_run = head is None or head.all_cached is not False
+            self._rest = _Download(
+                REST_TITLE, REST_DOWNLOAD, batches, total, self._timeout_s, dry_run=dry_run
+            )
             self._downloads.append(self._rest)
 
     def wait(self, log: Path, echo: Echo, live: Live | None = None) -> None:
@@ -213,7 +220,8 @@ class _Batch:
 
 class _Download:
     """:class:`_Batch` runs, one after the other in a thread, for what they leave in uv's
-    cache: a dry run of each first, and with every wheel cached already nothing more."""
+    cache: a dry run of each first (unless ``dry_run`` is False), and with every wheel cached
+    already nothing more."""
 
     def __init__(
         self,
@@ -222,10 +230,14 @@ class _Download:
         batches: Sequence[_Batch],
         total: int,
         timeout_s: float,
+        *,
+        dry_run: bool = True,
     ) -> None:
         #: What the progress line and a failure call it; what the output and the log call it.
         self.title, self.what = title, what
-        self._timeout_s = timeout_s
+        self._timeout_s, self._dry_run = timeout_s, dry_run
+        #: Whether the dry run found every wheel cached (None: not known).
+        self.all_cached: bool | None = None
         self._cancel = threading.Event()
         self.lock = threading.Lock()
         self.lines: list[str] = []
@@ -252,15 +264,18 @@ class _Download:
         """One batch; False when it failed (said in :attr:`failure`) or was stopped."""
         # A dry run first: with every wheel in uv's cache, linking a real torch's ~15,000 files
         # into a directory that is then removed would be all the work, seconds of it.
-        said = len(self.lines)
-        dry = self._run([*command, "--dry-run"], env)
-        with self.lock:
-            answer = self.lines[said:]
-            cached = dry == 0 and not any(line.startswith("Would download") for line in answer)
+        dry: int | None = 0
+        if self._dry_run:
+            said = len(self.lines)
+            dry = self._run([*command, "--dry-run"], env)
+            with self.lock:
+                answer = self.lines[said:]
+                cached = dry == 0 and not any(line.startswith("Would download") for line in answer)
+                self.all_cached = cached
+                if cached:
+                    self.lines.append("every wheel is in uv's cache already: nothing to download")
             if cached:
-                self.lines.append("every wheel is in uv's cache already: nothing to download")
-        if cached:
-            return True
+                return True
         if dry == 0 and not self._cancel.is_set():
             target = Path(command[command.index("--target") + 1])
             mode = link_mode(command[0], target.parent, env)
