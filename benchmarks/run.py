@@ -1217,7 +1217,15 @@ def time_to_env_between(
     parts = []
     for temperature, goal in (("warm", 1.1), ("cold", 1.2)):
         ours, theirs = medians[("cudalock", temperature)], medians[("uv", temperature)]
-        spent = {label: statistics.median(times) for label, times in phases[temperature].items()}
+        # In the order they happen; a phase some runs did not print (a download done before
+        # it was waited for) took no time in those.
+        seen = phases[temperature]
+        runs = len(seen[BOOTSTRAP_PHASES[0][0]])
+        spent = {
+            label: statistics.median([*seen[label], *[0.0] * (runs - len(seen[label]))])
+            for label, _pattern in BOOTSTRAP_PHASES
+            if label in seen
+        }
         extra = sum(spent.get(label, 0.0) for label in BOOTSTRAP_EXTRA_PHASES)
         shown = "; ".join(f"{label} {fmt_seconds(seconds)}" for label, seconds in spent.items())
         steps = "; ".join(
