@@ -178,8 +178,11 @@ def test_bootstrap_json_and_every_format_carry_the_same_python(
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-@older_than_torchs_newest
-def test_create_builds_the_venv_with_the_plans_python(index: IndexServer, tmp_path: Path) -> None:
+def _create(
+    index: IndexServer, tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """``bootstrap --format venv --create`` of the stand-in stack into ``tmp_path/env``, which
+    must succeed; the directory and the run."""
     out = tmp_path / "env"
     done = cudalock(
         "bootstrap",
@@ -190,9 +193,16 @@ def test_create_builds_the_venv_with_the_plans_python(index: IndexServer, tmp_pa
         "--create",
         *_args(index),
         cwd=tmp_path,
+        env=env,
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return out, done
+
+
+@older_than_torchs_newest
+def test_create_builds_the_venv_with_the_plans_python(index: IndexServer, tmp_path: Path) -> None:
+    out, done = _create(index, tmp_path)
     assert f"with Python {RUNNING}" in done.stdout
     version = subprocess.run(
         [str(out / ".venv" / "bin" / "python"), "-c", "import sys; print(sys.version_info[:2])"],
@@ -217,22 +227,9 @@ def test_create_downloads_ahead_for_each_python_tried_and_keeps_the_chosen_ones(
         "TMPDIR": str(tmp_path / "tmp"),
     }
     del env["UV_NO_CACHE"]
-    out = tmp_path / "env"
     wheel = f"torch-{TORCH}+cpu-{_tag(MINOR)}.whl"
     before = len(index.requested(index.file_path(wheel)))
-    done = cudalock(
-        "bootstrap",
-        "-o",
-        out,
-        "--format",
-        "venv",
-        "--create",
-        *_args(index),
-        cwd=tmp_path,
-        env=env,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    out, done = _create(index, tmp_path, env)
     log = (out / "cudalock-bootstrap.log").read_text()
     heading = "### the torch and CUDA wheels, downloading since the resolution began"
     sections = log.split(heading)[1:]
