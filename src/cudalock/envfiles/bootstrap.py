@@ -51,7 +51,6 @@ from cudalock.envfiles.render import (
     check_env_name,
     conda_part,
     default_env_name,
-    install_indexes,
     install_steps,
     output_files,
     render_files,
@@ -83,7 +82,7 @@ from cudalock.lock import (
 )
 from cudalock.lock.closure import closure_verifier
 from cudalock.lock.http import cache_disabled
-from cudalock.lock.names import UV_FIRST_FILE
+from cudalock.lock.installfiles import first_packages
 from cudalock.lock.pixi import PIXI_FILE
 from cudalock.lock.python import closure_with_default_python, planner
 from cudalock.lock.uvinput import default_index_of
@@ -341,9 +340,9 @@ def run_bootstrap(
         echo("wrote: " + ", ".join(sorted(str(path) for path in files)))
         if wheels is not None and closure is not None:
             # The lock's other wheels download while the torch wheels still do.
-            indexes = install_indexes(plan, render_options)
             inp = closure.input
-            wheels.start_rest(out_dir / UV_FIRST_FILE, indexes, inp.python, inp.python_platform)
+            first = first_packages(closure.uv_data, closure.built_last)
+            wheels.start_rest(first, inp.index_for, inp.python, inp.python_platform)
 
         if unresolved is not None:
             raise EnvironmentFailure(

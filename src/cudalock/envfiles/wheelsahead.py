@@ -24,9 +24,10 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cudalock import procs
 from cudalock.envfiles.progress import Heartbeat, Live, Progress
@@ -35,8 +36,7 @@ from cudalock.fsutil import append_log
 from cudalock.lock.closure import Echo, RoutedWheels
 from cudalock.lock.uv import INSTALL_ROUTING_VARIABLES
 from cudalock.packagenames import canonical_name
-from cudalock.tomlfile import tomllib
-from cudalock.urls import redact, strip_credentials
+from cudalock.urls import redact
 
 __all__ = ["WheelsAhead", "link_mode", "wheels_ahead_wanted"]
 
@@ -74,6 +74,8 @@ class WheelsAhead:
         self._environ = {k: v for k, v in environ.items() if k not in INSTALL_ROUTING_VARIABLES}
         self._scratch: Path | None = None
         self._targets = itertools.count()
+        self._link_lock = threading.Lock()
+        self._link: str | None = None
         #: The torch and CUDA wheels being downloaded, and for what.
         self._head: tuple[RoutedWheels, _Download] | None = None
         self._rest: _Download | None = None
@@ -88,7 +90,9 @@ class WheelsAhead:
                 return
             self._stop_head(f"the closure is resolved for Python {wheels.python} instead")
         batch = self._batch(wheels.index_url, wheels.pins, wheels.python, wheels.python_platform)
-        download = _Download(TITLE, DOWNLOAD, [batch], len(wheels.pins), self._timeout_s)
+        download = _Download(
+            TITLE, DOWNLOAD, [batch], len(wheels.pins), self._timeout_s, self._link_mode
+        )
         self._head = (wheels, download)
         self._downloads.append(download)
 
@@ -122,15 +126,19 @@ class WheelsAhead:
         return _Batch(command, self._environ | {"UV_DEFAULT_INDEX": index_url})
 
     def start_rest(
-        self, first_lock: Path, indexes: Sequence[str], python: str, platform: str
+        self,
+        packages: Sequence[Mapping[str, Any]],
+        index_for: Callable[[str], str],
+        python: str,
+        platform: str,
     ) -> None:
-        """Download the wheels of ``first_lock`` (what install.sh's uv installs first, from
-        ``indexes``, credentials and all, for ``python`` on ``platform``) that :meth:`start` is
-        not downloading already: the rest of what install.sh downloads, fetched while the torch
-        wheels still are. A head start for another Python is stopped. Each package comes from
-        the index the lock names, as install.sh's uv takes it, so uv caches the file install.sh
-        installs; left to install.sh are packages without a wheel in the lock (it builds them)
-        and those with a marker (uv is not asked to judge them here)."""
+        """Download the wheels of the lock's ``packages`` (what install.sh's uv installs
+        first, for ``python`` on ``platform``) that :meth:`start` is not downloading already:
+        the rest of what install.sh downloads, fetched while the torch wheels still are. A head
+        start for another Python is stopped. Each package comes from the index the lock takes
+        it from (``index_for``, credentials and all), as install.sh's uv takes it, so uv caches
+        the file install.sh installs; left to install.sh are packages without a wheel in the
+        lock (it builds them) and those with a marker (uv is not asked to judge them here)."""
         if self._rest is not None:
             return
         if self._head is not None and (self._head[0].python, self._head[0].python_platform) != (
@@ -138,30 +146,20 @@ class WheelsAhead:
             platform,
         ):
             self._stop_head(f"the closure was resolved for Python {python}")
-        try:
-            document = tomllib.loads(first_lock.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            return  # install.sh reads it and says what is wrong
-        pins = self._head[0].pins if self._head is not None else ()
-        routed = {canonical_name(pin.split("==", 1)[0]) for pin in pins}
+        ahead = self._head[0].pins if self._head is not None else ()
+        routed = {canonical_name(pin.split("==", 1)[0]) for pin in ahead}
         by_index: dict[str, list[str]] = {}
-        for package in document.get("packages", []):
-            name, version, index = package.get("name"), package.get("version"), package.get("index")
+        for package in packages:
+            name, version = package.get("name"), package.get("version")
             if (
                 isinstance(name, str)
                 and isinstance(version, str)
-                and isinstance(index, str)
                 and package.get("wheels")
                 and "marker" not in package
                 and canonical_name(name) not in routed
             ):
-                by_index.setdefault(index.rstrip("/"), []).append(f"{name}=={version}")
-        # The lock holds no credentials: the indexes install.sh is given do.
-        given = {strip_credentials(url).rstrip("/"): url for url in indexes}
-        batches = [
-            self._batch(given.get(index, index), pins, python, platform)
-            for index, pins in by_index.items()
-        ]
+                by_index.setdefault(index_for(name), []).append(f"{name}=={version}")
+        batches = [self._batch(index, pins, python, platform) for index, pins in by_index.items()]
         if batches:
             total = sum(len(pins) for pins in by_index.values())
             # A cache that lacked the torch wheels seldom has the rest: the dry run (about
@@ -170,7 +168,13 @@ class WheelsAhead:
             head = self._head[1] if self._head is not None else None
             dry_run = head is None or head.all_cached is not False
             self._rest = _Download(
-                REST_TITLE, REST_DOWNLOAD, batches, total, self._timeout_s, dry_run=dry_run
+                REST_TITLE,
+                REST_DOWNLOAD,
+                batches,
+                total,
+                self._timeout_s,
+                self._link_mode,
+                dry_run=dry_run,
             )
             self._downloads.append(self._rest)
 
@@ -191,6 +195,15 @@ class WheelsAhead:
                 )
         self._downloads, self._head, self._rest = [], None, None
         self._remove()
+
+    def _link_mode(self, env: Mapping[str, str]) -> str:
+        """:func:`link_mode` of the scratch directory, where every target is: asked of uv
+        once."""
+        with self._link_lock:
+            if self._link is None:
+                assert self._scratch is not None  # made by the first batch
+                self._link = link_mode(self._uv, self._scratch, env)
+            return self._link
 
     def _remove(self) -> None:
         if self._scratch is not None:
@@ -230,12 +243,13 @@ class _Download:
         batches: Sequence[_Batch],
         total: int,
         timeout_s: float,
+        link_mode: Callable[[Mapping[str, str]], str],
         *,
         dry_run: bool = True,
     ) -> None:
         #: What the progress line and a failure call it; what the output and the log call it.
         self.title, self.what = title, what
-        self._timeout_s, self._dry_run = timeout_s, dry_run
+        self._timeout_s, self._dry_run, self._link_mode = timeout_s, dry_run, link_mode
         #: Whether the dry run found every wheel cached (None: not known).
         self.all_cached: bool | None = None
         self._cancel = threading.Event()
@@ -277,9 +291,7 @@ class _Download:
             if cached:
                 return True
         if dry == 0 and not self._cancel.is_set():
-            target = Path(command[command.index("--target") + 1])
-            mode = link_mode(command[0], target.parent, env)
-            done = self._run([*command, "--link-mode", mode], env)
+            done = self._run([*command, "--link-mode", self._link_mode(env)], env)
         else:
             done = dry  # what the dry run could not do, the download cannot either
         if done == 0:

@@ -30,6 +30,7 @@ from cudalock.tomlfile import dumps
 from cudalock.urls import strip_credentials
 
 __all__ = [
+    "first_packages",
     "is_built_last",
     "is_local",
     "lock_indexes",
@@ -184,6 +185,18 @@ def uv_settings(
     return dumps(doc, comments=comments)
 
 
+def first_packages(
+    data: Mapping[str, Any], built_last: Sequence[str] = ()
+) -> list[Mapping[str, Any]]:
+    """The package tables of the lock ``data`` that install.sh's uv installs first: all but
+    those built against the installed torch (:func:`uv_first_lock`)."""
+    return [
+        entry
+        for entry in data.get("packages", [])
+        if not _built_last_name(str(entry.get("name")), built_last)
+    ]
+
+
 def uv_first_lock(
     data: Mapping[str, Any], *, cudalock_version: str, built_last: Sequence[str] = ()
 ) -> str:
@@ -192,11 +205,7 @@ def uv_first_lock(
     of a pylock.toml and cannot be told to leave one out: from pylock.toml itself it would build
     DeepSpeed there, in isolation against a downloaded torch, and install.sh's next step would
     build it again against the installed one (with the wheel cache)."""
-    packages = [
-        entry
-        for entry in data.get("packages", [])
-        if not _built_last_name(str(entry.get("name")), built_last)
-    ]
+    packages = first_packages(data, built_last)
     # The record (tool.cudalock) stays in pylock.toml: this file is only installed.
     first = {key: value for key, value in data.items() if key not in ("packages", "tool")}
     first["packages"] = packages
