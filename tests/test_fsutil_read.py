@@ -73,18 +73,23 @@ def test_the_tail_keeps_whole_lines(tmp_path: Path) -> None:
     assert not cut and whole == path.read_bytes()
 
 
-def test_a_fifo_log_is_read_to_its_end_keeping_the_tail(tmp_path: Path) -> None:
+@pytest.mark.parametrize("writer_late_by", [0.0, 0.2], ids=["writer-waiting", "writer-late"])
+def test_a_fifo_log_is_read_to_its_end_keeping_the_tail(
+    tmp_path: Path, writer_late_by: float
+) -> None:
     import threading
+    import time
 
     from cudalock.fsutil import read_tail
 
     fifo = tmp_path / "log"
     os.mkfifo(fifo)
 
-    # The writer is there before the read starts, as with <(command).
-    end = os.open(fifo, os.O_RDWR)
-
     def write() -> None:
+        # As `command > fifo`: the open waits for the reader (or, started a moment after it,
+        # finds it there), and then the writing starts.
+        time.sleep(writer_late_by)
+        end = os.open(fifo, os.O_WRONLY)
         for number in range(2000):
             os.write(end, f"line {number}\n".encode())
         os.close(end)

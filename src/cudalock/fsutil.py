@@ -116,6 +116,8 @@ _CHUNK = 1 << 20
 
 #: How long a pipe the user names (``--log <(dmesg)``, a FIFO) may take to reach its end.
 PIPE_READ_SECONDS = 60.0
+# How long a FIFO with no writer yet is given for one to arrive.
+_WRITER_GRACE_SECONDS = 0.5
 
 
 def read_tail(path: Path, *, limit: int, what: str) -> tuple[bytes, bool]:
@@ -155,7 +157,7 @@ def _tail_of_pipe(fd: int, path: Path, *, limit: int, what: str) -> tuple[bytes,
     import select
 
     kept: collections.deque[bytes] = collections.deque()
-    size, cut = 0, False
+    size, cut, waited_for_writer = 0, False, False
     deadline = time.monotonic() + PIPE_READ_SECONDS
     try:
         while True:
@@ -173,7 +175,14 @@ def _tail_of_pipe(fd: int, path: Path, *, limit: int, what: str) -> tuple[bytes,
                 select.select([fd], [], [], left)
                 continue
             if not chunk:
-                break
+                if waited_for_writer:
+                    break
+                # A writer blocked in its open (`command > fifo`) is woken by ours but may not
+                # count as one yet: give it a moment before taking the end as the end.
+                waited_for_writer = True
+                select.select([fd], [], [], min(left, _WRITER_GRACE_SECONDS))
+                continue
+            waited_for_writer = True
             kept.append(chunk)
             size += len(chunk)
             while size - len(kept[0]) >= limit:
