@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudalock import procs
 from cudalock.defaults import OUTPUT_FORMATS, SPEC_FILE, OutputFormat
@@ -63,7 +64,13 @@ from cudalock.envfiles.spec import (
     update_spec,
 )
 from cudalock.envfiles.wheelsahead import WheelsAhead, wheels_ahead_wanted
-from cudalock.errors import EnvironmentFailure, Unsatisfiable, UsageError, sentence
+from cudalock.errors import (
+    CudalockError,
+    EnvironmentFailure,
+    Unsatisfiable,
+    UsageError,
+    sentence,
+)
 from cudalock.fsutil import (
     append_log,
     credentials_note,
@@ -91,6 +98,9 @@ from cudalock.model import Plan, Target
 from cudalock.platforms import platform_named
 from cudalock.request import Request, RequestOptions
 from cudalock.urls import redact
+
+if TYPE_CHECKING:
+    from cudalock.audit.inspection import RunningInspection
 
 __all__ = [
     "INSTALL_OUTPUT_LIMIT",
@@ -268,8 +278,10 @@ def run_bootstrap(
     venv_dir = options.venv or out_dir / ".venv"
     ahead = None
     wheels = None
+    audit_ahead = AuditAhead()
     # What is started beside the resolution is stopped and removed if the run fails first.
     with contextlib.ExitStack() as beside:
+        beside.enter_context(audit_ahead)
         if options.create and output_format in ("venv", "conda"):
             # uv downloads for the plan's Python (--python-version) with an interpreter: the
             # venv's; else one uv finds (the conda environment's is not made yet).
@@ -377,6 +389,7 @@ def run_bootstrap(
                     no_cache=options.no_cache,
                     ahead=ahead,
                     wheels=wheels,
+                    on_checks=audit_ahead.start,
                 )
             else:
                 environment = create_conda(
@@ -391,9 +404,12 @@ def run_bootstrap(
                     live=live,
                     no_cache=options.no_cache,
                     wheels=wheels,
+                    on_checks=audit_ahead.start,
                 )
             echo(f"installed with {installer}")
-            audit_new_environment(environment, plan, matrix, echo)
+            audit_new_environment(
+                environment, plan, matrix, echo, inspection=audit_ahead.take(environment)
+            )
         else:
             echo(next_steps(output_format, out_dir, name))
         return BootstrapResult(
@@ -470,11 +486,12 @@ def create_venv(
     no_cache: bool = False,
     ahead: VenvAhead | None = None,
     wheels: WheelsAhead | None = None,
+    on_checks: Callable[[str], None] | None = None,
 ) -> Path:
     """Create (or reuse) a virtual environment with the plan's Python (``interpreter``, an
     interpreter of it; default: :func:`find_interpreter`'s), or take the one ``ahead`` made,
     then run install.sh (with ``uv`` when given, else pip), once ``wheels`` (downloading since
-    the resolution began) are in uv's cache."""
+    the resolution began) are in uv's cache; ``on_checks``: see :func:`run_install_script`."""
     venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
     python = python_for_venv(venv)
     theirs = ahead is None and os.path.lexists(venv)
@@ -513,7 +530,16 @@ def create_venv(
     if wheels is not None:
         wheels.wait(log, echo, live)
     run_install_script(
-        out_dir, steps, log, env, echo, removal=removal, uv=uv, live=live, no_cache=no_cache
+        out_dir,
+        steps,
+        log,
+        env,
+        echo,
+        removal=removal,
+        uv=uv,
+        live=live,
+        no_cache=no_cache,
+        on_checks=on_checks,
     )
     return venv
 
@@ -729,10 +755,11 @@ def create_conda(
     live: Live | None = None,
     no_cache: bool = False,
     wheels: WheelsAhead | None = None,
+    on_checks: Callable[[str], None] | None = None,
 ) -> Path:
     """Create (or reuse, when it was made from this conda part) the conda environment, then
     run install.sh in it, once ``wheels`` (downloading since the resolution began) are in uv's
-    cache.
+    cache; ``on_checks``: see :func:`run_install_script`.
 
     micromamba, mamba or conda create it by name (or at ``prefix``); without them py-rattler
     creates the prefix (default ``out_dir/.conda-env``). Every path handed on is absolute.
@@ -787,7 +814,16 @@ def create_conda(
     if wheels is not None:
         wheels.wait(log, echo, live)
     run_install_script(
-        out_dir, steps, log, env, echo, removal=removal, uv=uv, live=live, no_cache=no_cache
+        out_dir,
+        steps,
+        log,
+        env,
+        echo,
+        removal=removal,
+        uv=uv,
+        live=live,
+        no_cache=no_cache,
+        on_checks=on_checks,
     )
     return environment
 
@@ -874,9 +910,13 @@ def run_install_script(
     uv: str | None = None,
     live: Live | None = None,
     no_cache: bool = False,
+    on_checks: Callable[[str], None] | None = None,
 ) -> None:
     """Run install.sh (with ``uv`` when given, else pip), showing each step as it starts and
-    how far it is (see :mod:`cudalock.envfiles.progress`); a failed step raises, naming it."""
+    how far it is (see :mod:`cudalock.envfiles.progress`); a failed step raises, naming it.
+
+    ``on_checks`` is called with the environment's interpreter (from the reader of the
+    script's output) when the steps left only read the environment: it is complete."""
     python = env.get("PYTHON", "python")
     run_env = dict(env)
     installer: Installer = "uv" if uv else "pip"
@@ -898,6 +938,7 @@ def run_install_script(
         installer=installer,
         uv=uv or "uv",
         live=live,
+        on_checks=(lambda: on_checks(python)) if on_checks is not None else None,
     )
 
 
@@ -932,9 +973,11 @@ def _run_logged(
     uv: str = "uv",
     live: Live | None = None,
     cancel: threading.Event | None = None,
+    on_checks: Callable[[], None] | None = None,
 ) -> None:
     """Run ``command``, its output (redacted) appended to ``log``; raise if it fails (or once
-    ``cancel`` is set).
+    ``cancel`` is set); ``on_checks`` is called once, when the first of the trailing
+    :attr:`Step.reads_only` ``steps`` starts.
 
     The child's output is read as it comes (stdout and stderr together) and shown as the
     progress of the step it belongs to; a run past :data:`INSTALL_TIMEOUT_S` is stopped with
@@ -944,6 +987,8 @@ def _run_logged(
     errors: list[str] = []
     network: list[str] = []
     progress = Progress(step=what, started=time.monotonic())
+    checks_from = len(steps) - sum(1 for _ in itertools.takewhile(_reads_only, reversed(steps)))
+    checking = on_checks is None or checks_from == len(steps)
     with append_log(log) as handle, Heartbeat(progress, echo, live) as beat:
 
         def say(text: str) -> None:
@@ -954,7 +999,7 @@ def _run_logged(
                 beat.printed()
 
         def take(raw: str) -> None:
-            nonlocal current
+            nonlocal current, checking
             line = redact(raw.rstrip("\r"))
             # Flushed line by line: a run stopped by a signal keeps every line it wrote.
             handle.write(line + "\n")
@@ -970,6 +1015,10 @@ def _run_logged(
                     # "2/3": the step's title was just shown in full.
                     progress.start_step(label.split(":", 1)[0], time.monotonic(), total)
                 say(f"  step {label}")
+                if not checking and index >= checks_from:
+                    checking = True
+                    assert on_checks is not None
+                    on_checks()
                 return
             with beat.lock:
                 progress.feed(line)
@@ -1022,6 +1071,10 @@ def _run_logged(
     raise EnvironmentFailure(message, hint=hint)
 
 
+def _reads_only(step: Step) -> bool:
+    return step.reads_only
+
+
 #: A removal that is no command: what stays, said as it is (the user's own directory).
 KEPT = "kept: "
 
@@ -1035,8 +1088,69 @@ def _left(removal: str | None) -> str:
     return f"The environment is left for inspection (remove it with: {removal})."
 
 
-def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: Echo) -> None:
-    """Audit the new environment as ``cudalock audit`` would (never importing torch).
+class AuditAhead:
+    """The new environment's inspection, started when install.sh reaches its checks: they only
+    read the environment, complete by then, so the audit's longest part (the new interpreter
+    reading every package's metadata) runs beside them. Closed with the run when not taken."""
+
+    def __init__(self) -> None:
+        self._running: RunningInspection | None = None
+        self._lock = threading.Lock()
+
+    def start(self, python: str) -> None:
+        """Start inspecting ``python``'s environment (called once, by install.sh's reader)."""
+        # Only --create audits: a bootstrap that writes files loads no audit code.
+        import cudalock.audit.runner  # noqa: F401  (loaded while the checks run)
+        from cudalock.audit.inspection import start_inspection
+
+        try:
+            running = start_inspection(python=Path(python))
+        except (CudalockError, OSError):
+            return  # the audit starts it again, and says what is wrong
+        with self._lock:
+            stale, self._running = self._running, running
+        if stale is not None:
+            stale.close()
+
+    def take(self, environment: Path) -> RunningInspection | None:
+        """The inspection started for ``environment``'s interpreter, if there is one."""
+        from cudalock.audit.inspection import python_for_prefix
+
+        with self._lock:
+            running, self._running = self._running, None
+        if running is None:
+            return None
+        try:
+            same = os.path.abspath(running.python) == os.path.abspath(
+                python_for_prefix(environment)
+            )
+        except CudalockError:
+            same = False  # the audit says what is wrong with the environment
+        if same:
+            return running
+        running.close()
+        return None
+
+    def __enter__(self) -> AuditAhead:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._lock:
+            running, self._running = self._running, None
+        if running is not None:
+            running.close()
+
+
+def audit_new_environment(
+    environment: Path,
+    plan: Plan,
+    matrix: Matrix,
+    echo: Echo,
+    *,
+    inspection: RunningInspection | None = None,
+) -> None:
+    """Audit the new environment as ``cudalock audit`` would (never importing torch), with the
+    ``inspection`` of it already running (:class:`AuditAhead`) or a new one.
 
     Errors mean the environment cannot be trusted on the target even though every step
     succeeded: exit 1, with the findings shown.
@@ -1046,7 +1160,9 @@ def audit_new_environment(environment: Path, plan: Plan, matrix: Matrix, echo: E
     from cudalock.audit.inspection import python_for_prefix, start_inspection
     from cudalock.audit.runner import audit_live
 
-    with start_inspection(python=python_for_prefix(environment)) as inspection:
+    if inspection is None:
+        inspection = start_inspection(python=python_for_prefix(environment))
+    with inspection:
         # Judged with the policy the plan was resolved with.
         outcome = audit_live(plan.targets, matrix, inspection, compat=plan.compat)
     torch = outcome.installed.torch[0] if outcome.installed.torch else None

@@ -132,6 +132,9 @@ class Step:
     uv_argv: tuple[str, ...] | None = None
     only_if: str | None = None
     otherwise: str | None = None
+    #: It only reads the environment (a check): once the steps left are such, the
+    #: environment is complete.
+    reads_only: bool = False
 
     def command(self, installer: Installer = "pip") -> tuple[str, ...]:
         return self.uv_argv if installer == "uv" and self.uv_argv is not None else self.argv
@@ -369,6 +372,7 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
             "check the installed requirements",
             (PYTHON, "-m", "pip", "check"),
             (UV, "pip", "check", "--python", PYTHON),
+            reads_only=True,
         )
     )
     family = torch_family(plan)
@@ -387,6 +391,7 @@ def install_steps(plan: Plan, options: RenderOptions) -> tuple[Step, ...]:
                 REQUIREMENTS_FILE,
                 LAST_FILE,
             ),
+            reads_only=True,
         )
     )
     return tuple(steps)
