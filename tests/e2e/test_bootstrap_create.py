@@ -361,8 +361,8 @@ def test_the_torch_wheels_are_downloaded_while_uv_resolves_the_closure(
     ahead = log.index("### the torch and CUDA wheels")
     assert ahead < log.index("### install.sh")
     assert f"torch=={PLANNED_TORCH}" in log[ahead:]
-    # The rest of the lock's wheels followed once it was written, before install.sh ran.
-    rest = log.index("### the other wheels, downloading since the lock was written")
+    # The rest of the lock's wheels followed once it was resolved, before install.sh ran.
+    rest = log.index("### the other wheels, downloading since the closure was resolved")
     assert ahead < rest < log.index("### install.sh")
     assert "helperlib==1.2" in log[rest:] and "Prepared 2 packages" in log[rest:]
     assert "environment ready" in done.stdout

@@ -234,10 +234,10 @@ def downloaded_ahead(created: Stack) -> dict[str, str]:
     return dict(word.split("==", 1) for word in command.split() if "==" in word)
 
 
-def test_the_other_wheels_download_once_the_lock_is_written_each_fetched_once(
+def test_the_other_wheels_download_once_the_closure_is_resolved_each_fetched_once(
     created: Stack,
 ) -> None:
-    # Once the lock was written, bootstrap downloaded the rest of what install.sh's uv installs
+    # Once the closure was resolved, bootstrap downloaded the rest of what install.sh's uv installs
     # first: every package of pylock.first.toml with a wheel and no marker, less the head
     # start's. Every wheel install.sh installed was fetched once, nearly all before it ran.
     section = log_section(created, DOWNLOAD_REST)

@@ -318,6 +318,12 @@ def run_bootstrap(
             unresolved = err
         if closure is not None and request.python is None:
             echo(f"python: {plan.python_reason}")
+        if wheels is not None and closure is not None:
+            # The lock's other wheels download while the torch wheels still do, and while
+            # the files are made and written (a failure there stops them).
+            inp = closure.input
+            first = first_packages(closure.uv_data, closure.built_last)
+            wheels.start_rest(first, inp.index_for, inp.python, inp.python_platform)
         interpreter = None
         creates_venv = options.create and output_format == "venv" and unresolved is None
         if creates_venv and ahead is None and not python_for_venv(venv_dir).exists():
@@ -350,11 +356,6 @@ def run_bootstrap(
             echo(f"note: {credentials_note(secret)}")
 
         echo("wrote: " + ", ".join(sorted(str(path) for path in files)))
-        if wheels is not None and closure is not None:
-            # The lock's other wheels download while the torch wheels still do.
-            inp = closure.input
-            first = first_packages(closure.uv_data, closure.built_last)
-            wheels.start_rest(first, inp.index_for, inp.python, inp.python_platform)
 
         if unresolved is not None:
             raise EnvironmentFailure(

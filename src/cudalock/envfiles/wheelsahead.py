@@ -1,5 +1,5 @@
 """The wheels a new environment downloads, fetched before install.sh runs: the torch and CUDA
-wheels while uv resolves the closure, the rest once the lock is written.
+wheels while uv resolves the closure, the rest once it is resolved.
 
 Before uv first runs, the lock knows what it will take from the variant index in an exact
 version: the torch family and the CUDA wheels torch pins (:class:`RoutedWheels`), several GB of
@@ -9,8 +9,8 @@ cache's filesystem, else symlinks: nothing is copied) leaves their wheels in uv'
 cache install.sh's uv then installs them from, checked against the lock's hashes as every file
 is. A dry run first finds whether uv would download anything; with every wheel cached, nothing
 more is done. Where the Python is still to be chosen, the closure is resolved for one Python
-after another: each begins its own head start and stops the one before. Once the lock is
-written, the rest of what install.sh's uv installs first (``pylock.first.toml``, the wheels the
+after another: each begins its own head start and stops the one before. Once the closure is
+resolved, the rest of what install.sh's uv installs first (``pylock.first.toml``, the wheels the
 head start is not fetching) follows the same way, while the torch wheels still download. It is
 a head start and nothing more: when it fails, install.sh downloads them as it would have, and
 the run says so.
@@ -48,7 +48,7 @@ TITLE = "the torch and CUDA wheels"
 DOWNLOAD = f"{TITLE}, downloading since the resolution began"
 #: The other wheels of the lock, downloaded from when it is written.
 REST_TITLE = "the other wheels"
-REST_DOWNLOAD = f"{REST_TITLE}, downloading since the lock was written"
+REST_DOWNLOAD = f"{REST_TITLE}, downloading since the closure was resolved"
 
 
 def wheels_ahead_wanted(environ: Mapping[str, str]) -> bool:
@@ -61,9 +61,9 @@ def wheels_ahead_wanted(environ: Mapping[str, str]) -> bool:
 class WheelsAhead:
     """Downloads into uv's cache, each in a thread: :class:`RoutedWheels` as soon as they are
     known (:meth:`start`, the ``on_routed`` of the closure's resolution), then the other
-    wheels of the lock once it is written (:meth:`start_rest`). :meth:`wait` is called before
-    install.sh runs, and :meth:`unless_waited` stops the downloads and removes what they made
-    when the run fails first."""
+    wheels of the lock once the closure is resolved (:meth:`start_rest`). :meth:`wait` is
+    called before install.sh runs, and :meth:`unless_waited` stops the downloads and removes
+    what they made when the run fails first."""
 
     def __init__(
         self, uv: str, interpreter: str | None, environ: Mapping[str, str], *, timeout_s: float
