@@ -46,7 +46,7 @@ OUTPUT_LIMIT = 2**20
 TITLE = "the torch and CUDA wheels"
 #: What the output and the log call it.
 DOWNLOAD = f"{TITLE}, downloading since the resolution began"
-#: The other wheels of the lock, downloaded from when it is written.
+#: The other wheels of the lock, downloaded from when the closure is resolved.
 REST_TITLE = "the other wheels"
 REST_DOWNLOAD = f"{REST_TITLE}, downloading since the closure was resolved"
 
