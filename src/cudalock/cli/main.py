@@ -259,6 +259,8 @@ def run(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     _usable_output_streams()
     previous = _terminate_like_ctrl_c()
+    unraisable_before = sys.unraisablehook
+    sys.unraisablehook = _stop_signals_are_not_lost
     try:
         if args and args[0] in COMMANDS:
             # Everything after the command's name is its own: the others need not be built.
@@ -299,8 +301,26 @@ def run(argv: Sequence[str] | None = None) -> None:
         _quietly(echo, f"cudalock: error: cannot write the output: {err.strerror}", err=True)
         sys.exit(3)
     finally:
+        sys.unraisablehook = unraisable_before
         for signum, handler_before in previous.items():
             signal.signal(signum, handler_before)
+
+
+def _stop_signals_are_not_lost(unraisable: Any) -> None:
+    """A Ctrl-C or SIGTERM that lands while Python runs a ``__del__`` or a weakref callback
+    raises there, and Python prints it and carries on: the signal is sent again, a moment
+    later (sent from here, it would be raised in here and dropped as well), to be raised where
+    the run can unwind. Anything else is reported as Python would."""
+    error = unraisable.exc_value
+    if isinstance(error, KeyboardInterrupt | Terminated):
+        import threading  # only on this rare path
+
+        signum = error.signum if isinstance(error, Terminated) else signal.SIGINT
+        again = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+        again.daemon = True
+        again.start()
+    else:
+        sys.__unraisablehook__(unraisable)
 
 
 def _terminate_like_ctrl_c() -> dict[int, Any]:
