@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from cudalock.audit.inspection import python_for_prefix
-from cudalock.envfiles.bootstrap import STEP_MARKER, AuditAhead, run_install_script
+from cudalock.envfiles.bootstrap import (
+    STEP_MARKER,
+    AuditAhead,
+    InstallOptions,
+    run_install_script,
+)
 from cudalock.envfiles.render import Step
 from cudalock.fsutil import start_log
 from tests.support.venvs import standin_env
@@ -33,12 +38,11 @@ def _run(tmp_path: Path, steps: tuple[Step, ...]) -> list[tuple[str, list[str]]]
     start_log(tmp_path / "log", "the test's install.sh\n")
     run_install_script(
         tmp_path,
-        steps,
+        InstallOptions(steps, on_checks=lambda python: calls.append((python, list(shown)))),
         tmp_path / "log",
         dict(os.environ) | {"PYTHON": "/the/env/bin/python"},
         shown.append,
-        removal="rm -rf /the/env",
-        on_checks=lambda python: calls.append((python, list(shown))),
+        "rm -rf /the/env",
     )
     return calls
 

@@ -175,6 +175,23 @@ class BootstrapOptions:
 
 
 @dataclass(frozen=True)
+class InstallOptions:
+    """How install.sh is run in the environment made for it."""
+
+    steps: tuple[Step, ...]
+    #: uv when given, else pip.
+    uv: str | None = None
+    live: Live | None = None
+    #: Build what is built against torch anew (no wheel cache).
+    no_cache: bool = False
+    #: The wheels downloading since the resolution began: waited for before install.sh runs.
+    wheels: WheelsAhead | None = None
+    #: Called with the environment's interpreter once the steps left only read the
+    #: environment (it is complete then).
+    on_checks: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
 class BootstrapResult:
     plan: Plan
     request: Request
@@ -376,36 +393,27 @@ def run_bootstrap(
         elif options.create:
             uv = _uv_or_none()
             installer: Installer = "uv" if uv else "pip"
-            steps = install_steps(plan, render_options)
+            install = InstallOptions(
+                install_steps(plan, render_options),
+                uv=uv,
+                live=live,
+                no_cache=options.no_cache,
+                wheels=wheels,
+                on_checks=audit_ahead.start,
+            )
             if output_format == "venv":
                 environment = create_venv(
-                    plan,
-                    venv_dir,
-                    out_dir,
-                    steps,
-                    echo,
-                    interpreter=interpreter,
-                    uv=uv,
-                    live=live,
-                    no_cache=options.no_cache,
-                    ahead=ahead,
-                    wheels=wheels,
-                    on_checks=audit_ahead.start,
+                    plan, venv_dir, out_dir, install, echo, interpreter=interpreter, ahead=ahead
                 )
             else:
                 environment = create_conda(
                     name,
                     out_dir,
-                    steps,
+                    install,
                     conda_part(plan, closure),
                     plan,
                     echo,
-                    uv=uv,
                     prefix=options.venv,
-                    live=live,
-                    no_cache=options.no_cache,
-                    wheels=wheels,
-                    on_checks=audit_ahead.start,
                 )
             echo(f"installed with {installer}")
             audit_new_environment(
@@ -478,21 +486,15 @@ def create_venv(
     plan: Plan,
     venv: Path,
     out_dir: Path,
-    steps: tuple[Step, ...],
+    install: InstallOptions,
     echo: Echo,
     *,
     interpreter: str | None = None,
-    uv: str | None = None,
-    live: Live | None = None,
-    no_cache: bool = False,
     ahead: VenvAhead | None = None,
-    wheels: WheelsAhead | None = None,
-    on_checks: Callable[[str], None] | None = None,
 ) -> Path:
     """Create (or reuse) a virtual environment with the plan's Python (``interpreter``, an
     interpreter of it; default: :func:`find_interpreter`'s), or take the one ``ahead`` made,
-    then run install.sh (with ``uv`` when given, else pip), once ``wheels`` (downloading since
-    the resolution began) are in uv's cache; ``on_checks``: see :func:`run_install_script`."""
+    then run install.sh in it as ``install`` says (:func:`run_install_script`)."""
     venv = venv.absolute()  # the steps run inside out_dir; a relative path would nest there
     python = python_for_venv(venv)
     theirs = ahead is None and os.path.lexists(venv)
@@ -510,8 +512,10 @@ def create_venv(
         if python.exists():
             echo(f"environment: reusing {venv}")
         else:
-            interpreter = interpreter or find_interpreter(plan.python, uv)
-            _make_venv(venv, plan.python, interpreter, uv, out_dir, log, echo, live=live)
+            interpreter = interpreter or find_interpreter(plan.python, install.uv)
+            _make_venv(
+                venv, plan.python, interpreter, install.uv, out_dir, log, echo, live=install.live
+            )
     found = _python_version(python)
     if found != plan.python.rstrip("t"):
         raise UsageError(
@@ -519,28 +523,8 @@ def create_venv(
             f"{plan.python}; "
             + ("choose another --venv" if theirs else f"remove it ({removal}) or choose --venv")
         )
-    env = dict(os.environ)
-    env.update(
-        {
-            "PYTHON": str(python.absolute()),
-            "VIRTUAL_ENV": str(venv.absolute()),
-            "PATH": f"{python.parent.absolute()}{os.pathsep}{env.get('PATH', '')}",
-        }
-    )
-    env.pop("PYTHONHOME", None)
-    if wheels is not None:
-        wheels.wait(log, echo, live)
     run_install_script(
-        out_dir,
-        steps,
-        log,
-        env,
-        echo,
-        removal=removal,
-        uv=uv,
-        live=live,
-        no_cache=no_cache,
-        on_checks=on_checks,
+        out_dir, install, log, environment_variables(python, "VIRTUAL_ENV", venv), echo, removal
     )
     return venv
 
@@ -746,21 +730,15 @@ def _python_version(python: Path) -> str:
 def create_conda(
     name: str,
     out_dir: Path,
-    steps: tuple[Step, ...],
+    install: InstallOptions,
     part: CondaPart,
     plan: Plan,
     echo: Echo,
     *,
-    uv: str | None = None,
     prefix: Path | None = None,
-    live: Live | None = None,
-    no_cache: bool = False,
-    wheels: WheelsAhead | None = None,
-    on_checks: Callable[[str], None] | None = None,
 ) -> Path:
     """Create (or reuse, when it was made from this conda part) the conda environment, then
-    run install.sh in it, once ``wheels`` (downloading since the resolution began) are in uv's
-    cache; ``on_checks``: see :func:`run_install_script`.
+    run install.sh in it as ``install`` says (:func:`run_install_script`).
 
     micromamba, mamba or conda create it by name (or at ``prefix``); without them py-rattler
     creates the prefix (default ``out_dir/.conda-env``). Every path handed on is absolute.
@@ -799,33 +777,20 @@ def create_conda(
         environment = found
     else:
         environment = _create_conda_prefix(
-            client, name, where, part, plan, log, echo, out_dir=out_dir, removal=removal, live=live
+            client,
+            name,
+            where,
+            part,
+            plan,
+            log,
+            echo,
+            out_dir=out_dir,
+            removal=removal,
+            live=install.live,
         )
         mark_prefix(environment, part)
-    python = python_for(environment)
-    env = dict(os.environ)
-    env.update(
-        {
-            "PYTHON": str(python),
-            "CONDA_PREFIX": str(environment),
-            "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
-        }
-    )
-    env.pop("PYTHONHOME", None)
-    if wheels is not None:
-        wheels.wait(log, echo, live)
-    run_install_script(
-        out_dir,
-        steps,
-        log,
-        env,
-        echo,
-        removal=removal,
-        uv=uv,
-        live=live,
-        no_cache=no_cache,
-        on_checks=on_checks,
-    )
+    variables = environment_variables(python_for(environment), "CONDA_PREFIX", environment)
+    run_install_script(out_dir, install, log, variables, echo, removal)
     return environment
 
 
@@ -900,31 +865,47 @@ def _python_version_or_none(python: Path) -> str | None:
         return None
 
 
+def environment_variables(python: Path, marker: str, environment: Path) -> dict[str, str]:
+    """This process's environment as activating ``environment`` makes it: ``marker``
+    (VIRTUAL_ENV, CONDA_PREFIX) names it, its ``python`` comes first on PATH, and PYTHON names
+    it for install.sh; no PYTHONHOME, which would point the interpreter elsewhere."""
+    python = python.absolute()
+    env = dict(os.environ)
+    env.update(
+        {
+            "PYTHON": str(python),
+            marker: str(environment.absolute()),
+            "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    env.pop("PYTHONHOME", None)
+    return env
+
+
 def run_install_script(
     out_dir: Path,
-    steps: tuple[Step, ...],
+    install: InstallOptions,
     log: Path,
     env: Mapping[str, str],
     echo: Echo,
-    *,
     removal: str,
-    uv: str | None = None,
-    live: Live | None = None,
-    no_cache: bool = False,
-    on_checks: Callable[[str], None] | None = None,
 ) -> None:
-    """Run install.sh (with ``uv`` when given, else pip), showing each step as it starts and
-    how far it is (see :mod:`cudalock.envfiles.progress`); a failed step raises, naming it.
+    """Run install.sh, once ``install.wheels`` are in uv's cache, showing each step as it
+    starts and how far it is (see :mod:`cudalock.envfiles.progress`); a failed step raises,
+    naming it and what to remove (``removal``).
 
-    ``on_checks`` is called with the environment's interpreter (from the reader of the
+    ``install.on_checks`` is called with the environment's interpreter (from the reader of the
     script's output) when the steps left only read the environment: it is complete."""
+    uv, on_checks = install.uv, install.on_checks
+    if install.wheels is not None:
+        install.wheels.wait(log, echo, install.live)
     python = env.get("PYTHON", "python")
     run_env = dict(env)
     installer: Installer = "uv" if uv else "pip"
     run_env["CUDALOCK_INSTALLER"] = installer
     if uv:
         run_env["UV"] = uv
-    if no_cache:
+    if install.no_cache:
         run_env["CUDALOCK_NO_WHEEL_CACHE"] = "1"  # its build step then builds anew
     _run_logged(
         "install.sh",
@@ -934,11 +915,11 @@ def run_install_script(
         cwd=out_dir,
         env=run_env,
         removal=removal,
-        steps=steps,
+        steps=install.steps,
         python=python,
         installer=installer,
         uv=uv or "uv",
-        live=live,
+        live=install.live,
         on_checks=(lambda: on_checks(python)) if on_checks is not None else None,
     )
 
