@@ -125,11 +125,8 @@ def run(args: argparse.Namespace) -> None:
     from cudalock.errors import UsageError
     from cudalock.fsutil import output_lock
     from cudalock.lock import UvOptions, check_framework_paths, check_lock, make_lock
-    from cudalock.lock.closure import closure_verifier
     from cudalock.lock.files import recorded_python_in
-    from cudalock.lock.http import cache_disabled
     from cudalock.lock.python import plan_for_recorded_python, planner
-    from cudalock.lock.uvinput import default_index_of
 
     out: Path = args.output_dir
     if out.exists() and not out.is_dir():  # before any work: uv would run for nothing
@@ -148,22 +145,9 @@ def run(args: argparse.Namespace) -> None:
         upgrade=args.upgrade,
         offline=args.offline,
     )
-    default_index = default_index_of(
-        request, pypi_index=request.pypi_index, allow_insecure=request_opts.allow_insecure_index
-    )
     # Without --python, the closure decides the Python (the newest it installs on): plans for
     # older ones are made the same way.
-    plan_at = planner(
-        inputs.matrix,
-        inputs.targets,
-        request,
-        default_index=default_index,
-        timeout_s=args.timeout,
-        retries=args.retries,
-        offline=args.offline,
-        use_cache=not cache_disabled(),
-        verify=closure_verifier(options, inputs.matrix),
-    )
+    plan_at = planner(inputs.matrix, inputs.targets, request, options)
     plan = plan_at(None)
     if args.check:
         # The Python the lock chose is what today's inputs are compared with.

@@ -87,12 +87,9 @@ from cudalock.lock import (
     find_uv,
     lock_texts,
 )
-from cudalock.lock.closure import closure_verifier
-from cudalock.lock.http import cache_disabled
 from cudalock.lock.installfiles import first_packages
 from cudalock.lock.pixi import PIXI_FILE
 from cudalock.lock.python import closure_with_default_python, planner
-from cudalock.lock.uvinput import default_index_of
 from cudalock.matrix import Matrix
 from cudalock.model import Plan, Target
 from cudalock.platforms import platform_named
@@ -252,22 +249,9 @@ def run_bootstrap(
 
     if inputs.recorded_target:
         echo(f"target: as recorded in {spec_path}, target flags replacing the parts they give")
-    default_index = default_index_of(
-        request, pypi_index=request.pypi_index, allow_insecure=options.uv.allow_insecure
-    )
     # Without --python, the closure decides the Python (the newest it installs on), for every
     # format and --create alike: plans for older ones are made the same way.
-    plan_at = planner(
-        matrix,
-        targets,
-        request,
-        default_index=default_index,
-        timeout_s=options.uv.timeout_s,
-        retries=options.uv.retries,
-        offline=options.uv.offline,
-        use_cache=not cache_disabled(options.uv.environ),
-        verify=closure_verifier(options.uv, matrix),
-    )
+    plan_at = planner(matrix, targets, request, options.uv)
     plan = plan_at(None)
 
     name = check_env_name(

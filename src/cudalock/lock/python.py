@@ -40,12 +40,14 @@ from cudalock.lock.closure import (
     Echo,
     RoutedWheels,
     UvOptions,
+    closure_verifier,
     resolve_closure,
 )
-from cudalock.lock.frameworks import FitVerifier, plan_with_frameworks
+from cudalock.lock.frameworks import plan_with_frameworks
 from cudalock.lock.http import cache_disabled
 from cudalock.lock.pylock import read_toml_lock
 from cudalock.lock.uvfailures import NO_SOLUTION, NoWheelsForPython
+from cudalock.lock.uvinput import default_index_of
 from cudalock.lock.variant import Reader, page_files
 from cudalock.matrix import Matrix, load_matrix
 from cudalock.model import Plan, Target
@@ -70,19 +72,14 @@ Replan = Callable[[str], Plan]
 
 
 def planner(
-    matrix: Matrix,
-    targets: Sequence[Target],
-    request: Request,
-    *,
-    default_index: str,
-    timeout_s: float = 60,
-    retries: int = 3,
-    offline: bool = False,
-    use_cache: bool = True,
-    verify: FitVerifier | None = None,
+    matrix: Matrix, targets: Sequence[Target], request: Request, uv: UvOptions
 ) -> Callable[[str | None], Plan]:
     """How the plan for ``request`` is made (:func:`~cudalock.lock.frameworks.
-    plan_with_frameworks`): at the request's own Python (None), or at another one."""
+    plan_with_frameworks`): at the request's own Python (None), or at another one. The
+    frameworks' releases are read from the index and with the network limits ``uv`` gives; a
+    refusal's next step is resolved with uv (:func:`closure_verifier`) before it is named."""
+    default_index = default_index_of(request, allow_insecure=uv.allow_insecure)
+    verify = closure_verifier(uv, matrix)
 
     def plan_at(python: str | None) -> Plan:
         at = request if python is None else dataclasses.replace(request, python=python)
@@ -91,10 +88,10 @@ def planner(
             targets,
             at,
             default_index=default_index,
-            timeout_s=timeout_s,
-            retries=retries,
-            offline=offline,
-            use_cache=use_cache,
+            timeout_s=uv.timeout_s,
+            retries=uv.retries,
+            offline=uv.offline,
+            use_cache=not cache_disabled(uv.environ),
             verify=verify,
         )[0]
 
