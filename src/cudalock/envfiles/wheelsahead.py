@@ -58,6 +58,17 @@ def wheels_ahead_wanted(environ: Mapping[str, str]) -> bool:
     return all(environ.get(name, "").lower() in unset for name in ("UV_NO_CACHE", "UV_OFFLINE"))
 
 
+def _why_replaced(started: RoutedWheels, wanted: RoutedWheels) -> str:
+    """Why the download of ``started`` stops for ``wanted``: what the closure changed."""
+    if started.python != wanted.python:
+        return f"the closure is resolved for Python {wanted.python} instead"
+    if started.python_platform != wanted.python_platform:
+        return f"the closure is resolved for {wanted.python_platform} instead"
+    if started.index_url != wanted.index_url:
+        return "the closure takes the torch family from another index"
+    return "the closure is resolved again, with other torch and CUDA pins"
+
+
 class WheelsAhead:
     """Downloads into uv's cache, each in a thread: :class:`RoutedWheels` as soon as they are
     known (:meth:`start`, the ``on_routed`` of the closure's resolution), then the other
@@ -88,7 +99,7 @@ class WheelsAhead:
         if self._head is not None:
             if self._head[0] == wheels:
                 return
-            self._stop_head(f"the closure is resolved for Python {wheels.python} instead")
+            self._stop_head(_why_replaced(self._head[0], wheels))
         batch = self._batch(wheels.index_url, wheels.pins, wheels.python, wheels.python_platform)
         download = _Download(
             TITLE, DOWNLOAD, [batch], len(wheels.pins), self._timeout_s, self._link_mode
