@@ -15,7 +15,6 @@ import dataclasses
 import datetime
 import io
 import json
-import shutil
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -317,13 +316,6 @@ def serve_new_deepspeed(
     )
 
 
-@pytest.fixture
-def matrix_copy(tmp_path: Path) -> Path:
-    target = tmp_path / "matrix"
-    shutil.copytree(default_matrix_dir(), target)
-    return target
-
-
 def run_refresh(
     index: FakeIndex, directory: Path, *, write: bool = True, credentials: str = ""
 ) -> RefreshResult:
@@ -479,6 +471,12 @@ def test_refresh_adds_release_builds_and_tags(index: FakeIndex, matrix_copy: Pat
     # A second run finds nothing new.
     again = run_refresh(index, matrix_copy)
     assert again.changes == () and again.diff == "" and not again.written
+    # The optional tables' packages were asked for too (this index has none of them: said).
+    for project in ("vllm", "xformers", "torchao"):
+        assert any(path == f"/pypi/simple/{project}/" for path, _, _ in index.requests)
+        assert f"{project}: {index.base}/pypi/simple/{project}/ has no such project (HTTP 404)" in (
+            again.unread
+        )
 
 
 def test_new_releases_keep_every_invariant_and_change_no_known_release(

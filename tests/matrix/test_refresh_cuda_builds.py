@@ -9,22 +9,16 @@ ones carry: xformers' ``cpp_lib.json``, vllm's extension that needs ``libcudart.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import pytest
 import tomlkit
 from packaging.version import Version
 
 from cudalock.matrix import default_matrix_dir, load_matrix
 from cudalock.matrix.fetch import Fetcher
 from cudalock.matrix.refresh import _space_headers
-from cudalock.matrix.refresh_cuda_builds import (
-    apply_cuda_builds,
-    gather_cuda_builds,
-    linux_x86_64_wheel,
-    torch_pinned,
-)
+from cudalock.matrix.refresh_cuda_builds import apply_cuda_builds, gather_cuda_builds, torch_pinned
+from cudalock.matrix.releases import linux_x86_64_wheel
 from tests.conftest import ServeIndexes
 from tests.support.wheels import StandIn, cuda_extension_standin, xformers_cpp_lib
 
@@ -46,13 +40,6 @@ def next_release(version: str) -> str:
 
 def fetcher() -> Fetcher:
     return Fetcher(timeout=10, retries=0, backoff=0.01)
-
-
-@pytest.fixture
-def matrix_copy(tmp_path: Path) -> Path:
-    target = tmp_path / "matrix"
-    shutil.copytree(default_matrix_dir(), target)
-    return target
 
 
 def test_newer_wheels_are_read_and_recorded_with_their_source(

@@ -255,7 +255,7 @@ class Sources:
 #: The files a refresh may change, in the order their diffs are shown.
 _FILES = ("matrix.toml", "cuda.toml", "torch.toml", "deepspeed.toml")
 #: Refreshed where the matrix has it (the loader treats it as optional).
-_OPTIONAL_FILES = ("cuda_builds.toml",)
+_OPTIONAL_FILES = ("cuda_builds.toml", "torch_pairings.toml")
 
 
 def refresh_matrix(
@@ -277,6 +277,7 @@ def refresh_matrix(
 
     from cudalock.matrix.refresh_cuda_builds import apply_cuda_builds, gather_cuda_builds
     from cudalock.matrix.refresh_deepspeed import apply_deepspeed, gather_deepspeed
+    from cudalock.matrix.refresh_pairings import apply_pairings, gather_pairings
 
     pypi_url = validate_index_url(pypi_url, flag="--pypi-url", allow_insecure=allow_insecure)
     pytorch_index = validate_index_url(
@@ -308,11 +309,18 @@ def refresh_matrix(
         if ("cuda_builds.toml" in docs)
         else None
     )
+    pairings = (
+        gather_pairings(docs["torch_pairings.toml"], fetcher, pypi_url)
+        if ("torch_pairings.toml" in docs)
+        else None
+    )
     changes = apply(docs["torch.toml"], sources)
     changes += add_toolkits(docs["cuda.toml"], docs["torch.toml"], sources)
     changes += apply_deepspeed(docs["deepspeed.toml"], deepspeed, day)
     if builds is not None:
         changes += apply_cuda_builds(docs["cuda_builds.toml"], builds)
+    if pairings is not None:
+        changes += apply_pairings(docs["torch_pairings.toml"], pairings)
     if changes:
         docs["matrix.toml"]["matrix_version"] = day
     new = {name: _space_headers(tomlkit.dumps(docs[name])) for name in files}
@@ -333,7 +341,7 @@ def refresh_matrix(
         diff=diff,
         changes=tuple(changes),
         written=write and bool(changed),
-        unread=tuple(builds.unread) if builds is not None else (),
+        unread=(*(builds.unread if builds else ()), *(pairings.unread if pairings else ())),
     )
 
 

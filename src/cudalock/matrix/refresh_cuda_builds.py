@@ -20,22 +20,23 @@ from __future__ import annotations
 import email.parser
 import zipfile
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
     canonicalize_name,
-    parse_sdist_filename,
-    parse_wheel_filename,
 )
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from cudalock.errors import EnvironmentFailure
 from cudalock.matrix.fetch import Fetcher
+from cudalock.matrix.releases import (
+    file_sha256,
+    linux_x86_64_wheel,
+    position_of,
+    read_newer_releases,
+)
 from cudalock.urls import redact, strip_credentials
 from cudalock.wheelbuild import BuiltFor, read_wheel_build
 from cudalock.wheelzip import open_wheel
@@ -45,12 +46,8 @@ __all__ = [
     "CudaBuildsRefresh",
     "apply_cuda_builds",
     "gather_cuda_builds",
-    "linux_x86_64_wheel",
     "torch_pinned",
 ]
-
-#: Wheels read at once.
-PARALLEL_READS = 8
 
 
 @dataclass(frozen=True)
@@ -73,29 +70,6 @@ class CudaBuildsRefresh:
     unread: list[str] = field(default_factory=list)
 
 
-def linux_x86_64_wheel(
-    files: Sequence[Mapping[str, Any]], version: Version
-) -> Mapping[str, Any] | None:
-    """The file entry of ``version``'s Linux x86_64 wheel (the lowest glibc, then the name), or
-    None when it has none (an sdist only, or other platforms)."""
-    found = []
-    for entry in files:
-        filename = str(entry.get("filename", ""))
-        if not filename.endswith(".whl") or entry.get("yanked"):
-            continue
-        try:
-            _name, wheel_version, _build, tags = parse_wheel_filename(filename)
-        except (InvalidWheelFilename, InvalidVersion):
-            continue
-        platforms = {tag.platform for tag in tags}
-        if wheel_version != version or not any(
-            p.startswith(("manylinux", "linux")) and p.endswith("x86_64") for p in platforms
-        ):
-            continue
-        found.append((sorted(platforms), filename, entry))
-    return min(found, key=lambda f: (f[0], f[1]))[2] if found else None
-
-
 def torch_pinned(requires_dist: Sequence[str]) -> str | None:
     """The ``torch==X`` a wheel's Requires-Dist pins outside its extras ("2.7.1"); None."""
     for line in requires_dist:
@@ -113,71 +87,25 @@ def torch_pinned(requires_dist: Sequence[str]) -> str | None:
     return None
 
 
-def _file_version(entry: Mapping[str, Any]) -> Version | None:
-    filename = str(entry.get("filename", ""))
-    if entry.get("yanked"):
-        return None
-    try:
-        if filename.endswith(".whl"):
-            return parse_wheel_filename(filename)[1]
-        if filename.endswith((".tar.gz", ".zip")):
-            return parse_sdist_filename(filename)[1]
-    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
-        return None
-    return None
-
-
-def _recorded(doc: Any) -> dict[str, Version]:
-    """The newest recorded version of each listed package."""
-    newest: dict[str, Version] = {}
-    for entry in doc.get("build", []):
-        try:
-            name, version = (
-                str(canonicalize_name(str(entry["package"]))),
-                Version(str(entry["version"])),
-            )
-        except (KeyError, InvalidVersion):
-            continue
-        if name not in newest or version > newest[name]:
-            newest[name] = version
-    return newest
-
-
 def gather_cuda_builds(doc: Any, fetcher: Fetcher, pypi_url: str) -> CudaBuildsRefresh:
     """Read the wheels of the listed packages' releases newer than the recorded ones."""
-    result = CudaBuildsRefresh()
-    wanted: list[tuple[str, Version, Mapping[str, Any]]] = []
-    for name, newest in sorted(_recorded(doc).items()):
-        page_url = f"{pypi_url.rstrip('/')}/{name}/"
-        page = fetcher.json(page_url)
-        if page is None:
-            result.unread.append(f"{name}: {redact(page_url)} has no such project (HTTP 404)")
-            continue
-        files = [f for f in page.get("files", []) if isinstance(f, dict)]
-        versions = {v for v in map(_file_version, files) if v is not None}
-        for version in sorted(v for v in versions if v > newest and not v.is_prerelease):
-            wheel = linux_x86_64_wheel(files, version)
-            if wheel is None:
-                result.unread.append(f"{name} {version}: no Linux x86_64 wheel on the index")
-                continue
-            wanted.append((name, version, wheel))
     indexes = (pypi_url,)
-    with ThreadPoolExecutor(max_workers=PARALLEL_READS) as pool:
-        read = list(pool.map(lambda w: _read(w[0], w[1], w[2], indexes, fetcher), wanted))
-    for (name, version, _wheel), (facts, problem) in zip(wanted, read, strict=True):
-        if facts is not None:
-            result.facts.append(facts)
-        else:
-            result.unread.append(f"{name} {version}: {problem}")
-    return result
+    facts, unread = read_newer_releases(
+        doc.get("build", []),
+        fetcher,
+        pypi_url,
+        linux_x86_64_wheel,
+        lambda name, version, wheel: _read(name, version, wheel, indexes, fetcher),
+        no_wheel="no Linux x86_64 wheel on the index",
+    )
+    return CudaBuildsRefresh(facts, unread)
 
 
 def _read(
     name: str, version: Version, wheel: Mapping[str, Any], indexes: Sequence[str], fetcher: Fetcher
 ) -> tuple[CudaBuildFacts | None, str]:
     url = str(wheel.get("url", ""))
-    hashes = wheel.get("hashes")
-    sha256 = str(hashes["sha256"]) if isinstance(hashes, dict) and hashes.get("sha256") else None
+    sha256 = file_sha256(wheel)
     try:
         requires_dist = _requires_dist(url, indexes, fetcher)
         built = read_wheel_build(
@@ -248,22 +176,10 @@ def apply_cuda_builds(doc: Any, gathered: CudaBuildsRefresh) -> list[str]:
             said += f"; METADATA Requires-Dist torch=={facts.torch}"
         table["source"] = f"{facts.url}{digest}: {said}"
         table["status"] = "verified"
-        builds.insert(_position(builds, facts), table)
+        builds.insert(position_of(builds, facts.package, facts.version), table)
         torch = f" against torch {facts.torch}" if facts.torch else ""
         changes.append(
             f"cuda_builds: {facts.package} {facts.version} is built for CUDA "
             f"{facts.built.cuda}{torch} ({facts.built.evidence})"
         )
     return changes
-
-
-def _position(builds: Any, facts: CudaBuildFacts) -> int:
-    key = (facts.package, Version(facts.version))
-    for index, entry in enumerate(builds):
-        try:
-            other = (str(canonicalize_name(str(entry["package"]))), Version(str(entry["version"])))
-        except (KeyError, InvalidVersion):
-            continue
-        if other > key:
-            return index
-    return len(builds)

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import InvalidSdistFilename, parse_sdist_filename
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from cudalock.matrix.fetch import Fetcher
 from cudalock.matrix.refresh import unmarked_torch_requirements
+from cudalock.matrix.releases import file_version
 from cudalock.urls import strip_credentials
 
 __all__ = [
@@ -74,9 +74,9 @@ def gather_deepspeed(deepspeed_doc: Any, fetcher: Fetcher, pypi_url: str) -> lis
         return []
     files: dict[str, list[Mapping[str, Any]]] = {}
     for entry in page.get("files", []):
-        if not isinstance(entry, Mapping) or entry.get("yanked"):
+        if not isinstance(entry, Mapping):
             continue
-        version = _file_version(str(entry.get("filename", "")))
+        version = file_version(entry)
         if version is None or version.is_prerelease or version.is_devrelease or version.local:
             continue
         if version > newest:
@@ -86,17 +86,6 @@ def gather_deepspeed(deepspeed_doc: Any, fetcher: Fetcher, pypi_url: str) -> lis
         _facts(version, entries, fetcher, page_source)
         for version, entries in sorted(files.items(), key=lambda item: Version(item[0]))
     ]
-
-
-def _file_version(filename: str) -> Version | None:
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
-    try:
-        if filename.endswith(".whl"):
-            return parse_wheel_filename(filename)[1]
-        return parse_sdist_filename(filename)[1]
-    except (InvalidSdistFilename, InvalidWheelFilename, InvalidVersion):
-        return None
 
 
 def _facts(
