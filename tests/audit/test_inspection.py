@@ -108,6 +108,25 @@ def test_nvcc_on_path_and_cuda_home_in_cpp_extension_order(
     assert installed.effective_nvcc.origin == "CUDA_HOME"
 
 
+def test_a_symlinked_nvcc_without_a_release_line_reads_its_toolkits_version_json(
+    env_2_11: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /usr/bin/nvcc -> /usr/local/cuda-12.4/bin/nvcc: the version is the real toolkit's.
+    toolkit = tmp_path / "cuda-12.4"
+    (toolkit / "bin").mkdir(parents=True)
+    _script(toolkit / "bin" / "nvcc", "echo 'nvcc: NVIDIA (R) Cuda compiler driver'")
+    (toolkit / "version.json").write_text('{"cuda": {"version": "12.4.1"}}', encoding="utf-8")
+    path_bin = tmp_path / "usr" / "bin"
+    path_bin.mkdir(parents=True)
+    (path_bin / "nvcc").symlink_to(toolkit / "bin" / "nvcc")
+    monkeypatch.delenv("CUDA_HOME")
+    monkeypatch.setenv("PATH", f"{path_bin}{os.pathsep}{os.environ['PATH']}")
+    installed = inspect_environment(python=env_2_11)
+    by_origin = {n.origin: n for n in installed.nvcc}
+    assert by_origin["PATH"].version == "12.4.1"
+    assert by_origin["PATH"].problem is None
+
+
 def test_the_environments_own_nvcc_comes_before_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -206,7 +206,8 @@ def _nvcc_version(nvcc: str) -> tuple[str | None, str | None]:
         problem = "nvcc --version printed no release line"
     except (OSError, subprocess.SubprocessError) as err:
         problem = "nvcc --version failed: " + str(err)
-    home = os.path.dirname(os.path.dirname(nvcc))
+    # The toolkit nvcc belongs to, through a symlinked nvcc as the probe finds it.
+    home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
     try:
         with open(os.path.join(home, "version.json"), encoding="utf-8") as handle:
             data = json.load(handle)
