@@ -74,7 +74,7 @@ from cudalock.lock.torchbuild import (
     needs_torch_to_build,
     read_sdist,
 )
-from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version
+from cudalock.lock.uv import find_uv, run_uv, uv_environment, uv_version_later
 from cudalock.lock.uvfailures import (
     NoWheelsForPython,
     classify_uv_failure,
@@ -264,11 +264,16 @@ class _Uv:
         self.work = work
         self.echo = echo
         self.path = find_uv()
-        self.version = uv_version(self.path)
+        self._version = uv_version_later(self.path)
         #: Packages whose build reads the installed torch, prepared without isolation in
         #: ``build_python``, an environment holding the locked torch.
         self.no_isolation: list[str] = []
         self.build_python: str | None = None
+
+    @property
+    def version(self) -> str:
+        """uv's version ("0.13.9"), recorded in the lock."""
+        return self._version()
 
     def _env(self, inp: LockInput) -> dict[str, str]:
         env = uv_environment(

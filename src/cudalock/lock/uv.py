@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ __all__ = [
     "run_uv",
     "uv_environment",
     "uv_version",
+    "uv_version_later",
 ]
 
 INSTALL_HINT = "Reinstall cudalock (it depends on uv), or install uv itself (pip install uv)."
@@ -98,6 +100,30 @@ def uv_version(uv: str) -> str:
             f"{uv} --version failed: {done.stderr_text().strip()}", hint=INSTALL_HINT
         )
     return words[1]
+
+
+def uv_version_later(uv: str) -> Callable[[], str]:
+    """:func:`uv_version`, asked at once in a thread (beside the work before uv first runs):
+    the function returned waits for the answer, raising what :func:`uv_version` raised."""
+    answer: list[str] = []
+    failure: list[EnvironmentFailure] = []
+
+    def ask() -> None:
+        try:
+            answer.append(uv_version(uv))
+        except EnvironmentFailure as err:
+            failure.append(err)
+
+    thread = threading.Thread(target=ask, name="cudalock-uv-version", daemon=True)
+    thread.start()
+
+    def wait() -> str:
+        thread.join()
+        if failure:
+            raise failure[0]
+        return answer[0]
+
+    return wait
 
 
 def uv_environment(
