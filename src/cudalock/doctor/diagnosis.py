@@ -1229,7 +1229,10 @@ def diagnose(
                         'ZeRO-3 with "stage3_gather_16bit_weights_on_model_save": true keeps '
                         "the 16-bit "
                         "copy on rank 0 only.",
-                        "Or give the node the RAM the memory check asks for.",
+                        "Or give the node the RAM the memory check asks for."
+                        if memory is not None
+                        else "Or give the node more host RAM (--params, --zero and "
+                        "--gpus-per-node say how much the save needs).",
                     ),
                 )
             )

@@ -270,6 +270,9 @@ _EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "checkpoint-save",
         re.compile(
             r"Saving model checkpoint to|Checkpoint \S+ is about to be saved|Saving checkpoint"
+            # The Lightning callbacks of the stable-diffusion trainers (CompVis main.py's
+            # melk, on_exception) print this, then call trainer.save_checkpoint.
+            r"|[Ss]ummoning checkpoint"
         ),
     ),
     ("training-progress", re.compile(r"""['"]loss['"]\s*:|\bloss[:=]\s*\d""")),
@@ -295,7 +298,12 @@ _EVENT_KEYWORDS: dict[str, tuple[str, ...]] = {
     "slurm-cancelled": ("CANCELLED AT",),
     "kubernetes-oomkilled": ("OOMKilled",),
     "nccl-timeout": ("Watchdog caught collective operation timeout", "NCCL"),
-    "checkpoint-save": ("Saving model checkpoint to", "is about to be saved", "Saving checkpoint"),
+    "checkpoint-save": (
+        "Saving model checkpoint to",
+        "is about to be saved",
+        "Saving checkpoint",
+        "ummoning checkpoint",
+    ),
     "training-progress": ("loss",),
     "shell-killed": ("Killed",),
     "shell-segfault": ("Segmentation fault",),
