@@ -25,6 +25,9 @@ DRIVER_530 = Target(
     driver_cuda=(12, 1),
     gpus=(A100,),
 )
+DRIVER_570 = Target(
+    platform="linux-x86_64", driver_version=DriverVersion("570.124.06"), gpus=(A100,)
+)
 
 
 def env(torch: str, cuda: str | None, *dists: tuple[str, str], **fields: object) -> Installed:
@@ -117,3 +120,55 @@ def test_a_pasted_report_names_the_mismatch() -> None:
     )
     [found] = mismatches(audit(report.installed, DRIVER_525, MATRIX))
     assert found.message.startswith("xformers 0.0.28.post3 is built for CUDA 12.1")
+
+
+def test_xformers_own_pasted_build_line_comes_before_the_matrix() -> None:
+    # facebookresearch/xformers#1250: the matrix's PyPI 0.0.29 is built for CUDA 12.1 against
+    # torch 2.5.1+cu121, but the installed one says it was built against 2.6.0+cu118.
+    report = parse_report(
+        "WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
+        "    PyTorch 2.6.0+cu118 with CUDA 1107 (you have 2.6.0+cu118)\n"
+        "    Python  3.10.17 (you have 3.10.17)\n"
+        "xFormers 0.0.29\n"
+    )
+    findings = audit(report.installed, DRIVER_525, MATRIX)
+    assert not mismatches(findings)
+    assert not [f for f in findings if f.code == "extension-abi-mismatch"]
+
+
+def test_a_pasted_xformers_build_of_another_cuda_major_is_an_error() -> None:
+    report = parse_report(
+        "PyTorch 2.6.0+cu124 with CUDA 1204 (you have 2.6.0+cu118)\nxFormers 0.0.29.post3\n"
+    )
+    [found] = mismatches(audit(report.installed, DRIVER_525, MATRIX))
+    assert found.message.startswith("xformers 0.0.29.post3 is built for CUDA 12.4 against torch")
+    assert "the pasted xFormers warning" in found.evidence[0]
+
+
+def test_xformers_built_for_another_python_is_an_abi_error_fixed_by_the_release_for_its_torch() -> (
+    None
+):
+    # dusty-nv/jetson-inference#1946: the same torch, another Python.
+    report = parse_report(
+        "    PyTorch 2.8.0+cu128 with CUDA 1208 (you have 2.8.0+cu128)\n"
+        "    Python  3.12.3 (you have 3.10.12)\n"
+    )
+    [found] = [
+        f for f in audit(report.installed, DRIVER_570, MATRIX) if f.code == "extension-abi-mismatch"
+    ]
+    assert found.message.startswith(
+        "xFormers was built for Python 3.12 but this environment has Python 3.10:"
+    )
+    # The newest PyPI release built against torch 2.8.0 (cuda_builds.toml).
+    assert found.fix == (
+        "pip install --force-reinstall --no-deps 'xformers==0.0.32.post2'"
+        "   # built against this torch",
+    )
+
+
+def test_xformers_for_a_torch_without_a_recorded_release_is_rebuilt_against_it() -> None:
+    report = parse_report("PyTorch 2.0.1+cu118 with CUDA 1108 (you have 1.13.1+cu117)\n")
+    [found] = [
+        f for f in audit(report.installed, DRIVER_530, MATRIX) if f.code == "extension-abi-mismatch"
+    ]
+    assert "--no-build-isolation" in found.fix[-1]

@@ -102,12 +102,33 @@ def test_each_message_is_read_with_what_it_states(
     assert dict(message.fields) == fields
 
 
-def test_xformers_built_for_is_read_only_after_its_header() -> None:
-    line = "    PyTorch 2.1.2+cu121 with CUDA 1201 (you have 2.1.2+cpu)"
+def test_xformers_built_for_names_its_cuda_and_is_read_without_its_header() -> None:
+    # Pastes often start below "xFormers was built for:"; "with CUDA 1201" is xFormers' own.
+    message = read_message("    PyTorch 2.1.2+cu121 with CUDA 1201 (you have 2.1.2+cpu)")
+    assert message is not None and message.kind == messages.XFORMERS_BUILT_FOR
+    assert dict(message.fields) == {
+        "built": "2.1.2+cu121",
+        "installed": "2.1.2+cpu",
+        "cuda": "12.1",
+    }
+
+
+def test_xformers_built_for_without_its_cuda_is_read_only_after_its_header() -> None:
+    line = "    PyTorch 2.0.1 (you have 2.1.0+cu121)"
     assert read_message(line) is None
     message = read_message(line, after_xformers_header=True)
-    assert message is not None and message.kind == messages.XFORMERS_BUILT_FOR
-    assert dict(message.fields) == {"built": "2.1.2+cu121", "installed": "2.1.2+cpu"}
+    assert message is not None
+    assert dict(message.fields) == {"built": "2.0.1", "installed": "2.1.0+cu121"}
+
+
+def test_the_python_line_after_xformers_built_for_joins_it() -> None:
+    message = read_message("PyTorch 2.8.0 with CUDA 1209 (you have 2.8.0)")
+    assert message is not None
+    joined = messages.with_xformers_python(message, "    Python  3.12.3 (you have 3.10.12)")
+    assert joined is not None
+    assert joined.get("built_python") == "3.12" and joined.get("python") == "3.10"
+    assert joined.text.endswith("/ Python  3.12.3 (you have 3.10.12)")
+    assert messages.with_xformers_python(message, "  Please reinstall xformers") is None
 
 
 @pytest.mark.parametrize(

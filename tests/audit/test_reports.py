@@ -392,3 +392,52 @@ def test_deepspeeds_mismatch_line_names_nvcc_and_torchs_cuda() -> None:
 def test_nothing_recognised_is_an_input_error_that_says_what_is_read() -> None:
     with pytest.raises(InputError, match="nothing in this file is a report cudalock reads"):
         require_recognised(parse_report("hello world\nnothing to see: here\n"))
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        # An issue editor's wrap at a space (Dao-AILab/flash-attention#950).
+        (
+            "`flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined\n"
+            " symbol: _ZN3c104impl3cow11cow_deleterEPv`\n",
+            "undefined-symbol",
+        ),
+        # A terminal's hard wrap inside a word.
+        ("ImportError: libcudart.so.11.0: cannot open shared obj\nect file\n", "library-missing"),
+    ],
+)
+def test_a_message_broken_over_two_lines_is_read_whole(text: str, kind: str) -> None:
+    report = parse_report(text)
+    assert [m.kind for m in report.installed.messages] == [kind]
+
+
+def test_a_wrapped_arch_warning_names_the_gpu_and_the_arch_list() -> None:
+    report = parse_report(
+        "NVIDIA H100 PCIe with CUDA capability\n"
+        "sm_90 is not compatible with the current PyTorch installation.\n"
+        "The current PyTorch\n"
+        "install supports CUDA capabilities sm_37 sm_50 sm_80 sm_86.\n"
+    )
+    assert [(g.name, g.compute_capability) for g in report.gpus] == [("NVIDIA H100 PCIe", (9, 0))]
+    assert report.installed.arch_list == ("sm_37", "sm_50", "sm_80", "sm_86")
+    assert [m.kind for m in report.installed.messages] == ["arch-unsupported"]
+
+
+def test_lines_each_whole_are_not_joined() -> None:
+    report = parse_report(
+        "ImportError: a.so: undefined symbol: _Z1fv\nImportError: b.so: undefined symbol: _Z1gv\n"
+    )
+    assert [m.get("library") for m in report.installed.messages] == ["a.so", "b.so"]
+
+
+def test_xformers_python_line_is_part_of_its_built_for_message() -> None:
+    report = parse_report(
+        " PyTorch 2.9.0+cu128 with CUDA 1208 (you have 2.10.0+cu128)\n"
+        "    Python  3.10.11 (you have 3.13.12)\n"
+        "  Please reinstall xformers\n"
+    )
+    (message,) = report.installed.messages
+    assert message.get("built_python") == "3.10" and message.get("python") == "3.13"
+    torch = report.installed.active_torch
+    assert torch is not None and torch.version == "2.10.0+cu128"

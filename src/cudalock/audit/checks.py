@@ -20,7 +20,7 @@ from functools import cached_property
 from packaging.version import InvalidVersion, Version
 
 from cudalock.audit import messages as msg
-from cudalock.audit.cudabuilt import check_cuda_builds
+from cudalock.audit.cudabuilt import check_cuda_builds, fitting_release
 from cudalock.audit.installed import (
     DeepSpeedBuild,
     Distribution,
@@ -1774,18 +1774,47 @@ def _nvcc_message(context: _Context, message: ReportedMessage) -> Finding | None
 
 
 def _xformers_message(context: _Context, message: ReportedMessage) -> Finding | None:
+    """xFormers' own "built for: PyTorch X (you have Y) / Python A (you have B)": its
+    extensions load only beside the torch and under the Python they were built for."""
     built, installed = message.get("built"), message.get("installed")
-    if not built or not installed or built == installed:
+    built_python, python = message.get("built_python"), message.get("python")
+    built_for, running = [], []
+    if built and installed and built != installed:
+        built_for.append(f"torch {built}")
+        running.append(f"torch {installed}")
+    if built_python and python and built_python != python:
+        built_for.append(f"Python {built_python}")
+        running.append(f"Python {python}")
+    if not built_for:
         return None
     dist = context.installed.dist("xformers")
     return _finding(
         "extension-abi-mismatch",
         "error",
-        f"xFormers was built for torch {built} but torch {installed} is installed: its C++/CUDA "
-        "extensions do not load (memory-efficient attention is unavailable)",
+        f"xFormers was built for {' and '.join(built_for)} but this environment has "
+        f"{' and '.join(running)}: its C++/CUDA extensions do not load (memory-efficient "
+        "attention is unavailable)",
         [_pasted(message)] + ([f"xformers {dist.version}"] if dist else []),
-        _rebuild_commands(context, "xformers", dist.version if dist else None),
+        _xformers_fix(context, installed, dist),
     )
+
+
+def _xformers_fix(
+    context: _Context, torch_version: str | None, dist: Distribution | None
+) -> list[str]:
+    """The xFormers release built against this torch, installed for this Python (pip picks the
+    wheel of the running interpreter); without one on record, a build against it."""
+    torch = context.torch
+    if torch is not None and torch_version and torch.install.version == torch_version:
+        fitting = fitting_release(
+            "xformers", torch_version, torch.cuda, context.target, context.matrix, context.compat
+        )
+        if fitting:
+            return [
+                f"{context.pip} install --force-reinstall --no-deps 'xformers=={fitting}'"
+                "   # built against this torch"
+            ]
+    return _rebuild_commands(context, "xformers", dist.version if dist else None)
 
 
 __all__ = [

@@ -62,6 +62,8 @@ _EXT_NVCC = re.compile(
 _XFORMERS = re.compile(
     r"PyTorch (\d[\w.+]*)(?: with CUDA (\d{3,4}))? \(you have (\d[\w.+]*)\)",
 )
+#: The line after it: "Python  3.10.11 (you have 3.13.12)".
+_XFORMERS_PYTHON = re.compile(r"^Python\s+(\d+\.\d+)[\d.]*\s+\(you have (\d+\.\d+)[\d.]*\)")
 
 _DS_OPS = re.compile(
     r"(PyTorch|CUDA) version mismatch! DeepSpeed ops were compiled and installed with a "
@@ -69,7 +71,8 @@ _DS_OPS = re.compile(
     r"version=(\d+\.\d+)"
 )
 
-_SUBSTRINGS = (
+#: Words every message holds: a line without one is no message.
+PHRASES = (
     "DeepSpeed ops were compiled",
     "too old",
     "Error 804",
@@ -90,7 +93,7 @@ _SUBSTRINGS = (
 def read_message(line: str, *, after_xformers_header: bool = False) -> ReportedMessage | None:
     """The message ``line`` carries, if any. ``after_xformers_header``: the line follows
     xFormers' "xFormers was built for:" (its "PyTorch X (you have Y)" line)."""
-    if not any(token in line for token in _SUBSTRINGS):
+    if not any(token in line for token in PHRASES):
         return None
     text = line.strip()[:_MAX_TEXT]
     match = _DS_OPS.search(line)
@@ -159,14 +162,34 @@ def read_message(line: str, *, after_xformers_header: bool = False) -> ReportedM
             text,
             (("nvcc", match.group(1)), ("torch_cuda", match.group(2)), ("by", "cpp_extension")),
         )
-    match = _XFORMERS.search(line) if after_xformers_header else None
-    if match:
+    match = _XFORMERS.search(line)
+    # Its CUDA ("with CUDA 1208") makes the line xFormers' own without the header above it,
+    # which pastes often leave out.
+    if match and (after_xformers_header or match.group(2)):
+        cuda = match.group(2)
         return ReportedMessage(
             XFORMERS_BUILT_FOR,
             text,
-            (("built", match.group(1)), ("installed", match.group(3))),
+            (
+                ("built", match.group(1)),
+                ("installed", match.group(3)),
+                *((("cuda", f"{int(cuda) // 100}.{int(cuda) % 100}"),) if cuda else ()),
+            ),
         )
     return None
+
+
+def with_xformers_python(message: ReportedMessage, line: str) -> ReportedMessage | None:
+    """``message`` (xFormers' "PyTorch X (you have Y)") with the Python its extensions were
+    built for and the one running, when ``line``, the line after it, names them."""
+    match = _XFORMERS_PYTHON.match(line.strip())
+    if message.kind != XFORMERS_BUILT_FOR or not match:
+        return None
+    return ReportedMessage(
+        message.kind,
+        f"{message.text} / {line.strip()}"[:_MAX_TEXT],
+        (*message.fields, ("built_python", match.group(1)), ("python", match.group(2))),
+    )
 
 
 def _cudnn_version(text: str) -> str:
@@ -213,8 +236,10 @@ __all__ = [
     "NOT_COMPILED_WITH_CUDA",
     "NO_KERNEL_IMAGE",
     "NVCC_MISMATCH",
+    "PHRASES",
     "UNDEFINED_SYMBOL",
     "XFORMERS_BUILT_FOR",
     "extension_package",
     "read_message",
+    "with_xformers_python",
 ]

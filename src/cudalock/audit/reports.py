@@ -406,6 +406,8 @@ class _State:
     #: The torch CUDA an error message states ("the version torch was compiled with 11.8").
     message_torch_cuda: str | None = None
     xformers_header: bool = False
+    #: The index in ``messages`` of xFormers' "PyTorch X (you have Y)" on the line before.
+    xformers_built_for: int | None = None
     #: Inside a pip list / conda list table (its header was seen): the table's format.
     table: str | None = None
 
@@ -559,7 +561,7 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
     if not line:
         state.table = None
         return nxt
-    _scan_anywhere(state, line)
+    _scan_anywhere(state, _unwrapped(line, lines[nxt] if nxt < len(lines) else ""))
     if _package_line(state, line):
         return nxt
     if (
@@ -612,6 +614,27 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
     return _collect_field(state, handler, value, lines, nxt)
 
 
+#: What a message or warning is recognised by; a paste may break one over two lines.
+_WRAPPABLE = (*messages.PHRASES, "supports CUDA capabilities", "xFormers was built for")
+#: The characters each side of a line break searched for a phrase broken by it (the longest
+#: phrase fits).
+_SEAM = max(len(phrase) for phrase in _WRAPPABLE)
+
+
+def _unwrapped(line: str, following: str) -> str:
+    """``line`` joined to ``following`` where a phrase is broken between them (a terminal's
+    or an issue editor's wrap: "...gnu.so: undefined" / "symbol: _ZN3c10..."), else ``line``.
+    Only the seam is searched: the join costs nothing on lines no wrap broke."""
+    if not following:
+        return line
+    tail, head = line[-_SEAM:], following[:_SEAM]
+    for glue in (" ", ""):  # a wrap at a space, or inside a word
+        seam = tail + glue + head
+        if any(p in seam and p not in tail and p not in head for p in _WRAPPABLE):
+            return line + glue + following
+    return line
+
+
 def _scan_anywhere(state: _State, line: str) -> None:
     """Lines that matter whatever report they sit in: warnings, errors and nvidia-smi output."""
     _scan_message(state, line)
@@ -661,11 +684,19 @@ def _scan_message(state: _State, line: str) -> None:
     """An error or warning line: kept as evidence, with what it states about the machine."""
     after_header = state.xformers_header
     state.xformers_header = "xFormers was built for" in line
+    built_for, state.xformers_built_for = state.xformers_built_for, None
+    if built_for is not None:
+        with_python = messages.with_xformers_python(state.messages[built_for], line)
+        if with_python is not None:
+            state.messages[built_for] = with_python
+            return
     message = messages.read_message(line, after_xformers_header=after_header)
     if message is None:
         return
     if len(state.messages) < _MAX_MESSAGES and message not in state.messages:
         state.messages.append(message)
+        if message.kind == messages.XFORMERS_BUILT_FOR:
+            state.xformers_built_for = len(state.messages) - 1
     # Evidence, not a report format: the formats stay those of the report the lines sit in.
     entry = f"{MESSAGES}: {message.kind}"
     if entry not in state.recognised:

@@ -186,7 +186,10 @@ def render(outcome: AuditOutcome, policy_source: str) -> str:
         )
         lines.append(f"  torch {torch.version} ({cuda})")
     if outcome.report is not None:
-        lines.append(f"  recognised: {', '.join(outcome.report.formats) or 'nothing'}")
+        from cudalock.audit.reports import MESSAGES  # loaded already: the report was read
+
+        read = outcome.report.formats or ((MESSAGES,) if installed.messages else ())
+        lines.append(f"  recognised: {', '.join(read) or 'nothing'}")
     lines.extend(f"Target: {target.name}: {target.describe()}" for target in outcome.targets)
     lines.append(f"Policy: --compat {outcome.compat} ({policy_source})")
     counts = {
