@@ -20,6 +20,7 @@ from cudalock.audit.installed import (
     SharedLibrary,
     TorchInstall,
 )
+from cudalock.audit.reports import parse_report, report_target
 from cudalock.matrix import Matrix
 from cudalock.model import Finding, Gpu, Target
 from cudalock.request import Compat
@@ -605,3 +606,22 @@ def test_a_pasted_error_line_is_evidence_of_the_finding_a_check_already_made(
     findings = audit(installed, target("535.104.05", (12, 2), (8, 0)), matrix)
     assert [f.code for f in findings if f.severity == "error"] == ["minor-compat-only"]
     assert f"pasted: {line}" in only(findings, "minor-compat-only").evidence
+
+
+def test_an_arch_warning_without_a_driver_says_where_builds_for_the_gpu_begin(
+    matrix: Matrix,
+) -> None:
+    # "Which PyTorch version would fit an H100?" (guoqincode/Open-AnimateAnyone#114): torch
+    # 2.0.0's cu117 build stops at sm_86, its cu118 build has sm_90.
+    report = parse_report(
+        "NVIDIA H100 PCIe with CUDA capability sm_90 is not compatible with the current "
+        "PyTorch installation.\n"
+    )
+    finding = only(
+        audit(report.installed, report_target(report, matrix), matrix), "gpu-arch-unsupported"
+    )
+    assert finding.fix[0] == (
+        "# of torch 1.13–2.15 (the releases cudalock knows), the first with kernels for compute "
+        "capability 9.0 is 2.0.0+cu118: CUDA 11.8, a driver ≥ 520.61.05"
+    )
+    assert finding.fix[1].startswith("# paste 'nvidia-smi'")

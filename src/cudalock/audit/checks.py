@@ -1593,13 +1593,50 @@ def _arch_message(context: _Context, message: ReportedMessage) -> Finding:
             for g in context.target.gpus
             if g.compute_capability
         ],
-        _replacement_fix(
-            context,
-            "a build with kernels for every target GPU",
-            "paste 'nvidia-smi' (or give --driver-version and --gpu) to get a build with "
-            "kernels for this GPU",
-        ),
+        _arch_fix(context),
     )
+
+
+def _arch_fix(context: _Context) -> list[str]:
+    missing = (
+        "paste 'nvidia-smi' (or give --driver-version and --gpu) to get a build with kernels "
+        "for this GPU"
+    )
+    fix = _replacement_fix(context, "a build with kernels for every target GPU", missing)
+    if fix == [f"# {missing}"]:  # unchecked: say at least where the fitting builds begin
+        return [*_first_builds_with_kernels(context), *fix]
+    return fix
+
+
+def _first_builds_with_kernels(context: _Context) -> list[str]:
+    """Where the matrix's torch builds with kernels for the target's GPUs begin ("which torch
+    fits an H100?"), for a fix that cannot be checked without the driver."""
+    ccs = [cc for cc in context.target.compute_capabilities if cc is not None]
+    if not ccs:
+        return []
+    platform = context.target.platform
+    for release in sorted(context.matrix.torch_releases, key=lambda r: Version(r.version)):
+        covering = [
+            build
+            for build in release.builds_for(platform)
+            if build.kind == "cuda"
+            and build.cuda is not None
+            and all(arch_covers(build.sass, build.ptx, cc) for cc in ccs)
+        ]
+        if not covering:
+            continue
+        first = min(covering, key=lambda build: build.cuda or (0, 0))
+        assert first.cuda is not None
+        driver = context.matrix.min_driver_for_cuda(first.cuda, platform)
+        needs = f", a driver ≥ {driver}" if driver else ""
+        unverified = "" if first.provenance.verified else " (unverified)"
+        archs = ", ".join(format_cc(cc) for cc in ccs)
+        return [
+            f"# of torch {context.matrix.torch_span} (the releases cudalock knows), the first "
+            f"with kernels for compute capability {archs} is {release.version}+{first.variant}"
+            f"{unverified}: CUDA {format_cuda(first.cuda)}{needs}"
+        ]
+    return []
 
 
 def _cpu_message(context: _Context, message: ReportedMessage) -> Finding:
