@@ -441,3 +441,30 @@ def test_xformers_python_line_is_part_of_its_built_for_message() -> None:
     assert message.get("built_python") == "3.10" and message.get("python") == "3.13"
     torch = report.installed.active_torch
     assert torch is not None and torch.version == "2.10.0+cu128"
+
+
+def test_pip_show_names_the_installed_torch() -> None:
+    report = parse_report(
+        "Name: torch\nVersion: 1.11.0+cu113\nSummary: Tensors and Dynamic neural networks\n"
+    )
+    torch = report.installed.active_torch
+    assert torch is not None and torch.version == "1.11.0+cu113" and torch.cuda == "11.3"
+    assert report.formats == ("pip show",)
+
+
+def test_a_name_line_without_a_version_after_it_is_no_package() -> None:
+    report = parse_report("Name: torch\nLocation: /env/site-packages\n")
+    assert report.installed.distributions == ()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        " - GPU models and configuration: GeForce RTX 2070, driver 450.102.04",
+        "GPU models and configuration: GeForce RTX 2070 (driver 450.102.04)",
+    ],
+)
+def test_a_driver_typed_after_the_gpu_is_the_driver(line: str) -> None:
+    report = parse_report(line + "\n")
+    assert report.driver_version == "450.102.04"
+    assert [g.name for g in report.gpus] == ["GeForce RTX 2070"]

@@ -74,6 +74,7 @@ LLAMAFACTORY = "llamafactory-cli env"
 NVIDIA_SMI = "nvidia-smi"
 PIP_FREEZE = "pip freeze"
 PIP_LIST = "pip list"
+PIP_SHOW = "pip show"
 CONDA_LIST = "conda list"
 HAND_TYPED = "hand-typed versions"
 MESSAGES = "error messages"
@@ -81,8 +82,8 @@ MESSAGES = "error messages"
 #: What ``audit --report`` reads, in words (the message for a file in which nothing is).
 READABLE = (
     "python -m torch.utils.collect_env, ds_report, llamafactory-cli env, pip freeze, pip list, "
-    "conda list, nvidia-smi, and the error lines of PyTorch, DeepSpeed, xFormers, the CUDA "
-    'runtime and the loader ("The NVIDIA driver on your system is too old", "no kernel image '
+    "pip show, conda list, nvidia-smi, and the error lines of PyTorch, DeepSpeed, xFormers, the "
+    'CUDA runtime and the loader ("The NVIDIA driver on your system is too old", "no kernel image '
     'is available", "undefined symbol", "cannot open shared object file", ...)'
 )
 
@@ -455,6 +456,9 @@ _DOTTED = re.compile(r"^([A-Za-z][A-Za-z0-9 _/().\-]{0,60}?)\s*\.{3,}\s*(.*)$")
 _DS_OP = re.compile(
     r"^([A-Za-z0-9_]+)\s*\.{2,}\s*\[(YES|NO)\]\s*\.{2,}\s*\[(OKAY|NO)\]", re.IGNORECASE
 )
+#: ``pip show torch``: "Name: torch" with "Version: 2.1.0+cu121" on the next line.
+_PIP_SHOW_NAME = re.compile(r"^Name:\s*([A-Za-z0-9][A-Za-z0-9._-]*)$")
+_PIP_SHOW_VERSION = re.compile(r"^Version:\s*(\d[^\s]*)$")
 _PIP_LINE = re.compile(r"^\[(pip3?|conda)\]\s+(.*)$")
 _GPU_LINE = re.compile(r"^GPU\s+(\d{1,4})\s*[:：]\s*(.+)$")
 _SMI_HEADER = re.compile(r"Driver Version:\s*([\d.]+)(?:.*?CUDA Version:\s*([\d.]+))?")
@@ -564,6 +568,12 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
     _scan_anywhere(state, _unwrapped(line, lines[nxt] if nxt < len(lines) else ""))
     if _package_line(state, line):
         return nxt
+    shown = _PIP_SHOW_NAME.match(line)
+    version = _PIP_SHOW_VERSION.match(lines[nxt]) if shown and nxt < len(lines) else None
+    if shown and version:
+        state.add_dist(shown.group(1), version.group(1), f"report:{PIP_SHOW}")
+        state.saw(PIP_SHOW, "Name and Version")
+        return nxt + 1
     if (
         "DeepSpeed C++/CUDA extension op report" in line
         or "DeepSpeed general environment info" in line
@@ -837,7 +847,19 @@ def _collect_field(state: _State, handler: str, value: str, lines: list[str], nx
     return nxt
 
 
+#: A driver typed after the GPU, as the bug template's hand-filled line has it: "GeForce RTX
+#: 2070, driver 450.102.04".
+_GPU_AND_DRIVER = re.compile(
+    r"^(.+?)(?:\s*[,;]\s*|\s*\(\s*|\s+)(?:nvidia\s+)?driver(?:\s+version)?[:\s]\s*(\d[\d.]*)\)?$",
+    re.IGNORECASE,
+)
+
+
 def _gpu_lines(state: _State, value: str, lines: list[str], nxt: int) -> int:
+    with_driver = _GPU_AND_DRIVER.match(value)
+    if with_driver and _driver(with_driver.group(2)):
+        value = with_driver.group(1).strip()
+        state.driver_version = state.driver_version or _driver(with_driver.group(2))
     if _known(value):
         single = _GPU_LINE.match(value)
         if single:
