@@ -1,5 +1,5 @@
 """The CUDA toolkit the probe records: found where torch's cpp_extension would look, its version
-read from the toolkit's version.json or from ``nvcc --version``."""
+read from ``nvcc --version`` or from the toolkit's version.json."""
 
 from __future__ import annotations
 
@@ -34,6 +34,13 @@ def test_cuda_home_with_version_json(tmp_path: Path) -> None:
 def test_nvcc_version_when_there_is_no_version_json(tmp_path: Path) -> None:
     nvcc = make_toolkit(tmp_path / "cuda", version_json=None, nvcc_says="12.4")
     assert find_cuda_toolkit({"CUDA_PATH": str(tmp_path / "cuda")}) == ("12.4", str(nvcc))
+
+
+def test_nvcc_says_the_version_when_version_json_disagrees(tmp_path: Path) -> None:
+    # A toolkit whose nvcc was upgraded alone (conda's cuda-nvcc over a 12.1 install): builds
+    # run this nvcc, so its release is the toolkit's version, as the audit reads it too.
+    nvcc = make_toolkit(tmp_path / "cuda", version_json="12.1.1", nvcc_says="12.4")
+    assert find_cuda_toolkit({"CUDA_HOME": str(tmp_path / "cuda")}) == ("12.4", str(nvcc))
 
 
 def test_nvcc_on_path(tmp_path: Path) -> None:

@@ -110,9 +110,10 @@ _NVCC_RELEASE_RE = re.compile(r"release (\d{1,3}\.\d{1,3})")
 def find_cuda_toolkit(environ: Mapping[str, str]) -> tuple[str, str] | None:
     """The CUDA toolkit an extension build would use here, as (``X.Y``, nvcc path), looked for
     as torch's cpp_extension does: $CUDA_HOME (else $CUDA_PATH) when set, used as given even
-    without a bin/nvcc; else nvcc on $PATH, else /usr/local/cuda. Its version comes from the
-    toolkit's version.json, else from ``nvcc --version``; None when there is no toolkit or
-    neither says a version."""
+    without a bin/nvcc; else nvcc on $PATH, else /usr/local/cuda. Its version is what
+    ``nvcc --version`` says, as cpp_extension and DeepSpeed's builder read it (a toolkit whose
+    nvcc was upgraded alone has a stale version.json), else the toolkit's version.json; None
+    when there is no toolkit or neither says a version."""
     home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
     if home:
         candidates = [os.path.join(home, "bin", "nvcc")]
@@ -122,9 +123,9 @@ def find_cuda_toolkit(environ: Mapping[str, str]) -> tuple[str, str] | None:
     nvcc = next((path for path in candidates if os.path.isfile(path)), None)
     if nvcc is None:
         return None
-    version = _toolkit_version_json(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    version = _nvcc_release(nvcc)
     if version is None:
-        version = _nvcc_release(nvcc)
+        version = _toolkit_version_json(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
     return (version, nvcc) if version else None
 
 
