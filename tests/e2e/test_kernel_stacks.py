@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tomlkit
 from packaging.version import Version
 
+from cudalock.matrix import default_matrix_dir
 from tests.support.cli import cudalock
 from tests.support.cli import locked_packages as locked
 from tests.support.index import IndexServer, offline_env
@@ -156,6 +159,32 @@ def test_resolve_shows_the_framework_release_that_goes_with_the_torch(
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("torch 2.5.1+cu121")
     assert "Frameworks: vllm 0.6.6.post1 goes with torch 2.5.1+cu121" in done.stdout
+    assert "does not record the CUDA it was built for" not in done.stdout
+
+
+def test_a_framework_release_whose_cuda_build_is_not_recorded_is_said_unverified(
+    kernels: IndexServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    # A release cuda_builds.toml lacks (one newer than the last refresh): the plan cannot have
+    # judged its CUDA, and says so instead of presenting it as checked.
+    matrix = tmp_path / "matrix"
+    shutil.copytree(default_matrix_dir(), matrix)
+    builds = matrix / "cuda_builds.toml"
+    doc = tomlkit.parse(builds.read_text(encoding="utf-8"))
+    kept = [
+        entry
+        for entry in doc["build"]
+        if (entry["package"], entry["version"]) != ("vllm", "0.6.6.post1")
+    ]
+    doc["build"].clear()
+    doc["build"].extend(kept)
+    builds.write_text(tomlkit.dumps(doc), encoding="utf-8")
+    done = run(kernels, env, "resolve", "--framework", "vllm==0.6.6.post1", "--matrix", str(matrix))
+    assert done.returncode == 0, done.stderr
+    assert (
+        "vllm 0.6.6.post1 is built against torch, but the matrix does not record the CUDA it "
+        "was built for (cuda_builds.toml): unverified until `cudalock lock` reads it"
+    ) in done.stdout
 
 
 def test_with_accepts_what_the_variant_index_builds_and_refuses_a_plain_copy(

@@ -150,3 +150,45 @@ def test_the_linux_x86_64_wheel_and_the_torch_pin_are_chosen_as_documented() -> 
         "2.14.0"
     )
     assert torch_pinned(["torch>=2.6; extra == 'torch'", "torch==1.0; extra == 'old'"]) is None
+
+
+def test_a_release_between_recorded_ones_is_read_and_recorded_ones_are_not(
+    serve_indexes: ServeIndexes, matrix_copy: Path
+) -> None:
+    # A release a refresh passed over (between two recorded ones) would be chosen by the
+    # resolver with its CUDA unjudged: it is read like a newer one; recorded ones are not.
+    recorded = sorted(
+        (Version(b.version) for b in SHIPPED.package_builds if b.package == "xformers"),
+    )
+    older, newer = str(recorded[0]), str(recorded[1])
+    between = ".".join(map(str, (*Version(older).release, 9)))
+    assert Version(older) < Version(between) < Version(newer)
+    gap = cuda_extension_standin(
+        "xformers",
+        between,
+        requires_dist=["torch==2.1.0", "numpy"],
+        cpp_lib=xformers_cpp_lib(1201, "2.1.0+cu121"),
+        tag="py39-none-manylinux_2_28_x86_64",
+    )
+    already = cuda_extension_standin(
+        "xformers",
+        newer,
+        requires_dist=["torch"],
+        cpp_lib=xformers_cpp_lib(1201, "2.1.0+cu121"),
+        tag="py39-none-manylinux_2_28_x86_64",
+    )
+    index = serve_indexes(pypi=[gap, already])
+    doc = tomlkit.parse((matrix_copy / "cuda_builds.toml").read_text(encoding="utf-8"))
+    gathered = gather_cuda_builds(doc, fetcher(), index.pypi_url)
+    assert [(f.package, f.version) for f in gathered.facts] == [("xformers", between)]
+    assert all(already.filename not in path for _method, path, _status in index.requests)
+    assert apply_cuda_builds(doc, gathered) == [
+        f"cuda_builds: xformers {between} is built for CUDA 12.1 against torch 2.1.0+cu121 "
+        "(xformers/cpp_lib.json: cuda 1201, torch 2.1.0+cu121)"
+    ]
+    text = tomlkit.dumps(doc)
+    assert (
+        text.index(f'version = "{older}"')
+        < text.index(f'version = "{between}"')
+        < text.index(f'version = "{newer}"')
+    )

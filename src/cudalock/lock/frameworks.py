@@ -659,4 +659,20 @@ def plan_with_frameworks(
         for fit in choice.fits
     ]
     lines += [f"{note}." for note in choice.notes]
+    lines += [
+        f"{fit.name} {fit.version} is built against torch, but the matrix does not record the "
+        f"CUDA it was built for (cuda_builds.toml): unverified until `cudalock lock` reads it "
+        "from the wheel and passes the release over if it cannot run here."
+        for fit in choice.fits
+        if fit.version is not None and _unrecorded_cuda_build(matrix, fit.name, fit.version)
+    ]
     return replace(plan, explanation=(*plan.explanation, *lines)), choice
+
+
+def _unrecorded_cuda_build(matrix: Matrix, name: str, version: str) -> bool:
+    """A release of a package cuda_builds.toml lists (one PyPI serves CUDA-built) whose build
+    neither its label nor the table says: the plan judged it without knowing its CUDA."""
+    listed = any(entry.package == canonicalize_name(name) for entry in matrix.package_builds)
+    return (
+        listed and from_label(name, version) is None and from_matrix(matrix, name, version) is None
+    )

@@ -1,8 +1,10 @@
-"""``matrix refresh`` for ``cuda_builds.toml``: the CUDA of the newer PyPI wheels of the packages
-it lists (vllm, xformers, ...), read from the wheels themselves.
+"""``matrix refresh`` for ``cuda_builds.toml``: the CUDA of the PyPI wheels of the packages it
+lists (vllm, xformers, ...), read from the wheels themselves.
 
 For every package the table lists, the PyPI project page (PEP 691 JSON) names the releases newer
-than the newest one recorded. Of each, the Linux x86_64 wheel is read by HTTP range requests
+than the oldest one recorded that have no entry: the newer ones, and those a refresh passed over
+between recorded ones (a release with no entry is one whose CUDA the resolver cannot judge, so it
+would be chosen unchecked). Of each, the Linux x86_64 wheel is read by HTTP range requests
 (:mod:`cudalock.wheelzip`: the zip's central directory and the members asked for, never the
 300 MiB wheel): its METADATA, then what it says it was built for — ``cpp_lib.json``, one
 extension per CUDA, the ``libcudart.so.N`` an extension needs, a ``nvidia-*-cuNN`` requirement —
@@ -88,7 +90,8 @@ def torch_pinned(requires_dist: Sequence[str]) -> str | None:
 
 
 def gather_cuda_builds(doc: Any, fetcher: Fetcher, pypi_url: str) -> CudaBuildsRefresh:
-    """Read the wheels of the listed packages' releases newer than the recorded ones."""
+    """Read the wheels of the listed packages' releases since the oldest recorded that have no
+    entry."""
     indexes = (pypi_url,)
     facts, unread = read_newer_releases(
         doc.get("build", []),
@@ -97,6 +100,7 @@ def gather_cuda_builds(doc: Any, fetcher: Fetcher, pypi_url: str) -> CudaBuildsR
         linux_x86_64_wheel,
         lambda name, version, wheel: _read(name, version, wheel, indexes, fetcher),
         no_wheel="no Linux x86_64 wheel on the index",
+        fill_gaps=True,
     )
     return CudaBuildsRefresh(facts, unread)
 

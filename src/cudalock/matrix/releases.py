@@ -89,7 +89,12 @@ def linux_x86_64_wheel(
 def newest_recorded(entries: Any) -> dict[str, Version]:
     """The newest version recorded of each package, in a table's ``package`` / ``version``
     entries (``[[build]]``, ``[[pairing]]``)."""
-    newest: dict[str, Version] = {}
+    return {name: max(versions) for name, versions in _recorded_versions(entries).items()}
+
+
+def _recorded_versions(entries: Any) -> dict[str, set[Version]]:
+    """Every version recorded of each package, in a table's ``package`` / ``version`` entries."""
+    recorded: dict[str, set[Version]] = {}
     for entry in entries:
         try:
             name, version = (
@@ -98,9 +103,8 @@ def newest_recorded(entries: Any) -> dict[str, Version]:
             )
         except (KeyError, InvalidVersion):
             continue
-        if name not in newest or version > newest[name]:
-            newest[name] = version
-    return newest
+        recorded.setdefault(name, set()).add(version)
+    return recorded
 
 
 def position_of(entries: Any, package: str, version: str) -> int:
@@ -125,15 +129,19 @@ def read_newer_releases(
     read: WheelReader[Facts],
     *,
     no_wheel: str,
+    fill_gaps: bool = False,
 ) -> tuple[list[Facts], list[str]]:
     """For each package a table's ``entries`` record, the releases on its PyPI project page
-    newer than the newest recorded (pre-releases left out), the wheel ``choose`` picks of each
-    read by ``read`` (several at once). The facts read, and "name version: why" for each
-    release that gave none (``no_wheel`` where ``choose`` found no wheel) and each project the
-    index lacks."""
+    newer than the newest recorded (pre-releases left out) — with ``fill_gaps``, also those
+    between the oldest and the newest recorded that have no entry — the wheel ``choose``
+    picks of each read by ``read`` (several at once). The facts read, and "name version: why"
+    for each release that gave none (``no_wheel`` where ``choose`` found no wheel) and each
+    project the index lacks."""
     unread: list[str] = []
     wanted: list[tuple[str, Version, Mapping[str, Any]]] = []
+    recorded = _recorded_versions(entries)
     for name, newest in sorted(newest_recorded(entries).items()):
+        since = min(recorded[name]) if fill_gaps else newest
         page_url = f"{pypi_url.rstrip('/')}/{name}/"
         page = fetcher.json(page_url)
         if page is None:
@@ -141,7 +149,9 @@ def read_newer_releases(
             continue
         files = [f for f in page.get("files", []) if isinstance(f, dict)]
         versions = {v for v in map(file_version, files) if v is not None}
-        for version in sorted(v for v in versions if v > newest and not v.is_prerelease):
+        for version in sorted(
+            v for v in versions if v > since and v not in recorded[name] and not v.is_prerelease
+        ):
             wheel = choose(files, version)
             if wheel is None:
                 unread.append(f"{name} {version}: {no_wheel}")
