@@ -412,6 +412,18 @@ def test_a_message_broken_over_two_lines_is_read_whole(text: str, kind: str) -> 
     assert [m.kind for m in report.installed.messages] == [kind]
 
 
+def test_cpp_extensions_cuda_mismatch_message_is_read_over_its_own_line_break() -> None:
+    # CUDA_MISMATCH_MESSAGE holds a newline after "compile"; pip indents a build's output.
+    report = parse_report(
+        "    RuntimeError:\n"
+        "    The detected CUDA version (12.2) mismatches the version that was used to compile\n"
+        "    PyTorch (11.3). Please make sure to use the same CUDA versions.\n"
+    )
+    assert [m.kind for m in report.installed.messages] == ["nvcc-mismatch"]
+    assert [n.version for n in report.installed.nvcc] == ["12.2"]
+    assert report.installed.messages[0].get("torch_cuda") == "11.3"
+
+
 def test_a_wrapped_arch_warning_names_the_gpu_and_the_arch_list() -> None:
     report = parse_report(
         "NVIDIA H100 PCIe with CUDA capability\n"

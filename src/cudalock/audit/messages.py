@@ -89,6 +89,10 @@ PHRASES = (
     "(you have ",
 )
 
+#: How a message whose own text holds a line break ends its first line: torch's cpp_extension
+#: prints CUDA_MISMATCH_MESSAGE as "...that was used to compile\nPyTorch (11.3). ...".
+BROKEN_BY_THEIR_AUTHORS = ("mismatches the version that was used to compile",)
+
 
 def read_message(line: str, *, after_xformers_header: bool = False) -> ReportedMessage | None:
     """The message ``line`` carries, if any. ``after_xformers_header``: the line follows

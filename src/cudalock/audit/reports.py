@@ -633,10 +633,13 @@ _SEAM = max(len(phrase) for phrase in _WRAPPABLE)
 
 def _unwrapped(line: str, following: str) -> str:
     """``line`` joined to ``following`` where a phrase is broken between them (a terminal's
-    or an issue editor's wrap: "...gnu.so: undefined" / "symbol: _ZN3c10..."), else ``line``.
+    or an issue editor's wrap: "...gnu.so: undefined" / "symbol: _ZN3c10...") or where the
+    message itself breaks the line, else ``line``.
     Only the seam is searched: the join costs nothing on lines no wrap broke."""
     if not following:
         return line
+    if line.rstrip().endswith(messages.BROKEN_BY_THEIR_AUTHORS):
+        return line.rstrip() + " " + following.strip()
     tail, head = line[-_SEAM:], following[:_SEAM]
     for glue in (" ", ""):  # a wrap at a space, or inside a word
         seam = tail + glue + head
