@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
+from cudalock.errors import UsageError
+from cudalock.machine import gpu_model_named
 from cudalock.matrix import TorchBuild, load_matrix
 from cudalock.versions import DriverVersion
 
@@ -170,11 +172,139 @@ def test_torchaudio_ends_with_2_11() -> None:
         ("NVIDIA B200", "NVIDIA B200", (10, 0)),
         ("NVIDIA GeForce GTX 1080 Ti", "GeForce GTX 1080 Ti", (6, 1)),
         ("Tesla T4", "Tesla T4", (7, 5)),
+        # Four generations share "6000": the longest match string keeps them apart.
+        ("Quadro RTX 6000", "Quadro RTX 6000", (7, 5)),
+        ("NVIDIA RTX A6000", "NVIDIA RTX A6000", (8, 6)),
+        ("NVIDIA RTX 6000 Ada Generation", "NVIDIA RTX 6000 Ada Generation", (8, 9)),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX PRO 6000 Blackwell", (12, 0)),
+        (
+            "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+            "NVIDIA RTX PRO 6000 Blackwell",
+            (12, 0),
+        ),
+        ("Quadro RTX 4000 with Max-Q Design", "Quadro RTX 4000", (7, 5)),
+        ("NVIDIA RTX 4000 SFF Ada Generation", "NVIDIA RTX 4000 Ada Generation", (8, 9)),
+        ("NVIDIA RTX PRO 4000 Blackwell SFF Edition", "NVIDIA RTX PRO 4000 Blackwell", (12, 0)),
+        ("NVIDIA RTX PRO 5000 72GB Blackwell", "NVIDIA RTX PRO 5000 Blackwell", (12, 0)),
+        ("Quadro RTX 5000", "Quadro RTX 5000", (7, 5)),
+        ("NVIDIA RTX 5000 Ada Generation Laptop GPU", "NVIDIA RTX 5000 Ada Generation", (8, 9)),
+        # Ti and SUPER beat the plain model; Laptop GPU and Max-Q names land on the model.
+        ("NVIDIA GeForce RTX 3080", "GeForce RTX 3080", (8, 6)),
+        ("NVIDIA GeForce RTX 3080 Ti", "GeForce RTX 3080 Ti", (8, 6)),
+        ("NVIDIA GeForce RTX 3080 Ti Laptop GPU", "GeForce RTX 3080 Ti", (8, 6)),
+        ("NVIDIA GeForce RTX 3090 Ti", "GeForce RTX 3090 Ti", (8, 6)),
+        ("NVIDIA GeForce RTX 3060", "GeForce RTX 3060", (8, 6)),
+        ("NVIDIA GeForce RTX 3050Ti Laptop GPU", "GeForce RTX 3050 Ti Laptop GPU", (8, 6)),
+        ("NVIDIA GeForce RTX 4070 Ti SUPER", "GeForce RTX 4070 Ti SUPER", (8, 9)),
+        ("NVIDIA GeForce RTX 4070 SUPER", "GeForce RTX 4070 SUPER", (8, 9)),
+        ("NVIDIA GeForce RTX 4060 Laptop GPU", "GeForce RTX 4060", (8, 9)),
+        ("NVIDIA GeForce RTX 4090 D", "GeForce RTX 4090", (8, 9)),
+        ("NVIDIA GeForce RTX 5070", "GeForce RTX 5070", (12, 0)),
+        ("NVIDIA GeForce RTX 5070 Ti Laptop GPU", "GeForce RTX 5070 Ti", (12, 0)),
+        ("NVIDIA GeForce RTX 5060", "GeForce RTX 5060", (12, 0)),
+        ("NVIDIA GeForce RTX 2070", "GeForce RTX 2070", (7, 5)),
+        ("NVIDIA GeForce RTX 2080 Super with Max-Q Design", "GeForce RTX 2080", (7, 5)),
+        ("NVIDIA GeForce RTX 2080 Ti", "GeForce RTX 2080 Ti", (7, 5)),
+        ("NVIDIA GeForce GTX 1660 SUPER", "GeForce GTX 1660", (7, 5)),
+        ("NVIDIA GeForce GTX 1650 Ti with Max-Q Design", "GeForce GTX 1650 Ti", (7, 5)),
+        ("NVIDIA GeForce GTX 1060 6GB", "GeForce GTX 1060", (6, 1)),
+        # The RTX 2050 is an Ampere part despite its 20-series name.
+        ("NVIDIA GeForce RTX 2050", "GeForce RTX 2050", (8, 6)),
+        # A10G is the A10's AWS variant; neither is an A100.
+        ("NVIDIA A10", "NVIDIA A10 / A10G", (8, 6)),
+        ("NVIDIA A100 80GB PCIe", "NVIDIA A100", (8, 0)),
+        ("NVIDIA A2", "NVIDIA A2", (8, 6)),
+        ("NVIDIA A16", "NVIDIA A16", (8, 6)),
+        ("NVIDIA RTX A2000 12GB", "NVIDIA RTX A2000", (8, 6)),
+        ("NVIDIA RTX A4000", "NVIDIA RTX A4000", (8, 6)),
+        ("NVIDIA L40", "NVIDIA L40", (8, 9)),
+        ("NVIDIA L20", "NVIDIA L20", (8, 9)),
+        ("NVIDIA H100 PCIe", "NVIDIA H100", (9, 0)),
+        ("NVIDIA H100 NVL", "NVIDIA H100", (9, 0)),
+        ("NVIDIA H200 NVL", "NVIDIA H200", (9, 0)),
+        ("NVIDIA GH200 480GB", "NVIDIA GH200", (9, 0)),
+        ("NVIDIA GH200 144G HBM3e", "NVIDIA GH200", (9, 0)),
+        ("NVIDIA H20-3e", "NVIDIA H20", (9, 0)),
+        ("Tesla P4", "Tesla P4", (6, 1)),
+        ("Tesla P40", "Tesla P40", (6, 1)),
+        ("NVIDIA TITAN Xp", "NVIDIA TITAN Xp", (6, 1)),
+        ("NVIDIA TITAN X (Pascal)", "NVIDIA TITAN X (Pascal)", (6, 1)),
+        ("NVIDIA TITAN RTX", "NVIDIA TITAN RTX", (7, 5)),
     ],
 )
 def test_gpu_names(nvml_name: str, model: str, cc: tuple[int, int]) -> None:
+    # NVML names as NVIDIA's driver spells them (NVIDIA/open-gpu-kernel-modules README).
     gpu = MATRIX.gpu_by_name(nvml_name)
     assert gpu is not None and (gpu.name, gpu.compute_capability) == (model, cc)
+
+
+@pytest.mark.parametrize(
+    "nvml_name",
+    [
+        "GeForce GTX TITAN X",  # Maxwell, 5.2: not the Pascal TITAN X
+        "NVIDIA RTX 6000D",
+        "NVIDIA RTX 2000E Ada Generation",
+        "NVIDIA RTX A4500",
+        "NVIDIA L2",
+    ],
+)
+def test_gpus_without_a_read_source_are_not_matched(nvml_name: str) -> None:
+    assert MATRIX.gpu_by_name(nvml_name) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [("NVIDIA A1000", None), ("Tesla V100S-PCIE-32GB", "Tesla V100"), ("NVIDIA L40", "NVIDIA L40")],
+)
+def test_a_match_string_followed_by_a_digit_names_another_model(
+    name: str, model: str | None
+) -> None:
+    # "NVIDIA A100" in "NVIDIA A1000" is a prefix of another model number; a letter after it
+    # (V100S) is a variant of the same chip.
+    gpu = MATRIX.gpu_by_name(name)
+    assert (gpu.name if gpu else None) == model
+
+
+def test_an_unknown_model_number_is_not_taken_for_a_shorter_one() -> None:
+    with pytest.raises(UsageError, match="unknown GPU 'A1000'"):
+        gpu_model_named("A1000", MATRIX)
+
+
+@pytest.mark.parametrize(
+    ("written", "model"),
+    [
+        # --gpu A3000 is looked up as "NVIDIA A3000" first: "NVIDIA A30" (8.0) followed by a
+        # digit is another model.
+        ("A3000", "NVIDIA RTX A3000 Laptop GPU"),
+        ("A4000", "NVIDIA RTX A4000"),
+        ("A2000", "NVIDIA RTX A2000"),
+        ("A5000", "NVIDIA RTX A5000"),
+        ("A30", "NVIDIA A30"),
+        ("A40", "NVIDIA A40"),
+        ("A2", "NVIDIA A2"),
+        ("A10G", "NVIDIA A10 / A10G"),
+        ("3080 Ti", "GeForce RTX 3080 Ti"),
+        ("RTX3080Ti", "GeForce RTX 3080 Ti"),
+        ("3080", "GeForce RTX 3080"),
+        ("4070 Ti SUPER", "GeForce RTX 4070 Ti SUPER"),
+        ("RTX 6000 Ada", "NVIDIA RTX 6000 Ada Generation"),
+        ("Quadro RTX 6000", "Quadro RTX 6000"),
+        ("RTX PRO 6000 Blackwell", "NVIDIA RTX PRO 6000 Blackwell"),
+        ("L40S", "NVIDIA L40S"),
+        ("L40", "NVIDIA L40"),
+        ("H200", "NVIDIA H200"),
+        ("H20", "NVIDIA H20"),
+        ("GH200", "NVIDIA GH200"),
+        ("P4", "Tesla P4"),
+        ("P40", "Tesla P40"),
+        ("1660", "GeForce GTX 1660"),
+        ("5070", "GeForce RTX 5070"),
+        ("Jetson Orin Nano", "Jetson AGX Orin / Orin NX / Orin Nano"),
+        ("Jetson AGX Xavier", "Jetson AGX Xavier / Xavier NX"),
+    ],
+)
+def test_gpu_names_on_the_command_line(written: str, model: str) -> None:
+    assert gpu_model_named(written, MATRIX).name == model
 
 
 def test_deepspeed_releases_and_cuda_check() -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from cudalock.errors import UsageError
 from cudalock.machine.probe import probe_machine
 from cudalock.machine.probefiles import GIVEN_BY_FLAGS, read_probe_files
+from cudalock.matrix.model import names_model
 from cudalock.model import (
     Gpu,
     Host,
@@ -268,7 +269,11 @@ def _gpu_by_squeezed_name(name: str, matrix: Matrix) -> GpuModel | None:
             return gpu
         for needle in gpu.match:
             squeezed = _squeeze(_without_vendor(needle.lower()))
-            if squeezed and squeezed in wanted and (best is None or len(squeezed) > best[0]):
+            if (
+                squeezed
+                and names_model(wanted, squeezed)
+                and (best is None or len(squeezed) > best[0])
+            ):
                 best = (len(squeezed), gpu)
     return best[1] if best else None
 

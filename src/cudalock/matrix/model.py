@@ -360,14 +360,27 @@ class Matrix:
         return best
 
     def gpu_by_name(self, name: str) -> GpuModel | None:
-        """The GPU model whose match strings best fit an NVML device name (longest match wins)."""
+        """The GPU model whose match strings best fit an NVML device name (longest match wins;
+        a match string followed by a digit names another model: "NVIDIA A100" is not in
+        "NVIDIA A1000", "NVIDIA L4" not in "NVIDIA L40")."""
         lowered = name.lower()
         best: tuple[int, GpuModel] | None = None
         for gpu in self.gpus:
             for needle in gpu.match:
-                if needle.lower() in lowered and (best is None or len(needle) > best[0]):
+                if names_model(lowered, needle.lower()) and (best is None or len(needle) > best[0]):
                     best = (len(needle), gpu)
         return best[1] if best else None
+
+
+def names_model(name: str, needle: str) -> bool:
+    """``needle`` occurs in ``name`` with no digit right after it ("V100" in "Tesla V100S")."""
+    start = name.find(needle)
+    while start != -1:
+        end = start + len(needle)
+        if end == len(name) or not name[end].isdigit():
+            return True
+        start = name.find(needle, start + 1)
+    return False
 
 
 def arch_covers(
