@@ -17,6 +17,7 @@ from cudalock.audit.installed import (
     Distribution,
     Installed,
     Nvcc,
+    ReportedMessage,
     SharedLibrary,
     TorchInstall,
 )
@@ -242,6 +243,50 @@ def test_torchvision_of_another_release(matrix: Matrix) -> None:
     assert "torch 2.1.0 pairs with torchvision 0.16.0" in finding.message
     assert "torchvision==0.16.0+cu121" in install_line(finding)
     assert "mixed-cuda-builds" not in {f.code for f in findings}
+
+
+def test_a_companion_of_a_newer_release_is_replaced_beside_the_installed_torch(
+    matrix: Matrix,
+) -> None:
+    # vladmandic/sdnext#3531: an xFormers install pulled torchvision 0.20.1+cu124 (torch 2.5.1's)
+    # beside torch 2.4.0+cu121; torch stays, its own torchvision comes from its own index.
+    findings = audit(
+        env("2.4.0+cu121", "12.1", ("torchvision", "0.20.1+cu124")),
+        target("535.104.05", (12, 2), (8, 0)),
+        matrix,
+    )
+    assert only(findings, "torchvision-mismatch").fix == (
+        "# keep torch 2.4.0+cu121: the companions built for it",
+        "/env/bin/python -m pip install --force-reinstall --no-deps torchvision==0.19.0+cu121 "
+        "--index-url https://download.pytorch.org/whl/cu121",
+    )
+
+
+def test_torchvisions_missing_operator_is_a_torchvision_mismatch(matrix: Matrix) -> None:
+    line = "RuntimeError: operator torchvision::nms does not exist"
+    installed = env(
+        "2.1.0+cu121",
+        "12.1",
+        ("torchvision", "0.15.2+cu121"),
+        messages=(ReportedMessage("torchvision-operator-missing", line, (("operator", "nms"),)),),
+    )
+    finding = only(
+        audit(installed, target("535.104.05", (12, 2), (8, 0)), matrix), "torchvision-mismatch"
+    )
+    assert f"pasted: {line}" in finding.evidence
+    assert "torchvision==0.16.0+cu121" in install_line(finding)
+
+
+def test_torchvisions_missing_operator_without_versions_asks_for_them(matrix: Matrix) -> None:
+    line = "RuntimeError: operator torchvision::nms does not exist"
+    installed = Installed(
+        source="report",
+        messages=(ReportedMessage("torchvision-operator-missing", line, (("operator", "nms"),)),),
+    )
+    finding = only(audit(installed, target(None, None), matrix), "torchvision-mismatch")
+    assert finding.severity == "error"
+    assert all(line.startswith("#") for line in finding.fix)
+    assert "pip list" in finding.fix[0]
 
 
 def test_companions_of_another_cuda_minor_are_a_warning(matrix: Matrix) -> None:
@@ -595,8 +640,6 @@ def test_a_replacement_that_still_leaves_an_error_is_not_offered(matrix: Matrix)
 def test_a_pasted_error_line_is_evidence_of_the_finding_a_check_already_made(
     matrix: Matrix,
 ) -> None:
-    from cudalock.audit.installed import ReportedMessage
-
     line = "RuntimeError: The NVIDIA driver on your system is too old (found version 12020)."
     installed = env(
         "2.9.1+cu128",

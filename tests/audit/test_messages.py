@@ -72,6 +72,11 @@ from cudalock.audit.messages import extension_package, read_message
             {"compiled": "7.1.2", "found": "7.6.5"},
         ),
         (
+            "RuntimeError: operator torchvision::nms does not exist",
+            messages.TORCHVISION_OPERATOR_MISSING,
+            {"operator": "nms"},
+        ),
+        (
             "Exception: >- DeepSpeed Op Builder: Installed CUDA version 12.1 does not match the "
             "version torch was compiled with 11.8, unable to compile cuda/cpp extensions",
             messages.NVCC_MISMATCH,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from packaging.version import InvalidVersion, Version
@@ -32,6 +32,7 @@ from cudalock.audit.installed import (
     public_version,
 )
 from cudalock.audit.pairings import check_torch_pairings
+from cudalock.defaults import DEFAULT_PYTORCH_INDEX
 from cudalock.errors import CudalockError, Unsatisfiable
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
 from cudalock.matrix.model import arch_covers
@@ -1049,6 +1050,8 @@ def _check_companions(context: _Context) -> list[Finding]:
     )
     mixed_errors: list[str] = []
     mixed_warnings: list[str] = []
+    #: The companion each mixed one should be, at the version that pairs with torch.
+    paired: dict[str, str] = {}
     for name in ("torchvision", "torchaudio"):
         dist = context.installed.dist(name)
         if dist is None or not dist.version:
@@ -1057,7 +1060,9 @@ def _check_companions(context: _Context) -> list[Finding]:
         if companion is not None and torch_variant is not None and torch.install.cuda_known:
             label, cuda = companion
             line = f"{name} {dist.version} ({label}) with torch {torch.install.version}"
+            expected = getattr(torch.release, name) if torch.release else None
             if label != torch_variant and not label.startswith("rocm"):
+                paired[name] = expected or public_version(dist.version)
                 if cuda is None or torch.cuda is None or cuda[0] != torch.cuda[0]:
                     mixed_errors.append(line)
                 else:
@@ -1078,7 +1083,8 @@ def _check_companions(context: _Context) -> list[Finding]:
                         f"torch {torch.install.version}",
                         f"matrix: torch {torch.public} ↔ {name} {expected}",
                     ],
-                    _fix_lines(replacement, "install the matching set"),
+                    _companion_fix(context, {name: expected})
+                    or _fix_lines(replacement, "install the matching set"),
                 )
             )
     if mixed_errors or mixed_warnings:
@@ -1097,10 +1103,52 @@ def _check_companions(context: _Context) -> list[Finding]:
                 severity,
                 f"the torch family is built for different CUDA versions ({detail})",
                 mixed_errors + mixed_warnings,
-                _fix_lines(replacement, "install torch and its companions from one index"),
+                _companion_fix(context, paired)
+                or _fix_lines(replacement, "install torch and its companions from one index"),
             )
         )
     return findings
+
+
+def _companion_fix(context: _Context, versions: dict[str, str]) -> list[str]:
+    """Commands that install, beside the installed torch, the companions (torchvision,
+    torchaudio) of ``versions`` built as that torch is (its label, its index), when the
+    environment audits without an error with them: the torch stays, so no driver needs
+    knowing. Empty when it would not, or while a fix is checked."""
+    torch = context.torch
+    if torch is None or not context.check_fixes or not versions:
+        return []
+    label = torch.label
+    if torch.release is None or (
+        label and not any(build.variant == label for build in torch.release.builds)
+    ):
+        return []  # a build the matrix does not list: no index known to serve its companions
+    pins = {name: f"{version}+{label}" if label else version for name, version in versions.items()}
+    installed = context.installed
+    applied = replace(
+        installed,
+        distributions=tuple(
+            Distribution(d.name, pins[d.name], "fix") if d.name in pins else d
+            for d in installed.distributions
+        ),
+        messages=(),  # the errors were those of the companions replaced
+    )
+    after = audit(
+        applied,
+        context.target,
+        context.matrix,
+        driver_known=context.driver_known,
+        compat=context.compat,
+        check_fixes=False,
+    )
+    if any(f.severity == "error" for f in after):
+        return []
+    requirements = " ".join(shlex.quote(f"{name}=={pin}") for name, pin in pins.items())
+    index = f" --index-url {DEFAULT_PYTORCH_INDEX}/{label}" if label else ""
+    return [
+        f"# keep torch {torch.install.version}: the companions built for it",
+        f"{context.pip} install --force-reinstall --no-deps {requirements}{index}",
+    ]
 
 
 def _nvidia_major(dist: Distribution) -> int | None:
@@ -1467,6 +1515,7 @@ def _message_finding(context: _Context, message: ReportedMessage) -> Finding | N
         msg.UNDEFINED_SYMBOL: _undefined_symbol,
         msg.LIBRARY_MISSING: _library_missing,
         msg.CUDNN_MISMATCH: _cudnn_message,
+        msg.TORCHVISION_OPERATOR_MISSING: _torchvision_operator_message,
         msg.NVCC_MISMATCH: _nvcc_message,
         msg.XFORMERS_BUILT_FOR: _xformers_message,
         msg.DEEPSPEED_OPS_MISMATCH: _deepspeed_ops_message,
@@ -1789,6 +1838,39 @@ def _cudnn_message(context: _Context, message: ReportedMessage) -> Finding:
         "(LD_LIBRARY_PATH, a conda cudnn, a system install) is found before the one torch ships",
         [_pasted(message)],
         ["unset LD_LIBRARY_PATH   # or remove the directory with the other libcudnn from it"],
+    )
+
+
+def _torchvision_operator_message(context: _Context, message: ReportedMessage) -> Finding:
+    """torchvision's operators did not register into this torch: a torchvision of another
+    torch release or CUDA build (the versions, where the report gives them, say which)."""
+    torch = context.torch
+    dist = context.installed.dist("torchvision")
+    expected = torch.release.torchvision if torch is not None and torch.release else None
+    evidence = [_pasted(message)]
+    if dist is not None and dist.version:
+        evidence.append(f"torchvision {dist.version}")
+    if torch is not None:
+        evidence.append(f"torch {torch.install.version}")
+    if torch is not None and expected:
+        evidence.append(f"matrix: torch {torch.public} ↔ torchvision {expected}")
+        fix = _companion_fix(context, {"torchvision": expected}) or _fix_lines(
+            context.replacement(), "install the matching set"
+        )
+    else:
+        fix = [
+            "# the versions decide the fix: paste 'pip list' (or run 'cudalock audit' in that "
+            "environment) to have the torchvision that pairs with the installed torch named",
+        ]
+    return _finding(
+        "torchvision-mismatch",
+        "error",
+        f"torchvision's compiled operator torchvision::{message.get('operator') or 'nms'} is "
+        "not registered: the installed torchvision was built for another torch release or "
+        "CUDA build than the torch it is imported with (each torch release pairs with one "
+        "torchvision, from the same index)",
+        evidence,
+        fix,
     )
 
 

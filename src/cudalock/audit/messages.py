@@ -28,6 +28,9 @@ XFORMERS_BUILT_FOR = "xformers-built-for"
 #: collect_env's "Is CUDA available: False": not a line of an error, but the same evidence.
 CUDA_UNAVAILABLE = "cuda-unavailable"
 DEEPSPEED_OPS_MISMATCH = "deepspeed-ops-mismatch"
+#: "operator torchvision::nms does not exist": torchvision's compiled operators did not load
+#: into this torch (a torchvision built for another torch, or for another CUDA).
+TORCHVISION_OPERATOR_MISSING = "torchvision-operator-missing"
 
 _MAX_TEXT = 300
 
@@ -44,6 +47,7 @@ _ARCH = re.compile(r"with CUDA capability sm_(\d+)\s+is not compatible with the 
 _NOT_COMPILED = re.compile(r"Torch not compiled with CUDA enabled", re.IGNORECASE)
 _UNDEFINED = re.compile(r"([^\s:'\"()]+\.so(?:\.[\d.]+)?)[^\s:]*:\s*undefined symbol:\s*([\w.@]+)")
 _UNDEFINED_BARE = re.compile(r"undefined symbol:\s*([\w.@]+)")
+_TORCHVISION_OPERATOR = re.compile(r"operator torchvision::(\w+) does not exist")
 _MISSING = re.compile(
     r"(lib[A-Za-z0-9_+-]+\.so(?:\.[\d.]+)?):\s*cannot open shared object file",
 )
@@ -87,6 +91,7 @@ PHRASES = (
     "does not match the version torch",
     "mismatches the version",
     "(you have ",
+    "operator torchvision::",
 )
 
 #: How a message whose own text holds a line break ends its first line: torch's cpp_extension
@@ -133,6 +138,9 @@ def read_message(line: str, *, after_xformers_header: bool = False) -> ReportedM
     match = _UNDEFINED_BARE.search(line)
     if match:  # "ImportError: undefined symbol: ...", the library not named
         return ReportedMessage(UNDEFINED_SYMBOL, text, (("symbol", match.group(1)),))
+    match = _TORCHVISION_OPERATOR.search(line)
+    if match:
+        return ReportedMessage(TORCHVISION_OPERATOR_MISSING, text, (("operator", match.group(1)),))
     match = _MISSING.search(line)
     if match:
         return ReportedMessage(LIBRARY_MISSING, text, (("library", match.group(1)),))
