@@ -99,6 +99,25 @@ def test_event_kinds(name: str, kind: str) -> None:
     assert facts.of_kind(kind)
 
 
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        (
+            "ERROR: Unexpected bus error encountered in worker. This might be caused by "
+            "insufficient shared memory (shm).",
+            "dataloader-bus-error",
+        ),
+        ("ERROR: Unexpected segmentation fault encountered in worker.", "dataloader-segfault"),
+    ],
+)
+def test_a_workers_own_signal_line_is_its_event(line: str, kind: str) -> None:
+    # torch's DataLoader signal handlers print these in the worker (torch/csrc/DataLoader.cpp),
+    # here after a progress bar on the same line.
+    facts = scan_training_log(f"train:   2%|2 | 1/46 [00:01<01:10,  1.56s/it]{line}\n")
+    (event,) = facts.of_kind(kind)
+    assert event.pid is None
+
+
 def test_deepspeed_config_dump_in_log() -> None:
     text = (
         "[INFO] [config.py:1003:print]   zero_config .................. stage=3 "

@@ -325,6 +325,19 @@ def test_bus_error_names_shm_size() -> None:
     assert "container's /dev/shm" in report.findings[0].message
 
 
+def test_a_workers_bus_error_explains_the_plain_exit_status_it_ends_in() -> None:
+    # The main process raises "DataLoader worker (pid N) is killed by signal: Bus error" and
+    # exits with status 1: the bus error, not "a plain exit status", is the verdict.
+    shm = ShmInfo("/dev/shm", 64 * 2**20, 0)
+    report = run_doctor(
+        DoctorRequest(exit_code="1", log_path=LOGS / "dataloader_bus_error.log", hosts=(HOST,)),
+        machine(recorded_kernel("clean_dmesg.txt"), shm=shm),
+        audit=no_audit,
+    )
+    assert report.verdict == "bus-error"
+    assert codes(report.findings) == ["dataloader-bus-error", "shm-too-small"]
+
+
 def test_plain_exit_status_reads_nothing() -> None:
     def fail() -> KernelLog:
         raise AssertionError("no kernel log for a plain exit status")

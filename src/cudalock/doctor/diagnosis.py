@@ -1318,6 +1318,11 @@ def diagnose(
                 cuda_oom, f"the rank raised torch.OutOfMemoryError and exited ({exit_status.name})"
             )
         )
+    elif log is not None and log.of_kind("dataloader-bus-error"):
+        # A worker's SIGBUS surfaces in the main process as a RuntimeError, so the run exits
+        # with a plain status: the bus error is still what ended it.
+        verdict = "bus-error"
+        findings.extend(_shm_findings(log, seen.shm, crash=True))
     else:
         verdict = "exit-status"
         findings.append(

@@ -7,7 +7,8 @@ Pure functions over text. Forms understood:
 - torchrun: ``exitcode  : -9 (pid: 1234)``, ``failed (exitcode: -9) local_rank: 0 (pid: 1234)``,
   ``Signal 9 (SIGKILL) received by PID 1234``;
 - DeepSpeed launcher: ``[…] exits with return code = -11``;
-- DataLoader: ``DataLoader worker (pid 77) is killed by signal: Killed.`` / ``… Bus error.``;
+- DataLoader: ``DataLoader worker (pid 77) is killed by signal: Killed.`` / ``… Bus error.``,
+  and the worker's own ``ERROR: Unexpected bus error encountered in worker.``;
 - ``CUDA out of memory``, Slurm's OOM and time-limit lines, NCCL watchdog timeouts;
 - the run's shape: DeepSpeed config path, ZeRO stage, offload, GPUs per node, nodes, params;
 - where and when it ran (:class:`RunTrace`): the lines' timestamps, the hosts the launcher,
@@ -250,12 +251,16 @@ _EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "dataloader-bus-error",
         re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Bus error"),
     ),
+    # What the worker itself prints from torch's SIGBUS and SIGSEGV handlers
+    # (torch/csrc/DataLoader.cpp), often the only line left in a container's log.
+    ("dataloader-bus-error", re.compile(r"Unexpected bus error encountered in worker")),
     (
         "dataloader-segfault",
         re.compile(
             r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Segmentation fault"
         ),
     ),
+    ("dataloader-segfault", re.compile(r"Unexpected segmentation fault encountered in worker")),
     ("cuda-oom", re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError")),
     ("slurm-oom", re.compile(r"Detected \d+ oom[-_]kill events?")),
     # srun's report of the same: "srun: error: node7: task 0: Out Of Memory".
@@ -290,8 +295,8 @@ _EVENT_KEYWORDS: dict[str, tuple[str, ...]] = {
     "launcher-signal": ("received by PID",),
     "launcher-stopping": ("Killing subprocess",),
     "dataloader-killed": ("DataLoader worker",),
-    "dataloader-bus-error": ("DataLoader worker",),
-    "dataloader-segfault": ("DataLoader worker",),
+    "dataloader-bus-error": ("DataLoader worker", "bus error encountered in worker"),
+    "dataloader-segfault": ("DataLoader worker", "segmentation fault encountered in worker"),
     "cuda-oom": ("CUDA out of memory", "OutOfMemoryError"),
     "slurm-oom": ("oom-kill event", "oom_kill event", "Out Of Memory"),
     "slurm-time-limit": ("DUE TO TIME LIMIT",),

@@ -421,7 +421,11 @@ def run_doctor(
         else local_kernel or pasted
     )
     cgroup = readers.read_cgroup() if as_kill and ran_here else None
-    shm = readers.read_shm() if sig in (SIGSEGV, SIGBUS) and ran_here else None
+    # A worker's bus error ends the run with a plain exit status (the main process raises).
+    bus_error_logged = log is not None and bool(log.of_kind("dataloader-bus-error"))
+    shm = (
+        readers.read_shm() if (sig in (SIGSEGV, SIGBUS) or bus_error_logged) and ran_here else None
+    )
     seen = Observations(
         kernel,
         cgroup,
