@@ -289,6 +289,42 @@ def test_torchvisions_missing_operator_without_versions_asks_for_them(matrix: Ma
     assert "pip list" in finding.fix[0]
 
 
+_XFORMERS_FOR_CU121 = (
+    "WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
+    "    PyTorch 2.1.0+cu121 with CUDA 1201 (you have 2.1.0+cpu)\n"
+    "    Python  3.10.11 (you have 3.10.6)\n"
+)
+
+
+def test_a_cpu_torch_beside_an_xformers_built_for_cuda_is_the_cuda_build_replaced(
+    matrix: Matrix,
+) -> None:
+    # invoke-ai/InvokeAI#5065: an update put torch 2.1.0+cpu where 2.1.0+cu121 was; the fix
+    # puts that build back (NVIDIA runtime wheels and all: no --no-deps), not an xFormers
+    # rebuilt against the CPU torch.
+    report = parse_report(_XFORMERS_FOR_CU121)
+    findings = audit(report.installed, report_target(report, matrix), matrix, driver_known=False)
+    assert codes(findings) == [("cpu-only-build", "error")]
+    finding = only(findings, "cpu-only-build")
+    assert "was built for torch 2.1.0+cu121" in finding.message
+    assert any(line.startswith("pasted: ") for line in finding.evidence)
+    assert finding.fix[1] == (
+        "pip install --force-reinstall torch==2.1.0+cu121 "
+        "--index-url https://download.pytorch.org/whl/cu121"
+    )
+
+
+def test_on_a_gpu_machine_the_xformers_line_is_evidence_of_the_cpu_build_finding(
+    matrix: Matrix,
+) -> None:
+    report = parse_report(_XFORMERS_FOR_CU121)
+    findings = audit(report.installed, target("535.104.05", (12, 2), (8, 0)), matrix)
+    assert [f.code for f in findings if f.severity == "error"] == ["cpu-only-build"]
+    finding = only(findings, "cpu-only-build")
+    assert any(line.startswith("pasted: ") for line in finding.evidence)
+    assert "torch==2.1.0+cu121" in install_line(finding)
+
+
 def test_companions_of_another_cuda_minor_are_a_warning(matrix: Matrix) -> None:
     findings = audit(
         env("2.4.1+cu124", "12.4", ("torchvision", "0.19.1+cu121"), ("torchaudio", "2.4.1+cu124")),

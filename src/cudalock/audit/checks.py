@@ -1012,9 +1012,13 @@ def _nvidia_machine(context: _Context) -> bool:
 
 def _cpu_build_gpus_unknown(context: _Context, torch: _Torch) -> list[Finding]:
     """A CPU build in a report that names no GPU and no driver (a truncated collect_env): it
-    cannot use a GPU whatever the machine has, which matters when a GPU run is in question."""
+    cannot use a GPU whatever the machine has, which matters when a GPU run is in question.
+    Where a package beside it was built for a CUDA torch, that torch is what it replaced."""
     if context.driver_known or not torch.is_cpu:
         return []
+    replaced = _replaced_cuda_build(context)
+    if replaced is not None:
+        return [_replaced_build_finding(context, torch, replaced, [])]
     return [
         _finding(
             "cpu-only-build",
@@ -1148,6 +1152,90 @@ def _companion_fix(context: _Context, versions: dict[str, str]) -> list[str]:
     return [
         f"# keep torch {torch.install.version}: the companions built for it",
         f"{context.pip} install --force-reinstall --no-deps {requirements}{index}",
+    ]
+
+
+def _replaced_cuda_build(context: _Context) -> str | None:
+    """The CUDA torch build (``2.1.0+cu121``) that xFormers' pasted warning says it was built
+    for, beside a CPU torch where a GPU may be: the build the environment had before."""
+    torch = context.torch
+    if torch is None or not torch.is_cpu or not context.gpu_evidence:
+        return None
+    for message in context.installed.messages:
+        built = message.get("built") if message.kind == msg.XFORMERS_BUILT_FOR else None
+        if built and (local_label(built) or "").startswith("cu"):
+            return built
+    return None
+
+
+def _replaced_build_finding(
+    context: _Context, torch: _Torch, replaced: str, pasted: list[str]
+) -> Finding:
+    return _finding(
+        "cpu-only-build",
+        "error",
+        f"{torch.described} is a CPU-only build, and xFormers beside it was built for torch "
+        f"{replaced}: the CUDA build this environment had was replaced by the CPU build (an "
+        "update, or another package's install, reinstalled torch from an index that served the "
+        "CPU build), so neither the GPU nor xFormers' kernels are usable",
+        _torch_evidence(torch) + _target_evidence(context) + pasted,
+        _restore_build_fix(context, replaced)
+        or _fix_lines(context.replacement(), "the CUDA build for this target"),
+    )
+
+
+def _restore_build_fix(context: _Context, version: str) -> list[str]:
+    """Commands that put torch ``version`` (a build the matrix lists) back with the companions
+    of that build, when the environment audits without an error with them. Not ``--no-deps``:
+    a CUDA build needs the NVIDIA runtime wheels a CPU build goes without."""
+    label = local_label(version)
+    public = public_version(version)
+    release = context.matrix.torch_release(public) if public else None
+    if not context.check_fixes or label is None or release is None:
+        return []
+    build = next(
+        (b for b in release.builds_for(context.target.platform) if b.variant == label), None
+    )
+    if build is None:
+        return []
+    pins = {"torch": version}
+    for name in context.companions:
+        paired = getattr(release, name)
+        if paired:
+            pins[name] = f"{paired}+{label}"
+    installed = context.installed
+    applied = replace(
+        installed,
+        distributions=tuple(
+            Distribution(d.name, pins[d.name], "fix") if d.name in pins else d
+            for d in installed.distributions
+        ),
+        torch=(
+            TorchInstall(
+                version=version,
+                cuda=format_cuda(build.cuda) if build.cuda else None,
+                location="fix",
+                cuda_known=True,
+            ),
+        ),
+        arch_list=None,  # the CPU build's
+        messages=(),  # the errors were those of the CPU build
+    )
+    after = audit(
+        applied,
+        context.target,
+        context.matrix,
+        driver_known=context.driver_known,
+        compat=context.compat,
+        check_fixes=False,
+    )
+    if any(f.severity == "error" for f in after):
+        return []
+    requirements = " ".join(shlex.quote(f"{name}=={pin}") for name, pin in pins.items())
+    return [
+        f"# put back torch {version}, the build the environment had, with its companions",
+        f"{context.pip} install --force-reinstall {requirements} "
+        f"--index-url {DEFAULT_PYTORCH_INDEX}/{label}",
     ]
 
 
@@ -1897,6 +1985,10 @@ def _xformers_message(context: _Context, message: ReportedMessage) -> Finding | 
     extensions load only beside the torch and under the Python they were built for."""
     built, installed = message.get("built"), message.get("installed")
     built_python, python = message.get("built_python"), message.get("python")
+    torch = context.torch
+    if torch is not None and built is not None and built == _replaced_cuda_build(context):
+        # Where the check of the CPU build states this cause, this line joins its evidence.
+        return _replaced_build_finding(context, torch, built, [_pasted(message)])
     built_for, running = [], []
     if built and installed and built != installed:
         built_for.append(f"torch {built}")
