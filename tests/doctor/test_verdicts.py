@@ -483,7 +483,9 @@ def test_doctor_command_with_log_and_host_memory() -> None:
 
 
 def test_sigsegv_with_the_real_audit_of_a_real_environment(tmp_path: Path) -> None:
-    # A fresh venv without torch: the real inspection runs its interpreter and says so.
+    # A fresh venv without torch: the real inspection runs its interpreter and says so; an
+    # environment without torch is not the one a torch run crashed in (rakhimovv/npbgpp#5:
+    # doctor run where torch was not), so it is neither "clean" nor told to install torch.
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")],
         check=True,
@@ -493,9 +495,10 @@ def test_sigsegv_with_the_real_audit_of_a_real_environment(tmp_path: Path) -> No
     readers = machine(recorded_kernel("clean_dmesg.txt"))
     report = run_doctor(DoctorRequest(exit_code="139", python=python, no_run=True), readers)
     found = codes(report.findings)
-    assert "no-torch" in found
-    assert "audit-clean" in found
-    assert "audit-unavailable" not in found
+    assert "audit-clean" not in found and "no-torch" not in found
+    unavailable = next(f for f in report.findings if f.code == "audit-unavailable")
+    assert "has no torch, so it is not the one that crashed" in unavailable.message
+    assert any(str(tmp_path / "env") in line for line in unavailable.evidence)
 
 
 def test_memory_command_against_a_probe_file(tmp_path: Path) -> None:

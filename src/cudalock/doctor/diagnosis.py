@@ -1037,7 +1037,22 @@ def _sigsegv_findings(
                 )
             )
         findings.extend(_other_event_findings(view, kills=False))
-    if audit_findings is not None:
+    no_torch = next((f for f in audit_findings or () if f.code == "no-torch"), None)
+    if no_torch is not None:
+        # An environment without torch is not the one a torch run crashed in: saying it is
+        # clean, or how to install torch into it, would judge the wrong environment.
+        findings.append(
+            Finding(
+                "audit-unavailable",
+                "warning",
+                "The environment audited has no torch, so it is not the one that crashed, and "
+                "nothing here judged the crashed environment's versions. Give that "
+                "environment's interpreter (--python PATH) or its report (--report FILE: its "
+                "'pip list' or 'python -m torch.utils.collect_env').",
+                no_torch.evidence,
+            )
+        )
+    elif audit_findings is not None:
         problems = [f for f in audit_findings if f.severity in ("error", "warning")]
         findings.extend(f for f in explained if not _is_driver_mismatch(f))
         if not problems:
@@ -1071,7 +1086,9 @@ def _sigsegv_findings(
             "Causes of -11 that are not version problems: DataLoader workers with too small "
             "/dev/shm; forking DataLoader workers after CUDA was initialised; two OpenMP runtimes "
             "(libgomp and libiomp5) in one process; a too small stack (ulimit -s) for deep "
-            "recursion; faulty GPU or host memory (Xid errors, ECC).",
+            "recursion; faulty GPU or host memory (Xid errors, ECC). And one an audit sees only "
+            "where the package says what it was built against: a compiled extension "
+            "(torch-scatter, mmcv, detectron2, …) built against another torch.",
             evidence=shm_evidence,
             fix=(
                 "Re-run with num_workers=0 to rule DataLoader workers out.",
