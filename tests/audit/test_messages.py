@@ -72,6 +72,13 @@ from cudalock.audit.messages import extension_package, read_message
             {"compiled": "7.1.2", "found": "7.6.5"},
         ),
         (
+            "RuntimeError: Detected that PyTorch and torch_sparse were compiled with different "
+            "CUDA versions. PyTorch has CUDA version 10.2 and torch_sparse has CUDA version 11.4. "
+            "Please reinstall the torch_sparse that matches your PyTorch install.",
+            messages.PYG_CUDA_MISMATCH,
+            {"package": "torch_sparse", "torch_cuda": "10.2", "built_cuda": "11.4"},
+        ),
+        (
             "RuntimeError: operator torchvision::nms does not exist",
             messages.TORCHVISION_OPERATOR_MISSING,
             {"operator": "nms"},

@@ -32,6 +32,7 @@ from cudalock.audit.installed import (
     public_version,
 )
 from cudalock.audit.pairings import check_torch_pairings
+from cudalock.audit.torchlabels import check_torch_labels, wheels_fix
 from cudalock.defaults import DEFAULT_PYTORCH_INDEX
 from cudalock.errors import CudalockError, Unsatisfiable
 from cudalock.matrix import Matrix, TorchBuild, TorchRelease
@@ -162,6 +163,7 @@ def audit(
         findings.extend(check(context))
     findings.extend(check_cuda_builds(installed, target, matrix, compat))
     findings.extend(check_torch_pairings(installed, matrix))
+    findings.extend(check_torch_labels(installed))
     findings = _with_reported_messages(context, findings)
     return sort_findings(findings)
 
@@ -1604,6 +1606,7 @@ def _message_finding(context: _Context, message: ReportedMessage) -> Finding | N
         msg.LIBRARY_MISSING: _library_missing,
         msg.CUDNN_MISMATCH: _cudnn_message,
         msg.TORCHVISION_OPERATOR_MISSING: _torchvision_operator_message,
+        msg.PYG_CUDA_MISMATCH: _pyg_cuda_message,
         msg.NVCC_MISMATCH: _nvcc_message,
         msg.XFORMERS_BUILT_FOR: _xformers_message,
         msg.DEEPSPEED_OPS_MISMATCH: _deepspeed_ops_message,
@@ -1959,6 +1962,30 @@ def _torchvision_operator_message(context: _Context, message: ReportedMessage) -
         "torchvision, from the same index)",
         evidence,
         fix,
+    )
+
+
+def _pyg_cuda_message(context: _Context, message: ReportedMessage) -> Finding:
+    """torch_scatter's (torch_sparse's, ...) own import check: built for another CUDA than
+    torch's. The fix is PyG's wheels for torch's CUDA, and for its release where known."""
+    package = message.get("package") or "torch_scatter"
+    name = package.replace("_", "-")
+    torch_cuda = _major_minor(message.get("torch_cuda"))
+    torch = context.torch
+    variant = (
+        (torch.label if torch and torch.label else None)
+        or (variant_for_cuda(torch_cuda) if torch_cuda else None)
+        or "cpu"
+    )
+    release = ".".join(torch.public.split(".")[:2]) if torch and torch.public else None
+    return _finding(
+        "cuda-build-mismatch",
+        "error",
+        f"{package} is built for CUDA {message.get('built_cuda')} and this torch for CUDA "
+        f"{message.get('torch_cuda')}: {package} refuses to load beside it (its own check "
+        "compares the CUDA majors)",
+        [_pasted(message)] + ([f"torch {torch.install.version}"] if torch else []),
+        list(wheels_fix([name], release, variant)),
     )
 
 

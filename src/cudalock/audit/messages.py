@@ -31,6 +31,8 @@ DEEPSPEED_OPS_MISMATCH = "deepspeed-ops-mismatch"
 #: "operator torchvision::nms does not exist": torchvision's compiled operators did not load
 #: into this torch (a torchvision built for another torch, or for another CUDA).
 TORCHVISION_OPERATOR_MISSING = "torchvision-operator-missing"
+#: PyG's extensions (torch_scatter, torch_sparse, ...) refusing another CUDA major at import.
+PYG_CUDA_MISMATCH = "pyg-cuda-mismatch"
 
 _MAX_TEXT = 300
 
@@ -48,6 +50,10 @@ _NOT_COMPILED = re.compile(r"Torch not compiled with CUDA enabled", re.IGNORECAS
 _UNDEFINED = re.compile(r"([^\s:'\"()]+\.so(?:\.[\d.]+)?)[^\s:]*:\s*undefined symbol:\s*([\w.@]+)")
 _UNDEFINED_BARE = re.compile(r"undefined symbol:\s*([\w.@]+)")
 _TORCHVISION_OPERATOR = re.compile(r"operator torchvision::(\w+) does not exist")
+_PYG_CUDA = re.compile(
+    r"Detected that PyTorch and (\w+) were compiled with different CUDA versions\. PyTorch has "
+    r"CUDA version (\d+\.\d+) and \w+ has CUDA version (-?\d+\.\d+)"
+)
 _MISSING = re.compile(
     r"(lib[A-Za-z0-9_+-]+\.so(?:\.[\d.]+)?):\s*cannot open shared object file",
 )
@@ -92,6 +98,7 @@ PHRASES = (
     "mismatches the version",
     "(you have ",
     "operator torchvision::",
+    "were compiled with different CUDA versions",
 )
 
 #: How a message whose own text holds a line break ends its first line: torch's cpp_extension
@@ -138,6 +145,14 @@ def read_message(line: str, *, after_xformers_header: bool = False) -> ReportedM
     match = _UNDEFINED_BARE.search(line)
     if match:  # "ImportError: undefined symbol: ...", the library not named
         return ReportedMessage(UNDEFINED_SYMBOL, text, (("symbol", match.group(1)),))
+    match = _PYG_CUDA.search(line)
+    if match:
+        package, torch_cuda, built = match.groups()
+        return ReportedMessage(
+            PYG_CUDA_MISMATCH,
+            text,
+            (("package", package), ("torch_cuda", torch_cuda), ("built_cuda", built)),
+        )
     match = _TORCHVISION_OPERATOR.search(line)
     if match:
         return ReportedMessage(TORCHVISION_OPERATOR_MISSING, text, (("operator", match.group(1)),))
