@@ -25,7 +25,17 @@ from cudalock.audit.messages import extension_package, read_message
         ),
         (
             "Error 804: forward compatibility was attempted on non supported HW",
-            messages.DRIVER_INSUFFICIENT,
+            messages.FORWARD_COMPAT_UNSUPPORTED,
+            {},
+        ),
+        (
+            "Error 803: system has unsupported display driver / cuda driver combination",
+            messages.DRIVER_LIBRARY_MISMATCH,
+            {},
+        ),
+        (
+            "Failed to initialize NVML: Driver/library version mismatch",
+            messages.DRIVER_LIBRARY_MISMATCH,
             {},
         ),
         (

@@ -63,6 +63,8 @@ from cudalock.versions import (
 CODES = (
     "no-driver",
     "driver-too-old",
+    "forward-compat-unsupported",
+    "driver-library-mismatch",
     "minor-compat-only",
     "gpu-arch-unsupported",
     "cpu-only-build",
@@ -1599,6 +1601,8 @@ def _message_finding(context: _Context, message: ReportedMessage) -> Finding | N
     judge = {
         msg.DRIVER_TOO_OLD: _driver_message,
         msg.DRIVER_INSUFFICIENT: _driver_message,
+        msg.FORWARD_COMPAT_UNSUPPORTED: _forward_compat_message,
+        msg.DRIVER_LIBRARY_MISMATCH: _driver_library_message,
         msg.NO_KERNEL_IMAGE: _arch_message,
         msg.ARCH_UNSUPPORTED: _arch_message,
         msg.NOT_COMPILED_WITH_CUDA: _cpu_message,
@@ -1698,6 +1702,55 @@ def _driver_message(context: _Context, message: ReportedMessage) -> Finding:
                 "paste 'nvidia-smi' (or give --driver-version) to get a build this driver runs",
             ),
             "# or upgrade the NVIDIA driver",
+        ],
+    )
+
+
+def _forward_compat_message(context: _Context, message: ReportedMessage) -> Finding:
+    """Error 804: a forward-compatibility libcuda (cuda-compat) on a GPU it does not cover.
+    The driver need not be too old: an image's compat libraries put before the host's do it
+    (a container runtime's bug, as DeepVAC/TorchPod#43 found), so both are said."""
+    return _finding(
+        "forward-compat-unsupported",
+        "error",
+        "the CUDA forward-compatibility libraries (cuda-compat's libcuda.so, from a container "
+        "image or a toolkit's compat/ directory on the library path) were loaded on a GPU they "
+        "do not support: NVIDIA's forward compatibility covers data-center GPUs (and select "
+        "server RTX cards), not GeForce. "
+        "They are used when the CUDA in use is newer than the host driver runs, or when they "
+        "come before the host driver's own libcuda",
+        [_pasted(message), *_target_evidence(context)],
+        [
+            "# see which libcuda.so.1 loads: ldconfig -p | grep libcuda; echo $LD_LIBRARY_PATH",
+            "# if one from a compat/ directory (or the image's /usr/local/cuda/compat): take it "
+            "off the path, so the host driver's libcuda (mounted by nvidia-container-toolkit) "
+            "loads",
+            *_replacement_fix(
+                context,
+                "a build the host driver runs without forward compatibility",
+                "paste 'nvidia-smi' (or give --driver-version) to get a build the host driver "
+                "runs without forward compatibility",
+            ),
+        ],
+    )
+
+
+def _driver_library_message(context: _Context, message: ReportedMessage) -> Finding:
+    """Error 803 / NVML's "Driver/library version mismatch": the loaded kernel module is of
+    another version than the driver's user-space libraries (an update without a reboot)."""
+    return _finding(
+        "driver-library-mismatch",
+        "error",
+        "the NVIDIA kernel module that is loaded and the driver's user-space libraries "
+        "(libcuda, libnvidia-ml) are of different versions, usually after a driver update "
+        "without a reboot: neither CUDA programs nor nvidia-smi can start, whatever the "
+        "Python packages",
+        [_pasted(message), *_target_evidence(context)],
+        [
+            "# compare the loaded module with the libraries: cat /proc/driver/nvidia/version",
+            "# reboot (or unload and reload the nvidia kernel modules) to load the installed "
+            "driver; if that does not end it, reinstall the driver so both are one version",
+            "# in a container: the image must not carry its own libcuda / libnvidia-ml",
         ],
     )
 

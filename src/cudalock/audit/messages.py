@@ -17,6 +17,8 @@ from cudalock.audit.installed import ReportedMessage
 #: Message kinds (ReportedMessage.kind).
 DRIVER_TOO_OLD = "driver-too-old"
 DRIVER_INSUFFICIENT = "driver-insufficient"
+FORWARD_COMPAT_UNSUPPORTED = "forward-compat-unsupported"
+DRIVER_LIBRARY_MISMATCH = "driver-library-mismatch"
 NO_KERNEL_IMAGE = "no-kernel-image"
 ARCH_UNSUPPORTED = "arch-unsupported"
 NOT_COMPILED_WITH_CUDA = "not-compiled-with-cuda"
@@ -40,9 +42,20 @@ _TOO_OLD = re.compile(r"driver on your system is too old \(found version (\d{4,5
 _TOO_OLD_BARE = re.compile(r"NVIDIA driver on your system is too old")
 _INSUFFICIENT = re.compile(
     r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"
-    # The CUDA forward-compatibility package cannot help a non-datacenter GPU: the container's
-    # CUDA is newer than the host driver.
-    r"|Error 804: forward compatibility was attempted on non supported HW"
+)
+#: CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE (804): the forward-compatibility libcuda was
+#: loaded on a GPU it does not support (it covers data-center GPUs; NVIDIA's forward
+#: compatibility guide, research/driver_cuda_deepspeed.md A4).
+_COMPAT_UNSUPPORTED = re.compile(
+    r"Error 804\b|forward compatibility was attempted on non supported HW"
+    r"|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"
+)
+#: CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803) and NVML's "Driver/library version mismatch": the
+#: loaded kernel module and the driver's user-space libraries are of different versions.
+_DRIVER_LIBRARY_MISMATCH = re.compile(
+    r"Error 803\b|system has unsupported display driver / cuda driver combination"
+    r"|cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
+    r"|Driver/library version mismatch"
 )
 _NO_KERNEL = re.compile(r"no kernel image is available for execution on the device")
 _ARCH = re.compile(r"with CUDA capability sm_(\d+)\s+is not compatible with the current PyTorch")
@@ -86,6 +99,14 @@ PHRASES = (
     "DeepSpeed ops were compiled",
     "too old",
     "Error 804",
+    "forward compatibility was attempted",
+    "COMPAT_NOT_SUPPORTED",
+    "CompatNotSupported",
+    "Error 803",
+    "unsupported display driver",
+    "DRIVER_MISMATCH",
+    "SystemDriverMismatch",
+    "Driver/library version mismatch",
     "insufficient",
     "cudaErrorInsufficientDriver",
     "no kernel image",
@@ -130,6 +151,10 @@ def read_message(line: str, *, after_xformers_header: bool = False) -> ReportedM
         return ReportedMessage(DRIVER_TOO_OLD, text)
     if _INSUFFICIENT.search(line):
         return ReportedMessage(DRIVER_INSUFFICIENT, text)
+    if _COMPAT_UNSUPPORTED.search(line):
+        return ReportedMessage(FORWARD_COMPAT_UNSUPPORTED, text)
+    if _DRIVER_LIBRARY_MISMATCH.search(line):
+        return ReportedMessage(DRIVER_LIBRARY_MISMATCH, text)
     if _NO_KERNEL.search(line):
         return ReportedMessage(NO_KERNEL_IMAGE, text)
     match = _ARCH.search(line)
