@@ -1132,6 +1132,21 @@ def _companion_fix(context: _Context, versions: dict[str, str]) -> list[str]:
     ):
         return []  # a build the matrix does not list: no index known to serve its companions
     pins = {name: f"{version}+{label}" if label else version for name, version in versions.items()}
+    if not _audits_clean_with(context, pins):
+        return []
+    requirements = " ".join(shlex.quote(f"{name}=={pin}") for name, pin in pins.items())
+    index = f" --index-url {DEFAULT_PYTORCH_INDEX}/{label}" if label else ""
+    return [
+        f"# keep torch {torch.install.version}: the companions built for it",
+        f"{context.pip} install --force-reinstall --no-deps {requirements}{index}",
+    ]
+
+
+def _audits_clean_with(
+    context: _Context, pins: dict[str, str], torch: TorchInstall | None = None
+) -> bool:
+    """Whether the environment audits without an error with ``pins`` installed (and ``torch``
+    in place of its torch): the check every such fix passes before it is printed."""
     installed = context.installed
     applied = replace(
         installed,
@@ -1139,8 +1154,10 @@ def _companion_fix(context: _Context, versions: dict[str, str]) -> list[str]:
             Distribution(d.name, pins[d.name], "fix") if d.name in pins else d
             for d in installed.distributions
         ),
-        messages=(),  # the errors were those of the companions replaced
+        messages=(),  # the errors were those of the packages replaced
     )
+    if torch is not None:
+        applied = replace(applied, torch=(torch,), arch_list=None)  # the old build's arch list
     after = audit(
         applied,
         context.target,
@@ -1149,14 +1166,7 @@ def _companion_fix(context: _Context, versions: dict[str, str]) -> list[str]:
         compat=context.compat,
         check_fixes=False,
     )
-    if any(f.severity == "error" for f in after):
-        return []
-    requirements = " ".join(shlex.quote(f"{name}=={pin}") for name, pin in pins.items())
-    index = f" --index-url {DEFAULT_PYTORCH_INDEX}/{label}" if label else ""
-    return [
-        f"# keep torch {torch.install.version}: the companions built for it",
-        f"{context.pip} install --force-reinstall --no-deps {requirements}{index}",
-    ]
+    return not any(f.severity == "error" for f in after)
 
 
 def _replaced_cuda_build(context: _Context) -> str | None:
@@ -1207,33 +1217,13 @@ def _restore_build_fix(context: _Context, version: str) -> list[str]:
         paired = getattr(release, name)
         if paired:
             pins[name] = f"{paired}+{label}"
-    installed = context.installed
-    applied = replace(
-        installed,
-        distributions=tuple(
-            Distribution(d.name, pins[d.name], "fix") if d.name in pins else d
-            for d in installed.distributions
-        ),
-        torch=(
-            TorchInstall(
-                version=version,
-                cuda=format_cuda(build.cuda) if build.cuda else None,
-                location="fix",
-                cuda_known=True,
-            ),
-        ),
-        arch_list=None,  # the CPU build's
-        messages=(),  # the errors were those of the CPU build
+    torch = TorchInstall(
+        version=version,
+        cuda=format_cuda(build.cuda) if build.cuda else None,
+        location="fix",
+        cuda_known=True,
     )
-    after = audit(
-        applied,
-        context.target,
-        context.matrix,
-        driver_known=context.driver_known,
-        compat=context.compat,
-        check_fixes=False,
-    )
-    if any(f.severity == "error" for f in after):
+    if not _audits_clean_with(context, pins, torch):
         return []
     requirements = " ".join(shlex.quote(f"{name}=={pin}") for name, pin in pins.items())
     return [
