@@ -112,8 +112,9 @@ def test_segfault_goes_to_the_environment_audit(
     found = findings(document)
     assert "a shell reporting 128+11" in found["slurm-segfault"]["message"]
     assert found["slurm-segfault"]["severity"] == "error"
-    # The audit of this interpreter ran: it has no torch.
-    assert "no-torch" in found
+    # The audit of this interpreter ran: it has no torch, so it is not the crashed environment.
+    assert "has no torch" in found["audit-unavailable"]["message"]
+    assert "audit-clean" not in found
 
 
 def test_a_step_of_a_job(slurm_cluster: SlurmCluster) -> None:
