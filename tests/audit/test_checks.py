@@ -289,6 +289,45 @@ def test_torchvisions_missing_operator_without_versions_asks_for_them(matrix: Ma
     assert "pip list" in finding.fix[0]
 
 
+def _library_missing(library: str, line: str) -> Installed:
+    message = ReportedMessage("library-missing", line, (("library", library),))
+    return Installed(source="report", messages=(message,))
+
+
+def test_the_drivers_libcuda_missing_points_at_the_loader_not_at_a_package(
+    matrix: Matrix,
+) -> None:
+    line = "OSError: libcuda.so: cannot open shared object file: No such file or directory"
+    installed = _library_missing("libcuda.so", line)
+    finding = only(audit(installed, target(None, None), matrix), "cuda-library-missing")
+    assert "the NVIDIA driver's own library" in finding.message
+    assert "sudo ldconfig" in " ".join(finding.fix)
+    assert any("/usr/lib/wsl/lib" in fix for fix in finding.fix)
+    assert not any("pip list" in fix for fix in finding.fix)
+
+
+def test_an_unversioned_cuda_library_is_told_apart_from_a_missing_runtime(
+    matrix: Matrix,
+) -> None:
+    line = (
+        "Could not load library libcudnn_cnn_infer.so.8. Error: libnvrtc.so: cannot open "
+        "shared object file: No such file or directory"
+    )
+    unversioned = only(
+        audit(_library_missing("libnvrtc.so", line), target(None, None), matrix),
+        "cuda-library-missing",
+    )
+    assert "unversioned name" in unversioned.message
+    assert unversioned.fix == (
+        "# check on the machine: ldconfig -p | grep libnvrtc (which names the loader can find)",
+    )
+    versioned = only(
+        audit(_library_missing("libcudart.so.11.0", line), target(None, None), matrix),
+        "cuda-library-missing",
+    )
+    assert "built for CUDA 11" in versioned.message
+
+
 _XFORMERS_FOR_CU121 = (
     "WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
     "    PyTorch 2.1.0+cu121 with CUDA 1201 (you have 2.1.0+cpu)\n"

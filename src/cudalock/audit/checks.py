@@ -1935,6 +1935,8 @@ def _library_missing(context: _Context, message: ReportedMessage) -> Finding:
     evidence = [_pasted(message)]
     if torch is not None:
         evidence.append(f"torch {torch.install.version} (CUDA {torch.install.cuda})")
+    if re.match(r"libcuda\.so\b", library):
+        return _driver_library_missing(library, evidence)
     if (
         cuda_lib
         and major
@@ -1952,6 +1954,14 @@ def _library_missing(context: _Context, message: ReportedMessage) -> Finding:
             f"a package built for CUDA {major.group(1)} cannot find that CUDA's runtime: install "
             "its build for the CUDA torch uses (or the matching nvidia-*-cuNN runtime packages)"
         )
+    elif cuda_lib:
+        # cuDNN 8 dlopens libnvrtc.so by this name (pytorch/pytorch#97041), while CUDA's
+        # runtime packages on PyPI ship the versioned file.
+        detail = (
+            "it is asked for by its unversioned name, which only a CUDA toolkit's development "
+            "files install; the copies torch's environment carries have versioned (or hashed) "
+            "file names"
+        )
     else:
         detail = "a compiled package cannot find a library it was linked against"
     return _finding(
@@ -1959,7 +1969,31 @@ def _library_missing(context: _Context, message: ReportedMessage) -> Finding:
         "error",
         f"{library} cannot be loaded: {detail}",
         evidence,
-        ["# paste 'pip list' to see which packages were built for which CUDA"],
+        [
+            f"# check on the machine: ldconfig -p | grep {library.split('.so')[0]} (which names "
+            "the loader can find)"
+            if cuda_lib and not major
+            else "# paste 'pip list' to see which packages were built for which CUDA"
+        ],
+    )
+
+
+def _driver_library_missing(library: str, evidence: list[str]) -> Finding:
+    """libcuda is the driver's library: no pip package provides it, the loader must find the
+    driver's copy (on WSL 2 the Windows driver's, mounted at /usr/lib/wsl/lib)."""
+    return _finding(
+        "cuda-library-missing",
+        "error",
+        f"{library} cannot be loaded: it is the NVIDIA driver's own library, installed with the "
+        "driver and never by pip, and the dynamic loader does not find it under that name",
+        evidence,
+        [
+            "# check on the machine: ldconfig -p | grep libcuda (where the loader finds the "
+            "driver's libcuda.so*); 'sudo ldconfig' rebuilds its cache after a driver install",
+            "# on WSL 2: export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH (the Windows "
+            "driver's libcuda.so is mounted there)",
+            "# in a container: start it with GPU access (docker run --gpus all)",
+        ],
     )
 
 
