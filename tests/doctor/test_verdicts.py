@@ -21,6 +21,7 @@ from tests.support.cli import cudalock
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"
 KERNEL, LOGS = FIXTURES / "kernel", FIXTURES / "logs"
+CORPUS = Path(__file__).parents[1] / "fixtures" / "corpus"
 GIB = 2**30
 #: The machine the tests' runs ran on: its kernel log and counters speak only for a run there.
 HOST = "gpu-node-03"
@@ -87,6 +88,7 @@ def test_host_oom_during_zero2_save_with_memory_check() -> None:
     host = next(f for f in report.findings if f.code == "host-oom-kill")
     assert "Out of memory: Killed process 48213 (python)" in " ".join(host.evidence)
     assert "PID 48213 is the very process the training log reports" in host.message
+    assert any("ZeRO-3" in fix for fix in host.fix)
     saving = next(f for f in report.findings if f.code == "killed-during-checkpoint-save")
     # 8 ranks × 2 bytes × 6,738,415,616 = 107,814,649,856 bytes = 100.41 GiB
     assert "each of the 8 ranks on a node copies" in saving.message
@@ -102,6 +104,16 @@ def test_host_oom_during_zero2_save_with_memory_check() -> None:
     assert "host-memory-short" in codes(report.findings)
     assert any("ds_z2.json" in note for note in report.setup_notes)
     assert report.exit_code == 1
+
+
+def test_a_host_oom_while_loading_the_weights_is_not_given_checkpoint_advice() -> None:
+    # deepseek-ai/DeepSeek-VL2#90: one process, "Loading checkpoint shards ... Killed", and the
+    # kernel's OOM kill pasted below it; no DeepSpeed, no ranks, no save.
+    paste = CORPUS / "doctor-deepseek-vl2-90-dmesg-loading-killed" / "paste.txt"
+    result = cudalock("doctor", "--log", paste, "--exit-code", "-9", "--json")
+    host = next(f for f in json.loads(result.stdout)["findings"] if f["code"] == "host-oom-kill")
+    assert any("while the weights were loading (log line 1)" in fix for fix in host["fix"])
+    assert not any("ZeRO-3" in fix for fix in host["fix"])
 
 
 def test_cgroup_oom_with_counters_and_limit(tmp_path: Path) -> None:

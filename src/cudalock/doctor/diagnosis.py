@@ -513,6 +513,33 @@ def _not_this_run_finding(view: KernelView, seen: Observations) -> list[Finding]
     ]
 
 
+def _host_oom_fixes(log: LogFacts | None) -> tuple[str, ...]:
+    """What to change after a host OOM kill, for the phase the log shows the run was in: a
+    single process loading its weights needs other advice than ranks saving a checkpoint."""
+    fixes = ["Give the host more RAM, or make the run need less (see the memory check below)."]
+    loading = log.died_while_loading if log else None
+    if loading is not None:
+        fixes.append(
+            f"The kill came while the weights were loading (log line {loading.line_no}): load "
+            "them in 16-bit (torch_dtype=torch.bfloat16) straight onto the GPUs "
+            '(device_map="auto"), so that host RAM holds one checkpoint shard at a time, not '
+            "the whole model."
+        )
+    ranks_or_saves = log is None or bool(
+        log.of_kind("checkpoint-save")
+        or log.shape.zero_stage is not None
+        or log.shape.deepspeed_config is not None
+        or (log.shape.gpus_per_node or 1) > 1
+        or (log.shape.nodes or 1) > 1
+    )
+    if ranks_or_saves and loading is None:
+        fixes.append(
+            "Save checkpoints with ZeRO-3 and stage3_gather_16bit_weights_on_model_save: true, "
+            "or stagger saves, so the ranks do not all copy the 16-bit weights at once."
+        )
+    return tuple(fixes)
+
+
 def _sigkill_findings(
     exit_status: ExitStatus,
     log: LogFacts | None,
@@ -605,13 +632,7 @@ def _sigkill_findings(
                 + pid_note(host_kills)
                 + view.note(host_kills),
                 _quote(_kill_lines(host_kills)),
-                (
-                    "Give the host more RAM, or make the run need less (see the memory check "
-                    "below).",
-                    "Save checkpoints with ZeRO-3 and "
-                    "stage3_gather_16bit_weights_on_model_save: true, "
-                    "or stagger saves, so the ranks do not all copy the 16-bit weights at once.",
-                ),
+                _host_oom_fixes(log),
             )
         )
     if cuda_oom:

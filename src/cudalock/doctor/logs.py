@@ -213,6 +213,17 @@ class LogFacts:
         return last_save
 
     @property
+    def died_while_loading(self) -> LogEvent | None:
+        """The last model-loading line, if no training step or save came after it."""
+        last_load = None
+        for event in self.events:
+            if event.kind == "model-loading":
+                last_load = event
+            elif event.kind in ("training-progress", "checkpoint-save"):
+                last_load = None
+        return last_load
+
+    @property
     def reported_pids(self) -> tuple[int, ...]:
         return tuple(dict.fromkeys(e.pid for e in self.events if e.pid is not None))
 
@@ -280,6 +291,9 @@ _EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|[Ss]ummoning checkpoint"
         ),
     ),
+    # transformers' from_pretrained progress bar (vLLM prints "Loading safetensors checkpoint
+    # shards"): the weights are being read into host RAM.
+    ("model-loading", re.compile(r"Loading (?:safetensors )?checkpoint shards")),
     ("training-progress", re.compile(r"""['"]loss['"]\s*:|\bloss[:=]\s*\d""")),
     ("shell-killed", re.compile(r"^(?:\S+: line \d+: +\d+ )?Killed\b")),
     ("shell-segfault", re.compile(r"Segmentation fault(?: \(core dumped\))?\s*$")),
@@ -309,6 +323,7 @@ _EVENT_KEYWORDS: dict[str, tuple[str, ...]] = {
         "Saving checkpoint",
         "ummoning checkpoint",
     ),
+    "model-loading": ("checkpoint shards",),
     "training-progress": ("loss",),
     "shell-killed": ("Killed",),
     "shell-segfault": ("Segmentation fault",),
