@@ -383,6 +383,33 @@ def test_cpu_companion_of_a_cuda_torch_is_an_error(matrix: Matrix) -> None:
     assert codes(findings) == [("mixed-cuda-builds", "error")]
 
 
+_VLLM_UNDEFINED = ReportedMessage(
+    "undefined-symbol",
+    "site-packages/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+    (("library", "site-packages/vllm/_C.abi3.so"), ("symbol", "_ZN3c104cuda9SetDeviceEi")),
+)
+
+
+def test_a_prebuilt_vllm_beside_another_torch_gets_the_torch_it_was_built_against(
+    matrix: Matrix,
+) -> None:
+    # cuda_builds.toml: vllm 0.6.4's wheel pins torch==2.5.1 (vllm-project/vllm#1807's fix).
+    installed = env("2.4.0+cu121", "12.1", ("vllm", "0.6.4"), messages=(_VLLM_UNDEFINED,))
+    findings = audit(installed, target("550.54.15", (12, 4), (8, 0)), matrix)
+    finding = only(findings, "extension-abi-mismatch")
+    assert finding.fix[0] == "# the torch vllm 0.6.4 was built against: torch 2.5.1+cu124"
+    assert "torch==2.5.1+cu124" in install_line(finding)
+    assert not any("--no-build-isolation" in line for line in finding.fix)
+
+
+def test_a_prebuilt_vllm_of_unknown_version_is_not_rebuilt_for_nothing(matrix: Matrix) -> None:
+    installed = Installed(source="report", messages=(_VLLM_UNDEFINED,))
+    finding = only(audit(installed, target(None, None), matrix), "extension-abi-mismatch")
+    assert len(finding.fix) == 1 and finding.fix[0].startswith("#")
+    assert "rebuilds nothing" in finding.fix[0]
+    assert "'pip install vllm==VERSION' (the installed version)" in finding.fix[0]
+
+
 def test_nvidia_libraries_of_another_major(matrix: Matrix) -> None:
     installed = env(
         "2.11.0+cu130",

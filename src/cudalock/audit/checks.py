@@ -46,6 +46,7 @@ from cudalock.resolve.compat import (
     missing_archs,
     target_driver_cuda,
 )
+from cudalock.resolve.cudabuilt import from_matrix
 from cudalock.resolve.fixes import apply_fix
 from cudalock.versions import (
     ComputeCapability,
@@ -229,7 +230,7 @@ class _Context:
         self.driver_known = driver_known
         self.compat: Compat = compat
         self.check_fixes = check_fixes
-        self._replacements: dict[tuple[bool, bool, str], _Replacement] = {}
+        self._replacements: dict[tuple[bool, bool, str, str | None], _Replacement] = {}
 
     @cached_property
     def torch(self) -> _Torch | None:
@@ -281,11 +282,12 @@ class _Context:
         same_version: bool = True,
         same_major_as_driver: bool = False,
         compat: Compat | None = None,
+        torch: str | None = None,
     ) -> _Replacement:
         """The build the resolver chooses instead, as pip commands, checked by auditing the
         environment with it installed: under the audit's policy unless ``compat`` names
-        another."""
-        key = (same_version, same_major_as_driver, compat or self.compat)
+        another; of release ``torch`` only, where that is given."""
+        key = (same_version, same_major_as_driver, compat or self.compat, torch)
         if not self.check_fixes:
             return _Replacement(None, (), "not computed while a fix is checked")
         if key not in self._replacements:
@@ -294,6 +296,7 @@ class _Context:
                 same_version=same_version,
                 same_major_as_driver=same_major_as_driver,
                 compat=compat or self.compat,
+                release=torch,
             )
         return self._replacements[key]
 
@@ -319,26 +322,36 @@ class _Replacement:
 
 
 def _replacement(
-    context: _Context, *, same_version: bool, same_major_as_driver: bool, compat: Compat
+    context: _Context,
+    *,
+    same_version: bool,
+    same_major_as_driver: bool,
+    compat: Compat,
+    release: str | None = None,
 ) -> _Replacement:
 
     torch = context.torch
     companions = context.companions or ["none"]
     attempts: list[dict[str, str | None]] = []
     toolkit = _toolkit_cuda(context)
-    if same_version and torch is not None and torch.public:
+    if release is not None:
+        attempts.append({"torch": f"=={release}", "cuda": None})
+        if toolkit:
+            attempts.append({"torch": f"=={release}", "cuda": toolkit})
+    elif same_version and torch is not None and torch.public:
         attempts.append({"torch": f"=={torch.public}", "cuda": None})
         if toolkit:
             attempts.append({"torch": f"=={torch.public}", "cuda": toolkit})
-    if toolkit:
+    if toolkit and release is None:
         # Ops built against torch need nvcc's CUDA: the build the toolkit matches first.
         attempts.append({"torch": None, "cuda": toolkit})
-    if same_major_as_driver:
+    if same_major_as_driver and release is None:
         driver_cuda = target_driver_cuda(context.matrix, context.target)
         if driver_cuda is not None:
             for minor in range(driver_cuda[1], -1, -1):
                 attempts.append({"torch": None, "cuda": f"{driver_cuda[0]}.{minor}"})
-    attempts.append({"torch": None, "cuda": None})
+    if release is None:
+        attempts.append({"torch": None, "cuda": None})
     kept_hint: str | None = None
     #: Why nothing resolved (the last attempt is the least constrained), and why a plan that
     #: resolved was refused when checked: the reason a person is told.
@@ -1880,14 +1893,56 @@ def _undefined_symbol(context: _Context, message: ReportedMessage) -> Finding:
             ["# rebuild the package that ships it against the installed torch"],
         )
     dist = context.installed.dist(package)
+    wheels = any(entry.package == package for entry in context.matrix.package_builds)
     return _finding(
         "extension-abi-mismatch",
         "error",
         f"{package}'s compiled extension ({name}) was built against another torch (or CUDA) "
         f"than {installed}: it misses {symbol} and cannot be imported",
         evidence + ([f"{package} {dist.version}"] if dist else []),
-        _rebuild_commands(context, package, dist.version if dist else None),
+        _prebuilt_fix(context, package, dist.version if dist else None)
+        if wheels
+        else _rebuild_commands(context, package, dist.version if dist else None),
     )
+
+
+def _prebuilt_fix(context: _Context, package: str, version: str | None) -> list[str]:
+    """For a package PyPI serves as wheels, each built against the one torch release its
+    metadata pins (vllm, xformers): reinstalling it builds nothing, so the torch that release
+    was built against goes in (what vllm#611 and #1807 did), else a release built against the
+    installed torch."""
+    recorded = from_matrix(context.matrix, package, version) if version else None
+    if recorded is not None and recorded.torch:
+        replacement = context.replacement(torch=recorded.torch)
+        if replacement.commands:
+            return _fix_lines(replacement, f"the torch {package} {version} was built against")
+    torch = context.torch
+    if torch is not None and torch.install.version:
+        fitting = fitting_release(
+            package,
+            torch.install.version,
+            torch.cuda,
+            context.target,
+            context.matrix,
+            context.compat,
+        )
+        if fitting:
+            return [
+                f"{context.pip} install --force-reinstall --no-deps '{package}=={fitting}'"
+                "   # built against this torch"
+            ]
+    release = f"{package}=={version}" if version else f"{package}==VERSION"
+    return [
+        f"# {package}'s wheels on PyPI are each built against the one torch release their "
+        f"metadata pins, so reinstalling {package} alone rebuilds nothing. "
+        + (
+            f"The matrix has no record of {package} {version}: "
+            if version
+            else "Give its version (paste 'pip list') for a checked fix, or "
+        )
+        + f"run '{context.pip} install {release}' (the installed version), whose "
+        "dependencies put back the torch it pins"
+    ]
 
 
 def _leftover_commands(context: _Context) -> list[str]:
