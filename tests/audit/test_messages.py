@@ -113,6 +113,11 @@ from cudalock.audit.messages import extension_package, read_message
             messages.DEEPSPEED_OPS_MISMATCH,
             {"what": "pytorch", "built": "2.3", "runtime": "2.2"},
         ),
+        (
+            "RuntimeError: FlashAttention only supports Ampere GPUs or newer.",
+            messages.FLASH_ATTN_GPU_TOO_OLD,
+            {"oldest": "Ampere"},
+        ),
     ],
 )
 def test_each_message_is_read_with_what_it_states(

@@ -370,6 +370,12 @@ def test_hand_typed_llamafactory_env_keeps_its_gpu() -> None:
     assert report.installed.dist("deepspeed") is not None
 
 
+def test_a_hand_typed_line_with_a_full_width_colon_is_read() -> None:
+    # microsoft/MInference#51: "GPU：Tesla V100S", typed with a Chinese input method.
+    report = parse_report("flash-attn==2.6.0.post1\nGPU\uff1aTesla V100S\n")
+    assert [g.name for g in report.gpus] == ["Tesla V100S"]
+
+
 def test_error_lines_are_evidence_and_state_the_drivers_cuda() -> None:
     report = parse_report(
         "RuntimeError: The NVIDIA driver on your system is too old (found version 12010).\n"

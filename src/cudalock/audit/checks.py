@@ -1614,6 +1614,7 @@ def _message_finding(context: _Context, message: ReportedMessage) -> Finding | N
         msg.CUDNN_MISMATCH: _cudnn_message,
         msg.TORCHVISION_OPERATOR_MISSING: _torchvision_operator_message,
         msg.PYG_CUDA_MISMATCH: _pyg_cuda_message,
+        msg.FLASH_ATTN_GPU_TOO_OLD: _flash_attn_gpu_message,
         msg.NVCC_MISMATCH: _nvcc_message,
         msg.XFORMERS_BUILT_FOR: _xformers_message,
         msg.DEEPSPEED_OPS_MISMATCH: _deepspeed_ops_message,
@@ -2048,6 +2049,27 @@ def _driver_library_missing(library: str, evidence: list[str]) -> Finding:
             "# on WSL 2: export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH (the Windows "
             "driver's libcuda.so is mounted there)",
             "# in a container: start it with GPU access (docker run --gpus all)",
+        ],
+    )
+
+
+def _flash_attn_gpu_message(context: _Context, message: ReportedMessage) -> Finding:
+    """flash-attn refuses the GPU itself: no build of it, nor of torch, changes that."""
+    oldest = message.get("oldest") or "newer"
+    dist = context.installed.dist("flash-attn")
+    gpus = sorted({gpu.name for gpu in context.target.gpus})
+    return _finding(
+        "gpu-arch-unsupported",
+        "error",
+        f"flash-attn{' ' + dist.version if dist and dist.version else ''} has no kernels for "
+        f"{', '.join(gpus) if gpus else 'this GPU'}: it runs only on {oldest} GPUs or newer, "
+        "as its own message says, so no build of flash-attn or of torch helps on this GPU",
+        [_pasted(message), *_target_evidence(context)],
+        [
+            "# use an attention implementation that runs on this GPU: in transformers, "
+            'attn_implementation="sdpa" (or "eager") instead of "flash_attention_2"; '
+            "a framework that requires flash-attn needs a release that does without it here, "
+            f"or an {oldest} or newer GPU",
         ],
     )
 

@@ -35,6 +35,9 @@ DEEPSPEED_OPS_MISMATCH = "deepspeed-ops-mismatch"
 TORCHVISION_OPERATOR_MISSING = "torchvision-operator-missing"
 #: PyG's extensions (torch_scatter, torch_sparse, ...) refusing another CUDA major at import.
 PYG_CUDA_MISMATCH = "pyg-cuda-mismatch"
+#: flash-attn's own refusal of an older GPU: "FlashAttention only supports Ampere GPUs or
+#: newer." (its C++ check of the device's compute capability).
+FLASH_ATTN_GPU_TOO_OLD = "flash-attn-gpu-too-old"
 
 _MAX_TEXT = 300
 
@@ -67,6 +70,7 @@ _PYG_CUDA = re.compile(
     r"Detected that PyTorch and (\w+) were compiled with different CUDA versions\. PyTorch has "
     r"CUDA version (\d+\.\d+) and \w+ has CUDA version (-?\d+\.\d+)"
 )
+_FLASH_ATTN_GPU = re.compile(r"FlashAttention only supports (\w+) GPUs or newer")
 _MISSING = re.compile(
     r"(lib[A-Za-z0-9_+-]+\.so(?:\.[\d.]+)?):\s*cannot open shared object file",
 )
@@ -120,6 +124,7 @@ PHRASES = (
     "(you have ",
     "operator torchvision::",
     "were compiled with different CUDA versions",
+    "FlashAttention only supports",
 )
 
 #: How a message whose own text holds a line break ends its first line: torch's cpp_extension
@@ -170,6 +175,9 @@ def read_message(line: str, *, after_xformers_header: bool = False) -> ReportedM
     match = _UNDEFINED_BARE.search(line)
     if match:  # "ImportError: undefined symbol: ...", the library not named
         return ReportedMessage(UNDEFINED_SYMBOL, text, (("symbol", match.group(1)),))
+    match = _FLASH_ATTN_GPU.search(line)
+    if match:
+        return ReportedMessage(FLASH_ATTN_GPU_TOO_OLD, text, (("oldest", match.group(1)),))
     match = _PYG_CUDA.search(line)
     if match:
         package, torch_cuda, built = match.groups()
@@ -283,12 +291,17 @@ __all__ = [
     "CUDNN_MISMATCH",
     "DEEPSPEED_OPS_MISMATCH",
     "DRIVER_INSUFFICIENT",
+    "DRIVER_LIBRARY_MISMATCH",
     "DRIVER_TOO_OLD",
+    "FLASH_ATTN_GPU_TOO_OLD",
+    "FORWARD_COMPAT_UNSUPPORTED",
     "LIBRARY_MISSING",
     "NOT_COMPILED_WITH_CUDA",
     "NO_KERNEL_IMAGE",
     "NVCC_MISMATCH",
     "PHRASES",
+    "PYG_CUDA_MISMATCH",
+    "TORCHVISION_OPERATOR_MISSING",
     "UNDEFINED_SYMBOL",
     "XFORMERS_BUILT_FOR",
     "extension_package",

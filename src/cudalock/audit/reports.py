@@ -605,7 +605,8 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
         state.torch_version = state.torch_version or bare.group(1)
         state.saw(COLLECT_ENV, "PyTorch version")
         return nxt
-    kv = _KV.match(line)
+    # "GPU：Tesla V100S": a full-width colon, as a Chinese input method types it.
+    kv = _KV.match(line.replace("\uff1a", ": "))
     if not kv:
         return nxt
     key = kv.group(1).strip().strip("`").strip().lower()
