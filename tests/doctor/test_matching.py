@@ -331,6 +331,20 @@ def test_the_log_says_where_and_when_it_ran() -> None:
     assert (slurm.hosts, slurm.slurm_job_ids) == (("gpu-node-11",), ("884422",))
 
 
+def test_glog_stamps_take_their_year_from_the_kernel_lines_pasted_with_them() -> None:
+    glog = "W0613 07:54:19.123000 1234 torch/distributed/elastic/multiprocessing/api.py:900] x\n"
+    dmesg = "[Fri Jun 13 07:55:02 2025] Out of memory: Killed process 4242 (python)\n"
+    later = datetime(2026, 12, 4, 12, 0, 0)
+    anchored = scan_training_log(glog + dmesg, reference=later).trace
+    assert anchored.first_time == datetime(2025, 6, 13, 7, 54, 19)
+    assert not anchored.year_assumed
+    alone = scan_training_log(glog, reference=later).trace
+    assert alone.first_time == datetime(2026, 6, 13, 7, 54, 19)
+    assert alone.year_assumed
+    scope = run_scope(scan_training_log(glog, reference=later))
+    assert "this machine's year is assumed" in scope.window_from
+
+
 # --- the command, as a real process --------------------------------------------------------------
 
 

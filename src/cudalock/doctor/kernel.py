@@ -236,6 +236,15 @@ def line_stamp(line: str, context: LineContext = LineContext()) -> Stamp:
     return Stamp(None, None, context.host)
 
 
+def full_date(line: str) -> datetime | None:
+    """The date and time of a kernel line whose stamp names its year (``dmesg -T``, ISO), else
+    None: a syslog stamp names none, and an uptime counts from an unknown boot."""
+    text = line.strip()
+    if _HUMAN_STAMP.match(text) is None and _ISO_STAMP.match(text) is None:
+        return None
+    return line_stamp(text).at
+
+
 def is_kernel_line(line: str) -> bool:
     """Whether ``line`` looks like a line of a kernel log (dmesg, journalctl -k, kern.log)."""
     text = line.strip()

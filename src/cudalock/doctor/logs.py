@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
-from cudalock.doctor.kernel import is_kernel_line, year_for
+from cudalock.doctor.kernel import full_date, is_kernel_line, year_for
 from cudalock.errors import InputError, UsageError
 from cudalock.memory.finetuning import FineTuning, finetuning_from_text
 from cudalock.memory.sizes import parse_bytes
@@ -180,6 +180,9 @@ class RunTrace:
     slurm_job_ids: tuple[str, ...] = ()
     #: Kernel-log lines found in the log (pasted dmesg output).
     kernel_lines: int = 0
+    #: The times come from stamps without a year (glog's) and nothing in the log names one:
+    #: the year of the reference (this machine's clock) was assumed.
+    year_assumed: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -189,6 +192,7 @@ class RunTrace:
             "commands": list(self.commands),
             "slurm_job_ids": list(self.slurm_job_ids),
             "kernel_lines": self.kernel_lines,
+            "year_assumed": self.year_assumed,
         }
 
 
@@ -718,12 +722,15 @@ def _trace(text: str, reference: datetime | None) -> RunTrace:
     commands: list[str] = []
     jobs: list[str] = []
     kernel_lines = 0
+    kernel_dates: list[datetime] = []
     for raw in text.splitlines():
         line = raw.strip()
         if not line:
             continue
         if is_kernel_line(line):
             kernel_lines += 1
+            if (dated := full_date(line)) is not None:
+                kernel_dates.append(dated)
             continue
         when, partial = _line_time(line)
         if when is not None:
@@ -742,8 +749,11 @@ def _trace(text: str, reference: datetime | None) -> RunTrace:
                 break
         if (match := _SLURM_JOB.search(line)) is not None:
             jobs.append(match.group("job") or match.group("job2"))
-    # glog lines carry no year: the one of the log's full timestamps, else the reference's.
-    anchor = max(times) + timedelta(days=1) if times else reference
+    # glog lines carry no year: the one of the log's full timestamps, else of the kernel lines
+    # pasted with it (the same incident's dmesg -T), else the reference's.
+    dated = times or kernel_dates
+    anchor = max(dated) + timedelta(days=1) if dated else reference
+    year_assumed = bool(year_less) and not dated
     for month, day, clock in year_less:
         if (when := year_for(month, day, clock, anchor)) is not None:
             times.append(when)
@@ -755,6 +765,7 @@ def _trace(text: str, reference: datetime | None) -> RunTrace:
         commands=tuple(dict.fromkeys(command for command in commands if command)),
         slurm_job_ids=tuple(dict.fromkeys(jobs)),
         kernel_lines=kernel_lines,
+        year_assumed=year_assumed,
     )
 
 

@@ -173,6 +173,11 @@ def run_scope(
             "the log's timestamps "
             f"{trace.first_time.strftime(_FORMAT)} – {trace.last_time.strftime(_FORMAT)}, "
             f"with {LOG_SLACK_AFTER.seconds // 60} min after the last"
+            + (
+                "; its stamps name no year, so this machine's year is assumed"
+                if trace.year_assumed
+                else ""
+            )
         )
     if since is not None or until is not None:
         start = since if since is not None else start
