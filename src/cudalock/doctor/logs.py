@@ -729,8 +729,8 @@ def _trace(text: str, reference: datetime | None) -> RunTrace:
             continue
         if is_kernel_line(line):
             kernel_lines += 1
-            if (dated := full_date(line)) is not None:
-                kernel_dates.append(dated)
+            if (kernel_date := full_date(line)) is not None:
+                kernel_dates.append(kernel_date)
             continue
         when, partial = _line_time(line)
         if when is not None:
