@@ -770,3 +770,20 @@ def test_an_arch_warning_without_a_driver_says_where_builds_for_the_gpu_begin(
         "capability 9.0 is 2.0.0+cu118: CUDA 11.8, a driver ≥ 520.61.05"
     )
     assert finding.fix[1].startswith("# paste 'nvidia-smi'")
+
+
+def test_a_gpu_no_build_has_kernels_for_is_not_sent_for_its_driver(matrix: Matrix) -> None:
+    # pytorch/pytorch#6515: torch's older warning names a GeForce 820M of capability 2.1.
+    report = parse_report(
+        "UserWarning:\n    Found GPU0 GeForce 820M which is of cuda capability 2.1.\n"
+        "    PyTorch no longer supports this GPU because it is too old.\n"
+        "THCudaCheck FAIL error = 48: no kernel image is available for execution on the device\n"
+    )
+    assert [(g.name, g.compute_capability) for g in report.gpus] == [("GeForce 820M", (2, 1))]
+    finding = only(
+        audit(report.installed, report_target(report, matrix), matrix), "gpu-arch-unsupported"
+    )
+    assert finding.fix == (
+        "# no CUDA build of torch 1.13–2.15 (the releases cudalock knows) has kernels for "
+        "compute capability 2.1: this GPU cannot run them, only a CPU build of torch runs here",
+    )

@@ -1801,13 +1801,25 @@ def _arch_fix(context: _Context) -> list[str]:
     )
     fix = _replacement_fix(context, "a build with kernels for every target GPU", missing)
     if fix == [f"# {missing}"]:  # unchecked: say at least where the fitting builds begin
-        return [*_first_builds_with_kernels(context), *fix]
+        first = _first_builds_with_kernels(context)
+        if first is None:  # no driver would change that: ask for none
+            return [
+                f"# no CUDA build of torch {context.matrix.torch_span} (the releases cudalock "
+                f"knows) has kernels for compute capability {_ccs_text(context)}: this GPU "
+                "cannot run them, only a CPU build of torch runs here"
+            ]
+        return [*first, *fix]
     return fix
 
 
-def _first_builds_with_kernels(context: _Context) -> list[str]:
+def _ccs_text(context: _Context) -> str:
+    return ", ".join(format_cc(cc) for cc in context.target.compute_capabilities if cc is not None)
+
+
+def _first_builds_with_kernels(context: _Context) -> list[str] | None:
     """Where the matrix's torch builds with kernels for the target's GPUs begin ("which torch
-    fits an H100?"), for a fix that cannot be checked without the driver."""
+    fits an H100?"), for a fix that cannot be checked without the driver; None where no build
+    has kernels for them."""
     ccs = [cc for cc in context.target.compute_capabilities if cc is not None]
     if not ccs:
         return []
@@ -1827,13 +1839,13 @@ def _first_builds_with_kernels(context: _Context) -> list[str]:
         driver = context.matrix.min_driver_for_cuda(first.cuda, platform)
         needs = f", a driver ≥ {driver}" if driver else ""
         unverified = "" if first.provenance.verified else " (unverified)"
-        archs = ", ".join(format_cc(cc) for cc in ccs)
         return [
             f"# of torch {context.matrix.torch_span} (the releases cudalock knows), the first "
-            f"with kernels for compute capability {archs} is {release.version}+{first.variant}"
-            f"{unverified}: CUDA {format_cuda(first.cuda)}{needs}"
+            f"with kernels for compute capability {_ccs_text(context)} is "
+            f"{release.version}+{first.variant}{unverified}: CUDA {format_cuda(first.cuda)}"
+            f"{needs}"
         ]
-    return []
+    return None
 
 
 def _cpu_message(context: _Context, message: ReportedMessage) -> Finding:

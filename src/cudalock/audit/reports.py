@@ -469,6 +469,11 @@ _SMI_GPU = re.compile(
 _ARCH_WARNING = re.compile(
     r"^(.+?) with CUDA capability sm_(\d+)\s+is not compatible with the current PyTorch"
 )
+#: torch's older warning (torch/cuda/__init__.py, old_gpu_warn): "Found GPU0 GeForce 820M
+#: which is of cuda capability 2.1."
+_OLD_GPU_WARNING = re.compile(
+    r"Found GPU(\d{1,4}) (.{1,120}?) which is of cuda capability (\d+\.\d+)"
+)
 _SUPPORTS = re.compile(r"supports CUDA capabilities ((?:sm_\d+[a-z]?\s*)+)")
 _TOO_OLD = re.compile(r"driver on your system is too old \(found version (\d{4,5})\)")
 _PYTORCH_VERSION_BARE = re.compile(r"^PyTorch version\s+(\d\S*)$", re.IGNORECASE)
@@ -663,6 +668,14 @@ def _scan_anywhere(state: _State, line: str) -> None:
             cc = None
         state.add_gpu(name, cc)
         state.saw(COLLECT_ENV, "arch warning")
+    old_gpu = _OLD_GPU_WARNING.search(line) if "which is of cuda capability" in line else None
+    if old_gpu:
+        try:
+            old_cc: tuple[int, int] | None = parse_compute_capability(old_gpu.group(3))
+        except InputError:
+            old_cc = None
+        state.add_gpu(old_gpu.group(2).strip(), old_cc)
+        state.saw(COLLECT_ENV, "old GPU warning")
     supports = _SUPPORTS.search(line)
     if supports:
         state.arch_list = tuple(supports.group(1).split())
