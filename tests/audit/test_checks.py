@@ -787,3 +787,30 @@ def test_a_gpu_no_build_has_kernels_for_is_not_sent_for_its_driver(matrix: Matri
         "# no CUDA build of torch 1.13–2.15 (the releases cudalock knows) has kernels for "
         "compute capability 2.1: this GPU cannot run them, only a CPU build of torch runs here",
     )
+
+
+def test_an_extension_built_without_the_gpus_architecture_is_named_not_torch(
+    matrix: Matrix,
+) -> None:
+    # facebookresearch/detectron2#251: detectron2's ops built for sm_70 only, on Tesla P40s.
+    report = parse_report(
+        "detectron2 arch flags   sm_70\nGPU 0,1     Tesla P40\n"
+        "error in modulated_deformable_col2im_cuda: no kernel image is available for execution "
+        "on the device\n"
+    )
+    finding = only(
+        audit(report.installed, report_target(report, matrix), matrix), "gpu-arch-unsupported"
+    )
+    assert finding.severity == "error"
+    assert finding.message.startswith("detectron2's own compiled ops were built for compute")
+    assert any("no kernel image" in line for line in finding.evidence)
+    assert 'TORCH_CUDA_ARCH_LIST="6.1;7.0"' in finding.fix[0]
+
+
+def test_an_extension_whose_ptx_may_cover_a_newer_gpu_is_a_warning(matrix: Matrix) -> None:
+    report = parse_report("detectron2 arch flags   7.0\nGPU 0       NVIDIA A100 (arch=8.0)\n")
+    finding = only(
+        audit(report.installed, report_target(report, matrix), matrix), "gpu-arch-unsupported"
+    )
+    assert finding.severity == "warning"
+    assert "unless they also carry PTX" in finding.message

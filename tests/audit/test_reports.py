@@ -376,6 +376,54 @@ def test_a_hand_typed_line_with_a_full_width_colon_is_read() -> None:
     assert [g.name for g in report.gpus] == ["Tesla V100S"]
 
 
+_DETECTRON2_ENV = """\
+----------------------  ----------------------------------------------------------------
+sys.platform            linux
+Python                  3.10.12 (main, Jun 11 2023, 05:26:28) [GCC 11.4.0]
+detectron2              0.6 @/src/detectron2/detectron2
+Compiler                GCC 11.4
+CUDA compiler           CUDA 12.1
+detectron2 arch flags   7.5, 8.0
+PyTorch                 2.1.0+cu121 @/env/lib/python3.10/site-packages/torch
+GPU available           Yes
+GPU 0,1                 NVIDIA GeForce RTX 3090 (arch=8.6)
+torchvision             0.16.0+cu121 @/env/lib/python3.10/site-packages/torchvision
+torchvision arch flags  5.0, 6.0, 7.0, 7.5, 8.0, 8.6, 9.0
+"""
+
+
+def test_detectron2s_collect_env_table_is_read() -> None:
+    # The rows of detectron2/utils/collect_env.py (a newer release: cuobjdump's "7.5, 8.0"
+    # list and the GPU's "(arch=8.6)").
+    report = parse_report(_DETECTRON2_ENV)
+    assert "detectron2 collect_env" in report.formats
+    installed = report.installed
+    torch = installed.active_torch
+    assert torch is not None and torch.version == "2.1.0+cu121"
+    assert installed.python_version == "3.10.12"
+    assert [(g.name, g.compute_capability, g.index) for g in report.gpus] == [
+        ("NVIDIA GeForce RTX 3090", (8, 6), 0),
+        ("NVIDIA GeForce RTX 3090", (8, 6), 1),
+    ]
+    assert [(d.name, d.version) for d in installed.distributions if d.name != "torch"] == [
+        ("detectron2", "0.6"),
+        ("torchvision", "0.16.0+cu121"),
+    ]
+    archs = {ops.name: ops.archs for ops in installed.extension_archs}
+    assert archs["detectron2"] == ((7, 5), (8, 0))
+    assert archs["torchvision"][-1] == (9, 0)
+    # detectron2 0.1's "sm_70" form.
+    old = parse_report("detectron2 arch flags   sm_70, sm_120\n").installed.extension_archs
+    assert old[0].archs == ((7, 0), (12, 0))
+
+
+def test_a_row_that_looks_like_detectron2s_is_not_read_outside_its_table() -> None:
+    # xFormers' "Python  3.10.11 (you have 3.10.6)" is no Python version of this report.
+    report = parse_report("    Python  3.10.11 (you have 3.10.6)\nPyTorch  2.1.0\n")
+    assert report.installed.python_version is None
+    assert "detectron2 collect_env" not in report.formats
+
+
 def test_error_lines_are_evidence_and_state_the_drivers_cuda() -> None:
     report = parse_report(
         "RuntimeError: The NVIDIA driver on your system is too old (found version 12010).\n"

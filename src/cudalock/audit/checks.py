@@ -161,6 +161,7 @@ def audit(
         _check_deepspeed,
         _check_nvcc,
         _check_library_shadowing,
+        _check_extension_archs,
         _check_skipped,
     ):
         findings.extend(check(context))
@@ -502,6 +503,7 @@ def apply_plan(context: _Context, plan: Plan) -> tuple[Installed, tuple[str, ...
         cuda_builds=installed.cuda_builds,
         # The runtime errors were this environment's; the arch list was the old torch's.
         arch_list=None,
+        extension_archs=installed.extension_archs,
         notes=installed.notes,
         messages=(),
     )
@@ -1541,6 +1543,50 @@ def _check_library_shadowing(context: _Context) -> list[Finding]:
             fix,
         )
     ]
+
+
+def _check_extension_archs(context: _Context) -> list[Finding]:
+    """A package's own ops built without the GPU's architecture (detectron2's "arch flags"):
+    they fail with "no kernel image" whatever torch's kernels cover. The list is cuobjdump's
+    SASS only, so a newer GPU may still run the ops' PTX: certain only for a GPU older than
+    every listed architecture, or where the paste shows the failure."""
+    findings = []
+    failed = any(m.kind == msg.NO_KERNEL_IMAGE for m in context.installed.messages)
+    for ops in context.installed.extension_archs:
+        uncovered = sorted(
+            {
+                (gpu.name, gpu.compute_capability)
+                for gpu in context.target.gpus
+                if gpu.compute_capability is not None
+                and not arch_covers(ops.archs, (), gpu.compute_capability)
+            }
+        )
+        if not uncovered:
+            continue
+        certain = failed or all(cc < min(ops.archs) for _, cc in uncovered)
+        built = ", ".join(format_cc(cc) for cc in ops.archs)
+        gpus = ", ".join(f"{name} ({format_cc(cc)})" for name, cc in uncovered)
+        wanted = ";".join(
+            sorted({format_cc(cc) for _, cc in uncovered} | set(map(format_cc, ops.archs)))
+        )
+        findings.append(
+            _finding(
+                "gpu-arch-unsupported",
+                "error" if certain else "warning",
+                f"{ops.name}'s own compiled ops were built for compute capability {built} only, "
+                f'and {gpus} is not among them: its CUDA ops fail with "no kernel image is '
+                "available\" whatever torch's kernels cover"
+                + ("" if certain else " (unless they also carry PTX, which this list omits)"),
+                [f"pasted: {ops.text}", *_target_evidence(context)],
+                [
+                    f"# rebuild {ops.name} with kernels for this GPU, from its source: "
+                    f'TORCH_CUDA_ARCH_LIST="{wanted}" pip install --no-build-isolation '
+                    f"--no-deps --force-reinstall --no-cache-dir <{ops.name}'s source directory "
+                    "or git URL>",
+                ],
+            )
+        )
+    return findings
 
 
 def _check_skipped(context: _Context) -> list[Finding]:

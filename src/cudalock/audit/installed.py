@@ -14,6 +14,7 @@ from cudalock.packagenames import canonical_name
 __all__ = [
     "DeepSpeedBuild",
     "Distribution",
+    "ExtensionArchs",
     "ExtensionBuild",
     "Installed",
     "Nvcc",
@@ -191,6 +192,25 @@ class ExtensionBuild:
 
 
 @dataclass(frozen=True)
+class ExtensionArchs:
+    """The GPU architectures a package's own compiled ops were built for, as a report lists
+    them (detectron2's collect_env: "detectron2 arch flags   7.0, 7.5" from cuobjdump)."""
+
+    name: str  # canonical name
+    #: Compute capabilities with SASS in the extension, sorted.
+    archs: tuple[tuple[int, int], ...]
+    #: The line the list was read from.
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "archs": [f"{major}.{minor}" for major, minor in self.archs],
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
 class Installed:
     """An environment's contents. ``torch[0]`` is the torch that ``import torch`` would load."""
 
@@ -212,6 +232,8 @@ class Installed:
     cuda_builds: tuple[ExtensionBuild, ...] = ()
     #: ``torch.cuda.get_arch_list()``, when known (``--deep`` or a report that shows it).
     arch_list: tuple[str, ...] | None = None
+    #: What packages' own compiled ops were built for, as a report lists it.
+    extension_archs: tuple[ExtensionArchs, ...] = ()
     #: What could not be read, in words.
     notes: tuple[str, ...] = ()
     #: Error and warning lines a pasted report carries (evidence of this environment's state).
@@ -249,6 +271,7 @@ class Installed:
             "cuda_libraries": [lib.to_json() for lib in self.cuda_libraries],
             "cuda_builds": [build.to_json() for build in self.cuda_builds],
             "arch_list": list(self.arch_list) if self.arch_list is not None else None,
+            "extension_archs": [e.to_json() for e in self.extension_archs],
             "notes": list(self.notes),
             "messages": [m.to_json() for m in self.messages],
         }

@@ -21,6 +21,7 @@ from cudalock.audit import messages
 from cudalock.audit.installed import (
     DeepSpeedBuild,
     Distribution,
+    ExtensionArchs,
     Installed,
     Nvcc,
     ReportedMessage,
@@ -78,10 +79,12 @@ PIP_SHOW = "pip show"
 CONDA_LIST = "conda list"
 HAND_TYPED = "hand-typed versions"
 MESSAGES = "error messages"
+DETECTRON2 = "detectron2 collect_env"
 
 #: What ``audit --report`` reads, in words (the message for a file in which nothing is).
 READABLE = (
-    "python -m torch.utils.collect_env, ds_report, llamafactory-cli env, pip freeze, pip list, "
+    "python -m torch.utils.collect_env, detectron2's collect_env, ds_report, "
+    "llamafactory-cli env, pip freeze, pip list, "
     "pip show, conda list, nvidia-smi, and the error lines of PyTorch, DeepSpeed, xFormers, the "
     'CUDA runtime and the loader ("The NVIDIA driver on your system is too old", "no kernel image '
     'is available", "undefined symbol", "cannot open shared object file", ...)'
@@ -411,6 +414,9 @@ class _State:
     xformers_built_for: int | None = None
     #: Inside a pip list / conda list table (its header was seen): the table's format.
     table: str | None = None
+    extension_archs: list[ExtensionArchs] = field(default_factory=list)
+    #: A row only detectron2's table has was seen: its generic rows (Python, PyTorch) are read.
+    in_detectron2_table: bool = False
 
     def format(self, name: str) -> None:
         if name not in self.formats:
@@ -595,6 +601,9 @@ def _parse_line(state: _State, lines: list[str], position: int) -> int:
     pip = _PIP_LINE.match(line)
     if pip:
         _library_line(state, pip.group(1), pip.group(2))
+        return nxt
+    row = _D2_ROW.match(line)
+    if row and _detectron2_row(state, row.group(1), row.group(2).strip(), line):
         return nxt
     dotted = _DOTTED.match(line)
     if dotted:
@@ -918,6 +927,57 @@ def _library_line(state: _State, manager: str, rest: str) -> None:
         state.saw(COLLECT_ENV, "conda libraries")
 
 
+#: A row of detectron2's collect_env table (detectron2/utils/collect_env.py, tabulate: the
+#: key, two or more spaces, the value).
+_D2_ROW = re.compile(
+    r"^(sys\.platform|Python|detectron2(?: arch flags)?|torchvision(?: arch flags)?|PyTorch"
+    r"|GPU available|GPU \d[\d,]*)\s{2,}(\S.*)$"
+)
+#: Rows no other report has: they say the table is detectron2's.
+_D2_OWN_ROWS = ("sys.platform", "detectron2", "detectron2 arch flags", "torchvision arch flags")
+#: An arch flags value: "sm_70" (older releases) or "6.1, 7.0" (cuobjdump's list).
+_D2_ARCH = re.compile(r"(?:sm_(\d{1,2})(\d)|\b(\d{1,2})\.(\d))\b")
+_D2_GPU_ARCH = re.compile(r"\s*\(arch=(\d+\.\d+)\)\s*$")
+
+
+def _detectron2_row(state: _State, key: str, value: str, line: str) -> bool:
+    """Read one row of detectron2's collect_env table; False when the row is not one (a row
+    of another report that happens to look alike)."""
+    if key in _D2_OWN_ROWS:
+        state.in_detectron2_table = True
+    if not state.in_detectron2_table:
+        return False
+    version = value.split(" @", 1)[0].strip()
+    if key == "Python":
+        match = re.match(r"\d+\.\d+(?:\.\d+)?", value)
+        state.python_version = state.python_version or (match.group(0) if match else None)
+    elif key == "PyTorch":
+        state.torch_version = state.torch_version or _version_token(version)
+    elif key in ("detectron2", "torchvision"):
+        if re.match(r"\d+\.\d+", version):
+            state.add_dist(key, version, f"report:{DETECTRON2}")
+    elif key.endswith(" arch flags"):
+        archs = sorted(
+            {
+                (int(m.group(1) or m.group(3)), int(m.group(2) or m.group(4)))
+                for m in _D2_ARCH.finditer(value)
+            }
+        )
+        if archs:  # else "...; cannot find cuobjdump": no list
+            name = key.removesuffix(" arch flags")
+            state.extension_archs.append(ExtensionArchs(name, tuple(archs), line.strip()))
+    elif key == "GPU available":
+        state.cuda_available = _bool(value)
+    elif key.startswith("GPU "):
+        arch = _D2_GPU_ARCH.search(value)
+        name = _D2_GPU_ARCH.sub("", value).strip()
+        cc = parse_compute_capability(arch.group(1)) if arch else None
+        for index in key.removeprefix("GPU ").split(","):
+            state.add_gpu(name, cc, index=int(index))
+    state.saw(DETECTRON2, key)
+    return True
+
+
 def _ds_field(state: _State, key: str, value: str) -> None:
     if key == "torch version":
         state.torch_version = state.torch_version or _version_token(value)
@@ -1013,6 +1073,7 @@ def _finish(state: _State) -> ParsedReport:
         deepspeed=deepspeed,
         nvcc=tuple(state.nvcc),
         arch_list=state.arch_list,
+        extension_archs=tuple(state.extension_archs),
         notes=tuple(state.notes),
         messages=tuple(state.messages),
     )
