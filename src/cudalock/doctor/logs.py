@@ -205,27 +205,25 @@ class LogFacts:
     def of_kind(self, *kinds: str) -> tuple[LogEvent, ...]:
         return tuple(event for event in self.events if event.kind in kinds)
 
+    def _last_phase(self, kind: str, *ended_by: str) -> LogEvent | None:
+        """The last ``kind`` line, if no line of an ``ended_by`` kind came after it."""
+        last = None
+        for event in self.events:
+            if event.kind == kind:
+                last = event
+            elif event.kind in ended_by:
+                last = None
+        return last
+
     @property
     def died_while_saving(self) -> LogEvent | None:
         """The last checkpoint-save line, if training made no progress after it."""
-        last_save = None
-        for event in self.events:
-            if event.kind == "checkpoint-save":
-                last_save = event
-            elif event.kind == "training-progress":
-                last_save = None
-        return last_save
+        return self._last_phase("checkpoint-save", "training-progress")
 
     @property
     def died_while_loading(self) -> LogEvent | None:
         """The last model-loading line, if no training step or save came after it."""
-        last_load = None
-        for event in self.events:
-            if event.kind == "model-loading":
-                last_load = event
-            elif event.kind in ("training-progress", "checkpoint-save"):
-                last_load = None
-        return last_load
+        return self._last_phase("model-loading", "training-progress", "checkpoint-save")
 
     @property
     def reported_pids(self) -> tuple[int, ...]:
